@@ -1,0 +1,149 @@
+// The narrow seam between the model and the hardware.
+//
+// The model (model/) owns the tensor table: which parameter, gradient and
+// activation lives at which element offset of a few big buffers, computed once
+// from the config. A backend owns the memory behind those buffers and
+// implements every GPT-2 op, forward and backward, on raw views plus shapes.
+// The CPU backend (backend/cpu/) is fp32 and the numerical reference; the CUDA
+// backend (kernels/) implements the same entries. Precision is a property of a
+// backend's buffers (Tensor::elem_bytes), never of the model code, which only
+// moves Tensor views around and never dereferences them.
+//
+// Conventions for every op below:
+//   * shapes are row-major; N = B*T rows of C channels unless stated;
+//   * "+=" outputs accumulate into what is there (parameter gradients across
+//     micro-steps, residual-stream gradients across branches); "=" outputs are
+//     overwritten;
+//   * weights of a linear layer are [OC, C] (PyTorch's nn.Linear layout), so
+//     out = inp @ w^T + bias;
+//   * ops are synchronous from the caller's point of view except where a
+//     backend documents otherwise; results that come back to the host
+//     (sum_squares, download) are complete when the call returns.
+#ifndef BACKEND_BACKEND_H
+#define BACKEND_BACKEND_H
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+namespace gpt2 {
+
+// What a buffer is for; a backend may pick a different element type per role
+// (e.g. bf16 activations, fp32 master weights).
+enum class BufferRole : uint8_t {
+  kParams,       // model weights used by the forward pass
+  kGrads,        // parameter gradients
+  kOptimizer,    // AdamW moments (and master weights where kept); always fp32
+  kActivations,  // forward activations and their gradients
+  kTokens,       // int32 token ids
+  kScratch,      // anything else an op needs
+};
+
+// A view of backend-owned memory. Never dereferenced by model code.
+struct Tensor {
+  void* ptr = nullptr;
+  size_t numel = 0;
+  uint32_t elem_bytes = 0;
+
+  Tensor slice(size_t elem_offset, size_t n) const {
+    return Tensor{static_cast<char*>(ptr) + elem_offset * elem_bytes, n, elem_bytes};
+  }
+  bool empty() const { return ptr == nullptr; }
+  size_t bytes() const { return numel * elem_bytes; }
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string name() const = 0;  // "cpu", "cuda"
+  virtual bool is_host_memory() const = 0;  // true when Tensor::ptr is a host pointer
+
+  // ---- memory -------------------------------------------------------------
+  virtual Tensor alloc(size_t numel, BufferRole role) = 0;  // contents unspecified
+  virtual void free(Tensor t) = 0;
+  virtual void zero(Tensor t) = 0;
+  // host fp32 <-> buffer element type (rounding to the buffer's type on upload)
+  virtual void upload(Tensor dst, const float* src) = 0;        // dst.numel elements
+  virtual void download(float* dst, Tensor src) = 0;            // src.numel elements
+  virtual void upload_tokens(Tensor dst, const int32_t* src) = 0;  // kTokens buffer
+  virtual void copy(Tensor dst, Tensor src) = 0;                // same role/type, dst.numel elems
+  virtual void synchronize() {}
+
+  // ---- forward / backward ops ----------------------------------------------
+  // out[b,t,:] = wte[tokens[b,t],:] + wpe[t,:]
+  virtual void encoder_forward(Tensor out, Tensor tokens, Tensor wte, Tensor wpe,
+                               int B, int T, int C) = 0;
+  // dwte[tokens[b,t],:] += dout[b,t,:];  dwpe[t,:] += dout[b,t,:]
+  virtual void encoder_backward(Tensor dwte, Tensor dwpe, Tensor dout, Tensor tokens,
+                                int B, int T, int C) = 0;
+
+  // out = (inp - mean) * rstd * w + b, eps 1e-5; saves mean[N], rstd[N] (fp32 semantics)
+  virtual void layernorm_forward(Tensor out, Tensor mean, Tensor rstd, Tensor inp,
+                                 Tensor w, Tensor b, int N, int C) = 0;
+  // dinp += ..., dw += ..., db += ...
+  virtual void layernorm_backward(Tensor dinp, Tensor dw, Tensor db, Tensor dout,
+                                  Tensor inp, Tensor w, Tensor mean, Tensor rstd,
+                                  int N, int C) = 0;
+
+  // out[N,OC] = inp[N,C] @ w[OC,C]^T (+ bias[OC] when bias is not empty)
+  virtual void matmul_forward(Tensor out, Tensor inp, Tensor w, Tensor bias,
+                              int N, int C, int OC) = 0;
+  // dinp[N,C] = dout @ w  (overwritten);  dw[OC,C] += dout^T @ inp;
+  // dbias[OC] += sum_rows(dout) when dbias is not empty
+  virtual void matmul_backward(Tensor dinp, Tensor dw, Tensor dbias, Tensor dout,
+                               Tensor inp, Tensor w, int N, int C, int OC) = 0;
+
+  // Causal multi-head self-attention. qkv[B,T,3C] holds q|k|v, heads of size C/NH.
+  // out[B,T,C] = softmax(q k^T / sqrt(hs), causal) v.  `saved` is a buffer of
+  // attention_saved_numel() elements the op keeps for its backward (what it
+  // keeps is the backend's business: probabilities, or softmax statistics to
+  // recompute them).
+  virtual size_t attention_saved_numel(int B, int T, int NH) const = 0;
+  virtual void attention_forward(Tensor out, Tensor saved, Tensor qkv,
+                                 int B, int T, int C, int NH) = 0;
+  // dqkv = ... (overwritten).  `scratch` has attention_scratch_numel() elements.
+  virtual size_t attention_scratch_numel(int B, int T, int NH) const = 0;
+  virtual void attention_backward(Tensor dqkv, Tensor scratch, Tensor dout, Tensor qkv,
+                                  Tensor saved, int B, int T, int C, int NH) = 0;
+
+  // GELU, tanh approximation: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
+  virtual void gelu_forward(Tensor out, Tensor inp, size_t n) = 0;
+  // dinp = gelu'(inp) * dout (overwritten; dinp may alias dout)
+  virtual void gelu_backward(Tensor dinp, Tensor inp, Tensor dout, size_t n) = 0;
+
+  // out = a + b (out may alias a)
+  virtual void residual_forward(Tensor out, Tensor a, Tensor b, size_t n) = 0;
+
+  // Fused classifier: for each of the N rows of logits[N,Vp] (only the first V
+  // columns are real; the padded ones never affect anything):
+  //   losses[n] = -log softmax(logits[n,:V])[targets[n]]
+  // and when dloss != 0 the row is overwritten in place with
+  //   dlogits = (softmax - onehot(target)) * dloss,  padded columns set to 0,
+  // so B*T*Vp floats are materialised once. Targets outside [0, V) are an error
+  // the caller has already excluded.
+  virtual void classifier_forward_backward(Tensor logits, Tensor losses, Tensor targets,
+                                           int N, int V, int Vp, float dloss) = 0;
+
+  // ---- optimizer ------------------------------------------------------------
+  // Sum of squares of g (accumulated in fp64 on the CPU backend), returned to the host.
+  virtual double sum_squares(Tensor g) = 0;
+  // AdamW (decoupled weight decay) on n = params.numel elements:
+  //   g = grads * grad_scale; m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2
+  //   mhat = m / (1 - b1^t); vhat = v / (1 - b2^t)
+  //   params -= lr * (mhat / (sqrt(vhat) + eps) + weight_decay * params)
+  // `master` is an fp32 copy of params kept by backends whose params are lower
+  // precision; empty on the CPU backend.
+  virtual void adamw_update(Tensor params, Tensor master, Tensor grads, Tensor m, Tensor v,
+                            float lr, float beta1, float beta2, float eps,
+                            float weight_decay, float grad_scale, int t) = 0;
+  // x *= s
+  virtual void scale(Tensor x, float s) = 0;
+};
+
+// Factories. `threads` <= 0 means "use the OpenMP default".
+std::unique_ptr<Backend> make_cpu_backend(int threads);
+
+}  // namespace gpt2
+
+#endif  // BACKEND_BACKEND_H

@@ -1,0 +1,73 @@
+// Fused classifier: softmax + cross-entropy + its gradient, in place on the
+// logits, one row of Vp at a time.
+//
+// Per row (only the first V columns are real):
+//   pass 1: m = max_j<V l_j                                 (read)
+//   pass 2: e_j = exp(l_j - m), written back over l_j when a gradient is wanted,
+//           S = sum_j e_j accumulated in fp64               (read, write)
+//   loss = log S + m - l_target   (l_target read before pass 2 overwrites it)
+//   pass 3: dl_j = (e_j / S - [j == target]) * dloss for j < V, 0 for j >= V
+// A row of Vp = 50304 floats is 196 KiB, which stays in the 1 MiB L2 between
+// passes, so DRAM sees one read and one write of B*T*Vp: the logits are the
+// only B*T*Vp buffer, there is no separate probabilities tensor. With dloss == 0
+// (evaluation) nothing is written and the logits stay intact (passes 1-2 only).
+//
+// Numerics: the max subtraction keeps every exp in (0, 1] so nothing overflows
+// whatever the logit scale; the sum is fp64 (50257 terms of fp32 exps), so the
+// normaliser is exact to fp32 rounding; exp is vexp (vmath.h). Padded columns
+// are never read as inputs and always written as exact zeros. NaN/Inf in a row
+// propagate to that row's loss (the trainer's NaN guard sees them).
+#include <cmath>
+
+#include "backend/cpu/ops.h"
+#include "backend/cpu/vmath.h"
+
+namespace gpt2 {
+namespace cpu {
+
+template <class S>
+void classifier_forward_backward(const Exec& ex, S* logits, S* losses, const int32_t* targets,
+                                 int N, int V, int Vp, S dloss) {
+  const bool want_grad = dloss != static_cast<S>(0);
+#pragma omp parallel for num_threads(ex.threads) schedule(static)
+  for (int n = 0; n < N; n++) {
+    S* l = logits + static_cast<size_t>(n) * Vp;
+    const int target = targets[n];
+    S m = -INFINITY;
+    bool has_nan = false;
+#pragma omp simd reduction(max : m) reduction(| : has_nan)
+    for (int j = 0; j < V; j++) {
+      m = l[j] > m ? l[j] : m;
+      has_nan |= l[j] != l[j];
+    }
+    if (has_nan) m = NAN;  // max() above skips NaN; make it reach the loss
+    const S l_target = l[target];
+    double sum = 0;
+    if (want_grad) {
+#pragma omp simd reduction(+ : sum)
+      for (int j = 0; j < V; j++) {
+        const S e = vexp(l[j] - m);
+        l[j] = e;
+        sum += static_cast<double>(e);
+      }
+      const S inv = static_cast<S>(static_cast<double>(dloss) / sum);
+#pragma omp simd
+      for (int j = 0; j < V; j++) l[j] = l[j] * inv;
+      l[target] -= dloss;
+      ;
+    } else {
+#pragma omp simd reduction(+ : sum)
+      for (int j = 0; j < V; j++) sum += static_cast<double>(vexp(l[j] - m));
+    }
+    losses[n] = static_cast<S>(std::log(sum) + static_cast<double>(m) -
+                               static_cast<double>(l_target));
+  }
+}
+
+template void classifier_forward_backward<float>(const Exec&, float*, float*, const int32_t*, int,
+                                                 int, int, float);
+template void classifier_forward_backward<double>(const Exec&, double*, double*, const int32_t*,
+                                                  int, int, int, double);
+
+}  // namespace cpu
+}  // namespace gpt2

@@ -1,0 +1,306 @@
+// CpuBackend: the Backend seam over the fp32 instantiations in ops.h.
+//
+// Memory: every buffer is fp32 (tokens int32), 64-byte aligned (a cache line,
+// one AVX-512 vector) and rounded up to whole lines, from std::aligned_alloc.
+// Each op checks that its tensors are large enough for the shapes it is given
+// (a few integer compares per call) and that token/target ids are in range, so
+// a caller bug becomes a std::runtime_error naming the op instead of a stray
+// write. zero/copy of the big buffers (grads are 0.5 GB at d12) are split
+// across the threads.
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+
+#include "backend/backend.h"
+#include "backend/cpu/ops.h"
+
+namespace gpt2 {
+
+namespace {
+
+constexpr size_t kAlign = 64;
+
+float* f32(Tensor t) { return static_cast<float*>(t.ptr); }
+const int32_t* i32(Tensor t) { return static_cast<const int32_t*>(t.ptr); }
+
+void need(const Tensor& t, size_t numel, const char* op, const char* arg) {
+  if (t.ptr == nullptr && numel > 0)
+    throw std::runtime_error(std::string("backend/cpu: ") + op + ": " + arg + " is empty");
+  if (t.numel < numel)
+    throw std::runtime_error(std::string("backend/cpu: ") + op + ": " + arg + " has " +
+                             std::to_string(t.numel) + " elements, needs " +
+                             std::to_string(numel));
+  if (t.ptr != nullptr && t.elem_bytes != 4)
+    throw std::runtime_error(std::string("backend/cpu: ") + op + ": " + arg +
+                             " has element size " + std::to_string(t.elem_bytes) +
+                             " (expected 4)");
+}
+
+void check_dims(const char* op, std::initializer_list<long> dims) {
+  for (long d : dims)
+    if (d <= 0)
+      throw std::runtime_error(std::string("backend/cpu: ") + op + ": non-positive dimension " +
+                               std::to_string(d));
+}
+
+void check_ids(const int32_t* ids, size_t n, long limit, const char* op, const char* what) {
+  for (size_t i = 0; i < n; i++)
+    if (ids[i] < 0 || ids[i] >= limit)
+      throw std::runtime_error(std::string("backend/cpu: ") + op + ": " + what + "[" +
+                               std::to_string(i) + "] = " + std::to_string(ids[i]) +
+                               " outside [0, " + std::to_string(limit) + ")");
+}
+
+size_t sz(long a, long b = 1, long c = 1) {
+  return static_cast<size_t>(a) * static_cast<size_t>(b) * static_cast<size_t>(c);
+}
+
+class CpuBackend final : public Backend {
+ public:
+  explicit CpuBackend(int threads) {
+    ex_.threads = cpu::resolve_threads(threads);
+    ex_.gemm = cpu::GemmThreading::kOpenMpSplit;
+  }
+
+  std::string name() const override { return "cpu"; }
+  bool is_host_memory() const override { return true; }
+
+  Tensor alloc(size_t numel, BufferRole role) override {
+    (void)role;  // every role is 4-byte elements on this backend
+    if (numel == 0) return Tensor{nullptr, 0, 4};
+    if (numel > (SIZE_MAX - kAlign) / 4)
+      throw std::runtime_error("backend/cpu: alloc: " + std::to_string(numel) +
+                               " elements overflow size_t");
+    const size_t bytes = (numel * 4 + kAlign - 1) / kAlign * kAlign;
+    void* p = std::aligned_alloc(kAlign, bytes);
+    if (p == nullptr)
+      throw std::runtime_error("backend/cpu: alloc: out of memory for " + std::to_string(bytes) +
+                               " bytes");
+    return Tensor{p, numel, 4};
+  }
+  void free(Tensor t) override { std::free(t.ptr); }
+
+  void zero(Tensor t) override {
+    if (t.empty()) return;
+    parallel_bytes(t.bytes(), [&](size_t lo, size_t hi) {
+      std::memset(static_cast<char*>(t.ptr) + lo, 0, hi - lo);
+    });
+  }
+  void upload(Tensor dst, const float* src) override {
+    copy_bytes(dst.ptr, src, dst.numel * sizeof(float));
+  }
+  void download(float* dst, Tensor src) override {
+    copy_bytes(dst, src.ptr, src.numel * sizeof(float));
+  }
+  void upload_tokens(Tensor dst, const int32_t* src) override {
+    copy_bytes(dst.ptr, src, dst.numel * sizeof(int32_t));
+  }
+  void copy(Tensor dst, Tensor src) override {
+    need(src, dst.numel, "copy", "src");
+    copy_bytes(dst.ptr, src.ptr, dst.bytes());
+  }
+
+  void encoder_forward(Tensor out, Tensor tokens, Tensor wte, Tensor wpe, int B, int T,
+                       int C) override {
+    const char* op = "encoder_forward";
+    check_dims(op, {B, T, C});
+    need(out, sz(B, T, C), op, "out");
+    need(tokens, sz(B, T), op, "tokens");
+    need(wte, sz(1, C), op, "wte");
+    need(wpe, sz(T, C), op, "wpe");
+    check_ids(i32(tokens), sz(B, T), static_cast<long>(wte.numel / C), op, "tokens");
+    cpu::encoder_forward<float>(ex_, f32(out), i32(tokens), f32(wte), f32(wpe), B, T, C);
+  }
+  void encoder_backward(Tensor dwte, Tensor dwpe, Tensor dout, Tensor tokens, int B, int T,
+                        int C) override {
+    const char* op = "encoder_backward";
+    check_dims(op, {B, T, C});
+    need(dout, sz(B, T, C), op, "dout");
+    need(tokens, sz(B, T), op, "tokens");
+    need(dwte, sz(1, C), op, "dwte");
+    need(dwpe, sz(T, C), op, "dwpe");
+    check_ids(i32(tokens), sz(B, T), static_cast<long>(dwte.numel / C), op, "tokens");
+    cpu::encoder_backward<float>(ex_, f32(dwte), f32(dwpe), f32(dout), i32(tokens), B, T, C);
+  }
+
+  void layernorm_forward(Tensor out, Tensor mean, Tensor rstd, Tensor inp, Tensor w, Tensor b,
+                         int N, int C) override {
+    const char* op = "layernorm_forward";
+    check_dims(op, {N, C});
+    need(out, sz(N, C), op, "out");
+    need(mean, sz(N), op, "mean");
+    need(rstd, sz(N), op, "rstd");
+    need(inp, sz(N, C), op, "inp");
+    need(w, sz(C), op, "w");
+    need(b, sz(C), op, "b");
+    cpu::layernorm_forward<float>(ex_, f32(out), f32(mean), f32(rstd), f32(inp), f32(w), f32(b),
+                                  N, C);
+  }
+  void layernorm_backward(Tensor dinp, Tensor dw, Tensor db, Tensor dout, Tensor inp, Tensor w,
+                          Tensor mean, Tensor rstd, int N, int C) override {
+    const char* op = "layernorm_backward";
+    check_dims(op, {N, C});
+    need(dinp, sz(N, C), op, "dinp");
+    need(dw, sz(C), op, "dw");
+    need(db, sz(C), op, "db");
+    need(dout, sz(N, C), op, "dout");
+    need(inp, sz(N, C), op, "inp");
+    need(w, sz(C), op, "w");
+    need(mean, sz(N), op, "mean");
+    need(rstd, sz(N), op, "rstd");
+    cpu::layernorm_backward<float>(ex_, f32(dinp), f32(dw), f32(db), f32(dout), f32(inp), f32(w),
+                                   f32(mean), f32(rstd), N, C);
+  }
+
+  void matmul_forward(Tensor out, Tensor inp, Tensor w, Tensor bias, int N, int C,
+                      int OC) override {
+    const char* op = "matmul_forward";
+    check_dims(op, {N, C, OC});
+    need(out, sz(N, OC), op, "out");
+    need(inp, sz(N, C), op, "inp");
+    need(w, sz(OC, C), op, "w");
+    if (!bias.empty()) need(bias, sz(OC), op, "bias");
+    cpu::matmul_forward<float>(ex_, f32(out), f32(inp), f32(w), bias.empty() ? nullptr : f32(bias),
+                               N, C, OC);
+  }
+  void matmul_backward(Tensor dinp, Tensor dw, Tensor dbias, Tensor dout, Tensor inp, Tensor w,
+                       int N, int C, int OC) override {
+    const char* op = "matmul_backward";
+    check_dims(op, {N, C, OC});
+    need(dinp, sz(N, C), op, "dinp");
+    need(dw, sz(OC, C), op, "dw");
+    if (!dbias.empty()) need(dbias, sz(OC), op, "dbias");
+    need(dout, sz(N, OC), op, "dout");
+    need(inp, sz(N, C), op, "inp");
+    need(w, sz(OC, C), op, "w");
+    cpu::matmul_backward<float>(ex_, f32(dinp), f32(dw), dbias.empty() ? nullptr : f32(dbias),
+                                f32(dout), f32(inp), f32(w), N, C, OC);
+  }
+
+  size_t attention_saved_numel(int B, int T, int NH) const override {
+    return cpu::attention_saved_numel(B, T, NH);
+  }
+  void attention_forward(Tensor out, Tensor saved, Tensor qkv, int B, int T, int C,
+                         int NH) override {
+    const char* op = "attention_forward";
+    check_attention(op, B, T, C, NH);
+    need(out, sz(B, T, C), op, "out");
+    need(saved, cpu::attention_saved_numel(B, T, NH), op, "saved");
+    need(qkv, sz(B, T, 3L * C), op, "qkv");
+    cpu::attention_forward<float>(ex_, f32(out), f32(saved), f32(qkv), B, T, C, NH);
+  }
+  size_t attention_scratch_numel(int B, int T, int NH) const override {
+    return cpu::attention_scratch_numel(ex_, T);
+  }
+  void attention_backward(Tensor dqkv, Tensor scratch, Tensor dout, Tensor qkv, Tensor saved,
+                          int B, int T, int C, int NH) override {
+    const char* op = "attention_backward";
+    check_attention(op, B, T, C, NH);
+    need(dqkv, sz(B, T, 3L * C), op, "dqkv");
+    need(scratch, cpu::attention_scratch_numel(ex_, T), op, "scratch");
+    need(dout, sz(B, T, C), op, "dout");
+    need(qkv, sz(B, T, 3L * C), op, "qkv");
+    need(saved, cpu::attention_saved_numel(B, T, NH), op, "saved");
+    cpu::attention_backward<float>(ex_, f32(dqkv), f32(scratch), f32(dout), f32(qkv), f32(saved),
+                                   B, T, C, NH);
+  }
+
+  void gelu_forward(Tensor out, Tensor inp, size_t n) override {
+    need(out, n, "gelu_forward", "out");
+    need(inp, n, "gelu_forward", "inp");
+    cpu::gelu_forward<float>(ex_, f32(out), f32(inp), n);
+  }
+  void gelu_backward(Tensor dinp, Tensor inp, Tensor dout, size_t n) override {
+    need(dinp, n, "gelu_backward", "dinp");
+    need(inp, n, "gelu_backward", "inp");
+    need(dout, n, "gelu_backward", "dout");
+    cpu::gelu_backward<float>(ex_, f32(dinp), f32(inp), f32(dout), n);
+  }
+  void residual_forward(Tensor out, Tensor a, Tensor b, size_t n) override {
+    need(out, n, "residual_forward", "out");
+    need(a, n, "residual_forward", "a");
+    need(b, n, "residual_forward", "b");
+    cpu::residual_forward<float>(ex_, f32(out), f32(a), f32(b), n);
+  }
+
+  void classifier_forward_backward(Tensor logits, Tensor losses, Tensor targets, int N, int V,
+                                   int Vp, float dloss) override {
+    const char* op = "classifier_forward_backward";
+    check_dims(op, {N, V, Vp});
+    if (V > Vp)
+      throw std::runtime_error(std::string("backend/cpu: ") + op + ": V " + std::to_string(V) +
+                               " exceeds padded Vp " + std::to_string(Vp));
+    need(logits, sz(N, Vp), op, "logits");
+    need(losses, sz(N), op, "losses");
+    need(targets, sz(N), op, "targets");
+    check_ids(i32(targets), sz(N), V, op, "targets");
+    cpu::classifier_forward_backward<float>(ex_, f32(logits), f32(losses), i32(targets), N, V, Vp,
+                                            dloss);
+  }
+
+  double sum_squares(Tensor g) override {
+    need(g, g.numel, "sum_squares", "g");
+    return cpu::sum_squares<float>(ex_, f32(g), g.numel);
+  }
+  void adamw_update(Tensor params, Tensor master, Tensor grads, Tensor m, Tensor v, float lr,
+                    float beta1, float beta2, float eps, float weight_decay, float grad_scale,
+                    int t) override {
+    const char* op = "adamw_update";
+    if (!master.empty())
+      throw std::runtime_error("backend/cpu: adamw_update: master weights are not used by the "
+                               "fp32 CPU backend (pass an empty Tensor)");
+    if (t < 1)
+      throw std::runtime_error("backend/cpu: adamw_update: step t = " + std::to_string(t) +
+                               " (must be >= 1)");
+    const size_t n = params.numel;
+    need(grads, n, op, "grads");
+    need(m, n, op, "m");
+    need(v, n, op, "v");
+    cpu::adamw_update<float>(ex_, f32(params), f32(grads), f32(m), f32(v), n, lr, beta1, beta2,
+                             eps, weight_decay, grad_scale, t);
+  }
+  void scale(Tensor x, float s) override { cpu::scale<float>(ex_, f32(x), x.numel, s); }
+
+ private:
+  static void check_attention(const char* op, int B, int T, int C, int NH) {
+    check_dims(op, {B, T, C, NH});
+    if (C % NH != 0)
+      throw std::runtime_error(std::string("backend/cpu: ") + op + ": C " + std::to_string(C) +
+                               " is not a multiple of NH " + std::to_string(NH));
+  }
+
+  // Splits [0, bytes) into per-thread ranges (whole cache lines) and runs fn on each.
+  template <class Fn>
+  void parallel_bytes(size_t bytes, Fn fn) const {
+    constexpr size_t kSerialBelow = size_t{1} << 20;
+    if (bytes < kSerialBelow || ex_.threads == 1) {
+      fn(0, bytes);
+      return;
+    }
+    const size_t per = ((bytes + ex_.threads - 1) / ex_.threads + kAlign - 1) / kAlign * kAlign;
+#pragma omp parallel for num_threads(ex_.threads) schedule(static)
+    for (int i = 0; i < ex_.threads; i++) {
+      const size_t lo = std::min(bytes, per * i);
+      const size_t hi = std::min(bytes, lo + per);
+      if (hi > lo) fn(lo, hi);
+    }
+  }
+  void copy_bytes(void* dst, const void* src, size_t bytes) const {
+    if (bytes == 0) return;
+    parallel_bytes(bytes, [&](size_t lo, size_t hi) {
+      std::memcpy(static_cast<char*>(dst) + lo, static_cast<const char*>(src) + lo, hi - lo);
+    });
+  }
+
+  cpu::Exec ex_;
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_cpu_backend(int threads) {
+  return std::make_unique<CpuBackend>(threads);
+}
+
+}  // namespace gpt2

@@ -1,0 +1,37 @@
+# backend/: the CPU backend (build/libbackend_cpu.a: fp32, OpenMP, OpenBLAS), its
+# op test harness (test/backend/) and op benchmarks (dev/cpu/, `make bench-ops`).
+# Link a program against it with: $(BACKEND_CPU_LIB) $(BACKEND_CPU_LDLIBS)
+BACKEND_CPU_LIB    := $(BUILD)/libbackend_cpu.a
+BACKEND_CPU_LDLIBS := -lopenblas
+BACKEND_CPU_SRCS   := $(sort $(wildcard backend/cpu/*.cpp))
+BACKEND_CPU_OBJS   := $(BACKEND_CPU_SRCS:%.cpp=$(BUILD)/%.o)
+
+# The op loops call sqrt; without errno semantics GCC can vectorise it.
+$(BUILD)/backend/cpu/%.o: CXXFLAGS += -fno-math-errno
+
+$(BACKEND_CPU_LIB): $(BACKEND_CPU_OBJS)
+	@mkdir -p $(@D)
+	$(AR) rcs $@ $^
+
+# Op test harness: eval (vs naive fp64 references), grad (finite differences on
+# the fp64 instantiation), guard bytes; --perf for the benchmark mode.
+BACKEND_OPS_TEST := $(BUILD)/test/backend/backend_ops_test
+BACKEND_OPS_TEST_OBJS := $(patsubst %.cpp,$(BUILD)/%.o,$(sort $(wildcard test/backend/*.cpp)))
+
+$(BACKEND_OPS_TEST): $(BACKEND_OPS_TEST_OBJS) $(BACKEND_CPU_LIB)
+	@mkdir -p $(@D)
+	$(CXX) $(LDFLAGS) $^ -o $@ -lgtest $(BACKEND_CPU_LDLIBS)
+
+TESTS += $(BACKEND_OPS_TEST)
+
+# GEMM threading comparison (OpenBLAS pool vs OpenMP split) at d12 shapes.
+BENCH_GEMM := $(BUILD)/dev/cpu/bench_gemm
+$(BENCH_GEMM): $(BUILD)/dev/cpu/bench_gemm.o $(BACKEND_CPU_LIB)
+	@mkdir -p $(@D)
+	$(CXX) $(LDFLAGS) $^ -o $@ $(BACKEND_CPU_LDLIBS)
+
+bench-ops: $(BACKEND_OPS_TEST) $(BENCH_GEMM)
+	$(BENCH_GEMM)
+	$(BACKEND_OPS_TEST) --perf
+
+.PHONY: bench-ops

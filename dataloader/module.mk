@@ -1,0 +1,16 @@
+# dataloader/: token shard format (shard.h) and the distributed, shuffling,
+# resumable batch loader (dataloader.h). Builds build/libdataloader.a.
+DATALOADER_SRCS := dataloader/shard.cpp dataloader/dataloader.cpp
+DATALOADER_LIB  := $(BUILD)/libdataloader.a
+
+$(DATALOADER_LIB): $(DATALOADER_SRCS:%.cpp=$(BUILD)/%.o)
+	@mkdir -p $(@D)
+	$(AR) rcs $@ $^
+
+DATALOADER_TEST := $(BUILD)/test/dataloader/dataloader_test
+$(DATALOADER_TEST): $(BUILD)/test/dataloader/shard_test.o $(BUILD)/test/dataloader/dataloader_test.o $(DATALOADER_LIB)
+	@mkdir -p $(@D)
+	$(CXX) $(LDFLAGS) $^ -o $@ -lgtest -lgtest_main
+
+TESTS        += $(DATALOADER_TEST)
+TEST_SCRIPTS += test/dataloader/fuzz_shard.sh

@@ -1,0 +1,161 @@
+// The collectives data-parallel training needs, behind one small interface.
+//
+// Implementations:
+//   * MPI, host memory (make_mpi_communicator, dist/comm_mpi.cpp) - the CPU
+//     backend, and the bootstrap channel of every other implementation.
+//   * NCCL, device memory (planned, with the CUDA backend): rank 0 calls
+//     ncclGetUniqueId, the 128-byte id travels to every rank with this
+//     interface's broadcast() on the MPI communicator, then every rank calls
+//     ncclCommInitRank(world, id, rank) after cudaSetDevice(local_rank). Each
+//     entry below maps to one NCCL call on the communicator's stream (noted per
+//     entry); "complete when the call returns" then means "ordered before any
+//     later work on that stream", which is what the trainer relies on as long
+//     as it launches its kernels on the same stream.
+//
+// Conventions for every entry:
+//   * `count` is in elements of `type`, buffers are in the memory kind the
+//     implementation declares (is_device_memory);
+//   * every rank calls the same entries in the same order with the same counts
+//     (a collective), except where an argument is documented as per-rank;
+//   * kAvg is the sum divided by world(); kMax only for the stop check and
+//     integer flags; integer types do not support kAvg;
+//   * errors throw std::runtime_error prefixed with "rank R/W (host): ".
+#ifndef DIST_COMM_H
+#define DIST_COMM_H
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "dist/context.h"
+
+namespace gpt2 {
+
+enum class DataType : uint8_t { kFloat32, kFloat64, kInt32 };
+enum class ReduceOp : uint8_t { kSum, kAvg, kMax };
+size_t data_type_bytes(DataType type);
+
+// The kinds of calls, for the traffic counters.
+enum class CommCall : uint8_t {
+  kAllReduce,
+  kReduceScatter,
+  kReduceScatterV,
+  kAllGather,
+  kBroadcast,
+  kBarrier,
+  kCount
+};
+const char* comm_call_name(CommCall call);
+
+// Traffic per kind of call, counted by the interface (not by the transport),
+// so every implementation reports the same numbers for the same calls.
+//   payload_bytes: bytes of the caller's input buffer (the logical message);
+//   sent_bytes:    bytes this rank sends with the bandwidth-optimal ring
+//                  algorithms NCCL uses - all-reduce 2(W-1)/W x payload,
+//                  reduce-scatter and all-gather (W-1)/W x full buffer,
+//                  broadcast: the payload from every rank but the last in the
+//                  chain ((W-1)/W on average). 0 when W == 1.
+// This makes "bytes communicated per step" comparable across ZeRO stages and
+// world sizes independently of what MPI does internally.
+struct CommTraffic {
+  uint64_t calls = 0;
+  uint64_t payload_bytes = 0;
+  uint64_t sent_bytes = 0;
+};
+using CommStats = std::array<CommTraffic, static_cast<size_t>(CommCall::kCount)>;
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+
+  virtual int rank() const = 0;
+  virtual int world() const = 0;
+  virtual bool is_device_memory() const = 0;  // false: host pointers
+  virtual std::string name() const = 0;       // "mpi", "nccl"
+
+  // recv[i] = op over ranks of send[i], on every rank. send == recv is in place.
+  // NCCL: ncclAllReduce.
+  void all_reduce(const void* send, void* recv, size_t count, DataType type, ReduceOp op);
+
+  // Equal blocks: send holds world() * recv_count elements; block r reduced over
+  // ranks lands in rank r's recv. In place when recv == send + rank * recv_count
+  // (bytes), NCCL's convention: the rest of send is then clobbered.
+  // NCCL: ncclReduceScatter.
+  void reduce_scatter(const void* send, void* recv, size_t recv_count, DataType type,
+                      ReduceOp op);
+
+  // Uneven blocks (the ZeRO-2 per-layer hand-off, see dist/zero_plan.h):
+  // send holds sum(counts) elements, block r (counts[r] elements, blocks
+  // consecutive in rank order, zero allowed) is reduced over ranks and lands in
+  // rank r's recv (counts[rank()] elements; recv may be null when that is 0).
+  // NCCL: one ncclReduce(root = r) per non-empty block inside
+  // ncclGroupStart/ncclGroupEnd.
+  void reduce_scatter_v(const void* send, void* recv, const std::vector<size_t>& counts,
+                        DataType type, ReduceOp op);
+
+  // Equal blocks: recv (world() * send_count elements) = concatenation of every
+  // rank's send in rank order. In place when send == recv + rank * send_count.
+  // NCCL: ncclAllGather.
+  void all_gather(const void* send, void* recv, size_t send_count, DataType type);
+
+  // buf (bytes) of rank `root` is copied to every rank's buf. NCCL: ncclBroadcast.
+  void broadcast(void* buf, size_t bytes, int root);
+
+  // Returns once every rank has entered. NCCL has no barrier: an implementation
+  // does a 1-element all-reduce and synchronizes its stream.
+  void barrier();
+
+  const CommStats& stats() const { return stats_; }
+  const CommTraffic& traffic(CommCall call) const {
+    return stats_[static_cast<size_t>(call)];
+  }
+  void reset_stats() { stats_ = CommStats{}; }
+
+ protected:
+  // The transport, called after argument checks and accounting. Every
+  // implementation must support the in-place forms documented above.
+  virtual void do_all_reduce(const void* send, void* recv, size_t count, DataType type,
+                             ReduceOp op) = 0;
+  virtual void do_reduce_scatter(const void* send, void* recv, size_t recv_count, DataType type,
+                                 ReduceOp op) = 0;
+  virtual void do_reduce_scatter_v(const void* send, void* recv,
+                                   const std::vector<size_t>& counts, DataType type,
+                                   ReduceOp op) = 0;
+  virtual void do_all_gather(const void* send, void* recv, size_t send_count, DataType type) = 0;
+  virtual void do_broadcast(void* buf, size_t bytes, int root) = 0;
+  virtual void do_barrier() = 0;
+
+  // "rank R/W (host): " for error messages.
+  virtual std::string error_prefix() const = 0;
+
+ private:
+  void count(CommCall call, uint64_t payload, uint64_t sent);
+  CommStats stats_{};
+};
+
+// Convenience overloads for the host types the trainer uses.
+inline void all_reduce(Communicator& comm, float* data, size_t count, ReduceOp op) {
+  comm.all_reduce(data, data, count, DataType::kFloat32, op);
+}
+inline void all_reduce(Communicator& comm, double* data, size_t count, ReduceOp op) {
+  comm.all_reduce(data, data, count, DataType::kFloat64, op);
+}
+inline double all_reduce_value(Communicator& comm, double value, ReduceOp op) {
+  comm.all_reduce(&value, &value, 1, DataType::kFloat64, op);
+  return value;
+}
+
+// MPI over host memory, on a private duplicate of MPI_COMM_WORLD (so the
+// trainer's traffic never matches messages of another library). Requires the
+// process's DistRuntime to be alive for the communicator's whole lifetime.
+// Messages above `max_message_elems` elements (0: MPI's int count limit) are
+// sent in several MPI calls; tests set it small to exercise that path.
+std::unique_ptr<Communicator> make_mpi_communicator(const DistRuntime& runtime,
+                                                    size_t max_message_elems = 0);
+
+}  // namespace gpt2
+
+#endif  // DIST_COMM_H

@@ -1,0 +1,226 @@
+// Communicator over MPI for host memory.
+#include <mpi.h>
+
+#include <algorithm>
+#include <cstring>
+#include <stdexcept>
+
+#include "dist/comm.h"
+
+namespace gpt2 {
+namespace {
+
+// MPI counts are ints; larger messages go in pieces of at most this many elements.
+constexpr size_t kDefaultMaxChunk = size_t{1} << 30;
+
+MPI_Datatype mpi_type(DataType type) {
+  switch (type) {
+    case DataType::kFloat32: return MPI_FLOAT;
+    case DataType::kFloat64: return MPI_DOUBLE;
+    case DataType::kInt32: return MPI_INT;
+  }
+  return MPI_DATATYPE_NULL;
+}
+
+// kAvg is reduced as a sum and divided afterwards (MPI has no average).
+MPI_Op mpi_op(ReduceOp op) { return op == ReduceOp::kMax ? MPI_MAX : MPI_SUM; }
+
+template <typename T>
+void divide(void* data, size_t count, int world) {
+  T* p = static_cast<T*>(data);
+  const T w = static_cast<T>(world);
+  for (size_t i = 0; i < count; ++i) p[i] /= w;
+}
+
+void finish_average(void* data, size_t count, DataType type, ReduceOp op, int world) {
+  if (op != ReduceOp::kAvg || world == 1) return;
+  if (type == DataType::kFloat32) divide<float>(data, count, world);
+  if (type == DataType::kFloat64) divide<double>(data, count, world);
+}
+
+char* bytes_at(void* base, size_t elems, size_t elem_bytes) {
+  return static_cast<char*>(base) + elems * elem_bytes;
+}
+const char* bytes_at(const void* base, size_t elems, size_t elem_bytes) {
+  return static_cast<const char*>(base) + elems * elem_bytes;
+}
+
+class MpiCommunicator final : public Communicator {
+ public:
+  MpiCommunicator(const DistContext& ctx, size_t max_chunk)
+      : prefix_(ctx.prefix()), max_chunk_(max_chunk) {
+    check(MPI_Comm_dup(MPI_COMM_WORLD, &comm_), "MPI_Comm_dup");
+    MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
+    check(MPI_Comm_rank(comm_, &rank_), "MPI_Comm_rank");
+    check(MPI_Comm_size(comm_, &world_), "MPI_Comm_size");
+  }
+  ~MpiCommunicator() override {
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (!finalized) MPI_Comm_free(&comm_);
+  }
+
+  int rank() const override { return rank_; }
+  int world() const override { return world_; }
+  bool is_device_memory() const override { return false; }
+  std::string name() const override { return "mpi"; }
+
+ protected:
+  std::string error_prefix() const override { return prefix_; }
+
+  void do_all_reduce(const void* send, void* recv, size_t count, DataType type,
+                     ReduceOp op) override {
+    const size_t eb = data_type_bytes(type);
+    for (size_t off = 0; off < count; off += max_chunk_) {
+      const int n = static_cast<int>(std::min(max_chunk_, count - off));
+      char* r = bytes_at(recv, off, eb);
+      const void* s = send == recv ? MPI_IN_PLACE : bytes_at(send, off, eb);
+      check(MPI_Allreduce(s, r, n, mpi_type(type), mpi_op(op), comm_), "MPI_Allreduce");
+    }
+    finish_average(recv, count, type, op, world_);
+  }
+
+  void do_reduce_scatter(const void* send, void* recv, size_t recv_count, DataType type,
+                         ReduceOp op) override {
+    const size_t eb = data_type_bytes(type);
+    const bool in_place = recv == bytes_at(send, recv_count * static_cast<size_t>(rank_), eb);
+    if (!in_place) check_disjoint(send, recv_count * static_cast<size_t>(world_) * eb, recv,
+                                  recv_count * eb, "reduce_scatter");
+    if (recv_count > max_chunk_) {
+      // Too big for one MPI call: reduce each block to its owner in pieces.
+      std::vector<size_t> counts(static_cast<size_t>(world_), recv_count);
+      reduce_blocks_to_owners(send, recv, counts, type, op);
+      return;
+    }
+    const int n = static_cast<int>(recv_count);
+    if (in_place) {
+      // MPI's in-place form leaves rank r's block at the start of the buffer;
+      // NCCL's convention (kept by this interface) wants it at offset r.
+      void* buf = const_cast<void*>(send);  // recv aliases send: caller's memory is writable
+      check(MPI_Reduce_scatter_block(MPI_IN_PLACE, buf, n, mpi_type(type), mpi_op(op), comm_),
+            "MPI_Reduce_scatter_block");
+      if (rank_ != 0) std::memmove(recv, buf, recv_count * eb);
+    } else {
+      check(MPI_Reduce_scatter_block(send, recv, n, mpi_type(type), mpi_op(op), comm_),
+            "MPI_Reduce_scatter_block");
+    }
+    finish_average(recv, recv_count, type, op, world_);
+  }
+
+  void do_reduce_scatter_v(const void* send, void* recv, const std::vector<size_t>& counts,
+                           DataType type, ReduceOp op) override {
+    const size_t eb = data_type_bytes(type);
+    size_t total = 0;
+    for (size_t c : counts) total += c;
+    const size_t mine = counts[static_cast<size_t>(rank_)];
+    if (mine > 0) check_disjoint(send, total * eb, recv, mine * eb, "reduce_scatter_v");
+    if (total > max_chunk_) {
+      reduce_blocks_to_owners(send, recv, counts, type, op);
+      return;
+    }
+    std::vector<int> int_counts(counts.begin(), counts.end());
+    // MPI wants a valid address even for an empty receive block.
+    double dummy = 0;
+    check(MPI_Reduce_scatter(send, mine > 0 ? recv : &dummy, int_counts.data(), mpi_type(type),
+                             mpi_op(op), comm_),
+          "MPI_Reduce_scatter");
+    finish_average(recv, mine, type, op, world_);
+  }
+
+  void do_all_gather(const void* send, void* recv, size_t send_count, DataType type) override {
+    const size_t eb = data_type_bytes(type);
+    const bool in_place = send == bytes_at(recv, send_count * static_cast<size_t>(rank_), eb);
+    if (!in_place) check_disjoint(send, send_count * eb, recv,
+                                  send_count * static_cast<size_t>(world_) * eb, "all_gather");
+    if (send_count > max_chunk_) {
+      // Too big for one MPI call: every rank broadcasts its block in pieces.
+      if (!in_place) std::memcpy(bytes_at(recv, send_count * rank_, eb), send, send_count * eb);
+      for (int r = 0; r < world_; ++r) {
+        for (size_t off = 0; off < send_count; off += max_chunk_) {
+          const int n = static_cast<int>(std::min(max_chunk_, send_count - off));
+          check(MPI_Bcast(bytes_at(recv, send_count * static_cast<size_t>(r) + off, eb), n,
+                          mpi_type(type), r, comm_),
+                "MPI_Bcast");
+        }
+      }
+      return;
+    }
+    const int n = static_cast<int>(send_count);
+    check(MPI_Allgather(in_place ? MPI_IN_PLACE : send, n, mpi_type(type), recv, n,
+                        mpi_type(type), comm_),
+          "MPI_Allgather");
+  }
+
+  void do_broadcast(void* buf, size_t bytes, int root) override {
+    for (size_t off = 0; off < bytes; off += max_chunk_) {
+      const int n = static_cast<int>(std::min(max_chunk_, bytes - off));
+      check(MPI_Bcast(static_cast<char*>(buf) + off, n, MPI_BYTE, root, comm_), "MPI_Bcast");
+    }
+  }
+
+  void do_barrier() override { check(MPI_Barrier(comm_), "MPI_Barrier"); }
+
+ private:
+  void check(int rc, const char* what) const {
+    if (rc == MPI_SUCCESS) return;
+    char text[MPI_MAX_ERROR_STRING];
+    int len = 0;
+    MPI_Error_string(rc, text, &len);
+    throw std::runtime_error(prefix_ + "dist/comm_mpi.cpp: " + what + " failed: " +
+                             std::string(text, static_cast<size_t>(len)));
+  }
+
+  void check_disjoint(const void* a, size_t a_bytes, const void* b, size_t b_bytes,
+                      const char* what) const {
+    const char* pa = static_cast<const char*>(a);
+    const char* pb = static_cast<const char*>(b);
+    if (pa < pb + b_bytes && pb < pa + a_bytes)
+      throw std::runtime_error(prefix_ + what +
+                               ": send and receive buffers overlap (only the documented "
+                               "in-place form is allowed)");
+  }
+
+  // Block r of send (counts[r] elements, consecutive) reduced into rank r's
+  // recv, with one MPI_Reduce per piece. Used when counts exceed MPI's int.
+  void reduce_blocks_to_owners(const void* send, void* recv, const std::vector<size_t>& counts,
+                               DataType type, ReduceOp op) {
+    const size_t eb = data_type_bytes(type);
+    const bool in_place_rs =
+        recv == bytes_at(send, counts[0] * static_cast<size_t>(rank_), eb);
+    size_t block_begin = 0;
+    for (int r = 0; r < world_; ++r) {
+      const size_t c = counts[static_cast<size_t>(r)];
+      for (size_t off = 0; off < c; off += max_chunk_) {
+        const int n = static_cast<int>(std::min(max_chunk_, c - off));
+        const char* s = bytes_at(send, block_begin + off, eb);
+        if (r == rank_) {
+          char* d = bytes_at(recv, off, eb);
+          check(MPI_Reduce(in_place_rs ? MPI_IN_PLACE : s, d, n, mpi_type(type), mpi_op(op), r,
+                           comm_),
+                "MPI_Reduce");
+        } else {
+          check(MPI_Reduce(s, nullptr, n, mpi_type(type), mpi_op(op), r, comm_), "MPI_Reduce");
+        }
+      }
+      block_begin += c;
+    }
+    finish_average(recv, counts[static_cast<size_t>(rank_)], type, op, world_);
+  }
+
+  std::string prefix_;
+  const size_t max_chunk_;  // elements (bytes for broadcast) per MPI call
+  MPI_Comm comm_ = MPI_COMM_NULL;
+  int rank_ = 0;
+  int world_ = 1;
+};
+
+}  // namespace
+
+std::unique_ptr<Communicator> make_mpi_communicator(const DistRuntime& runtime,
+                                                    size_t max_message_elems) {
+  const size_t chunk = max_message_elems == 0 ? kDefaultMaxChunk
+                                              : std::min(max_message_elems, kDefaultMaxChunk);
+  return std::make_unique<MpiCommunicator>(runtime.context(), chunk);
+}
+
+}  // namespace gpt2

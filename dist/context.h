@@ -1,0 +1,90 @@
+// Process bootstrap for data-parallel training: who am I, how many of us, on
+// which node. One binary runs in three launch modes without changes:
+//   ./train_gpt2cu                 standalone: MPI singleton, world size 1
+//   mpirun -np N ./train_gpt2cu    OpenMPI's own launcher (ORTE)
+//   srun ./train_gpt2cu            Slurm direct launch through PMIx
+// Everything is taken from MPI; under srun the Slurm view (SLURM_PROCID, ...)
+// must agree with it, otherwise start-up fails with an error naming both.
+//
+// This header does not include <mpi.h>, so code that only needs the rank
+// layout compiles without the MPI include path.
+#ifndef DIST_CONTEXT_H
+#define DIST_CONTEXT_H
+
+#include <map>
+#include <memory>
+#include <string>
+
+namespace gpt2 {
+
+enum class LaunchMode {
+  kStandalone,  // no launcher (MPI singleton)
+  kMpirun,      // started by mpirun/mpiexec (OpenMPI sets OMPI_COMM_WORLD_SIZE)
+  kSrun,        // started by srun (SLURM_STEP_ID + PMIx, no mpirun in between)
+};
+const char* launch_mode_name(LaunchMode mode);
+
+// The rank layout of this process. Node index and node count count the
+// distinct shared-memory domains (MPI_COMM_TYPE_SHARED), numbered in the order
+// of their lowest world rank.
+struct DistContext {
+  int rank = 0;
+  int world = 1;
+  int local_rank = 0;   // rank among the processes of this node; picks the GPU
+  int local_world = 1;  // processes on this node
+  int node = 0;
+  int num_nodes = 1;
+  std::string host;
+  LaunchMode mode = LaunchMode::kStandalone;
+
+  bool is_main() const { return rank == 0; }  // only rank 0 prints and writes shared files
+  // "rank R/W (host): " - every error a rank reports starts with this.
+  std::string prefix() const;
+  // One line for logs: "rank 1/4 local 1/2 node 0/2 host node1 launch srun".
+  std::string describe() const;
+};
+
+// `message` with ctx.prefix() in front, unless it already starts with it (errors
+// thrown by dist/ carry it already). For the "error: ..." line at main.
+std::string with_rank_prefix(const DistContext& ctx, const std::string& message);
+
+// Launch mode from the environment of this process (see LaunchMode).
+LaunchMode detect_launch_mode(const std::map<std::string, std::string>& env);
+
+// Checks the MPI-derived layout against SLURM_PROCID / SLURM_NTASKS /
+// SLURM_LOCALID / SLURM_NODEID / SLURM_NNODES when mode is kSrun (other modes:
+// nothing to check, Slurm variables there describe the batch step or mpirun's
+// daemons, not the ranks). Throws std::runtime_error listing every mismatch.
+void check_against_slurm(const DistContext& ctx, const std::map<std::string, std::string>& env);
+
+// The variables above, read from the process environment.
+std::map<std::string, std::string> launch_environment();
+
+// Owns MPI initialisation for the whole process: construct it first thing in
+// main() and keep it alive until the end. MPI can only be initialised once per
+// process, so there is at most one DistRuntime; if something else already
+// initialised MPI, this one neither re-initialises nor finalises it.
+class DistRuntime {
+ public:
+  // Initialises MPI (threads: funneled - OpenMP workers never call MPI),
+  // computes the layout and cross-checks it against Slurm.
+  DistRuntime(int* argc, char*** argv);
+  ~DistRuntime();
+  DistRuntime(const DistRuntime&) = delete;
+  DistRuntime& operator=(const DistRuntime&) = delete;
+
+  const DistContext& context() const { return ctx_; }
+
+  // Ends every rank of the job with `code` (MPI_Abort). Call it after printing
+  // an error on one rank while others may be waiting in a collective: a plain
+  // return would leave them blocked forever.
+  [[noreturn]] void abort_all(int code) const;
+
+ private:
+  DistContext ctx_;
+  bool owns_mpi_ = false;
+};
+
+}  // namespace gpt2
+
+#endif  // DIST_CONTEXT_H

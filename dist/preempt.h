@@ -1,0 +1,50 @@
+// Preemption: a signal asks the job to stop, every rank stops at the same step
+// boundary, the trainer checkpoints and exits with kPreemptedExitCode so the
+// Slurm script requeues the job and the restart continues with --resume.
+//
+// Slurm delivers the warning signal (`#SBATCH --signal=USR1@120`) and, at the
+// time limit or on scancel, SIGTERM to every task - but not necessarily at the
+// same instant, and a rank may be mid-step. So the handler only records the
+// signal, and the trainer calls should_stop() once per step boundary: a
+// collective max over ranks, so all ranks take the same decision at the same
+// step (a rank that saw no signal yet still stops with the others).
+#ifndef DIST_PREEMPT_H
+#define DIST_PREEMPT_H
+
+#include <string>
+#include <vector>
+
+namespace gpt2 {
+
+class Communicator;
+
+// Exit status of a run that stopped on a signal after writing its checkpoint:
+// EX_TEMPFAIL from <sysexits.h>, "try again later". The sbatch scripts requeue
+// the job on it.
+constexpr int kPreemptedExitCode = 75;
+
+// Installs the recording handler for each signal (sigaction, SA_RESTART so
+// blocking I/O is not interrupted). Default set: SIGUSR1 and SIGTERM. A signal
+// arriving later sets the flag; the handler stays installed, so repeated
+// signals are harmless. Throws on an invalid signal number.
+void install_stop_handlers(const std::vector<int>& signals);
+
+// Parses "USR1", "SIGUSR1", "TERM", "10" ... into a signal number (throws on
+// anything else). For a --stop-signal style flag.
+int parse_signal_name(const std::string& name);
+
+// Signal number received on this rank since the last clear (0 if none).
+int local_stop_signal();
+// Forgets a received signal (tests; a trainer never needs it).
+void clear_stop_signal();
+// Records a stop request as if `signum` had arrived (tests, and a trainer that
+// wants to stop for its own reasons through the same path).
+void request_stop(int signum);
+
+// Collective: true on every rank when any rank received a stop signal. Costs
+// one 1-element all-reduce (max); call it at every step boundary.
+bool should_stop(Communicator& comm);
+
+}  // namespace gpt2
+
+#endif  // DIST_PREEMPT_H

@@ -1,0 +1,60 @@
+// Host-side controls of the CUDA emulator (g++ build only): the order in which the
+// threads of a block run between synchronisation points, the fake device, and the
+// message of the last kernel fault. Tests use these to make races visible.
+#ifndef EMU_CONTROL_H
+#define EMU_CONTROL_H
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace gpt2 {
+namespace emu {
+
+// Between two synchronisation points the threads of a block run one after the
+// other; the order decides which writes a racing read sees.
+//   kForward: thread 0, 1, 2, ...           kReverse: last thread first
+//   kRandom:  warps and lanes within a warp shuffled anew at every sync point
+// Default from env GPT2_EMU_ORDER=forward|reverse|random (and GPT2_EMU_SEED).
+enum class RunOrder { kForward, kReverse, kRandom };
+void set_run_order(RunOrder order, uint64_t seed = 1);
+RunOrder run_order();
+
+// The fake device reported by cudaGetDeviceProperties and enforced at launch.
+// Defaults model an A100 (sm_80); env GPT2_EMU_DEVICE="name=..,sms=..,smem_optin=.."
+// overrides, as does set_device_config().
+struct DeviceConfig {
+  std::string name = "GPT2 emulated GPU (A100-like)";
+  int sm_count = 108;
+  int major = 8, minor = 0;
+  size_t smem_per_block = 48 * 1024;          // usable without opt-in
+  size_t smem_per_block_optin = 163 * 1024;   // cudaFuncAttributeMaxDynamicSharedMemorySize limit
+  size_t smem_per_sm = 164 * 1024;
+  size_t total_global_mem = size_t(40) << 30;
+  int max_threads_per_block = 1024;
+  int max_threads_per_sm = 2048;
+  int regs_per_block = 65536;
+  int l2_cache_bytes = 40 << 20;
+};
+void set_device_config(const DeviceConfig& config);
+DeviceConfig device_config();
+
+// Number of OS threads that run blocks (default: env GPT2_EMU_THREADS or all cores).
+void set_worker_threads(int count);
+
+// Description of the last kernel fault (barrier misuse, bad shuffle, device assert);
+// empty when the last launch succeeded.
+std::string last_kernel_fault();
+
+// Counters for the throughput benchmark.
+struct ExecStats {
+  uint64_t threads_run = 0;    // emulated CUDA threads completed
+  uint64_t barriers = 0;       // block-wide barrier releases
+  uint64_t warp_syncs = 0;     // warp rendezvous completions
+};
+ExecStats exec_stats();
+
+}  // namespace emu
+}  // namespace gpt2
+
+#endif  // EMU_CONTROL_H

@@ -1,0 +1,458 @@
+// The CUDA runtime subset of the emulator, implemented against the toolkit's own
+// declarations (cuda_runtime_api.h), so host code calling cudart compiles and runs
+// unchanged. Device memory is host memory: every allocation is an exact-size
+// heap block (AddressSanitizer sees overruns) filled with 0xFF bytes (NaN as
+// fp32/bf16/fp16) so reads of never-written memory show up in results.
+// Every operation completes before it returns, so streams and events are trivially
+// ordered; event timing measures host wall time between records.
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <set>
+#include <string>
+
+#include "emu/control.h"
+#include "emu/runtime_internal.h"
+
+struct CUstream_st {
+  unsigned flags;
+};
+struct CUevent_st {
+  unsigned flags;
+  bool recorded;
+  std::chrono::steady_clock::time_point time;
+};
+
+namespace gpt2 {
+namespace emu {
+namespace {
+
+// The emulated device's memory and object tables.
+struct DeviceState {
+  std::mutex mutex;
+  std::map<uintptr_t, size_t> device_allocs;  // start -> bytes
+  std::set<void*> pinned;
+  std::set<cudaStream_t> streams;
+  std::set<cudaEvent_t> events;
+  std::map<const void*, size_t> max_dynamic_smem;
+  size_t allocated = 0;
+  int current_device = 0;
+};
+
+DeviceState& state() {
+  static DeviceState instance;
+  return instance;
+}
+
+thread_local cudaError_t tls_last_error = cudaSuccess;
+
+cudaError_t fail(cudaError_t e) {
+  tls_last_error = e;
+  return e;
+}
+
+// True when [p, p+bytes) lies inside one cudaMalloc allocation.
+bool is_device_range(const void* p, size_t bytes) {
+  DeviceState& s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  uintptr_t a = reinterpret_cast<uintptr_t>(p);
+  auto it = s.device_allocs.upper_bound(a);
+  if (it == s.device_allocs.begin()) return false;
+  --it;
+  return a >= it->first && a + bytes <= it->first + it->second;
+}
+
+bool valid_stream(cudaStream_t stream) {
+  if (stream == nullptr || stream == cudaStreamLegacy || stream == cudaStreamPerThread) return true;
+  DeviceState& s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  return s.streams.count(stream) != 0;
+}
+
+bool valid_event(cudaEvent_t event) {
+  DeviceState& s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  return event != nullptr && s.events.count(event) != 0;
+}
+
+}  // namespace
+
+void record_error(cudaError_t status) {
+  if (status != cudaSuccess) tls_last_error = status;
+}
+
+size_t kernel_max_dynamic_smem(const void* kernel) {
+  DeviceState& s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  auto it = s.max_dynamic_smem.find(kernel);
+  return it == s.max_dynamic_smem.end() ? 0 : it->second;
+}
+
+}  // namespace emu
+}  // namespace gpt2
+
+using gpt2::emu::fail;
+using gpt2::emu::state;
+
+extern "C" {
+
+cudaError_t cudaGetLastError(void) {
+  cudaError_t e = gpt2::emu::tls_last_error;
+  gpt2::emu::tls_last_error = cudaSuccess;
+  return e;
+}
+
+cudaError_t cudaPeekAtLastError(void) { return gpt2::emu::tls_last_error; }
+
+const char* cudaGetErrorName(cudaError_t error) {
+  switch (error) {
+    case cudaSuccess: return "cudaSuccess";
+    case cudaErrorInvalidValue: return "cudaErrorInvalidValue";
+    case cudaErrorMemoryAllocation: return "cudaErrorMemoryAllocation";
+    case cudaErrorInvalidConfiguration: return "cudaErrorInvalidConfiguration";
+    case cudaErrorInvalidDevice: return "cudaErrorInvalidDevice";
+    case cudaErrorInvalidMemcpyDirection: return "cudaErrorInvalidMemcpyDirection";
+    case cudaErrorInvalidDevicePointer: return "cudaErrorInvalidDevicePointer";
+    case cudaErrorInvalidResourceHandle: return "cudaErrorInvalidResourceHandle";
+    case cudaErrorNotReady: return "cudaErrorNotReady";
+    case cudaErrorLaunchFailure: return "cudaErrorLaunchFailure";
+    case cudaErrorAssert: return "cudaErrorAssert";
+    case cudaErrorNotSupported: return "cudaErrorNotSupported";
+    default: return "cudaErrorUnknown";
+  }
+}
+
+const char* cudaGetErrorString(cudaError_t error) {
+  switch (error) {
+    case cudaSuccess: return "no error";
+    case cudaErrorInvalidValue: return "invalid argument";
+    case cudaErrorMemoryAllocation: return "out of memory";
+    case cudaErrorInvalidConfiguration: return "invalid configuration argument";
+    case cudaErrorInvalidDevice: return "invalid device ordinal";
+    case cudaErrorInvalidMemcpyDirection: return "invalid copy direction for memcpy";
+    case cudaErrorInvalidDevicePointer: return "invalid device pointer";
+    case cudaErrorInvalidResourceHandle: return "invalid resource handle";
+    case cudaErrorNotReady: return "device not ready";
+    case cudaErrorLaunchFailure: return "unspecified launch failure";
+    case cudaErrorAssert: return "device-side assert triggered";
+    case cudaErrorNotSupported: return "operation not supported";
+    default: return "unknown error";
+  }
+}
+
+cudaError_t cudaGetDeviceCount(int* count) {
+  if (count == nullptr) return fail(cudaErrorInvalidValue);
+  *count = 1;
+  return cudaSuccess;
+}
+
+cudaError_t cudaSetDevice(int device) {
+  if (device != 0) return fail(cudaErrorInvalidDevice);
+  return cudaSuccess;
+}
+
+cudaError_t cudaGetDevice(int* device) {
+  if (device == nullptr) return fail(cudaErrorInvalidValue);
+  *device = 0;
+  return cudaSuccess;
+}
+
+cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device) {
+  if (prop == nullptr) return fail(cudaErrorInvalidValue);
+  if (device != 0) return fail(cudaErrorInvalidDevice);
+  gpt2::emu::DeviceConfig d = gpt2::emu::device_config();
+  std::memset(prop, 0, sizeof(*prop));
+  std::snprintf(prop->name, sizeof prop->name, "%s", d.name.c_str());
+  prop->totalGlobalMem = d.total_global_mem;
+  prop->sharedMemPerBlock = d.smem_per_block;
+  prop->sharedMemPerBlockOptin = d.smem_per_block_optin;
+  prop->sharedMemPerMultiprocessor = d.smem_per_sm;
+  prop->regsPerBlock = d.regs_per_block;
+  prop->regsPerMultiprocessor = d.regs_per_block;
+  prop->warpSize = 32;
+  prop->maxThreadsPerBlock = d.max_threads_per_block;
+  prop->maxThreadsDim[0] = 1024;
+  prop->maxThreadsDim[1] = 1024;
+  prop->maxThreadsDim[2] = 64;
+  prop->maxGridSize[0] = 2147483647;
+  prop->maxGridSize[1] = 65535;
+  prop->maxGridSize[2] = 65535;
+  prop->multiProcessorCount = d.sm_count;
+  prop->maxThreadsPerMultiProcessor = d.max_threads_per_sm;
+  prop->maxBlocksPerMultiProcessor = 32;
+  prop->major = d.major;
+  prop->minor = d.minor;
+  prop->l2CacheSize = d.l2_cache_bytes;
+  prop->totalConstMem = 64 * 1024;
+  prop->memoryBusWidth = 5120;
+  prop->concurrentKernels = 1;
+  prop->unifiedAddressing = 1;
+  prop->managedMemory = 1;
+  return cudaSuccess;
+}
+
+cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int device) {
+  if (value == nullptr) return fail(cudaErrorInvalidValue);
+  if (device != 0) return fail(cudaErrorInvalidDevice);
+  gpt2::emu::DeviceConfig d = gpt2::emu::device_config();
+  switch (attr) {
+    case cudaDevAttrMultiProcessorCount: *value = d.sm_count; break;
+    case cudaDevAttrMaxSharedMemoryPerBlockOptin: *value = static_cast<int>(d.smem_per_block_optin); break;
+    case cudaDevAttrMaxSharedMemoryPerBlock: *value = static_cast<int>(d.smem_per_block); break;
+    case cudaDevAttrMaxSharedMemoryPerMultiprocessor: *value = static_cast<int>(d.smem_per_sm); break;
+    case cudaDevAttrMaxThreadsPerBlock: *value = d.max_threads_per_block; break;
+    case cudaDevAttrMaxThreadsPerMultiProcessor: *value = d.max_threads_per_sm; break;
+    case cudaDevAttrComputeCapabilityMajor: *value = d.major; break;
+    case cudaDevAttrComputeCapabilityMinor: *value = d.minor; break;
+    case cudaDevAttrWarpSize: *value = 32; break;
+    case cudaDevAttrL2CacheSize: *value = d.l2_cache_bytes; break;
+    default: return fail(cudaErrorInvalidValue);
+  }
+  return cudaSuccess;
+}
+
+cudaError_t cudaDriverGetVersion(int* version) {
+  if (version == nullptr) return fail(cudaErrorInvalidValue);
+  *version = CUDART_VERSION;
+  return cudaSuccess;
+}
+
+cudaError_t cudaRuntimeGetVersion(int* version) {
+  if (version == nullptr) return fail(cudaErrorInvalidValue);
+  *version = CUDART_VERSION;
+  return cudaSuccess;
+}
+
+cudaError_t cudaDeviceSynchronize(void) { return cudaSuccess; }
+
+cudaError_t cudaDeviceReset(void) { return cudaSuccess; }
+
+// ---- memory -----------------------------------------------------------------------------
+cudaError_t cudaMalloc(void** ptr, size_t size) {
+  if (ptr == nullptr) return fail(cudaErrorInvalidValue);
+  *ptr = nullptr;
+  if (size == 0) return cudaSuccess;
+  auto& s = state();
+  gpt2::emu::DeviceConfig d = gpt2::emu::device_config();
+  {
+    std::lock_guard<std::mutex> lock(s.mutex);
+    if (s.allocated + size > d.total_global_mem) return fail(cudaErrorMemoryAllocation);
+  }
+  void* p = nullptr;
+  // 256-byte aligned like cudaMalloc, but exactly `size` bytes long.
+  if (posix_memalign(&p, 256, size) != 0) return fail(cudaErrorMemoryAllocation);
+  std::memset(p, 0xFF, size);
+  std::lock_guard<std::mutex> lock(s.mutex);
+  s.device_allocs[reinterpret_cast<uintptr_t>(p)] = size;
+  s.allocated += size;
+  *ptr = p;
+  return cudaSuccess;
+}
+
+cudaError_t cudaMallocManaged(void** ptr, size_t size, unsigned int flags) {
+  (void)flags;
+  return cudaMalloc(ptr, size);
+}
+
+cudaError_t cudaFree(void* ptr) {
+  if (ptr == nullptr) return cudaSuccess;
+  auto& s = state();
+  {
+    std::lock_guard<std::mutex> lock(s.mutex);
+    auto it = s.device_allocs.find(reinterpret_cast<uintptr_t>(ptr));
+    if (it == s.device_allocs.end()) return fail(cudaErrorInvalidValue);
+    s.allocated -= it->second;
+    s.device_allocs.erase(it);
+  }
+  std::free(ptr);
+  return cudaSuccess;
+}
+
+cudaError_t cudaMallocHost(void** ptr, size_t size) {
+  if (ptr == nullptr) return fail(cudaErrorInvalidValue);
+  void* p = nullptr;
+  if (posix_memalign(&p, 256, std::max<size_t>(size, 1)) != 0) return fail(cudaErrorMemoryAllocation);
+  std::lock_guard<std::mutex> lock(state().mutex);
+  state().pinned.insert(p);
+  *ptr = p;
+  return cudaSuccess;
+}
+
+cudaError_t cudaHostAlloc(void** ptr, size_t size, unsigned int flags) {
+  (void)flags;
+  return cudaMallocHost(ptr, size);
+}
+
+cudaError_t cudaFreeHost(void* ptr) {
+  if (ptr == nullptr) return cudaSuccess;
+  {
+    std::lock_guard<std::mutex> lock(state().mutex);
+    if (state().pinned.erase(ptr) == 0) return fail(cudaErrorInvalidValue);
+  }
+  std::free(ptr);
+  return cudaSuccess;
+}
+
+cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total_bytes) {
+  if (free_bytes == nullptr || total_bytes == nullptr) return fail(cudaErrorInvalidValue);
+  gpt2::emu::DeviceConfig d = gpt2::emu::device_config();
+  std::lock_guard<std::mutex> lock(state().mutex);
+  *total_bytes = d.total_global_mem;
+  *free_bytes = d.total_global_mem - state().allocated;
+  return cudaSuccess;
+}
+
+cudaError_t cudaMemcpy(void* dst, const void* src, size_t count, cudaMemcpyKind kind) {
+  if (count == 0) return cudaSuccess;
+  if (dst == nullptr || src == nullptr) return fail(cudaErrorInvalidValue);
+  // With an explicit direction the device side must be inside one cudaMalloc block.
+  bool dst_dev = kind == cudaMemcpyHostToDevice || kind == cudaMemcpyDeviceToDevice;
+  bool src_dev = kind == cudaMemcpyDeviceToHost || kind == cudaMemcpyDeviceToDevice;
+  if (kind != cudaMemcpyHostToHost && kind != cudaMemcpyDefault && !dst_dev && !src_dev)
+    return fail(cudaErrorInvalidMemcpyDirection);
+  if ((dst_dev && !gpt2::emu::is_device_range(dst, count)) || (src_dev && !gpt2::emu::is_device_range(src, count)))
+    return fail(cudaErrorInvalidValue);
+  std::memmove(dst, src, count);
+  return cudaSuccess;
+}
+
+cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t count, cudaMemcpyKind kind, cudaStream_t stream) {
+  if (!gpt2::emu::valid_stream(stream)) return fail(cudaErrorInvalidResourceHandle);
+  return cudaMemcpy(dst, src, count, kind);
+}
+
+cudaError_t cudaMemset(void* dst, int value, size_t count) {
+  if (count == 0) return cudaSuccess;
+  if (!gpt2::emu::is_device_range(dst, count)) return fail(cudaErrorInvalidValue);
+  std::memset(dst, value, count);
+  return cudaSuccess;
+}
+
+cudaError_t cudaMemsetAsync(void* dst, int value, size_t count, cudaStream_t stream) {
+  if (!gpt2::emu::valid_stream(stream)) return fail(cudaErrorInvalidResourceHandle);
+  return cudaMemset(dst, value, count);
+}
+
+// __device__ / __constant__ variables are ordinary host globals in emulation.
+cudaError_t cudaMemcpyToSymbol(const void* symbol, const void* src, size_t count, size_t offset, cudaMemcpyKind kind) {
+  if (symbol == nullptr || src == nullptr) return fail(cudaErrorInvalidValue);
+  (void)kind;
+  std::memcpy(static_cast<char*>(const_cast<void*>(symbol)) + offset, src, count);
+  return cudaSuccess;
+}
+
+cudaError_t cudaMemcpyFromSymbol(void* dst, const void* symbol, size_t count, size_t offset, cudaMemcpyKind kind) {
+  if (symbol == nullptr || dst == nullptr) return fail(cudaErrorInvalidValue);
+  (void)kind;
+  std::memcpy(dst, static_cast<const char*>(symbol) + offset, count);
+  return cudaSuccess;
+}
+
+// ---- streams and events -------------------------------------------------------------------
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned int flags) {
+  if (stream == nullptr) return fail(cudaErrorInvalidValue);
+  *stream = new CUstream_st{flags};
+  std::lock_guard<std::mutex> lock(state().mutex);
+  state().streams.insert(*stream);
+  return cudaSuccess;
+}
+
+cudaError_t cudaStreamCreate(cudaStream_t* stream) { return cudaStreamCreateWithFlags(stream, cudaStreamDefault); }
+
+cudaError_t cudaStreamDestroy(cudaStream_t stream) {
+  {
+    std::lock_guard<std::mutex> lock(state().mutex);
+    if (state().streams.erase(stream) == 0) return fail(cudaErrorInvalidResourceHandle);
+  }
+  delete stream;
+  return cudaSuccess;
+}
+
+cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
+  return gpt2::emu::valid_stream(stream) ? cudaSuccess : fail(cudaErrorInvalidResourceHandle);
+}
+
+cudaError_t cudaStreamQuery(cudaStream_t stream) { return cudaStreamSynchronize(stream); }
+
+cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned int flags) {
+  (void)flags;
+  if (!gpt2::emu::valid_stream(stream) || !gpt2::emu::valid_event(event)) return fail(cudaErrorInvalidResourceHandle);
+  return cudaSuccess;
+}
+
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned int flags) {
+  if (event == nullptr) return fail(cudaErrorInvalidValue);
+  *event = new CUevent_st{flags, false, {}};
+  std::lock_guard<std::mutex> lock(state().mutex);
+  state().events.insert(*event);
+  return cudaSuccess;
+}
+
+cudaError_t cudaEventCreate(cudaEvent_t* event) { return cudaEventCreateWithFlags(event, cudaEventDefault); }
+
+cudaError_t cudaEventDestroy(cudaEvent_t event) {
+  {
+    std::lock_guard<std::mutex> lock(state().mutex);
+    if (state().events.erase(event) == 0) return fail(cudaErrorInvalidResourceHandle);
+  }
+  delete event;
+  return cudaSuccess;
+}
+
+cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
+  if (!gpt2::emu::valid_event(event) || !gpt2::emu::valid_stream(stream)) return fail(cudaErrorInvalidResourceHandle);
+  event->recorded = true;
+  event->time = std::chrono::steady_clock::now();
+  return cudaSuccess;
+}
+
+cudaError_t cudaEventSynchronize(cudaEvent_t event) {
+  return gpt2::emu::valid_event(event) ? cudaSuccess : fail(cudaErrorInvalidResourceHandle);
+}
+
+cudaError_t cudaEventQuery(cudaEvent_t event) { return cudaEventSynchronize(event); }
+
+cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) {
+  if (ms == nullptr) return fail(cudaErrorInvalidValue);
+  if (!gpt2::emu::valid_event(start) || !gpt2::emu::valid_event(end)) return fail(cudaErrorInvalidResourceHandle);
+  if ((start->flags & cudaEventDisableTiming) || (end->flags & cudaEventDisableTiming))
+    return fail(cudaErrorInvalidResourceHandle);
+  if (!start->recorded || !end->recorded) return fail(cudaErrorInvalidResourceHandle);
+  *ms = std::chrono::duration<float, std::milli>(end->time - start->time).count();
+  return cudaSuccess;
+}
+
+// ---- kernel attributes -----------------------------------------------------------------------
+cudaError_t cudaFuncSetAttribute(const void* func, cudaFuncAttribute attr, int value) {
+  if (func == nullptr) return fail(cudaErrorInvalidDeviceFunction);
+  gpt2::emu::DeviceConfig d = gpt2::emu::device_config();
+  if (attr == cudaFuncAttributeMaxDynamicSharedMemorySize) {
+    if (value < 0 || static_cast<size_t>(value) > d.smem_per_block_optin) return fail(cudaErrorInvalidValue);
+    std::lock_guard<std::mutex> lock(state().mutex);
+    state().max_dynamic_smem[func] = static_cast<size_t>(value);
+    return cudaSuccess;
+  }
+  if (attr == cudaFuncAttributePreferredSharedMemoryCarveout) {
+    if (value < -1 || value > 100) return fail(cudaErrorInvalidValue);
+    return cudaSuccess;
+  }
+  return fail(cudaErrorInvalidValue);
+}
+
+cudaError_t cudaFuncSetCacheConfig(const void* func, cudaFuncCache config) {
+  (void)config;
+  return func == nullptr ? fail(cudaErrorInvalidDeviceFunction) : cudaSuccess;
+}
+
+cudaError_t cudaDeviceSetCacheConfig(cudaFuncCache config) {
+  (void)config;
+  return cudaSuccess;
+}
+
+}  // extern "C"

@@ -1,0 +1,98 @@
+// Emulator execution model shared by the device-side header (emu/device.h) and
+// the runtime (emu/exec.cpp): per-thread and per-block context, the entry points
+// for barriers and warp-level rendezvous, and the kernel launcher. Only the g++
+// (emulation) build includes this; under nvcc the hardware provides all of it.
+#ifndef EMU_EXEC_H
+#define EMU_EXEC_H
+
+#include <vector_types.h>
+#include <vector_functions.h>
+#include <driver_types.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+
+namespace gpt2 {
+namespace emu {
+
+struct BlockContext {
+  uint3 block_idx;
+  dim3 block_dim;
+  dim3 grid_dim;
+  unsigned char* dynamic_smem;  // exact-size, NaN-poisoned (0xFF bytes) per block
+};
+
+struct ThreadContext {
+  uint3 thread_idx;
+  const BlockContext* block;
+};
+
+// The emulated CUDA thread running on this OS thread (null outside kernels).
+// Fibers never migrate between OS threads, so a thread_local is exact.
+extern thread_local ThreadContext* tls_current_thread;
+
+[[noreturn]] void fail_outside_kernel(const char* what);
+
+inline ThreadContext& current_thread() {
+  ThreadContext* t = tls_current_thread;
+  if (t == nullptr) fail_outside_kernel("a device built-in (threadIdx, blockIdx, ...)");
+  return *t;
+}
+
+// ---- synchronisation points (each one is a fiber switch) ----------------------
+void sync_threads(const char* file, int line);
+int sync_threads_reduce(int predicate, int op, const char* file, int line);  // op: 0 count, 1 and, 2 or
+
+enum class WarpOp : uint8_t { kShuffle, kBallot, kAll, kAny, kSyncWarp, kReduceAdd, kReduceMin, kReduceMax };
+enum class ShuffleMode : uint8_t { kIdx, kUp, kDown, kXor };
+
+// Rendezvous of the lanes named in `mask`; returns this lane's result.
+uint64_t warp_rendezvous(WarpOp op, unsigned mask, uint64_t value, ShuffleMode mode, int operand,
+                         int width, const char* file, int line);
+unsigned active_mask();  // lanes of this warp that have not exited
+[[noreturn]] void device_fault(const char* kind, const char* message, const char* file, int line);
+void device_assert_fail(const char* expr, const char* file, int line, const char* function);
+
+// ---- launching -------------------------------------------------------------
+struct KernelInvoker {
+  void (*invoke)(const void* ctx);
+  const void* ctx;
+};
+
+// Runs every block of the grid (synchronously) and returns the launch status;
+// configuration errors are returned without running anything.
+cudaError_t run_grid(const void* kernel_id, const char* kernel_name, dim3 grid, dim3 block,
+                     size_t dynamic_smem, cudaStream_t stream, KernelInvoker body);
+
+template <class... Params>
+struct BoundKernel {
+  void (*kernel)(Params...);
+  std::tuple<std::decay_t<Params>...> args;
+  static void invoke(const void* self) {
+    const auto* bound = static_cast<const BoundKernel*>(self);
+    // Each emulated thread gets its own copy of the arguments, as on the GPU.
+    std::apply(bound->kernel, bound->args);
+  }
+};
+
+template <class... Params, class... Args>
+cudaError_t launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t dynamic_smem,
+                   cudaStream_t stream, const char* name, Args&&... args) {
+  static_assert(sizeof...(Params) == sizeof...(Args), "kernel launched with the wrong number of arguments");
+  BoundKernel<Params...> bound{kernel, std::tuple<std::decay_t<Params>...>(static_cast<std::decay_t<Params>>(std::forward<Args>(args))...)};
+  return run_grid(reinterpret_cast<const void*>(kernel), name, grid, block, dynamic_smem, stream,
+                  KernelInvoker{&BoundKernel<Params...>::invoke, &bound});
+}
+
+// Throws std::runtime_error naming file:line and the kernel when the launch (or,
+// in emulation, the kernel itself) failed. The one place launch errors are checked.
+void check_launch(cudaError_t status, const char* kernel_name, const char* file, int line);
+
+}  // namespace emu
+}  // namespace gpt2
+
+#endif  // EMU_EXEC_H

@@ -1,0 +1,117 @@
+# CUDA-on-CPU emulator (docs/emulator.md).
+#
+# Libraries
+#   build/libemu.a         cudart + execution engine + cuBLAS/cuBLASLt (link with $(EMU_LIBS))
+#   build/libemu_nccl.a    NCCL over MPI (link with $(EMU_MPI_LIBS))
+#   build/asan/libemu.a    the same as libemu.a built with AddressSanitizer
+#
+# Recipes any module can use for its kernel tests
+#   emulation:  objects get  CPPFLAGS += $(EMU_CUDA_INC)  (the .cu -> build/X.cu.o rule
+#               of the top-level Makefile compiles them as C++), link $(EMU_LIB) $(EMU_LIBS)
+#   ASan:       build/asan/X.o / build/asan/X.cu.o from X.cpp / X.cu (rules below),
+#               link with -fsanitize=address $(EMU_ASAN_LIB) $(EMU_LIBS)
+#   nvcc:       build/nvcc/sm_80/X.o and build/nvcc/sm_90/X.o from X.cu; the
+#               --resource-usage report lands next to the object as X.resource.txt
+
+EMU_CUDA_INC   := -isystem $(CUDA_HOME)/include
+EMU_MPI_CFLAGS := $(shell mpicxx --showme:compile 2>/dev/null)
+EMU_MPI_LIBS   := $(shell mpicxx --showme:link 2>/dev/null)
+EMU_LIBS       := -lboost_context -lopenblas
+EMU_ASAN_FLAGS := -O1 -g -fsanitize=address -fno-omit-frame-pointer
+EMU_NVCC_FLAGS := -std=c++17 -O3 --resource-usage -I.
+EMU_NVCC_ARCHS := sm_80 sm_90
+
+EMU_LIB      := $(BUILD)/libemu.a
+EMU_ASAN_LIB := $(BUILD)/asan/libemu.a
+EMU_NCCL_LIB := $(BUILD)/libemu_nccl.a
+
+EMU_SRCS      := emu/exec.cpp emu/cudart.cpp emu/cublas.cpp
+EMU_OBJS      := $(EMU_SRCS:%.cpp=$(BUILD)/%.o)
+EMU_ASAN_OBJS := $(EMU_SRCS:%.cpp=$(BUILD)/asan/%.o)
+
+$(EMU_OBJS) $(BUILD)/emu/nccl.o: CPPFLAGS += $(EMU_CUDA_INC)
+$(BUILD)/emu/nccl.o: CPPFLAGS += $(EMU_MPI_CFLAGS)
+
+$(EMU_LIB): $(EMU_OBJS)
+	@mkdir -p $(@D)
+	ar rcs $@ $^
+
+$(EMU_ASAN_LIB): $(EMU_ASAN_OBJS)
+	@mkdir -p $(@D)
+	ar rcs $@ $^
+
+$(EMU_NCCL_LIB): $(BUILD)/emu/nccl.o
+	@mkdir -p $(@D)
+	ar rcs $@ $^
+
+# ---- ASan variant of any C++/CUDA source ------------------------------------------------------
+$(BUILD)/asan/%.o: %.cpp
+	@mkdir -p $(@D)
+	$(CXX) $(CPPFLAGS) $(EMU_CUDA_INC) $(CXXSTD) $(EMU_ASAN_FLAGS) $(WARN) -fopenmp -pthread -c $< -o $@
+
+$(BUILD)/asan/%.cu.o: %.cu
+	@mkdir -p $(@D)
+	$(CXX) $(CPPFLAGS) $(EMU_CUDA_INC) $(CXXSTD) $(EMU_ASAN_FLAGS) $(WARN) -fopenmp -pthread -x c++ -c $< -o $@
+
+# ---- nvcc builds of CUDA sources (resource usage recorded next to the object) ------------------
+define EMU_NVCC_RULE
+$(BUILD)/nvcc/$(1)/%.o: %.cu
+	@mkdir -p $$(@D)
+	$(NVCC) $(EMU_NVCC_FLAGS) -arch=$(1) -MMD -MF $$(@:.o=.d) -c $$< -o $$@ > $$(@:.o=.resource.txt) 2>&1 \
+	  || { cat $$(@:.o=.resource.txt); exit 1; }
+endef
+$(foreach arch,$(EMU_NVCC_ARCHS),$(eval $(call EMU_NVCC_RULE,$(arch))))
+
+# The emulator's own test kernels under nvcc (kept to one file: nvcc is slow on 2 cores).
+EMU_NVCC_SOURCES := test/emu/kernels.cu
+EMU_NVCC_OBJS    := $(foreach arch,$(EMU_NVCC_ARCHS),$(EMU_NVCC_SOURCES:%.cu=$(BUILD)/nvcc/$(arch)/%.o))
+EMU_RESOURCE_USAGE := $(BUILD)/emu/nvcc_resource_usage.txt
+
+$(EMU_RESOURCE_USAGE): $(EMU_NVCC_OBJS)
+	@mkdir -p $(@D)
+	@for o in $^; do echo "== $$o"; grep -E "Compiling entry|Used [0-9]+ registers|stack frame" $${o%.o}.resource.txt \
+	  | sed -E "s/.*Compiling entry function '([^']+)' for '([^']+)'.*/\2 \1/"; done > $@
+	@echo "resource usage -> $@"
+
+emu-nvcc: $(EMU_RESOURCE_USAGE)
+
+# ---- self-tests ---------------------------------------------------------------------------------
+EMU_TEST_CPP     := test/emu/exec_test.cpp test/emu/bf16_test.cpp test/emu/cudart_test.cpp test/emu/cublas_test.cpp
+EMU_TEST_CU      := test/emu/kernels.cu
+EMU_TEST_OBJS    := $(EMU_TEST_CPP:%.cpp=$(BUILD)/%.o) $(EMU_TEST_CU:%.cu=$(BUILD)/%.cu.o)
+EMU_TEST_ASAN_OBJS := $(EMU_TEST_CPP:%.cpp=$(BUILD)/asan/%.o) $(EMU_TEST_CU:%.cu=$(BUILD)/asan/%.cu.o)
+
+$(EMU_TEST_OBJS) $(BUILD)/test/emu/nccl_test.o $(BUILD)/dev/emu/bench_emu.o: CPPFLAGS += $(EMU_CUDA_INC)
+$(BUILD)/test/emu/nccl_test.o: CPPFLAGS += $(EMU_MPI_CFLAGS)
+
+$(BUILD)/test/emu/emu_test: $(EMU_TEST_OBJS) $(EMU_LIB)
+	@mkdir -p $(@D)
+	$(CXX) $(LDFLAGS) $^ $(EMU_LIBS) -lgtest -lgtest_main -o $@
+
+$(BUILD)/test/emu/emu_asan_test: $(EMU_TEST_ASAN_OBJS) $(EMU_ASAN_LIB)
+	@mkdir -p $(@D)
+	$(CXX) -fsanitize=address $(LDFLAGS) $^ $(EMU_LIBS) -lgtest -lgtest_main -o $@
+
+# A kernel that writes one element past its allocation: ASan must name the line.
+$(BUILD)/test/emu/emu_oob_asan: $(BUILD)/asan/test/emu/oob_kernel.cu.o $(EMU_ASAN_LIB)
+	@mkdir -p $(@D)
+	$(CXX) -fsanitize=address $(LDFLAGS) $^ $(EMU_LIBS) -o $@
+
+# NCCL over MPI: run by test/emu/nccl_mpi_test.sh under mpirun -np 2.
+$(BUILD)/test/emu/nccl_test: $(BUILD)/test/emu/nccl_test.o $(EMU_NCCL_LIB) $(EMU_LIB)
+	@mkdir -p $(@D)
+	$(CXX) $(LDFLAGS) $^ $(EMU_LIBS) $(EMU_MPI_LIBS) -lgtest -o $@
+
+TESTS        += $(BUILD)/test/emu/emu_test $(BUILD)/test/emu/emu_asan_test
+TEST_SCRIPTS += test/emu/nccl_mpi_test.sh test/emu/asan_oob_test.sh test/emu/nvcc_compile_test.sh
+TEST_PREREQS += $(BUILD)/test/emu/nccl_test $(BUILD)/test/emu/emu_oob_asan
+
+# ---- throughput benchmark -------------------------------------------------------------------------
+$(BUILD)/dev/emu/bench_emu: $(BUILD)/dev/emu/bench_emu.o $(EMU_LIB)
+	@mkdir -p $(@D)
+	$(CXX) $(LDFLAGS) $^ $(EMU_LIBS) -o $@
+
+bench-emu: $(BUILD)/dev/emu/bench_emu
+	$(BUILD)/dev/emu/bench_emu
+
+.PHONY: emu-nvcc bench-emu

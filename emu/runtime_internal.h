@@ -1,0 +1,24 @@
+// Glue between the emulator's execution engine (exec.cpp) and its CUDA runtime
+// (cudart.cpp). Not for kernel or host code.
+#ifndef EMU_RUNTIME_INTERNAL_H
+#define EMU_RUNTIME_INTERNAL_H
+
+#include <driver_types.h>
+
+#include <cstddef>
+#include <string>
+
+namespace gpt2 {
+namespace emu {
+
+// cudaGetLastError state of the calling host thread.
+void record_error(cudaError_t status);
+// Opt-in dynamic shared memory set with cudaFuncSetAttribute (0 when never set).
+size_t kernel_max_dynamic_smem(const void* kernel);
+// Fault text of the last failed launch (shared with check_launch).
+void set_kernel_fault(const std::string& message);
+
+}  // namespace emu
+}  // namespace gpt2
+
+#endif  // EMU_RUNTIME_INTERNAL_H

@@ -1,0 +1,348 @@
+#include "model/gpt2.h"
+
+#include <cmath>
+#include <stdexcept>
+
+#include "util/rng.h"
+
+namespace gpt2 {
+
+// ---------------------------------------------------------------- layout
+
+ParamLayout ParamLayout::for_config(const GPT2Config& cfg) {
+  const size_t C = cfg.channels, L = cfg.num_layers;
+  const size_t Vp = cfg.padded_vocab_size, maxT = cfg.max_seq_len;
+  ParamLayout p;
+  p.num_layers = cfg.num_layers;
+  p.numel = {Vp * C,     maxT * C,  L * C,         L * C,
+             L * 3 * C * C, L * 3 * C, L * C * C, L * C,
+             L * C,     L * C,     L * 4 * C * C, L * 4 * C,
+             L * C * 4 * C, L * C,  C,             C};
+  size_t off = 0;
+  for (int t = 0; t < kNumParamTensors; t++) {
+    p.offset[t] = off;
+    off += p.numel[t];
+  }
+  p.total = off;
+  return p;
+}
+
+const char* ParamLayout::name(int t) {
+  static const char* const kNames[kNumParamTensors] = {
+      "wte", "wpe", "ln1w", "ln1b", "qkvw", "qkvb", "attprojw", "attprojb",
+      "ln2w", "ln2b", "fcw", "fcb", "fcprojw", "fcprojb", "lnfw", "lnfb"};
+  return kNames[t];
+}
+
+bool ParamLayout::is_per_layer(int t) { return t != kWte && t != kWpe && t != kLnfw && t != kLnfb; }
+
+bool ParamLayout::decays(int t) {
+  return t == kWte || t == kWpe || t == kQkvw || t == kAttprojw || t == kFcw || t == kFcprojw;
+}
+
+// ---------------------------------------------------------------- construction
+
+GPT2::GPT2(Backend& backend, const GPT2Config& cfg, int B, int T, GradMode grad_mode, size_t param_capacity)
+    : backend_(backend), cfg_(cfg), layout_(ParamLayout::for_config(cfg)), B_(B), T_(T), grad_mode_(grad_mode) {
+  cfg_.validate("model config");
+  if (B < 1 || T < 1) throw std::runtime_error("batch size and sequence length must be >= 1");
+  if (T > cfg.max_seq_len)
+    throw std::runtime_error("sequence length " + std::to_string(T) + " exceeds the model's max_seq " +
+                             std::to_string(cfg.max_seq_len));
+  if (param_capacity == 0) param_capacity = layout_.total;
+  if (param_capacity < layout_.total) throw std::runtime_error("param_capacity below the parameter count");
+  params_ = backend_.alloc(param_capacity, BufferRole::kParams);
+  owned_.push_back(params_);
+  backend_.zero(params_);  // padding stays zero forever
+  if (grad_mode_ == GradMode::kFull) {
+    grads_ = backend_.alloc(param_capacity, BufferRole::kGrads);
+    owned_.push_back(grads_);
+    backend_.zero(grads_);
+    gradient_bytes_ = grads_.bytes();
+  } else {
+    size_t layer_numel = 0, rest_numel = 0;
+    for (int t = 0; t < kNumParamTensors; t++) {
+      size_t& unit = ParamLayout::is_per_layer(t) ? layer_numel : rest_numel;
+      unit_offset_[t] = unit;
+      unit += ParamLayout::is_per_layer(t) ? layout_.layer_numel(t) : layout_.numel[t];
+    }
+    layer_grads_ = backend_.alloc(layer_numel, BufferRole::kGrads);
+    rest_grads_ = backend_.alloc(rest_numel, BufferRole::kGrads);
+    owned_.push_back(layer_grads_);
+    owned_.push_back(rest_grads_);
+    gradient_bytes_ = layer_grads_.bytes() + rest_grads_.bytes();
+  }
+  allocate_activations();
+}
+
+GPT2::~GPT2() {
+  for (Tensor& t : owned_) backend_.free(t);
+}
+
+void GPT2::allocate_activations() {
+  const size_t N = static_cast<size_t>(B_) * T_, C = cfg_.channels, L = cfg_.num_layers;
+  const size_t Vp = cfg_.padded_vocab_size;
+  auto take = [&](size_t numel, BufferRole role = BufferRole::kActivations) {
+    Tensor t = backend_.alloc(numel, role);
+    owned_.push_back(t);
+    activation_bytes_ += t.bytes();
+    return t;
+  };
+  Activations& a = acts_;
+  a.encoded = take(N * C);
+  a.ln1 = take(L * N * C);
+  a.ln1_mean = take(L * N);
+  a.ln1_rstd = take(L * N);
+  a.qkv = take(L * N * 3 * C);
+  a.atty = take(L * N * C);
+  a.att_saved = take(L * backend_.attention_saved_numel(B_, T_, cfg_.num_heads));
+  a.attproj = take(L * N * C);
+  a.residual2 = take(L * N * C);
+  a.ln2 = take(L * N * C);
+  a.ln2_mean = take(L * N);
+  a.ln2_rstd = take(L * N);
+  a.fch = take(L * N * 4 * C);
+  a.fch_gelu = take(L * N * 4 * C);
+  a.fcproj = take(L * N * C);
+  a.residual3 = take(L * N * C);
+  a.lnf = take(N * C);
+  a.lnf_mean = take(N);
+  a.lnf_rstd = take(N);
+  a.losses = take(N);
+  a.logits = take(N * Vp);
+  a.tokens = take(N, BufferRole::kTokens);
+  a.targets = take(N, BufferRole::kTokens);
+  a.dresidual = take(N * C);
+  a.dln = take(N * C);
+  a.datty = take(N * C);
+  a.dqkv = take(N * 3 * C);
+  a.dfch = take(N * 4 * C);
+  a.att_scratch = take(backend_.attention_scratch_numel(B_, T_, cfg_.num_heads), BufferRole::kScratch);
+}
+
+// ---------------------------------------------------------------- parameters
+
+void GPT2::init_random(uint64_t seed) {
+  std::vector<float> host(layout_.total, 0.0f);
+  const double residual_scale = 1.0 / std::sqrt(2.0 * cfg_.num_layers);
+  // Each tensor is filled in fixed-size chunks, each chunk from its own stream
+  // seeded by (seed, tensor, chunk): parallel, yet independent of thread count.
+  const size_t kChunk = 1 << 16;
+  for (int t = 0; t < kNumParamTensors; t++) {
+    float* base = host.data() + layout_.offset[t];
+    const size_t n = layout_.numel[t];
+    const bool is_ln_weight = (t == kLn1w || t == kLn2w || t == kLnfw);
+    const bool is_bias = (t == kLn1b || t == kLn2b || t == kLnfb || t == kQkvb || t == kAttprojb ||
+                          t == kFcb || t == kFcprojb);
+    if (is_ln_weight) {
+      for (size_t i = 0; i < n; i++) base[i] = 1.0f;
+      continue;
+    }
+    if (is_bias) continue;  // zeros
+    const double stddev = 0.02 * ((t == kAttprojw || t == kFcprojw) ? residual_scale : 1.0);
+    const long chunks = static_cast<long>((n + kChunk - 1) / kChunk);
+#pragma omp parallel for schedule(static)
+    for (long c = 0; c < chunks; c++) {
+      Rng rng(seed * 0x9E3779B97F4A7C15ULL + static_cast<uint64_t>(t) * 0x100000001B3ULL +
+              static_cast<uint64_t>(c) * 0xD1B54A32D192ED03ULL);
+      size_t end = std::min(n, static_cast<size_t>(c + 1) * kChunk);
+      for (size_t i = static_cast<size_t>(c) * kChunk; i < end; i++)
+        base[i] = static_cast<float>(rng.normal() * stddev);
+    }
+  }
+  // The padded vocab rows of wte are never looked up by real tokens; zero them
+  // so they contribute nothing (their logits only ever meet the classifier's
+  // padded columns, which it ignores).
+  const size_t C = cfg_.channels;
+  for (size_t i = static_cast<size_t>(cfg_.vocab_size) * C; i < layout_.numel[kWte]; i++)
+    host[layout_.offset[kWte] + i] = 0.0f;
+  set_parameters(host);
+}
+
+void GPT2::set_parameters(const std::vector<float>& host) {
+  if (host.size() != layout_.total)
+    throw std::runtime_error("set_parameters: expected " + std::to_string(layout_.total) +
+                             " floats, got " + std::to_string(host.size()));
+  backend_.upload(params_.slice(0, layout_.total), host.data());
+}
+
+std::vector<float> GPT2::get_parameters() const {
+  std::vector<float> host(layout_.total);
+  backend_.download(host.data(), params_.slice(0, layout_.total));
+  return host;
+}
+
+void GPT2::zero_grad() {
+  if (grad_mode_ == GradMode::kFull) backend_.zero(grads_);
+  // kStaged: backward() zeroes its unit buffers; accumulated shards belong to the caller.
+}
+
+Tensor GPT2::grads() const {
+  if (grad_mode_ != GradMode::kFull) throw std::runtime_error("grads(): gradients are staged per unit (ZeRO-2)");
+  return grads_;
+}
+
+Tensor GPT2::unit_grads(int unit) const {
+  if (grad_mode_ != GradMode::kStaged) throw std::runtime_error("unit_grads(): only with staged gradients");
+  return unit == cfg_.num_layers ? rest_grads_ : layer_grads_;
+}
+
+Tensor GPT2::grad_view(int t, int l) const {
+  if (grad_mode_ == GradMode::kFull)
+    return ParamLayout::is_per_layer(t) ? grads_.slice(layout_.layer_offset(t, l), layout_.layer_numel(t))
+                                        : grads_.slice(layout_.offset[t], layout_.numel[t]);
+  return ParamLayout::is_per_layer(t) ? layer_grads_.slice(unit_offset_[t], layout_.layer_numel(t))
+                                      : rest_grads_.slice(unit_offset_[t], layout_.numel[t]);
+}
+
+// ---------------------------------------------------------------- forward
+
+float GPT2::forward(const int32_t* inputs, const int32_t* targets, int B, int T,
+                    bool prepare_backward, float dloss_scale) {
+  if (B < 1 || B > B_ || T < 1 || T > T_)
+    throw std::runtime_error("forward: batch " + std::to_string(B) + "x" + std::to_string(T) +
+                             " outside the allocated " + std::to_string(B_) + "x" + std::to_string(T_));
+  const int C = cfg_.channels, L = cfg_.num_layers, NH = cfg_.num_heads;
+  const int V = cfg_.vocab_size, Vp = cfg_.padded_vocab_size;
+  const size_t N = static_cast<size_t>(B) * T, Nmax = static_cast<size_t>(B_) * T_;
+  for (size_t i = 0; i < N; i++) {
+    if (inputs[i] < 0 || inputs[i] >= V)
+      throw std::runtime_error("forward: input token " + std::to_string(inputs[i]) + " at position " +
+                               std::to_string(i) + " is outside the vocabulary [0, " +
+                               std::to_string(V) + ")");
+    if (targets && (targets[i] < 0 || targets[i] >= V))
+      throw std::runtime_error("forward: target token " + std::to_string(targets[i]) +
+                               " at position " + std::to_string(i) + " is outside the vocabulary [0, " +
+                               std::to_string(V) + ")");
+  }
+  cur_B_ = B;
+  cur_T_ = T;
+  Backend& be = backend_;
+  Activations& a = acts_;
+  Tensor tokens = a.tokens.slice(0, N);
+  be.upload_tokens(tokens, inputs);
+
+  // Per-layer activation slices use the allocated (max) stride so one buffer
+  // serves any smaller batch.
+  auto layer = [&](Tensor t, int l, size_t per_row) { return t.slice(l * Nmax * per_row, N * per_row); };
+  auto pl = [&](int t, int l) { return params_.slice(layout_.layer_offset(t, l), layout_.layer_numel(t)); };
+  const size_t saved_stride = be.attention_saved_numel(B_, T_, NH);
+  const size_t saved_numel = be.attention_saved_numel(B, T, NH);
+
+  be.encoder_forward(a.encoded.slice(0, N * C), tokens, param(kWte), param(kWpe), B, T, C);
+  for (int l = 0; l < L; l++) {
+    Tensor residual = l == 0 ? a.encoded.slice(0, N * C) : layer(a.residual3, l - 1, C);
+    Tensor ln1 = layer(a.ln1, l, C), ln1_mean = layer(a.ln1_mean, l, 1), ln1_rstd = layer(a.ln1_rstd, l, 1);
+    Tensor qkv = layer(a.qkv, l, 3 * C), atty = layer(a.atty, l, C);
+    Tensor saved = a.att_saved.slice(l * saved_stride, saved_numel);
+    Tensor attproj = layer(a.attproj, l, C), residual2 = layer(a.residual2, l, C);
+    Tensor ln2 = layer(a.ln2, l, C), ln2_mean = layer(a.ln2_mean, l, 1), ln2_rstd = layer(a.ln2_rstd, l, 1);
+    Tensor fch = layer(a.fch, l, 4 * C), fch_gelu = layer(a.fch_gelu, l, 4 * C);
+    Tensor fcproj = layer(a.fcproj, l, C), residual3 = layer(a.residual3, l, C);
+
+    be.layernorm_forward(ln1, ln1_mean, ln1_rstd, residual, pl(kLn1w, l), pl(kLn1b, l), N, C);
+    be.matmul_forward(qkv, ln1, pl(kQkvw, l), pl(kQkvb, l), N, C, 3 * C);
+    be.attention_forward(atty, saved, qkv, B, T, C, NH);
+    be.matmul_forward(attproj, atty, pl(kAttprojw, l), pl(kAttprojb, l), N, C, C);
+    be.residual_forward(residual2, residual, attproj, N * C);
+    be.layernorm_forward(ln2, ln2_mean, ln2_rstd, residual2, pl(kLn2w, l), pl(kLn2b, l), N, C);
+    be.matmul_forward(fch, ln2, pl(kFcw, l), pl(kFcb, l), N, C, 4 * C);
+    be.gelu_forward(fch_gelu, fch, N * 4 * C);
+    be.matmul_forward(fcproj, fch_gelu, pl(kFcprojw, l), pl(kFcprojb, l), N, 4 * C, C);
+    be.residual_forward(residual3, residual2, fcproj, N * C);
+  }
+  Tensor lnf = a.lnf.slice(0, N * C);
+  be.layernorm_forward(lnf, a.lnf_mean.slice(0, N), a.lnf_rstd.slice(0, N), layer(a.residual3, L - 1, C),
+                       param(kLnfw), param(kLnfb), N, C);
+  // lm_head is tied to wte: logits = lnf @ wte^T over the padded vocabulary.
+  Tensor logits = a.logits.slice(0, N * Vp);
+  be.matmul_forward(logits, lnf, param(kWte), Tensor{}, N, C, Vp);
+  if (!targets) return 0.0f;
+
+  Tensor tgt = a.targets.slice(0, N);
+  be.upload_tokens(tgt, targets);
+  be.classifier_forward_backward(logits, a.losses.slice(0, N), tgt, N, V, Vp,
+                                 prepare_backward ? dloss_scale : 0.0f);
+  std::vector<float> losses(N);
+  be.download(losses.data(), a.losses.slice(0, N));
+  double sum = 0.0;
+  for (float x : losses) sum += x;
+  return static_cast<float>(sum / static_cast<double>(N));
+}
+
+// ---------------------------------------------------------------- backward
+
+void GPT2::backward(const std::function<void(int)>& on_layer_done) {
+  const int B = cur_B_, T = cur_T_;
+  if (B == 0) throw std::runtime_error("backward called before forward");
+  const int C = cfg_.channels, L = cfg_.num_layers, NH = cfg_.num_heads;
+  const int Vp = cfg_.padded_vocab_size;
+  const size_t N = static_cast<size_t>(B) * T, Nmax = static_cast<size_t>(B_) * T_;
+  Backend& be = backend_;
+  Activations& a = acts_;
+  auto layer = [&](Tensor t, int l, size_t per_row) { return t.slice(l * Nmax * per_row, N * per_row); };
+  auto pl = [&](int t, int l) { return params_.slice(layout_.layer_offset(t, l), layout_.layer_numel(t)); };
+  auto gl = [&](int t, int l) { return grad_view(t, l); };
+  auto grad = [&](int t) { return grad_view(t, 0); };
+  const bool staged = grad_mode_ == GradMode::kStaged;
+  if (staged) backend_.zero(rest_grads_);
+  const size_t saved_stride = be.attention_saved_numel(B_, T_, NH);
+  const size_t saved_numel = be.attention_saved_numel(B, T, NH);
+
+  Tensor dresidual = a.dresidual.slice(0, N * C);
+  Tensor dln = a.dln.slice(0, N * C);
+  Tensor datty = a.datty.slice(0, N * C);
+  Tensor dqkv = a.dqkv.slice(0, N * 3 * C);
+  Tensor dfch = a.dfch.slice(0, N * 4 * C);
+
+  // logits hold dlogits now (fused classifier). lm_head backward: d(lnf) and
+  // the tied embedding's gradient.
+  be.matmul_backward(dln, grad(kWte), Tensor{}, a.logits.slice(0, N * Vp), a.lnf.slice(0, N * C),
+                     param(kWte), N, C, Vp);
+  be.zero(dresidual);
+  be.layernorm_backward(dresidual, grad(kLnfw), grad(kLnfb), dln, layer(a.residual3, L - 1, C),
+                        param(kLnfw), a.lnf_mean.slice(0, N), a.lnf_rstd.slice(0, N), N, C);
+
+  for (int l = L - 1; l >= 0; l--) {
+    if (staged) backend_.zero(layer_grads_);
+    Tensor residual = l == 0 ? a.encoded.slice(0, N * C) : layer(a.residual3, l - 1, C);
+    // residual3 = residual2 + fcproj: dresidual flows to both unchanged.
+    be.matmul_backward(dfch, gl(kFcprojw, l), gl(kFcprojb, l), dresidual, layer(a.fch_gelu, l, 4 * C),
+                       pl(kFcprojw, l), N, 4 * C, C);
+    be.gelu_backward(dfch, layer(a.fch, l, 4 * C), dfch, N * 4 * C);
+    be.matmul_backward(dln, gl(kFcw, l), gl(kFcb, l), dfch, layer(a.ln2, l, C), pl(kFcw, l), N, C, 4 * C);
+    be.layernorm_backward(dresidual, gl(kLn2w, l), gl(kLn2b, l), dln, layer(a.residual2, l, C),
+                          pl(kLn2w, l), layer(a.ln2_mean, l, 1), layer(a.ln2_rstd, l, 1), N, C);
+    // residual2 = residual + attproj
+    be.matmul_backward(datty, gl(kAttprojw, l), gl(kAttprojb, l), dresidual, layer(a.atty, l, C),
+                       pl(kAttprojw, l), N, C, C);
+    be.attention_backward(dqkv, a.att_scratch, datty, layer(a.qkv, l, 3 * C),
+                          a.att_saved.slice(l * saved_stride, saved_numel), B, T, C, NH);
+    be.matmul_backward(dln, gl(kQkvw, l), gl(kQkvb, l), dqkv, layer(a.ln1, l, C), pl(kQkvw, l), N, C, 3 * C);
+    be.layernorm_backward(dresidual, gl(kLn1w, l), gl(kLn1b, l), dln, residual, pl(kLn1w, l),
+                          layer(a.ln1_mean, l, 1), layer(a.ln1_rstd, l, 1), N, C);
+    if (on_layer_done) on_layer_done(l);
+  }
+  be.encoder_backward(grad(kWte), grad(kWpe), dresidual, a.tokens.slice(0, N), B, T, C);
+  if (on_layer_done) on_layer_done(-1);
+}
+
+// ---------------------------------------------------------------- readback
+
+std::vector<float> GPT2::logits_at(int b, int t) const {
+  if (b < 0 || b >= cur_B_ || t < 0 || t >= cur_T_) throw std::runtime_error("logits_at: out of range");
+  const size_t Vp = cfg_.padded_vocab_size;
+  std::vector<float> row(Vp);
+  backend_.download(row.data(), acts_.logits.slice((static_cast<size_t>(b) * cur_T_ + t) * Vp, Vp));
+  row.resize(cfg_.vocab_size);
+  return row;
+}
+
+std::vector<float> GPT2::losses() const {
+  const size_t N = static_cast<size_t>(cur_B_) * cur_T_;
+  std::vector<float> out(N);
+  backend_.download(out.data(), acts_.losses.slice(0, N));
+  return out;
+}
+
+}  // namespace gpt2

@@ -1,0 +1,153 @@
+// GPT-2: the tensor table and the one forward/backward pass, written against
+// the Backend seam (backend/backend.h). The model decides where every
+// parameter, gradient and activation lives; the backend owns the memory and
+// does the arithmetic.
+#ifndef MODEL_GPT2_H
+#define MODEL_GPT2_H
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "model/config.h"
+
+namespace gpt2 {
+
+// Parameter tensors in llm.c's order; per-layer tensors are stacked over layers.
+enum ParamTensor : int {
+  kWte, kWpe, kLn1w, kLn1b, kQkvw, kQkvb, kAttprojw, kAttprojb,
+  kLn2w, kLn2b, kFcw, kFcb, kFcprojw, kFcprojb, kLnfw, kLnfb,
+  kNumParamTensors
+};
+
+// Sizes and offsets of the 16 parameter tensors inside one flat buffer.
+struct ParamLayout {
+  std::array<size_t, kNumParamTensors> numel{};
+  std::array<size_t, kNumParamTensors> offset{};
+  size_t total = 0;
+  int num_layers = 0;
+
+  static ParamLayout for_config(const GPT2Config& cfg);
+  static const char* name(int t);
+  static bool is_per_layer(int t);  // stacked over layers (everything but wte, wpe, lnf)
+  static bool decays(int t);        // AdamW weight decay applies: 2-D matmul weights + embeddings
+  // Elements of tensor t that belong to layer l (per-layer tensors only).
+  size_t layer_offset(int t, int l) const { return offset[t] + numel[t] / num_layers * l; }
+  size_t layer_numel(int t) const { return numel[t] / num_layers; }
+};
+
+// Activation tensor table (llm.c's ActivationTensors, plus backward scratch).
+struct Activations {
+  Tensor encoded;           // (B,T,C)
+  Tensor ln1, ln1_mean, ln1_rstd;  // (L,B,T,C), (L,B,T), (L,B,T)
+  Tensor qkv;               // (L,B,T,3C)
+  Tensor atty;              // (L,B,T,C)
+  Tensor att_saved;         // L * backend.attention_saved_numel
+  Tensor attproj;           // (L,B,T,C)
+  Tensor residual2;         // (L,B,T,C)
+  Tensor ln2, ln2_mean, ln2_rstd;
+  Tensor fch, fch_gelu;     // (L,B,T,4C)
+  Tensor fcproj;            // (L,B,T,C)
+  Tensor residual3;         // (L,B,T,C)
+  Tensor lnf, lnf_mean, lnf_rstd;  // (B,T,C), (B,T), (B,T)
+  Tensor losses;            // (B,T)
+  Tensor logits;            // (B,T,Vp); dlogits in place after the fused classifier
+  Tensor tokens, targets;   // (B,T) int32
+  // backward scratch
+  Tensor dresidual;         // (B,T,C) gradient of the residual stream
+  Tensor dln;               // (B,T,C)
+  Tensor datty;             // (B,T,C)
+  Tensor dqkv;              // (B,T,3C)
+  Tensor dfch;              // (B,T,4C)
+  Tensor att_scratch;       // backend.attention_scratch_numel
+};
+
+// Where parameter gradients live.
+//   kFull:   one flat buffer like the parameters (ZeRO stages 0 and 1).
+//   kStaged: ZeRO-2. Only two "unit" buffers: one layer's gradients (reused for
+//            every layer) and the rest (wte, wpe, lnfw, lnfb, live for the whole
+//            backward). Each is packed in flat-buffer order, so unit u's buffer
+//            is exactly ZeroPlan::unit(u)'s send buffer. backward() zeroes them
+//            itself; the on_layer_done hook must consume a layer's buffer before
+//            it returns.
+enum class GradMode { kFull, kStaged };
+
+class GPT2 {
+ public:
+  // Allocates parameters, gradients and activations for batches up to B x T.
+  // `param_capacity` (>= the parameter count; 0 = exact) pads the parameter
+  // and full gradient buffers with zeros, e.g. to a multiple of the world size.
+  GPT2(Backend& backend, const GPT2Config& cfg, int B, int T, GradMode grad_mode = GradMode::kFull,
+       size_t param_capacity = 0);
+  ~GPT2();
+  GPT2(const GPT2&) = delete;
+  GPT2& operator=(const GPT2&) = delete;
+
+  const GPT2Config& config() const { return cfg_; }
+  const ParamLayout& layout() const { return layout_; }
+  size_t num_parameters() const { return layout_.total; }
+  int max_batch() const { return B_; }
+  int max_seq() const { return T_; }
+  Backend& backend() { return backend_; }
+
+  Tensor params() const { return params_; }  // param_capacity() elements
+  size_t param_capacity() const { return params_.numel; }
+  GradMode grad_mode() const { return grad_mode_; }
+  // kFull: the flat gradient buffer (param_capacity() elements). kStaged: throws.
+  Tensor grads() const;
+  Tensor param(int t) const { return params_.slice(layout_.offset[t], layout_.numel[t]); }
+  // kStaged: the packed gradient buffer of unit u (0..L-1 = layer, L = rest).
+  Tensor unit_grads(int unit) const;
+  size_t gradient_bytes() const { return gradient_bytes_; }
+  size_t activation_bytes() const { return activation_bytes_; }
+
+  // GPT-2 init: N(0, 0.02), residual projections (attprojw, fcprojw) scaled by
+  // 1/sqrt(2L), biases 0, layernorm weights 1. Deterministic in `seed`.
+  void init_random(uint64_t seed);
+  void set_parameters(const std::vector<float>& host);  // layout_.total floats
+  std::vector<float> get_parameters() const;
+
+  // Forward over inputs[B*T] (B <= max_batch, T <= max_seq). With targets,
+  // computes per-token losses and returns their mean; when `prepare_backward`
+  // the logits are replaced by dlogits scaled by `dloss_scale` (the caller's
+  // 1/(B*T*micro_steps)), ready for backward(). Without targets, only logits.
+  float forward(const int32_t* inputs, const int32_t* targets, int B, int T,
+                bool prepare_backward = false, float dloss_scale = 0.0f);
+  // Accumulates parameter gradients of the last forward(prepare_backward=true).
+  // `on_layer_done(l)` runs after layer l's parameter gradients are final for
+  // this micro-step (layers in reverse order; -1 for the embedding/final-LN
+  // tensors at the end): the hook a ZeRO-2 reduce-scatter hangs on.
+  void backward(const std::function<void(int layer)>& on_layer_done = nullptr);
+  void zero_grad();
+
+  // Logits of position t of batch row b from the last forward (V real entries).
+  std::vector<float> logits_at(int b, int t) const;
+  std::vector<float> losses() const;  // B*T from the last forward with targets
+
+ private:
+  void allocate_activations();
+  // Gradient of tensor t (layer l for per-layer tensors, ignored otherwise).
+  Tensor grad_view(int t, int l) const;
+
+  Backend& backend_;
+  GPT2Config cfg_;
+  ParamLayout layout_;
+  int B_, T_;
+  int cur_B_ = 0, cur_T_ = 0;
+  GradMode grad_mode_;
+  Tensor params_, grads_;                 // grads_: kFull only
+  Tensor layer_grads_, rest_grads_;       // kStaged only
+  std::array<size_t, kNumParamTensors> unit_offset_{};  // tensor's offset inside its unit buffer
+  size_t gradient_bytes_ = 0;
+  Activations acts_;
+  std::vector<Tensor> owned_;  // everything to free
+  size_t activation_bytes_ = 0;
+};
+
+}  // namespace gpt2
+
+#endif  // MODEL_GPT2_H

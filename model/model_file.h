@@ -1,0 +1,37 @@
+// llm.c's model file: a 256 x int32 header, then every parameter tensor in
+// ParamLayout order (fp32 for version 3, bf16 for version 5).
+//   header[0] = 20240326 (magic)   header[1] = version
+//   header[2] = max_seq_len        header[3] = vocab_size
+//   header[4] = num_layers         header[5] = num_heads
+//   header[6] = channels           header[7] = padded_vocab_size
+#ifndef MODEL_MODEL_FILE_H
+#define MODEL_MODEL_FILE_H
+
+#include <string>
+#include <vector>
+
+#include "model/config.h"
+
+namespace gpt2 {
+
+constexpr int kModelMagic = 20240326;
+constexpr int kModelVersionFp32 = 3;
+constexpr int kModelVersionBf16 = 5;
+
+struct ModelFile {
+  GPT2Config config;
+  int version = kModelVersionFp32;
+  std::vector<float> params;  // always fp32 in memory (bf16 files are widened exactly)
+};
+
+// Reads and validates a model file: magic, version, sane config, exact size.
+// Every error names the file.
+ModelFile read_model_file(const std::string& path);
+GPT2Config read_model_config(const std::string& path);  // header only (still checks the size)
+// Atomic write (temp + fsync + rename). version 5 rounds to bf16 (nearest even).
+void write_model_file(const std::string& path, const GPT2Config& cfg, const std::vector<float>& params,
+                      int version = kModelVersionFp32);
+
+}  // namespace gpt2
+
+#endif  // MODEL_MODEL_FILE_H

@@ -1,0 +1,841 @@
+// Op cases for the harness: inputs, the backend call, an independent fp64
+// reference written with plain loops (no BLAS, no code shared with
+// backend/cpu/), per-op tolerances and perf accounting.
+//
+// Tolerances are for an fp32 backend against the fp64 truth, from the length of
+// the reductions involved (|out - ref| <= atol + rtol |ref|); a formula or
+// indexing bug gives errors orders of magnitude above them.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <sstream>
+
+#include "test/backend/harness.h"
+
+namespace gpt2 {
+namespace optest {
+
+namespace {
+
+using Vec = std::vector<float>;
+using DVec = std::vector<double>;
+
+Vec randn(Rng& rng, size_t n, double scale = 1.0, double offset = 0.0) {
+  Vec v(n);
+  for (auto& x : v) x = static_cast<float>(offset + scale * rng.normal());
+  return v;
+}
+DVec to_d(const Vec& v) { return DVec(v.begin(), v.end()); }
+
+std::string join(std::initializer_list<std::pair<const char*, long>> kv, const char* extra = "") {
+  std::ostringstream s;
+  bool first = true;
+  for (auto& p : kv) {
+    s << (first ? "" : ",") << p.first << "=" << p.second;
+    first = false;
+  }
+  if (*extra) s << "," << extra;
+  return s.str();
+}
+
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+
+// ---------------------------------------------------------------- encoder
+class EncoderForward : public OpCase {
+ public:
+  EncoderForward(Rng& rng, int B, int T, int C, int V) : B_(B), T_(T), C_(C), V_(V) {
+    inputs = {{"wte", randn(rng, size_t(V) * C)}, {"wpe", randn(rng, size_t(T) * C)}};
+    std::vector<int32_t> tok(size_t(B) * T);
+    for (auto& t : tok) t = rng.below(V);
+    tok[0] = V - 1;  // the last row of the table
+    tokens = {tok};
+    outputs = {{"out", Vec(size_t(B) * T * C), true}};
+  }
+  std::string op() const override { return "encoder_forward"; }
+  std::string params() const override { return join({{"B", B_}, {"T", T_}, {"C", C_}, {"V", V_}}); }
+  void run(Ctx& c) override { c.be.encoder_forward(c.out[0], c.tok[0], c.in[0], c.in[1], B_, T_, C_); }
+  std::vector<DVec> reference() const override {
+    DVec out(size_t(B_) * T_ * C_);
+    for (int b = 0; b < B_; b++)
+      for (int t = 0; t < T_; t++)
+        for (int ch = 0; ch < C_; ch++)
+          out[(size_t(b) * T_ + t) * C_ + ch] =
+              double(inputs[0].data[size_t(tokens[0][size_t(b) * T_ + t]) * C_ + ch]) +
+              double(inputs[1].data[size_t(t) * C_ + ch]);
+    return {out};
+  }
+  // One fp32 addition: correctly rounded, so within half an ulp of the fp64 sum.
+  Tolerance tolerance(size_t) const override { return {1e-30, 6e-8}; }
+  double bytes() const override { return 3.0 * B_ * T_ * C_ * 4; }
+
+ private:
+  int B_, T_, C_, V_;
+};
+
+class EncoderBackward : public OpCase {
+ public:
+  EncoderBackward(Rng& rng, int B, int T, int C, int V) : B_(B), T_(T), C_(C), V_(V) {
+    inputs = {{"dout", randn(rng, size_t(B) * T * C)}};
+    std::vector<int32_t> tok(size_t(B) * T);
+    // Few distinct ids, so rows repeat and accumulate.
+    for (auto& t : tok) t = rng.below(std::min(V, 5));
+    tokens = {tok};
+    outputs = {{"dwte", randn(rng, size_t(V) * C), false}, {"dwpe", randn(rng, size_t(T) * C), false}};
+  }
+  std::string op() const override { return "encoder_backward"; }
+  std::string params() const override { return join({{"B", B_}, {"T", T_}, {"C", C_}, {"V", V_}}); }
+  void run(Ctx& c) override {
+    c.be.encoder_backward(c.out[0], c.out[1], c.in[0], c.tok[0], B_, T_, C_);
+  }
+  std::vector<DVec> reference() const override {
+    DVec dwte = to_d(outputs[0].data), dwpe = to_d(outputs[1].data);
+    for (int b = 0; b < B_; b++)
+      for (int t = 0; t < T_; t++) {
+        const size_t n = size_t(b) * T_ + t;
+        for (int ch = 0; ch < C_; ch++) {
+          const double d = inputs[0].data[n * C_ + ch];
+          dwte[size_t(tokens[0][n]) * C_ + ch] += d;
+          dwpe[size_t(t) * C_ + ch] += d;
+        }
+      }
+    return {dwte, dwpe};
+  }
+  // Sums of up to B*T N(0,1) terms in fp32: a few ulp of the running magnitude.
+  Tolerance tolerance(size_t) const override { return {2e-7 * B_ * T_, 1e-6}; }
+  double bytes() const override { return (3.0 * B_ * T_ * C_ + 2.0 * T_ * C_) * 4; }
+
+ private:
+  int B_, T_, C_, V_;
+};
+
+// ---------------------------------------------------------------- layernorm
+void layernorm_stats(const Vec& x, int N, int C, DVec& mean, DVec& rstd) {
+  mean.assign(N, 0);
+  rstd.assign(N, 0);
+  for (int n = 0; n < N; n++) {
+    double m = 0, v = 0;
+    for (int c = 0; c < C; c++) m += x[size_t(n) * C + c];
+    m /= C;
+    for (int c = 0; c < C; c++) {
+      const double d = x[size_t(n) * C + c] - m;
+      v += d * d;
+    }
+    mean[n] = m;
+    rstd[n] = 1.0 / std::sqrt(v / C + 1e-5);
+  }
+}
+
+class LayernormForward : public OpCase {
+ public:
+  LayernormForward(Rng& rng, int N, int C, bool constant_rows = false) : N_(N), C_(C), constant_(constant_rows) {
+    Vec x = randn(rng, size_t(N) * C, 2.0, 3.0);  // offset mean: the two-pass variance matters
+    if (constant_rows)
+      for (int n = 0; n < N; n += 2)
+        for (int c = 0; c < C; c++) x[size_t(n) * C + c] = 1.5f;
+    inputs = {{"inp", x}, {"w", randn(rng, C, 1.0, 1.0)}, {"b", randn(rng, C)}};
+    outputs = {{"out", Vec(size_t(N) * C), true}, {"mean", Vec(N), true}, {"rstd", Vec(N), true}};
+  }
+  std::string op() const override { return "layernorm_forward"; }
+  std::string params() const override { return join({{"N", N_}, {"C", C_}}, constant_ ? "constant_rows" : ""); }
+  void run(Ctx& c) override {
+    c.be.layernorm_forward(c.out[0], c.out[1], c.out[2], c.in[0], c.in[1], c.in[2], N_, C_);
+  }
+  std::vector<DVec> reference() const override {
+    DVec mean, rstd;
+    layernorm_stats(inputs[0].data, N_, C_, mean, rstd);
+    DVec out(size_t(N_) * C_);
+    for (int n = 0; n < N_; n++)
+      for (int c = 0; c < C_; c++)
+        out[size_t(n) * C_ + c] = (inputs[0].data[size_t(n) * C_ + c] - mean[n]) * rstd[n] *
+                                      inputs[1].data[c] + inputs[2].data[c];
+    return {out, mean, rstd};
+  }
+  // out ~ |w| * O(3) with a few fp32 roundings; mean/rstd from C-term sums.
+  Tolerance tolerance(size_t) const override { return {2e-6, 2e-6}; }
+  double bytes() const override { return (2.0 * N_ * C_ + 2.0 * N_) * 4; }
+
+ private:
+  int N_, C_;
+  bool constant_;
+};
+
+class LayernormBackward : public OpCase {
+ public:
+  LayernormBackward(Rng& rng, int N, int C) : N_(N), C_(C) {
+    Vec x = randn(rng, size_t(N) * C, 2.0, 3.0);
+    DVec mean, rstd;
+    layernorm_stats(x, N, C, mean, rstd);
+    // The saved statistics as an fp32 forward would have stored them.
+    inputs = {{"dout", randn(rng, size_t(N) * C)}, {"inp", x}, {"w", randn(rng, C, 1.0, 1.0)},
+              {"mean", Vec(mean.begin(), mean.end())}, {"rstd", Vec(rstd.begin(), rstd.end())}};
+    outputs = {{"dinp", randn(rng, size_t(N) * C), false}, {"dw", randn(rng, C), false},
+               {"db", randn(rng, C), false}};
+  }
+  std::string op() const override { return "layernorm_backward"; }
+  std::string params() const override { return join({{"N", N_}, {"C", C_}}); }
+  void run(Ctx& c) override {
+    c.be.layernorm_backward(c.out[0], c.out[1], c.out[2], c.in[0], c.in[1], c.in[2], c.in[3],
+                            c.in[4], N_, C_);
+  }
+  std::vector<DVec> reference() const override {
+    const Vec &dout = inputs[0].data, &x = inputs[1].data, &w = inputs[2].data;
+    DVec dinp = to_d(outputs[0].data), dw = to_d(outputs[1].data), db = to_d(outputs[2].data);
+    for (int n = 0; n < N_; n++) {
+      const double m = inputs[3].data[n], s = inputs[4].data[n];
+      double g_mean = 0, gn_mean = 0;
+      for (int c = 0; c < C_; c++) {
+        const double norm = (x[size_t(n) * C_ + c] - m) * s;
+        const double g = double(w[c]) * dout[size_t(n) * C_ + c];
+        g_mean += g;
+        gn_mean += g * norm;
+      }
+      g_mean /= C_;
+      gn_mean /= C_;
+      for (int c = 0; c < C_; c++) {
+        const double norm = (x[size_t(n) * C_ + c] - m) * s;
+        const double d = dout[size_t(n) * C_ + c];
+        dinp[size_t(n) * C_ + c] += s * (double(w[c]) * d - g_mean - norm * gn_mean);
+        dw[c] += d * norm;
+        db[c] += d;
+      }
+    }
+    return {dinp, dw, db};
+  }
+  Tolerance tolerance(size_t o) const override {
+    if (o == 0) return {5e-6, 5e-6};
+    return {2e-7 * N_ + 1e-6, 2e-6};  // dw, db: sums over N rows
+  }
+  double bytes() const override { return (4.0 * N_ * C_ + 2.0 * N_) * 4; }
+
+ private:
+  int N_, C_;
+};
+
+// ---------------------------------------------------------------- matmul
+class MatmulForward : public OpCase {
+ public:
+  MatmulForward(Rng& rng, int N, int C, int OC, bool bias) : N_(N), C_(C), OC_(OC), bias_(bias) {
+    inputs = {{"inp", randn(rng, size_t(N) * C)}, {"w", randn(rng, size_t(OC) * C, 1.0 / std::sqrt(C))}};
+    if (bias) inputs.push_back({"bias", randn(rng, OC)});
+    outputs = {{"out", Vec(size_t(N) * OC), true}};
+  }
+  std::string op() const override { return "matmul_forward"; }
+  std::string params() const override {
+    return join({{"N", N_}, {"C", C_}, {"OC", OC_}}, bias_ ? "bias" : "nobias");
+  }
+  void run(Ctx& c) override {
+    c.be.matmul_forward(c.out[0], c.in[0], c.in[1], bias_ ? c.in[2] : Tensor{}, N_, C_, OC_);
+  }
+  std::vector<DVec> reference() const override {
+    DVec out(size_t(N_) * OC_);
+    for (int n = 0; n < N_; n++)
+      for (int o = 0; o < OC_; o++) {
+        double acc = bias_ ? inputs[2].data[o] : 0.0;
+        for (int c = 0; c < C_; c++)
+          acc += double(inputs[0].data[size_t(n) * C_ + c]) * inputs[1].data[size_t(o) * C_ + c];
+        out[size_t(n) * OC_ + o] = acc;
+      }
+    return {out};
+  }
+  // fp32 dot products of length C over O(1/sqrt(C)) terms: error grows like sqrt(C) ulp.
+  Tolerance tolerance(size_t) const override { return {2e-7 * std::sqrt(double(C_)) + 1e-7, 2e-6}; }
+  double flops() const override { return 2.0 * N_ * C_ * OC_; }
+  double bytes() const override { return (double(N_) * C_ + double(OC_) * C_ + double(N_) * OC_) * 4; }
+
+ private:
+  int N_, C_, OC_;
+  bool bias_;
+};
+
+class MatmulBackward : public OpCase {
+ public:
+  MatmulBackward(Rng& rng, int N, int C, int OC, bool bias) : N_(N), C_(C), OC_(OC), bias_(bias) {
+    inputs = {{"dout", randn(rng, size_t(N) * OC)}, {"inp", randn(rng, size_t(N) * C)},
+              {"w", randn(rng, size_t(OC) * C, 1.0 / std::sqrt(C))}};
+    outputs = {{"dinp", Vec(size_t(N) * C), true}, {"dw", randn(rng, size_t(OC) * C), false}};
+    if (bias) outputs.push_back({"dbias", randn(rng, OC), false});
+  }
+  std::string op() const override { return "matmul_backward"; }
+  std::string params() const override {
+    return join({{"N", N_}, {"C", C_}, {"OC", OC_}}, bias_ ? "bias" : "nobias");
+  }
+  void run(Ctx& c) override {
+    c.be.matmul_backward(c.out[0], c.out[1], bias_ ? c.out[2] : Tensor{}, c.in[0], c.in[1],
+                         c.in[2], N_, C_, OC_);
+  }
+  std::vector<DVec> reference() const override {
+    const Vec &dout = inputs[0].data, &x = inputs[1].data, &w = inputs[2].data;
+    DVec dinp(size_t(N_) * C_, 0.0), dw = to_d(outputs[1].data);
+    for (int n = 0; n < N_; n++)
+      for (int c = 0; c < C_; c++) {
+        double acc = 0;
+        for (int o = 0; o < OC_; o++) acc += double(dout[size_t(n) * OC_ + o]) * w[size_t(o) * C_ + c];
+        dinp[size_t(n) * C_ + c] = acc;
+      }
+    for (int o = 0; o < OC_; o++)
+      for (int c = 0; c < C_; c++) {
+        double acc = 0;
+        for (int n = 0; n < N_; n++) acc += double(dout[size_t(n) * OC_ + o]) * x[size_t(n) * C_ + c];
+        dw[size_t(o) * C_ + c] += acc;
+      }
+    std::vector<DVec> r = {dinp, dw};
+    if (bias_) {
+      DVec db = to_d(outputs[2].data);
+      for (int n = 0; n < N_; n++)
+        for (int o = 0; o < OC_; o++) db[o] += dout[size_t(n) * OC_ + o];
+      r.push_back(db);
+    }
+    return r;
+  }
+  Tolerance tolerance(size_t o) const override {
+    // fp32 rounding grows like sqrt(length) ulp of the partial sums: dinp sums OC
+    // terms of size 1/sqrt(C) (partial sums ~ sqrt(OC/C)); dw and dbias sum N
+    // terms of size 1 (partial sums ~ sqrt(N)).
+    if (o == 0) return {4e-7 * std::sqrt(double(OC_)) * std::max(1.0, std::sqrt(double(OC_) / C_)), 2e-6};
+    return {4e-7 * N_ + 1e-7, 2e-6};
+  }
+  double flops() const override { return 4.0 * N_ * C_ * OC_; }
+  double bytes() const override {
+    return (2.0 * N_ * OC_ + double(N_) * C_ * 2 + 3.0 * OC_ * C_) * 4;
+  }
+
+ private:
+  int N_, C_, OC_;
+  bool bias_;
+};
+
+// ---------------------------------------------------------------- attention
+// Naive fp64 attention: the full probability matrix, no tricks.
+struct AttentionRef {
+  int B, T, C, NH;
+  const Vec& qkv;
+  double q(int b, int t, int h, int d) const { return qkv[(size_t(b) * T + t) * 3 * C + h * (C / NH) + d]; }
+  double k(int b, int t, int h, int d) const { return qkv[(size_t(b) * T + t) * 3 * C + C + h * (C / NH) + d]; }
+  double v(int b, int t, int h, int d) const { return qkv[(size_t(b) * T + t) * 3 * C + 2 * C + h * (C / NH) + d]; }
+  // probs[t][j] for one (b, h), j <= t
+  std::vector<DVec> probs(int b, int h) const {
+    const int hs = C / NH;
+    const double sc = 1.0 / std::sqrt(double(hs));
+    std::vector<DVec> P(T, DVec(T, 0.0));
+    for (int t = 0; t < T; t++) {
+      double mx = -INFINITY;
+      for (int j = 0; j <= t; j++) {
+        double s = 0;
+        for (int d = 0; d < hs; d++) s += q(b, t, h, d) * k(b, j, h, d);
+        P[t][j] = s * sc;
+        mx = std::max(mx, P[t][j]);
+      }
+      double sum = 0;
+      for (int j = 0; j <= t; j++) sum += (P[t][j] = std::exp(P[t][j] - mx));
+      for (int j = 0; j <= t; j++) P[t][j] /= sum;
+    }
+    return P;
+  }
+};
+
+double attention_pairs(int B, int T, int NH) { return double(B) * NH * T * (T + 1) / 2.0; }
+
+class AttentionForward : public OpCase {
+ public:
+  AttentionForward(Rng& rng, int B, int T, int C, int NH, double scale = 1.0)
+      : B_(B), T_(T), C_(C), NH_(NH) {
+    inputs = {{"qkv", randn(rng, size_t(B) * T * 3 * C, scale)}};
+    outputs = {{"out", Vec(size_t(B) * T * C), true}};
+  }
+  std::string op() const override { return "attention_forward"; }
+  std::string params() const override { return join({{"B", B_}, {"T", T_}, {"C", C_}, {"NH", NH_}}); }
+  void prepare(Ctx& c) override {
+    saved_ = c.temp(c.be.attention_saved_numel(B_, T_, NH_), BufferRole::kActivations);
+  }
+  void run(Ctx& c) override { c.be.attention_forward(c.out[0], saved_, c.in[0], B_, T_, C_, NH_); }
+  std::vector<DVec> reference() const override {
+    AttentionRef r{B_, T_, C_, NH_, inputs[0].data};
+    const int hs = C_ / NH_;
+    DVec out(size_t(B_) * T_ * C_, 0.0);
+    for (int b = 0; b < B_; b++)
+      for (int h = 0; h < NH_; h++) {
+        auto P = r.probs(b, h);
+        for (int t = 0; t < T_; t++)
+          for (int d = 0; d < hs; d++) {
+            double acc = 0;
+            for (int j = 0; j <= t; j++) acc += P[t][j] * r.v(b, j, h, d);
+            out[(size_t(b) * T_ + t) * C_ + h * hs + d] = acc;
+          }
+      }
+    return {out};
+  }
+  Tolerance tolerance(size_t) const override { return {2e-6, 2e-6}; }
+  double flops() const override { return 4.0 * attention_pairs(B_, T_, NH_) * (C_ / NH_); }
+  double bytes() const override { return (4.0 * B_ * T_ * C_ + double(B_) * NH_ * T_) * 4; }
+
+ private:
+  int B_, T_, C_, NH_;
+  Tensor saved_;
+};
+
+class AttentionBackward : public OpCase {
+ public:
+  AttentionBackward(Rng& rng, int B, int T, int C, int NH) : B_(B), T_(T), C_(C), NH_(NH) {
+    inputs = {{"dout", randn(rng, size_t(B) * T * C)}, {"qkv", randn(rng, size_t(B) * T * 3 * C)}};
+    outputs = {{"dqkv", Vec(size_t(B) * T * 3 * C), true}};
+  }
+  std::string op() const override { return "attention_backward"; }
+  std::string params() const override { return join({{"B", B_}, {"T", T_}, {"C", C_}, {"NH", NH_}}); }
+  void prepare(Ctx& c) override {
+    saved_ = c.temp(c.be.attention_saved_numel(B_, T_, NH_), BufferRole::kActivations);
+    out_ = c.temp(size_t(B_) * T_ * C_, BufferRole::kActivations);
+    scratch_ = c.temp(c.be.attention_scratch_numel(B_, T_, NH_), BufferRole::kScratch);
+    c.be.attention_forward(out_, saved_, c.in[1], B_, T_, C_, NH_);
+  }
+  void run(Ctx& c) override {
+    c.be.attention_backward(c.out[0], scratch_, c.in[0], c.in[1], saved_, B_, T_, C_, NH_);
+  }
+  std::vector<DVec> reference() const override {
+    AttentionRef r{B_, T_, C_, NH_, inputs[1].data};
+    const Vec& dout = inputs[0].data;
+    const int hs = C_ / NH_;
+    const double sc = 1.0 / std::sqrt(double(hs));
+    DVec dqkv(size_t(B_) * T_ * 3 * C_, 0.0);
+    auto at = [&](int b, int t, int part, int h, int d) -> double& {
+      return dqkv[(size_t(b) * T_ + t) * 3 * C_ + part * C_ + h * hs + d];
+    };
+    for (int b = 0; b < B_; b++)
+      for (int h = 0; h < NH_; h++) {
+        auto P = r.probs(b, h);
+        for (int t = 0; t < T_; t++) {
+          const float* dt = &dout[(size_t(b) * T_ + t) * C_ + h * hs];
+          DVec dp(t + 1);
+          double D = 0;
+          for (int j = 0; j <= t; j++) {
+            double s = 0;
+            for (int d = 0; d < hs; d++) s += dt[d] * r.v(b, j, h, d);
+            dp[j] = s;
+            D += P[t][j] * s;
+          }
+          for (int j = 0; j <= t; j++) {
+            const double ds = P[t][j] * (dp[j] - D) * sc;
+            for (int d = 0; d < hs; d++) {
+              at(b, t, 0, h, d) += ds * r.k(b, j, h, d);
+              at(b, j, 1, h, d) += ds * r.q(b, t, h, d);
+              at(b, j, 2, h, d) += P[t][j] * dt[d];
+            }
+          }
+        }
+      }
+    return {dqkv};
+  }
+  Tolerance tolerance(size_t) const override { return {5e-6 * std::sqrt(double(T_)), 5e-6}; }
+  double flops() const override { return 10.0 * attention_pairs(B_, T_, NH_) * (C_ / NH_); }
+  double bytes() const override { return (7.0 * B_ * T_ * C_ + double(B_) * NH_ * T_) * 4; }
+
+ private:
+  int B_, T_, C_, NH_;
+  Tensor saved_, out_, scratch_;
+};
+
+// ---------------------------------------------------------------- GELU
+double gelu_ref(double x) {
+  const double u = std::sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x);
+  return 0.5 * x * (1.0 + std::tanh(u));
+}
+double gelu_grad_ref(double x) {
+  const double s = std::sqrt(2.0 / M_PI);
+  const double u = s * (x + 0.044715 * x * x * x);
+  const double th = std::tanh(u);
+  return 0.5 * (1.0 + th) + 0.5 * x * (1.0 - th * th) * s * (1.0 + 3 * 0.044715 * x * x);
+}
+
+Vec gelu_inputs(Rng& rng, size_t n, bool specials) {
+  Vec x = randn(rng, n, 3.0);
+  if (specials && n >= 10) {
+    const float sp[] = {0.0f, -0.0f, 80.0f, -80.0f, 1e4f, -1e4f, 1e-30f, -5.0f, 30.0f,
+                        std::numeric_limits<float>::quiet_NaN()};
+    std::copy(std::begin(sp), std::end(sp), x.begin());
+  }
+  return x;
+}
+
+class GeluForward : public OpCase {
+ public:
+  GeluForward(Rng& rng, size_t n, bool specials) : n_(n), specials_(specials) {
+    inputs = {{"inp", gelu_inputs(rng, n, specials)}};
+    outputs = {{"out", Vec(n), true}};
+  }
+  std::string op() const override { return "gelu_forward"; }
+  std::string params() const override { return join({{"n", long(n_)}}, specials_ ? "specials" : ""); }
+  void run(Ctx& c) override { c.be.gelu_forward(c.out[0], c.in[0], n_); }
+  std::vector<DVec> reference() const override {
+    DVec out(n_);
+    for (size_t i = 0; i < n_; i++) out[i] = gelu_ref(inputs[0].data[i]);
+    return {out};
+  }
+  // A handful of fp32 roundings plus vexp's ~2 ulp; atol for outputs near 0.
+  Tolerance tolerance(size_t) const override { return {1e-7, 1e-6}; }
+  double bytes() const override { return 2.0 * n_ * 4; }
+
+ private:
+  size_t n_;
+  bool specials_;
+};
+
+class GeluBackward : public OpCase {
+ public:
+  GeluBackward(Rng& rng, size_t n, bool in_place, bool specials) : n_(n), in_place_(in_place), specials_(specials) {
+    inputs = {{"inp", gelu_inputs(rng, n, specials)}, {"dout", randn(rng, n)}};
+    outputs = {{"dinp", Vec(n), true}};
+  }
+  std::string op() const override { return "gelu_backward"; }
+  std::string params() const override {
+    return join({{"n", long(n_)}}, in_place_ ? (specials_ ? "in_place,specials" : "in_place") : (specials_ ? "specials" : ""));
+  }
+  void run(Ctx& c) override {
+    if (in_place_) {  // dinp aliases dout, as the model calls it
+      c.be.copy(c.out[0], c.in[1]);
+      c.be.gelu_backward(c.out[0], c.in[0], c.out[0], n_);
+    } else {
+      c.be.gelu_backward(c.out[0], c.in[0], c.in[1], n_);
+    }
+  }
+  std::vector<DVec> reference() const override {
+    DVec out(n_);
+    for (size_t i = 0; i < n_; i++) out[i] = gelu_grad_ref(inputs[0].data[i]) * inputs[1].data[i];
+    return {out};
+  }
+  // The two terms of gelu' have opposite signs for x < 0 and cancel near
+  // x = -0.75: rtol applies to the larger term.
+  std::vector<double> magnitude(size_t) const override {
+    std::vector<double> m(n_);
+    const double s = std::sqrt(2.0 / M_PI);
+    for (size_t i = 0; i < n_; i++) {
+      const double x = inputs[0].data[i];
+      const double sg = 0.5 * (1.0 + std::tanh(s * (x + 0.044715 * x * x * x)));
+      const double t2 = 2.0 * x * sg * (1.0 - sg) * s * (1.0 + 3 * 0.044715 * x * x);
+      m[i] = (std::fabs(sg) + std::fabs(t2)) * std::fabs(inputs[1].data[i]);
+    }
+    return m;
+  }
+  Tolerance tolerance(size_t) const override { return {2e-7, 2e-6}; }
+  double bytes() const override { return 3.0 * n_ * 4; }
+
+ private:
+  size_t n_;
+  bool in_place_, specials_;
+};
+
+// ---------------------------------------------------------------- residual
+class ResidualForward : public OpCase {
+ public:
+  ResidualForward(Rng& rng, size_t n, bool in_place) : n_(n), in_place_(in_place) {
+    Vec a = randn(rng, n), b = randn(rng, n);
+    if (n >= 3) {
+      a[0] = std::numeric_limits<float>::quiet_NaN();
+      a[1] = std::numeric_limits<float>::infinity();
+      b[2] = -std::numeric_limits<float>::infinity();
+    }
+    inputs = {{"a", a}, {"b", b}};
+    outputs = {{"out", Vec(n), true}};
+  }
+  std::string op() const override { return "residual_forward"; }
+  std::string params() const override { return join({{"n", long(n_)}}, in_place_ ? "in_place" : ""); }
+  void run(Ctx& c) override {
+    if (in_place_) {  // out aliases a
+      c.be.copy(c.out[0], c.in[0]);
+      c.be.residual_forward(c.out[0], c.out[0], c.in[1], n_);
+    } else {
+      c.be.residual_forward(c.out[0], c.in[0], c.in[1], n_);
+    }
+  }
+  std::vector<DVec> reference() const override {
+    DVec out(n_);
+    for (size_t i = 0; i < n_; i++) out[i] = double(inputs[0].data[i]) + inputs[1].data[i];
+    return {out};
+  }
+  Tolerance tolerance(size_t) const override { return {1e-30, 6e-8}; }
+  double bytes() const override { return 3.0 * n_ * 4; }
+
+ private:
+  size_t n_;
+  bool in_place_;
+};
+
+// ---------------------------------------------------------------- classifier
+class Classifier : public OpCase {
+ public:
+  enum class Kind { kNormal, kHugeLogits, kNaNRow };
+  Classifier(Rng& rng, int N, int V, int Vp, float dloss, Kind kind = Kind::kNormal)
+      : N_(N), V_(V), Vp_(Vp), dloss_(dloss), kind_(kind) {
+    const double scale = kind == Kind::kHugeLogits ? 1e4 : 2.0;
+    Vec logits = randn(rng, size_t(N) * Vp, scale);
+    // Padded columns hold garbage the op must never read: make it loud.
+    for (int n = 0; n < N; n++)
+      for (int j = V; j < Vp; j++) logits[size_t(n) * Vp + j] = 1e30f;
+    if (kind == Kind::kNaNRow) logits[size_t(N / 2) * Vp + V / 2] = std::numeric_limits<float>::quiet_NaN();
+    std::vector<int32_t> tg(N);
+    for (auto& t : tg) t = rng.below(V);
+    tg[0] = V - 1;
+    tokens = {tg};
+    outputs = {{"logits", logits, false}, {"losses", Vec(N), true}};
+  }
+  std::string op() const override { return "classifier_forward_backward"; }
+  std::string params() const override {
+    std::ostringstream s;
+    s << "dloss=" << dloss_;
+    if (kind_ == Kind::kHugeLogits) s << ",huge_logits";
+    if (kind_ == Kind::kNaNRow) s << ",nan_row";
+    return join({{"N", N_}, {"V", V_}, {"Vp", Vp_}}, s.str().c_str());
+  }
+  void run(Ctx& c) override {
+    c.be.classifier_forward_backward(c.out[0], c.out[1], c.tok[0], N_, V_, Vp_, dloss_);
+  }
+  std::vector<DVec> reference() const override {
+    const Vec& l = outputs[0].data;
+    DVec dl = to_d(l), losses(N_);
+    for (int n = 0; n < N_; n++) {
+      const float* row = &l[size_t(n) * Vp_];
+      const int tgt = tokens[0][n];
+      bool nan = false;
+      double mx = -INFINITY;
+      for (int j = 0; j < V_; j++) {
+        nan |= std::isnan(row[j]);
+        mx = std::max(mx, double(row[j]));
+      }
+      double sum = 0;
+      for (int j = 0; j < V_; j++) sum += std::exp(row[j] - mx);
+      losses[n] = nan ? kNaN : std::log(sum) + mx - row[tgt];
+      if (dloss_ != 0) {
+        for (int j = 0; j < V_; j++)
+          dl[size_t(n) * Vp_ + j] = nan ? kNaN : (std::exp(row[j] - mx) / sum - (j == tgt)) * dloss_;
+        for (int j = V_; j < Vp_; j++) dl[size_t(n) * Vp_ + j] = 0.0;
+      }
+    }
+    return {dl, losses};
+  }
+  Tolerance tolerance(size_t o) const override {
+    if (o == 0) return {1e-7 * std::fabs(dloss_) + 1e-30, 4e-6};  // probabilities * dloss
+    return {2e-6, 1e-6};  // losses
+  }
+  double bytes() const override { return 2.0 * N_ * Vp_ * 4; }
+
+ private:
+  int N_, V_, Vp_;
+  float dloss_;
+  Kind kind_;
+};
+
+// ---------------------------------------------------------------- optimizer
+class AdamW : public OpCase {
+ public:
+  AdamW(Rng& rng, size_t n, int t, float wd, float grad_scale) : n_(n), t_(t), wd_(wd), gs_(grad_scale) {
+    inputs = {{"grads", randn(rng, n, 0.1)}};
+    Vec v = randn(rng, n, 1e-3);
+    for (auto& x : v) x = x * x;  // second moments are >= 0
+    outputs = {{"params", randn(rng, n, 0.05), false}, {"m", randn(rng, n, 0.01), false}, {"v", v, false}};
+  }
+  std::string op() const override { return "adamw_update"; }
+  std::string params() const override {
+    std::ostringstream s;
+    s << "wd=" << wd_ << ",grad_scale=" << gs_;
+    return join({{"n", long(n_)}, {"t", t_}}, s.str().c_str());
+  }
+  void run(Ctx& c) override {
+    c.be.adamw_update(c.out[0], Tensor{}, c.in[0], c.out[1], c.out[2], kLr, kB1, kB2, kEps, wd_, gs_, t_);
+  }
+  std::vector<DVec> reference() const override {
+    DVec p = to_d(outputs[0].data), m = to_d(outputs[1].data), v = to_d(outputs[2].data);
+    const double b1 = kB1, b2 = kB2;
+    for (size_t i = 0; i < n_; i++) {
+      const double g = double(inputs[0].data[i]) * gs_;
+      m[i] = b1 * m[i] + (1 - b1) * g;
+      v[i] = b2 * v[i] + (1 - b2) * g * g;
+      const double mhat = m[i] / (1 - std::pow(b1, t_));
+      const double vhat = v[i] / (1 - std::pow(b2, t_));
+      p[i] -= double(kLr) * (mhat / (std::sqrt(vhat) + double(kEps)) + double(wd_) * p[i]);
+    }
+    return {p, m, v};
+  }
+  // m = b1 m + (1-b1) g cancels when the two terms have opposite signs, and the
+  // step lr * mhat / sqrt(vhat) can be much larger than the final |p|: rtol
+  // applies to the size of the terms (a few fp32 ulp of them).
+  std::vector<double> magnitude(size_t o) const override {
+    std::vector<double> mag(n_);
+    const double b1 = kB1, b2 = kB2;
+    for (size_t i = 0; i < n_; i++) {
+      const double g = double(inputs[0].data[i]) * gs_;
+      const double m_mag = std::fabs(b1 * outputs[1].data[i]) + std::fabs((1 - b1) * g);
+      const double v_new = b2 * outputs[2].data[i] + (1 - b2) * g * g;
+      if (o == 1) mag[i] = m_mag;
+      if (o == 2) mag[i] = v_new;
+      if (o == 0) {
+        const double vhat = v_new / (1 - std::pow(b2, t_));
+        const double step = m_mag / (1 - std::pow(b1, t_)) / (std::sqrt(vhat) + double(kEps));
+        mag[i] = std::fabs(outputs[0].data[i]) + double(kLr) * (step + double(wd_) * std::fabs(outputs[0].data[i]));
+      }
+    }
+    return mag;
+  }
+  Tolerance tolerance(size_t) const override { return {1e-30, 4e-7}; }
+  double bytes() const override { return 7.0 * n_ * 4; }
+
+ private:
+  static constexpr float kLr = 6e-4f, kB1 = 0.9f, kB2 = 0.95f, kEps = 1e-8f;
+  size_t n_;
+  int t_;
+  float wd_, gs_;
+};
+
+class Scale : public OpCase {
+ public:
+  Scale(Rng& rng, size_t n, float s) : n_(n), s_(s) { outputs = {{"x", randn(rng, n), false}}; }
+  std::string op() const override { return "scale"; }
+  std::string params() const override { return join({{"n", long(n_)}}); }
+  void run(Ctx& c) override { c.be.scale(c.out[0], s_); }
+  std::vector<DVec> reference() const override {
+    DVec x = to_d(outputs[0].data);
+    for (auto& v : x) v *= s_;
+    return {x};
+  }
+  Tolerance tolerance(size_t) const override { return {1e-30, 6e-8}; }
+  double bytes() const override { return 2.0 * n_ * 4; }
+
+ private:
+  size_t n_;
+  float s_;
+};
+
+// sum_squares returns a host double, checked exactly in ops_test.cpp; this case
+// only times it.
+class SumSquares : public OpCase {
+ public:
+  SumSquares(Rng& rng, size_t n) : n_(n) { inputs = {{"g", randn(rng, n)}}; }
+  std::string op() const override { return "sum_squares"; }
+  std::string params() const override { return join({{"n", long(n_)}}); }
+  void run(Ctx& c) override { result = c.be.sum_squares(c.in[0]); }
+  std::vector<DVec> reference() const override { return {}; }
+  Tolerance tolerance(size_t) const override { return {0, 0}; }
+  double bytes() const override { return 1.0 * n_ * 4; }
+  double result = 0;
+
+ private:
+  size_t n_;
+};
+
+}  // namespace
+
+std::vector<std::string> eval_op_names() {
+  return {"encoder_forward", "encoder_backward", "layernorm_forward", "layernorm_backward",
+          "matmul_forward", "matmul_backward", "attention_forward", "attention_backward",
+          "gelu_forward", "gelu_backward", "residual_forward", "classifier_forward_backward",
+          "adamw_update", "scale"};
+}
+
+std::vector<std::unique_ptr<OpCase>> eval_cases(const std::string& op, uint64_t seed) {
+  Rng rng(seed);
+  std::vector<std::unique_ptr<OpCase>> v;
+  auto add = [&](OpCase* c) { v.emplace_back(c); };
+  if (op == "encoder_forward") {
+    add(new EncoderForward(rng, 2, 5, 7, 11));
+    add(new EncoderForward(rng, 1, 1, 16, 3));
+    add(new EncoderForward(rng, 3, 17, 48, 97));
+  } else if (op == "encoder_backward") {
+    add(new EncoderBackward(rng, 2, 5, 7, 11));
+    add(new EncoderBackward(rng, 1, 1, 16, 3));
+    add(new EncoderBackward(rng, 4, 9, 37, 13));
+    add(new EncoderBackward(rng, 2, 33, 200, 50));
+  } else if (op == "layernorm_forward") {
+    add(new LayernormForward(rng, 1, 1));
+    add(new LayernormForward(rng, 5, 7));
+    add(new LayernormForward(rng, 33, 37));
+    add(new LayernormForward(rng, 8, 768));
+    add(new LayernormForward(rng, 6, 24, true));
+  } else if (op == "layernorm_backward") {
+    add(new LayernormBackward(rng, 1, 3));
+    add(new LayernormBackward(rng, 5, 7));
+    add(new LayernormBackward(rng, 33, 37));
+    add(new LayernormBackward(rng, 70, 96));  // > 1 row block of the partial sums
+    add(new LayernormBackward(rng, 1100, 19));  // 62 row blocks of 18 rows
+  } else if (op == "matmul_forward") {
+    add(new MatmulForward(rng, 1, 1, 1, true));
+    add(new MatmulForward(rng, 7, 13, 5, true));
+    add(new MatmulForward(rng, 7, 13, 5, false));
+    add(new MatmulForward(rng, 33, 40, 67, true));
+    add(new MatmulForward(rng, 64, 96, 288, true));   // above the parallel-split threshold
+    add(new MatmulForward(rng, 130, 64, 35, false));  // narrow output: row split
+  } else if (op == "matmul_backward") {
+    add(new MatmulBackward(rng, 1, 1, 1, true));
+    add(new MatmulBackward(rng, 7, 13, 5, true));
+    add(new MatmulBackward(rng, 7, 13, 5, false));
+    add(new MatmulBackward(rng, 33, 40, 67, true));
+    add(new MatmulBackward(rng, 64, 96, 288, true));
+    add(new MatmulBackward(rng, 130, 64, 35, false));
+  } else if (op == "attention_forward") {
+    add(new AttentionForward(rng, 1, 1, 4, 1));
+    add(new AttentionForward(rng, 2, 5, 12, 3));
+    add(new AttentionForward(rng, 1, 9, 28, 4));  // head size 7
+    add(new AttentionForward(rng, 2, 17, 64, 2));
+    add(new AttentionForward(rng, 1, 8, 16, 2, 30.0));  // sharp softmax: max subtraction matters
+  } else if (op == "attention_backward") {
+    add(new AttentionBackward(rng, 1, 1, 4, 1));
+    add(new AttentionBackward(rng, 2, 5, 12, 3));
+    add(new AttentionBackward(rng, 1, 9, 28, 4));
+    add(new AttentionBackward(rng, 2, 17, 64, 2));
+  } else if (op == "gelu_forward") {
+    add(new GeluForward(rng, 1, false));
+    add(new GeluForward(rng, 37, true));
+    add(new GeluForward(rng, 5000, true));
+  } else if (op == "gelu_backward") {
+    add(new GeluBackward(rng, 1, false, false));
+    add(new GeluBackward(rng, 37, false, true));
+    add(new GeluBackward(rng, 5001, true, true));
+  } else if (op == "residual_forward") {
+    add(new ResidualForward(rng, 1, false));
+    add(new ResidualForward(rng, 37, false));
+    add(new ResidualForward(rng, 4099, true));
+  } else if (op == "classifier_forward_backward") {
+    add(new Classifier(rng, 1, 1, 1, 1.0f));  // a single class: loss 0, gradient 0
+    add(new Classifier(rng, 3, 7, 7, 0.25f));
+    add(new Classifier(rng, 5, 37, 48, 1.0f / 5));
+    add(new Classifier(rng, 5, 37, 48, 0.0f));  // evaluation: logits untouched
+    add(new Classifier(rng, 4, 1000, 1024, 0.25f, Classifier::Kind::kHugeLogits));
+    add(new Classifier(rng, 4, 50, 64, 0.25f, Classifier::Kind::kNaNRow));
+    add(new Classifier(rng, 2, 50257, 50304, 0.5f));  // GPT-2's vocabulary
+  } else if (op == "adamw_update") {
+    add(new AdamW(rng, 1, 1, 0.0f, 1.0f));
+    add(new AdamW(rng, 37, 1, 0.1f, 1.0f));
+    add(new AdamW(rng, 1000, 10, 0.1f, 0.5f));
+    add(new AdamW(rng, 4097, 1000, 0.0f, 1.0f));
+  } else if (op == "scale") {
+    add(new Scale(rng, 1, 0.5f));
+    add(new Scale(rng, 1001, -3.0f));
+  }
+  return v;
+}
+
+std::vector<std::unique_ptr<OpCase>> perf_cases(uint64_t seed) {
+  // GPT-2 d12 training step at B=4, T=64.
+  const int B = 4, T = 64, C = 768, NH = 12, V = 50257, Vp = 50304, N = B * T;
+  Rng rng(seed);
+  std::vector<std::unique_ptr<OpCase>> v;
+  auto add = [&](OpCase* c) { v.emplace_back(c); };
+  add(new EncoderForward(rng, B, T, C, V));
+  add(new EncoderBackward(rng, B, T, C, V));
+  add(new LayernormForward(rng, N, C));
+  add(new LayernormBackward(rng, N, C));
+  const int shapes[][2] = {{C, 3 * C}, {C, C}, {C, 4 * C}, {4 * C, C}, {C, Vp}};
+  for (auto& s : shapes) add(new MatmulForward(rng, N, s[0], s[1], s[1] != Vp));
+  for (auto& s : shapes) add(new MatmulBackward(rng, N, s[0], s[1], s[1] != Vp));
+  add(new AttentionForward(rng, B, T, C, NH));
+  add(new AttentionBackward(rng, B, T, C, NH));
+  add(new AttentionForward(rng, 1, 1024, C, NH));
+  add(new AttentionBackward(rng, 1, 1024, C, NH));
+  add(new GeluForward(rng, size_t(N) * 4 * C, false));
+  add(new GeluBackward(rng, size_t(N) * 4 * C, true, false));
+  add(new ResidualForward(rng, size_t(N) * C, false));
+  add(new Classifier(rng, N, V, Vp, 1.0f / N));
+  add(new AdamW(rng, size_t(1) << 24, 10, 0.1f, 1.0f));
+  add(new SumSquares(rng, size_t(1) << 24));
+  add(new Scale(rng, size_t(1) << 24, 0.5f));
+  return v;
+}
+
+}  // namespace optest
+}  // namespace gpt2

@@ -1,0 +1,184 @@
+// Eval mode of the op harness (one test per op: every case on every backend
+// under test), exact sum_squares, memory ops, error handling and vexp accuracy.
+// `backend_ops_test --perf` runs the perf mode instead of the tests.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "backend/cpu/vmath.h"
+#include "test/backend/harness.h"
+
+namespace gpt2 {
+namespace {
+
+using optest::BackendUnderTest;
+using optest::CaseResult;
+using optest::Rng;
+
+class OpEval : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(OpEval, MatchesReferenceOnEveryBackend) {
+  const std::string op = GetParam();
+  const auto backends = optest::backends_under_test();
+  // Same seed for every backend: identical inputs.
+  const auto cases = optest::eval_cases(op, 42);
+  ASSERT_FALSE(cases.empty()) << "no cases for " << op;
+  for (const auto& c : cases) {
+    CaseResult first;
+    for (size_t bi = 0; bi < backends.size(); bi++) {
+      auto be = backends[bi].make();
+      CaseResult r = optest::eval_case(*c, *be, bi == 0 ? nullptr : &first);
+      std::printf("  %s(%s) [%s]: %s, worst error %.3g of tolerance\n", c->op().c_str(),
+                  c->params().c_str(), backends[bi].name.c_str(), r.ok ? "OK" : "FAIL", r.worst);
+      EXPECT_TRUE(r.ok) << c->op() << "(" << c->params() << ") on " << backends[bi].name << ":\n"
+                        << r.detail;
+      if (bi == 0) first = std::move(r);
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Ops, OpEval, ::testing::ValuesIn(optest::eval_op_names()),
+                         [](const ::testing::TestParamInfo<std::string>& info) {
+                           return info.param;
+                         });
+
+// Values k/16 with |k| <= 100: every square and every partial sum is exact in
+// fp64, so any summation order must give exactly the integer-computed total.
+TEST(SumSquares, ExactOnEveryBackend) {
+  for (const BackendUnderTest& but : optest::backends_under_test()) {
+    auto be = but.make();
+    for (size_t n : {size_t{1}, size_t{1000}, size_t{(1 << 16) + 3}, size_t{300001}}) {
+      std::vector<float> host(n);
+      int64_t exact_256ths = 0;  // sum of k^2, in units of 1/256
+      for (size_t i = 0; i < n; i++) {
+        const int k = static_cast<int>((i * 7919) % 201) - 100;
+        host[i] = static_cast<float>(k) / 16.0f;
+        exact_256ths += static_cast<int64_t>(k) * k;
+      }
+      Tensor t = be->alloc(n, BufferRole::kGrads);
+      be->upload(t, host.data());
+      const double got = be->sum_squares(t);
+      be->free(t);
+      EXPECT_EQ(got, static_cast<double>(exact_256ths) / 256.0) << but.name << " n=" << n;
+    }
+  }
+}
+
+TEST(SumSquares, RandomMatchesLongDouble) {
+  Rng rng(7);
+  const size_t n = 200003;
+  std::vector<float> host(n);
+  long double ref = 0;
+  for (auto& x : host) {
+    x = static_cast<float>(rng.normal());
+    ref += static_cast<long double>(x) * x;
+  }
+  for (const BackendUnderTest& but : optest::backends_under_test()) {
+    auto be = but.make();
+    Tensor t = be->alloc(n, BufferRole::kGrads);
+    be->upload(t, host.data());
+    const double got = be->sum_squares(t);
+    be->free(t);
+    EXPECT_NEAR(got, static_cast<double>(ref), 1e-12 * static_cast<double>(ref)) << but.name;
+  }
+}
+
+TEST(Memory, AllocAlignedZeroCopyRoundTrip) {
+  for (const BackendUnderTest& but : optest::backends_under_test()) {
+    auto be = but.make();
+    const size_t n = (1 << 20) + 5;  // above the parallel-copy threshold, odd tail
+    Tensor a = be->alloc(n, BufferRole::kParams);
+    Tensor b = be->alloc(n, BufferRole::kParams);
+    if (be->is_host_memory()) {
+      EXPECT_EQ(reinterpret_cast<uintptr_t>(a.ptr) % 64, 0u) << but.name;
+    }
+    std::vector<float> host(n), back(n);
+    for (size_t i = 0; i < n; i++) host[i] = static_cast<float>(i) * 0.25f - 7.0f;
+    be->upload(a, host.data());
+    be->copy(b, a);
+    be->download(back.data(), b);
+    EXPECT_EQ(std::memcmp(back.data(), host.data(), n * sizeof(float)), 0) << but.name;
+    be->zero(b.slice(3, n - 4));
+    be->download(back.data(), b);
+    EXPECT_EQ(back[2], host[2]);
+    EXPECT_EQ(back[n - 1], host[n - 1]);
+    size_t nonzero = 0;
+    for (size_t i = 3; i < n - 1; i++) nonzero += back[i] != 0.0f;
+    EXPECT_EQ(nonzero, 0u) << but.name;
+    be->free(a);
+    be->free(b);
+    Tensor empty = be->alloc(0, BufferRole::kScratch);
+    EXPECT_TRUE(empty.empty());
+    be->free(empty);
+  }
+}
+
+TEST(Errors, BadArgumentsThrowNamingTheOp) {
+  auto be = make_cpu_backend(1);
+  Tensor wte = be->alloc(4 * 8, BufferRole::kParams);  // vocab 4, C 8
+  Tensor wpe = be->alloc(2 * 8, BufferRole::kParams);
+  Tensor out = be->alloc(2 * 8, BufferRole::kActivations);
+  Tensor tok = be->alloc(2, BufferRole::kTokens);
+  const int32_t bad[2] = {1, 4};
+  be->upload_tokens(tok, bad);
+  try {
+    be->encoder_forward(out, tok, wte, wpe, 1, 2, 8);
+    ADD_FAILURE() << "out-of-range token accepted";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("encoder_forward"), std::string::npos) << e.what();
+  }
+  // Output too small for the shape.
+  EXPECT_THROW(be->matmul_forward(out, out, wte, Tensor{}, 4, 8, 4), std::runtime_error);
+  // C not divisible by NH.
+  Tensor qkv = be->alloc(2 * 3 * 8, BufferRole::kActivations);
+  Tensor saved = be->alloc(64, BufferRole::kActivations);
+  EXPECT_THROW(be->attention_forward(out, saved, qkv, 1, 2, 8, 3), std::runtime_error);
+  // Target outside [0, V).
+  Tensor logits = be->alloc(2 * 8, BufferRole::kActivations);
+  Tensor losses = be->alloc(2, BufferRole::kActivations);
+  EXPECT_THROW(be->classifier_forward_backward(logits, losses, tok, 2, 4, 8, 1.0f),
+               std::runtime_error);
+  for (Tensor t : {wte, wpe, out, tok, qkv, saved, logits, losses}) be->free(t);
+}
+
+// vexp(float) against fp64 exp over the range the ops use: <= 2 ulp.
+TEST(Vexp, AccurateToTwoUlp) {
+  double worst_ulp = 0;
+  for (int i = 0; i <= 2000000; i++) {
+    const float x = -87.0f + 175.0f * static_cast<float>(i) / 2000000.0f;
+    const double ref = std::exp(static_cast<double>(x));
+    const float got = cpu::vexp(x);
+    const double ulp = std::ldexp(1.0, std::ilogb(static_cast<float>(ref)) - 23);
+    worst_ulp = std::max(worst_ulp, std::fabs(got - ref) / ulp);
+  }
+  std::printf("  vexp worst error %.3f ulp\n", worst_ulp);
+  EXPECT_LE(worst_ulp, 2.0);
+  EXPECT_EQ(cpu::vexp(-100.0f), 0.0f);
+  EXPECT_EQ(cpu::vexp(0.0f), 1.0f);
+  EXPECT_TRUE(std::isnan(cpu::vexp(std::nanf(""))));
+  EXPECT_TRUE(std::isfinite(cpu::vexp(1000.0f)));
+}
+
+}  // namespace
+}  // namespace gpt2
+
+int main(int argc, char** argv) {
+  for (int i = 1; i < argc; i++) {
+    if (std::strcmp(argv[i], "--perf") == 0) {
+      try {
+        return gpt2::optest::run_perf(0.3);
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "error: %s\n", e.what());
+        return 1;
+      }
+    }
+  }
+  ::testing::InitGoogleTest(&argc, argv);
+  return RUN_ALL_TESTS();
+}

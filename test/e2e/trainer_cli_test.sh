@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# The trainer binary from outside: --help, bad flags, bad data, bad config,
+# NaN handling (--on-nan stop keeps checkpoints and fails; skip continues),
+# atomic checkpoints and pruning.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+mkdir -p build/test/e2e
+work=$(mktemp -d build/test/e2e/cli.XXXXXX)
+trap 'rm -rf "$work"' EXIT
+fails=0
+check() {  # check NAME EXPECTED_RC GREP_PATTERN -- command...
+  local name=$1 want=$2 pat=$3; shift 4
+  "$@" > "$work/out" 2>&1; local rc=$?
+  if [ "$rc" -ne "$want" ] || ! grep -qE -- "$pat" "$work/out"; then
+    echo "FAIL $name: rc=$rc (want $want), pattern '$pat'"; sed 's/^/    /' "$work/out" | tail -5; fails=$((fails + 1))
+  else
+    echo "ok   $name: $(grep -E -m1 -- "$pat" "$work/out" | cut -c1-110)"
+  fi
+}
+# A small uint16 shard of random ids < 256 (llm.c format), and a tiny config.
+/usr/bin/python3 - "$work/tok.bin" <<'PY'
+import random, struct, sys
+random.seed(1)
+n = 4000
+with open(sys.argv[1], "wb") as f:
+    f.write(struct.pack("<256i", 20240520, 1, n, *([0] * 253)))
+    f.write(struct.pack("<%dH" % n, *[random.randrange(256) for _ in range(n)]))
+PY
+tiny=(--device cpu --model d2 --config n_embd=32,n_head=2,max_seq=32,vocab_size=256 -B 2 -T 16
+      --train-data "$work/tok.bin" --val-data "$work/tok.bin" --val-every 0 --sample-every 0 --threads 1)
+
+check help 0 "--zero-stage" -- ./train_gpt2cu --help
+check unknown-flag 2 "unknown option '--epochs'" -- ./train_gpt2cu --epochs 3
+check bad-number 2 "--lr: invalid value 'abc'" -- ./train_gpt2cu --lr abc
+check missing-value 2 "--max-steps needs a value" -- ./train_gpt2cu --max-steps
+check no-data 1 "nonexistent.*(no file|match)" -- ./train_gpt2cu "${tiny[@]}" --train-data "$work/nonexistent_*.bin"
+check ids-out-of-range 1 "tok.bin" -- ./train_gpt2cu "${tiny[@]/vocab_size=256/vocab_size=100}"
+check batch-not-multiple 1 "not a multiple of B\*T\*world" -- ./train_gpt2cu "${tiny[@]}" --total-batch-tokens 100
+check seq-over-max 0 "capped to the model's max_seq 32" -- ./train_gpt2cu "${tiny[@]}" -T 64 --max-steps 1
+check cuda-unavailable 1 "no CUDA backend" -- ./train_gpt2cu "${tiny[@]}" --device cuda
+check model-missing 1 "missing.bin: cannot open" -- ./train_gpt2cu --device cpu --model "$work/missing.bin" --train-data "$work/tok.bin"
+
+# Checkpoints: every 2 steps, keep 2, final model.bin; no temp files left.
+check train 0 "final model -> " -- ./train_gpt2cu "${tiny[@]}" --max-steps 6 --output-dir "$work/ck" \
+  --checkpoint-every 2 --keep-checkpoints 2
+got=$(cd "$work/ck" && ls | tr '\n' ' ')
+want="DONE_00000004 DONE_00000006 model.bin model_00000004.bin model_00000006.bin state_00000004_00000.bin state_00000006_00000.bin "
+if [ "$got" = "$want" ]; then echo "ok   checkpoint files: $got"; else echo "FAIL checkpoint files: '$got'"; fails=$((fails + 1)); fi
+
+# NaN: poison one layernorm weight of a saved model.
+/usr/bin/python3 - "$work/ck/model.bin" "$work/nan.bin" <<'PY'
+import struct, sys
+b = bytearray(open(sys.argv[1], "rb").read())
+hdr = struct.unpack("<256i", b[:1024])
+Vp, C, maxT = hdr[7], hdr[6], hdr[2]
+off = 1024 + 4 * (Vp * C + maxT * C)   # first element of ln1w
+b[off:off + 4] = struct.pack("<f", float("nan"))
+open(sys.argv[2], "wb").write(b)
+PY
+nanrun=("${tiny[@]/d2/$work/nan.bin}")
+nanrun=("${nanrun[@]/--config/--seed}")
+nanrun=("${nanrun[@]/n_embd=32,n_head=2,max_seq=32,vocab_size=256/7}")
+check nan-stop 1 "non-finite loss at step 1" -- ./train_gpt2cu "${nanrun[@]}" --max-steps 3
+check nan-skip 0 "skipped 3 step" -- ./train_gpt2cu "${nanrun[@]}" --max-steps 3 --on-nan skip
+# A non-finite stop never destroys earlier checkpoints.
+check nan-keeps-checkpoints 1 "non-finite" -- ./train_gpt2cu "${nanrun[@]}" --max-steps 3 --output-dir "$work/ck"
+if [ -e "$work/ck/DONE_00000006" ] && [ -e "$work/ck/model.bin" ]; then echo "ok   checkpoints intact after NaN stop"
+else echo "FAIL checkpoints lost after NaN stop"; fails=$((fails + 1)); fi
+
+echo "$fails failure(s)"
+[ "$fails" -eq 0 ]

@@ -1,0 +1,408 @@
+// cuBLAS / cuBLASLt emulation against a naive double-precision reference:
+// every transpose combination, padded leading dimensions, strided batches, fp32
+// and bf16, every supported cuBLASLt epilogue, and the documented error codes.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include <cublasLt.h>
+#include <cublas_v2.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime_api.h>
+
+namespace gpt2 {
+namespace {
+
+// A column-major matrix of `rows x cols` with leading dimension ld per batch entry,
+// held on the host as fp32 values already representable in `type`.
+struct HostMatrix {
+  int rows = 0, cols = 0, ld = 0, batch = 1;
+  long long stride = 0;
+  cudaDataType type = CUDA_R_32F;
+  std::vector<float> v;
+  float at(int b, int r, int c) const { return v[static_cast<size_t>(b * stride + r + c * ld)]; }
+};
+
+float round_to(cudaDataType t, float x) { return t == CUDA_R_16BF ? __bfloat162float(__float2bfloat16(x)) : x; }
+
+HostMatrix random_matrix(int rows, int cols, int pad, int batch, cudaDataType type, uint32_t seed) {
+  HostMatrix m;
+  m.rows = rows, m.cols = cols, m.ld = rows + pad, m.batch = batch, m.type = type;
+  m.stride = static_cast<long long>(m.ld) * cols + 5;  // batches are not packed
+  m.v.assign(static_cast<size_t>(m.stride * batch), 0.0f);
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  for (float& x : m.v) x = round_to(type, dist(rng));
+  return m;
+}
+
+// Device copy in the matrix's storage type.
+struct DeviceMatrix {
+  void* ptr = nullptr;
+  size_t n = 0;
+  cudaDataType type;
+  explicit DeviceMatrix(const HostMatrix& h) : n(h.v.size()), type(h.type) { upload(h.v); }
+  DeviceMatrix(size_t count, cudaDataType t) : n(count), type(t) {
+    EXPECT_EQ(cudaMalloc(&ptr, count * (t == CUDA_R_32F ? 4 : 2)), cudaSuccess);
+  }
+  ~DeviceMatrix() { cudaFree(ptr); }
+  void upload(const std::vector<float>& v) {
+    if (ptr == nullptr) {
+      EXPECT_EQ(cudaMalloc(&ptr, n * (type == CUDA_R_32F ? 4 : 2)), cudaSuccess);
+    }
+    if (type == CUDA_R_32F) {  // NOLINT
+      cudaMemcpy(ptr, v.data(), n * 4, cudaMemcpyHostToDevice);
+    } else {
+      std::vector<__nv_bfloat16> b(n);
+      for (size_t i = 0; i < n; ++i) b[i] = __float2bfloat16(v[i]);
+      cudaMemcpy(ptr, b.data(), n * 2, cudaMemcpyHostToDevice);
+    }
+  }
+  std::vector<float> download() const {
+    std::vector<float> v(n);
+    if (type == CUDA_R_32F) {
+      cudaMemcpy(v.data(), ptr, n * 4, cudaMemcpyDeviceToHost);
+    } else {
+      std::vector<__nv_bfloat16> b(n);
+      cudaMemcpy(b.data(), ptr, n * 2, cudaMemcpyDeviceToHost);
+      for (size_t i = 0; i < n; ++i) v[i] = __bfloat162float(b[i]);
+    }
+    return v;
+  }
+};
+
+double op_at(const HostMatrix& m, int b, bool trans, int r, int c) { return trans ? m.at(b, c, r) : m.at(b, r, c); }
+
+// alpha * op(A) op(B) + beta * C for one batch entry, in double.
+double reference(const HostMatrix& a, bool ta, const HostMatrix& b, bool tb, const HostMatrix* c, int batch, int i,
+                 int j, int k, double alpha, double beta) {
+  double s = 0;
+  for (int p = 0; p < k; ++p) s += op_at(a, batch, ta, i, p) * op_at(b, batch, tb, p, j);
+  s *= alpha;
+  if (beta != 0.0) s += beta * c->at(batch, i, j);
+  return s;
+}
+
+// fp32-accumulated results compared with a double reference; bf16 outputs
+// additionally carry one rounding (2^-8 relative).
+double tolerance(cudaDataType out, double ref) { return (out == CUDA_R_16BF ? std::ldexp(std::fabs(ref), -8) : 0.0) + 1e-4; }
+
+class GemmExTest : public ::testing::TestWithParam<std::tuple<cublasOperation_t, cublasOperation_t, cudaDataType, cudaDataType>> {};
+
+TEST_P(GemmExTest, StridedBatchedMatchesReference) {
+  auto [op_a, op_b, in_type, out_type] = GetParam();
+  const int m = 5, n = 7, k = 9, batch = 3;
+  bool ta = op_a == CUBLAS_OP_T, tb = op_b == CUBLAS_OP_T;
+  HostMatrix a = random_matrix(ta ? k : m, ta ? m : k, 3, batch, in_type, 1);
+  HostMatrix b = random_matrix(tb ? n : k, tb ? k : n, 2, batch, in_type, 2);
+  HostMatrix c = random_matrix(m, n, 1, batch, out_type, 3);
+  DeviceMatrix da(a), db(b), dc(c);
+  cublasHandle_t handle;
+  ASSERT_EQ(cublasCreate(&handle), CUBLAS_STATUS_SUCCESS);
+  const float alpha = 1.5f, beta = 0.5f;
+  if (in_type == CUDA_R_32F && out_type == CUDA_R_16BF) {  // not among cuBLAS's type combinations
+    EXPECT_EQ(cublasGemmStridedBatchedEx(handle, op_a, op_b, m, n, k, &alpha, da.ptr, in_type, a.ld, a.stride, db.ptr,
+                                         in_type, b.ld, b.stride, &beta, dc.ptr, out_type, c.ld, c.stride, batch,
+                                         CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+              CUBLAS_STATUS_NOT_SUPPORTED);
+    cublasDestroy(handle);
+    return;
+  }
+  ASSERT_EQ(cublasGemmStridedBatchedEx(handle, op_a, op_b, m, n, k, &alpha, da.ptr, in_type, a.ld, a.stride, db.ptr,
+                                       in_type, b.ld, b.stride, &beta, dc.ptr, out_type, c.ld, c.stride, batch,
+                                       CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+            CUBLAS_STATUS_SUCCESS);
+  std::vector<float> got = dc.download();
+  for (int bt = 0; bt < batch; ++bt)
+    for (int i = 0; i < m; ++i)
+      for (int j = 0; j < n; ++j) {
+        double ref = reference(a, ta, b, tb, &c, bt, i, j, k, alpha, beta);
+        EXPECT_NEAR(got[bt * c.stride + i + j * c.ld], ref, tolerance(out_type, ref)) << bt << "," << i << "," << j;
+      }
+  // padding between columns and batches is untouched
+  EXPECT_EQ(got[c.ld - 1], c.v[c.ld - 1]);
+  EXPECT_EQ(got[c.stride - 1], c.v[c.stride - 1]);
+
+  // single GEMM with beta = 0: C is poisoned with NaN and must not be read
+  DeviceMatrix dc0(c.v.size(), out_type);
+  const float zero = 0.0f;
+  ASSERT_EQ(cublasGemmEx(handle, op_a, op_b, m, n, k, &alpha, da.ptr, in_type, a.ld, db.ptr, in_type, b.ld, &zero,
+                         dc0.ptr, out_type, c.ld, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+            CUBLAS_STATUS_SUCCESS);
+  std::vector<float> got0 = dc0.download();
+  for (int i = 0; i < m; ++i)
+    for (int j = 0; j < n; ++j) {
+      double ref = reference(a, ta, b, tb, nullptr, 0, i, j, k, alpha, 0.0);
+      EXPECT_NEAR(got0[i + j * c.ld], ref, tolerance(out_type, ref));
+    }
+  ASSERT_EQ(cublasDestroy(handle), CUBLAS_STATUS_SUCCESS);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    AllOps, GemmExTest,
+    ::testing::Combine(::testing::Values(CUBLAS_OP_N, CUBLAS_OP_T), ::testing::Values(CUBLAS_OP_N, CUBLAS_OP_T),
+                       ::testing::Values(CUDA_R_32F, CUDA_R_16BF), ::testing::Values(CUDA_R_32F, CUDA_R_16BF)),
+    [](const auto& info) {
+      auto name = [](cudaDataType t) { return t == CUDA_R_32F ? std::string("f32") : std::string("bf16"); };
+      return std::string(std::get<0>(info.param) == CUBLAS_OP_N ? "N" : "T") +
+             (std::get<1>(info.param) == CUBLAS_OP_N ? "N" : "T") + "_" + name(std::get<2>(info.param)) + "_" +
+             name(std::get<3>(info.param));
+    });
+
+TEST(Cublas, SgemmAndSgemmStridedBatched) {
+  const int m = 4, n = 3, k = 6, batch = 2;
+  HostMatrix a = random_matrix(k, m, 0, batch, CUDA_R_32F, 4), b = random_matrix(k, n, 1, batch, CUDA_R_32F, 5);
+  HostMatrix c = random_matrix(m, n, 0, batch, CUDA_R_32F, 6);
+  DeviceMatrix da(a), db(b), dc(c);
+  cublasHandle_t handle;
+  ASSERT_EQ(cublasCreate(&handle), CUBLAS_STATUS_SUCCESS);
+  const float alpha = -1.0f, beta = 2.0f;
+  ASSERT_EQ(cublasSgemm(handle, CUBLAS_OP_T, CUBLAS_OP_N, m, n, k, &alpha, static_cast<float*>(da.ptr), a.ld,
+                        static_cast<float*>(db.ptr), b.ld, &beta, static_cast<float*>(dc.ptr), c.ld),
+            CUBLAS_STATUS_SUCCESS);
+  std::vector<float> got = dc.download();
+  for (int i = 0; i < m; ++i)
+    for (int j = 0; j < n; ++j)
+      EXPECT_NEAR(got[i + j * c.ld], reference(a, true, b, false, &c, 0, i, j, k, alpha, beta), 1e-4);
+  dc.upload(c.v);
+  ASSERT_EQ(cublasSgemmStridedBatched(handle, CUBLAS_OP_T, CUBLAS_OP_N, m, n, k, &alpha, static_cast<float*>(da.ptr),
+                                      a.ld, a.stride, static_cast<float*>(db.ptr), b.ld, b.stride, &beta,
+                                      static_cast<float*>(dc.ptr), c.ld, c.stride, batch),
+            CUBLAS_STATUS_SUCCESS);
+  got = dc.download();
+  for (int bt = 0; bt < batch; ++bt)
+    for (int i = 0; i < m; ++i)
+      for (int j = 0; j < n; ++j)
+        EXPECT_NEAR(got[bt * c.stride + i + j * c.ld], reference(a, true, b, false, &c, bt, i, j, k, alpha, beta), 1e-4);
+  cublasDestroy(handle);
+}
+
+TEST(Cublas, DocumentedErrorCodes) {
+  float alpha = 1, beta = 0;
+  DeviceMatrix buf(64, CUDA_R_32F);
+  EXPECT_EQ(cublasGemmEx(nullptr, CUBLAS_OP_N, CUBLAS_OP_N, 2, 2, 2, &alpha, buf.ptr, CUDA_R_32F, 2, buf.ptr, CUDA_R_32F,
+                         2, &beta, buf.ptr, CUDA_R_32F, 2, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+            CUBLAS_STATUS_NOT_INITIALIZED);
+  cublasHandle_t h;
+  ASSERT_EQ(cublasCreate(&h), CUBLAS_STATUS_SUCCESS);
+  auto gemm = [&](int m, int n, int k, cublasOperation_t ta, int lda, int ldb, int ldc, cudaDataType at, cudaDataType bt,
+                  cublasComputeType_t ct) {
+    return cublasGemmEx(h, ta, CUBLAS_OP_N, m, n, k, &alpha, buf.ptr, at, lda, buf.ptr, bt, ldb, &beta, buf.ptr,
+                        CUDA_R_32F, ldc, ct, CUBLAS_GEMM_DEFAULT);
+  };
+  EXPECT_EQ(gemm(-1, 2, 2, CUBLAS_OP_N, 2, 2, 2, CUDA_R_32F, CUDA_R_32F, CUBLAS_COMPUTE_32F), CUBLAS_STATUS_INVALID_VALUE);
+  EXPECT_EQ(gemm(4, 2, 2, CUBLAS_OP_N, 3, 2, 4, CUDA_R_32F, CUDA_R_32F, CUBLAS_COMPUTE_32F), CUBLAS_STATUS_INVALID_VALUE);  // lda < m
+  EXPECT_EQ(gemm(4, 2, 3, CUBLAS_OP_T, 2, 3, 4, CUDA_R_32F, CUDA_R_32F, CUBLAS_COMPUTE_32F), CUBLAS_STATUS_INVALID_VALUE);  // lda < k
+  EXPECT_EQ(gemm(4, 2, 3, CUBLAS_OP_T, 3, 2, 4, CUDA_R_32F, CUDA_R_32F, CUBLAS_COMPUTE_32F), CUBLAS_STATUS_INVALID_VALUE);  // ldb < k
+  EXPECT_EQ(gemm(4, 2, 2, CUBLAS_OP_N, 4, 2, 3, CUDA_R_32F, CUDA_R_32F, CUBLAS_COMPUTE_32F), CUBLAS_STATUS_INVALID_VALUE);  // ldc < m
+  EXPECT_EQ(gemm(2, 2, 2, CUBLAS_OP_N, 2, 2, 2, CUDA_R_16BF, CUDA_R_32F, CUBLAS_COMPUTE_32F), CUBLAS_STATUS_NOT_SUPPORTED);
+  EXPECT_EQ(gemm(2, 2, 2, CUBLAS_OP_N, 2, 2, 2, CUDA_R_32F, CUDA_R_32F, CUBLAS_COMPUTE_16F), CUBLAS_STATUS_NOT_SUPPORTED);
+  EXPECT_EQ(gemm(0, 2, 2, CUBLAS_OP_N, 1, 2, 1, CUDA_R_32F, CUDA_R_32F, CUBLAS_COMPUTE_32F), CUBLAS_STATUS_SUCCESS);  // quick return
+  cublasDestroy(h);
+}
+
+// ---- cuBLASLt -----------------------------------------------------------------------------------
+double gelu(double x) { return 0.5 * x * (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x))); }
+double gelu_grad(double x) {
+  double u = std::sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x), t = std::tanh(u);
+  return 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * std::sqrt(2.0 / M_PI) * (1.0 + 3.0 * 0.044715 * x * x);
+}
+
+struct LtCase {
+  cublasOperation_t op_a, op_b;
+  cudaDataType type;
+  cublasLtEpilogue_t epilogue;
+  int batch;
+};
+
+class LtTest : public ::testing::TestWithParam<LtCase> {};
+
+TEST_P(LtTest, MatmulWithEpilogueMatchesReference) {
+  const LtCase p = GetParam();
+  const int m = 16, n = 6, k = 11;
+  bool ta = p.op_a == CUBLAS_OP_T, tb = p.op_b == CUBLAS_OP_T;
+  HostMatrix a = random_matrix(ta ? k : m, ta ? m : k, 2, p.batch, p.type, 11);
+  HostMatrix b = random_matrix(tb ? n : k, tb ? k : n, 1, p.batch, p.type, 12);
+  HostMatrix c = random_matrix(m, n, 3, p.batch, p.type, 13);
+  HostMatrix aux = random_matrix(m, n, 8 - m % 8 == 8 ? 0 : 8 - m % 8, p.batch, p.type, 14);  // ld multiple of 8
+  aux.ld = 16;
+  aux.stride = 16 * n + 8;  // batch stride multiple of 8
+  aux.v.assign(static_cast<size_t>(aux.stride * p.batch), 0.0f);
+  std::mt19937 rng(15);
+  std::uniform_real_distribution<float> dist(-2.0f, 2.0f);
+  for (float& x : aux.v) x = round_to(p.type, dist(rng));
+  const int bias_len = p.epilogue == CUBLASLT_EPILOGUE_BGRADB ? n : m;
+  const long long bias_stride = bias_len + 4;
+  std::vector<float> bias(static_cast<size_t>(bias_stride * p.batch));
+  for (float& x : bias) x = round_to(p.type, dist(rng));
+
+  DeviceMatrix da(a), db(b), dc(c), dd(c.v.size(), p.type), daux(aux), dbias(bias.size(), p.type);
+  dbias.upload(bias);
+  cublasLtHandle_t lt;
+  ASSERT_EQ(cublasLtCreate(&lt), CUBLAS_STATUS_SUCCESS);
+  cublasLtMatmulDesc_t desc;
+  ASSERT_EQ(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), CUBLAS_STATUS_SUCCESS);
+  ASSERT_EQ(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &p.op_a, sizeof(p.op_a)), CUBLAS_STATUS_SUCCESS);
+  ASSERT_EQ(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &p.op_b, sizeof(p.op_b)), CUBLAS_STATUS_SUCCESS);
+  ASSERT_EQ(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &p.epilogue, sizeof(p.epilogue)),
+            CUBLAS_STATUS_SUCCESS);
+  ASSERT_EQ(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &dbias.ptr, sizeof(void*)),
+            CUBLAS_STATUS_SUCCESS);
+  ASSERT_EQ(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_BATCH_STRIDE, &bias_stride, sizeof(bias_stride)),
+            CUBLAS_STATUS_SUCCESS);
+  int64_t aux_ld = aux.ld, aux_stride = aux.stride;
+  ASSERT_EQ(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &daux.ptr, sizeof(void*)),
+            CUBLAS_STATUS_SUCCESS);
+  ASSERT_EQ(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &aux_ld, sizeof(aux_ld)),
+            CUBLAS_STATUS_SUCCESS);
+  ASSERT_EQ(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_BATCH_STRIDE, &aux_stride,
+                                           sizeof(aux_stride)),
+            CUBLAS_STATUS_SUCCESS);
+  auto make_layout = [&](const HostMatrix& h) {
+    cublasLtMatrixLayout_t l;
+    EXPECT_EQ(cublasLtMatrixLayoutCreate(&l, h.type, h.rows, h.cols, h.ld), CUBLAS_STATUS_SUCCESS);
+    int32_t count = h.batch;
+    int64_t stride = h.stride;
+    EXPECT_EQ(cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof(count)),
+              CUBLAS_STATUS_SUCCESS);
+    EXPECT_EQ(cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, sizeof(stride)),
+              CUBLAS_STATUS_SUCCESS);
+    return l;
+  };
+  cublasLtMatrixLayout_t la = make_layout(a), lb = make_layout(b), lc = make_layout(c);
+  cublasLtMatmulPreference_t pref;
+  ASSERT_EQ(cublasLtMatmulPreferenceCreate(&pref), CUBLAS_STATUS_SUCCESS);
+  uint64_t workspace = 1 << 20;
+  ASSERT_EQ(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace,
+                                                 sizeof(workspace)),
+            CUBLAS_STATUS_SUCCESS);
+  cublasLtMatmulHeuristicResult_t heuristic;
+  int returned = 0;
+  ASSERT_EQ(cublasLtMatmulAlgoGetHeuristic(lt, desc, la, lb, lc, lc, pref, 1, &heuristic, &returned),
+            CUBLAS_STATUS_SUCCESS);
+  ASSERT_EQ(returned, 1);
+  EXPECT_EQ(heuristic.state, CUBLAS_STATUS_SUCCESS);
+  const float alpha = 0.75f, beta = p.epilogue == CUBLASLT_EPILOGUE_DEFAULT || p.epilogue == CUBLASLT_EPILOGUE_BIAS ? 0.5f : 0.0f;
+  ASSERT_EQ(cublasLtMatmul(lt, desc, &alpha, da.ptr, la, db.ptr, lb, &beta, dc.ptr, lc, dd.ptr, lc, &heuristic.algo,
+                           nullptr, 0, 0),
+            CUBLAS_STATUS_SUCCESS);
+  std::vector<float> got = dd.download(), got_aux = daux.download(), got_bias = dbias.download();
+  uint32_t e = p.epilogue;
+  for (int bt = 0; bt < p.batch; ++bt) {
+    std::vector<double> row_sum(m, 0.0);
+    for (int i = 0; i < m; ++i)
+      for (int j = 0; j < n; ++j) {
+        double x = reference(a, ta, b, tb, &c, bt, i, j, k, alpha, beta);
+        if (e & CUBLASLT_EPILOGUE_BIAS) x += bias[bt * bias_stride + i];
+        if (e & CUBLASLT_EPILOGUE_GELU) {
+          if (e & 128) {
+            EXPECT_NEAR(got_aux[bt * aux.stride + i + j * aux.ld], x, tolerance(p.type, x)) << "aux " << i << "," << j;
+          }
+          x = gelu(x);
+        } else if (e == CUBLASLT_EPILOGUE_DGELU || e == CUBLASLT_EPILOGUE_DGELU_BGRAD) {
+          x *= gelu_grad(aux.at(bt, i, j));
+        }
+        row_sum[i] += x;
+        EXPECT_NEAR(got[bt * c.stride + i + j * c.ld], x, tolerance(p.type, x) + 1e-5) << bt << "," << i << "," << j;
+      }
+    if (e == CUBLASLT_EPILOGUE_DGELU_BGRAD) {
+      for (int i = 0; i < m; ++i) EXPECT_NEAR(got_bias[bt * bias_stride + i], row_sum[i], tolerance(p.type, row_sum[i]) + 1e-4);
+    }
+    if (e == CUBLASLT_EPILOGUE_BGRADA || e == CUBLASLT_EPILOGUE_BGRADB) {
+      bool from_a = e == CUBLASLT_EPILOGUE_BGRADA;
+      for (int idx = 0; idx < bias_len; ++idx) {
+        double s = 0;
+        for (int kk = 0; kk < k; ++kk) s += from_a ? op_at(a, bt, ta, idx, kk) : op_at(b, bt, tb, kk, idx);
+        EXPECT_NEAR(got_bias[bt * bias_stride + idx], s, tolerance(p.type, s)) << "bias grad " << idx;
+      }
+    }
+    if (!(e & (16 | 256 | 512))) {  // no bias gradient: the bias buffer is only read
+      for (int i = 0; i < bias_len; ++i) EXPECT_EQ(got_bias[bt * bias_stride + i], bias[bt * bias_stride + i]);
+    }
+  }
+  cublasLtMatrixLayoutDestroy(la);
+  cublasLtMatrixLayoutDestroy(lb);
+  cublasLtMatrixLayoutDestroy(lc);
+  cublasLtMatmulPreferenceDestroy(pref);
+  cublasLtMatmulDescDestroy(desc);
+  cublasLtDestroy(lt);
+}
+
+std::vector<LtCase> lt_cases() {
+  std::vector<LtCase> cases;
+  const cublasLtEpilogue_t epilogues[] = {CUBLASLT_EPILOGUE_DEFAULT,  CUBLASLT_EPILOGUE_BIAS,
+                                          CUBLASLT_EPILOGUE_GELU,     CUBLASLT_EPILOGUE_GELU_AUX,
+                                          CUBLASLT_EPILOGUE_GELU_BIAS, CUBLASLT_EPILOGUE_GELU_AUX_BIAS,
+                                          CUBLASLT_EPILOGUE_DGELU,    CUBLASLT_EPILOGUE_DGELU_BGRAD,
+                                          CUBLASLT_EPILOGUE_BGRADA,   CUBLASLT_EPILOGUE_BGRADB};
+  for (cudaDataType t : {CUDA_R_32F, CUDA_R_16BF})
+    for (cublasLtEpilogue_t e : epilogues)
+      for (cublasOperation_t oa : {CUBLAS_OP_N, CUBLAS_OP_T})
+        for (cublasOperation_t ob : {CUBLAS_OP_N, CUBLAS_OP_T}) cases.push_back({oa, ob, t, e, oa == ob ? 2 : 1});
+  return cases;
+}
+
+INSTANTIATE_TEST_SUITE_P(AllEpilogues, LtTest, ::testing::ValuesIn(lt_cases()), [](const auto& info) {
+  const LtCase& c = info.param;
+  return std::string(c.op_a == CUBLAS_OP_N ? "N" : "T") + (c.op_b == CUBLAS_OP_N ? "N" : "T") +
+         (c.type == CUDA_R_32F ? "_f32_" : "_bf16_") + "epi" + std::to_string(static_cast<int>(c.epilogue)) +
+         "_batch" + std::to_string(c.batch);
+});
+
+TEST(CublasLt, HeuristicRejectsUnsupportedOrInvalidProblems) {
+  cublasLtHandle_t lt;
+  ASSERT_EQ(cublasLtCreate(&lt), CUBLAS_STATUS_SUCCESS);
+  cublasLtMatmulDesc_t desc;
+  ASSERT_EQ(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), CUBLAS_STATUS_SUCCESS);
+  cublasLtMatrixLayout_t a, b, c, bad;
+  ASSERT_EQ(cublasLtMatrixLayoutCreate(&a, CUDA_R_32F, 8, 4, 8), CUBLAS_STATUS_SUCCESS);
+  ASSERT_EQ(cublasLtMatrixLayoutCreate(&b, CUDA_R_32F, 4, 3, 4), CUBLAS_STATUS_SUCCESS);
+  ASSERT_EQ(cublasLtMatrixLayoutCreate(&c, CUDA_R_32F, 8, 3, 8), CUBLAS_STATUS_SUCCESS);
+  ASSERT_EQ(cublasLtMatrixLayoutCreate(&bad, CUDA_R_32F, 5, 3, 5), CUBLAS_STATUS_SUCCESS);
+  cublasLtMatmulPreference_t pref;
+  ASSERT_EQ(cublasLtMatmulPreferenceCreate(&pref), CUBLAS_STATUS_SUCCESS);
+  cublasLtMatmulHeuristicResult_t r;
+  int n = -1;
+  EXPECT_EQ(cublasLtMatmulAlgoGetHeuristic(lt, desc, a, b, c, c, pref, 1, &r, &n), CUBLAS_STATUS_SUCCESS);
+  EXPECT_EQ(n, 1);
+  EXPECT_EQ(cublasLtMatmulAlgoGetHeuristic(lt, desc, a, b, bad, bad, pref, 1, &r, &n), CUBLAS_STATUS_INVALID_VALUE);
+  EXPECT_EQ(n, 0);
+  cublasLtEpilogue_t relu_aux = CUBLASLT_EPILOGUE_RELU_AUX;
+  ASSERT_EQ(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &relu_aux, sizeof(relu_aux)),
+            CUBLAS_STATUS_SUCCESS);
+  EXPECT_EQ(cublasLtMatmulAlgoGetHeuristic(lt, desc, a, b, c, c, pref, 1, &r, &n), CUBLAS_STATUS_NOT_SUPPORTED);
+  cublasLtEpilogue_t gelu_aux = CUBLASLT_EPILOGUE_GELU_AUX;
+  int64_t aux_ld = 12;  // not a multiple of 8
+  ASSERT_EQ(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &gelu_aux, sizeof(gelu_aux)),
+            CUBLAS_STATUS_SUCCESS);
+  ASSERT_EQ(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &aux_ld, sizeof(aux_ld)),
+            CUBLAS_STATUS_SUCCESS);
+  EXPECT_EQ(cublasLtMatmulAlgoGetHeuristic(lt, desc, a, b, c, c, pref, 1, &r, &n), CUBLAS_STATUS_INVALID_VALUE);
+  // attribute size checks and size queries
+  EXPECT_EQ(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &gelu_aux, 2), CUBLAS_STATUS_INVALID_VALUE);
+  size_t needed = 0;
+  EXPECT_EQ(cublasLtMatmulDescGetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, nullptr, 0, &needed),
+            CUBLAS_STATUS_SUCCESS);
+  EXPECT_EQ(needed, sizeof(int64_t));
+  int64_t read_back = 0;
+  EXPECT_EQ(cublasLtMatmulDescGetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &read_back, sizeof(read_back), &needed),
+            CUBLAS_STATUS_SUCCESS);
+  EXPECT_EQ(read_back, 12);
+  int32_t row_order = CUBLASLT_ORDER_ROW;
+  cublasLtEpilogue_t plain = CUBLASLT_EPILOGUE_DEFAULT;
+  ASSERT_EQ(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &plain, sizeof(plain)), CUBLAS_STATUS_SUCCESS);
+  ASSERT_EQ(cublasLtMatrixLayoutSetAttribute(a, CUBLASLT_MATRIX_LAYOUT_ORDER, &row_order, sizeof(row_order)),
+            CUBLAS_STATUS_SUCCESS);
+  EXPECT_EQ(cublasLtMatmulAlgoGetHeuristic(lt, desc, a, b, c, c, pref, 1, &r, &n), CUBLAS_STATUS_NOT_SUPPORTED);
+  EXPECT_EQ(cublasLtMatmulAlgoGetHeuristic(nullptr, desc, a, b, c, c, pref, 1, &r, &n), CUBLAS_STATUS_NOT_INITIALIZED);
+  for (auto l : {a, b, c, bad}) cublasLtMatrixLayoutDestroy(l);
+  cublasLtMatmulPreferenceDestroy(pref);
+  cublasLtMatmulDescDestroy(desc);
+  cublasLtDestroy(lt);
+}
+
+}  // namespace
+}  // namespace gpt2

@@ -1,0 +1,347 @@
+// Execution-model tests of the CUDA emulator: real kernels (test/emu/kernels.cu)
+// checked against host references under every run order, races that the run-order
+// switch must expose, and rule violations that must be reported.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <cuda_bf16.h>
+#include <cuda_runtime_api.h>
+
+#include "emu/control.h"
+#include "test/emu/kernels.h"
+
+namespace gpt2 {
+namespace {
+
+using emu::RunOrder;
+
+std::vector<float> random_floats(size_t n, uint32_t seed, float lo = -1.0f, float hi = 1.0f) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> dist(lo, hi);
+  std::vector<float> v(n);
+  for (float& x : v) x = dist(rng);
+  return v;
+}
+
+uint16_t to_bf16_bits(float f) {
+  __nv_bfloat16 b = __float2bfloat16(f);
+  uint16_t bits;
+  std::memcpy(&bits, &b, 2);
+  return bits;
+}
+
+float from_bf16_bits(uint16_t bits) {
+  uint32_t u = static_cast<uint32_t>(bits) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+// Expects `call` to throw std::runtime_error whose message contains every fragment.
+template <class F>
+void expect_failure(F call, const std::vector<std::string>& fragments) {
+  try {
+    call();
+    ADD_FAILURE() << "expected the launch to fail";
+  } catch (const std::runtime_error& e) {
+    std::string what = e.what();
+    for (const std::string& f : fragments) EXPECT_NE(what.find(f), std::string::npos) << "missing '" << f << "' in: " << what;
+  }
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess);  // the failure was consumed by the launch check
+}
+
+class RunOrderTest : public ::testing::TestWithParam<RunOrder> {
+ protected:
+  void SetUp() override { emu::set_run_order(GetParam(), 7); }
+  void TearDown() override { emu::set_run_order(RunOrder::kForward); }
+};
+
+TEST_P(RunOrderTest, BlockReductionMatchesHostSums) {
+  std::vector<float> in = random_floats(1000, 1);
+  std::vector<float> sums = emu_test::block_sums(in, 256);
+  ASSERT_EQ(sums.size(), 4u);
+  for (int b = 0; b < 4; ++b) {
+    double ref = 0;
+    for (int i = b * 256; i < std::min(1000, (b + 1) * 256); ++i) ref += in[i];
+    EXPECT_NEAR(sums[b], ref, 1e-4) << "block " << b;
+  }
+}
+
+TEST_P(RunOrderTest, WarpShuffleReductionMatchesHostSums) {
+  std::vector<float> in = random_floats(3 * 256, 2);
+  std::vector<float> sums = emu_test::warp_shuffle_block_sums(in, 256);
+  for (int b = 0; b < 3; ++b) {
+    double ref = 0;
+    for (int i = b * 256; i < (b + 1) * 256; ++i) ref += in[i];
+    EXPECT_NEAR(sums[b], ref, 1e-4) << "block " << b;
+  }
+}
+
+TEST_P(RunOrderTest, WarpLayernormMatchesHost) {
+  const int rows = 10, C = 72;  // 10 rows: the last block has two idle warps
+  std::vector<float> in = random_floats(rows * C, 3, -2.0f, 3.0f), out, mean, rstd;
+  emu_test::warp_layernorm(in, rows, C, out, mean, rstd);
+  for (int r = 0; r < rows; ++r) {
+    double m = 0, v = 0;
+    for (int c = 0; c < C; ++c) m += in[r * C + c];
+    m /= C;
+    for (int c = 0; c < C; ++c) v += (in[r * C + c] - m) * (in[r * C + c] - m);
+    double s = 1.0 / std::sqrt(v / C + 1e-5);
+    EXPECT_NEAR(mean[r], m, 1e-5);
+    EXPECT_NEAR(rstd[r], s, 1e-4 * s);
+    for (int c = 0; c < C; ++c) EXPECT_NEAR(out[r * C + c], (in[r * C + c] - m) * s, 1e-4) << r << "," << c;
+  }
+}
+
+TEST_P(RunOrderTest, BlockSoftmaxMatchesHost) {
+  const int rows = 5, cols = 300, block = 128;
+  std::vector<float> x = random_floats(rows * cols, 4, -4.0f, 4.0f);
+  std::vector<uint16_t> bits(x.size());
+  for (size_t i = 0; i < x.size(); ++i) bits[i] = to_bf16_bits(x[i]);
+  std::vector<float> out = emu_test::block_softmax(bits, rows, cols, block);
+  for (int r = 0; r < rows; ++r) {
+    double mx = -1e30, sum = 0;
+    for (int c = 0; c < cols; ++c) mx = std::max(mx, static_cast<double>(from_bf16_bits(bits[r * cols + c])));
+    for (int c = 0; c < cols; ++c) sum += std::exp(from_bf16_bits(bits[r * cols + c]) - mx);
+    for (int c = 0; c < cols; ++c) {
+      double ref = std::exp(from_bf16_bits(bits[r * cols + c]) - mx) / sum;
+      EXPECT_NEAR(out[r * cols + c], ref, 1e-6 + 1e-5 * ref);
+    }
+  }
+}
+
+TEST_P(RunOrderTest, CooperativeGroupsProbe) {
+  const int block = 64;
+  std::vector<int> p = emu_test::cg_probe(block);
+  for (int t = 0; t < block; ++t) {
+    const int* o = &p[t * 9];
+    EXPECT_EQ(o[0], t % 32);
+    EXPECT_EQ(o[1], t / 32);
+    EXPECT_EQ(o[2], 2);
+    EXPECT_EQ(o[3], 31 * 32 / 2);
+    int mx = 0;
+    for (int u = t / 32 * 32; u < t / 32 * 32 + 32; ++u) mx = std::max(mx, u * 7 % 61);
+    EXPECT_EQ(o[4], mx);
+    EXPECT_EQ(o[5], t);
+    EXPECT_EQ(o[6], t % 8);
+    EXPECT_EQ(o[7], t / 8);
+    int base = t / 8 * 8;
+    EXPECT_EQ(o[8], 8 * base + 28);
+  }
+}
+
+TEST_P(RunOrderTest, AtomicsMatchHostCounts) {
+  std::mt19937 rng(5);
+  std::uniform_int_distribution<int> dist(-50, 50);
+  std::vector<int> values(1000);
+  for (int& v : values) v = dist(rng);
+  const int bins = 7;
+  const unsigned limit = 37;
+  emu_test::AtomicResults r = emu_test::atomics(values, bins, limit);
+  std::vector<int> hist(bins, 0);
+  double total = 0;
+  for (int v : values) {
+    hist[((v % bins) + bins) % bins]++;
+    total += 0.5 * v;
+  }
+  EXPECT_EQ(r.histogram, hist);
+  EXPECT_EQ(r.total, static_cast<float>(total));  // halves of small ints: exact in fp32
+  EXPECT_EQ(r.max_value, *std::max_element(values.begin(), values.end()));
+  EXPECT_EQ(r.min_value, *std::min_element(values.begin(), values.end()));
+  EXPECT_EQ(r.cas_counter, 1000u);
+  EXPECT_EQ(r.inc_counter, 1000u % (limit + 1));  // atomicInc wraps to 0 after reaching the limit
+}
+
+INSTANTIATE_TEST_SUITE_P(Orders, RunOrderTest,
+                         ::testing::Values(RunOrder::kForward, RunOrder::kReverse, RunOrder::kRandom));
+
+TEST(WarpIntrinsics, ShuffleBallotVoteSemantics) {
+  std::vector<int> p = emu_test::warp_probe(64);
+  for (int t = 0; t < 64; ++t) {
+    int lane = t % 32;
+    const int* o = &p[t * 13];
+    EXPECT_EQ(o[0], 30) << "lane " << lane;
+    EXPECT_EQ(o[1], ((lane & ~7) + ((lane + 1) & 7)) * 10) << "lane " << lane;
+    EXPECT_EQ(o[2], lane % 16 >= 3 ? lane - 3 : lane) << "lane " << lane;
+    EXPECT_EQ(o[3], lane + 5 < 32 ? lane + 5 : lane) << "lane " << lane;
+    EXPECT_EQ(o[4], lane ^ 6) << "lane " << lane;
+    EXPECT_EQ(static_cast<unsigned>(o[5]), 0x49249249u) << "lane " << lane;  // lanes 0,3,6,...
+    EXPECT_EQ(o[6], 1);
+    EXPECT_EQ(o[7], 0);
+    EXPECT_EQ(o[8], lane < 16 ? 15 - lane : 32) << "lane " << lane;
+    EXPECT_EQ(static_cast<unsigned>(o[9]), 0xffffffffu);
+    EXPECT_EQ(o[10], 496);
+    EXPECT_EQ(o[11], lane + 1 < 32 ? lane + 1 : lane) << "lane " << lane;
+    EXPECT_EQ(o[12], lane ^ 1) << "lane " << lane;
+  }
+}
+
+TEST(Indices, ThreeDimensionalGridAndBlock) {
+  const int gx = 3, gy = 2, gz = 2, bx = 4, by = 3, bz = 2;
+  std::vector<int> p = emu_test::index_probe(gx, gy, gz, bx, by, bz);
+  int id = 0;
+  for (int z = 0; z < gz; ++z)
+    for (int y = 0; y < gy; ++y)
+      for (int x = 0; x < gx; ++x)
+        for (int tz = 0; tz < bz; ++tz)
+          for (int ty = 0; ty < by; ++ty)
+            for (int tx = 0; tx < bx; ++tx, ++id) {
+              const int* o = &p[id * 7];
+              EXPECT_EQ(o[0], tx);
+              EXPECT_EQ(o[1], ty);
+              EXPECT_EQ(o[2], tz);
+              EXPECT_EQ(o[3], x);
+              EXPECT_EQ(o[4], y);
+              EXPECT_EQ(o[5], z);
+              EXPECT_EQ(o[6], id);
+            }
+}
+
+TEST(Wmma, Bf16GemmMatchesHost) {
+  const int M = 32, N = 48, K = 64;
+  std::vector<float> af = random_floats(M * K, 8), bf = random_floats(K * N, 9);
+  std::vector<uint16_t> a(af.size()), b_row(bf.size()), b_col(bf.size());
+  for (size_t i = 0; i < af.size(); ++i) a[i] = to_bf16_bits(af[i]);
+  for (int k = 0; k < K; ++k)
+    for (int n = 0; n < N; ++n) {
+      b_row[k * N + n] = to_bf16_bits(bf[k * N + n]);
+      b_col[n * K + k] = b_row[k * N + n];
+    }
+  std::vector<float> c_row = emu_test::wmma_gemm(a, b_row, M, N, K, false);
+  std::vector<float> c_col = emu_test::wmma_gemm(a, b_col, M, N, K, true);
+  for (int m = 0; m < M; ++m)
+    for (int n = 0; n < N; ++n) {
+      double ref = 0;
+      for (int k = 0; k < K; ++k) ref += double(from_bf16_bits(a[m * K + k])) * from_bf16_bits(b_row[k * N + n]);
+      EXPECT_NEAR(c_row[m * N + n], ref, 1e-4) << m << "," << n;
+      EXPECT_NEAR(c_col[m * N + n], ref, 1e-4) << m << "," << n;
+    }
+}
+
+TEST(MemoryHints, VectorLoadsAndStores) {
+  std::vector<float> in = random_floats(256, 10);
+  std::vector<float> out = emu_test::vector_hints(in);
+  for (size_t i = 0; i < in.size(); ++i) EXPECT_EQ(out[i], in[i] * 2.0f + 1.0f) << i;
+}
+
+TEST(MathIntrinsics, MatchLibm) {
+  std::vector<float> in = random_floats(100, 11, -3.0f, 3.0f);
+  in[0] = 2.5f;  // ties round to even in __float2int_rn
+  in[1] = -0.5f;
+  std::vector<float> out = emu_test::math_probe(in);
+  for (size_t i = 0; i < in.size(); ++i) {
+    float x = in[i];
+    const float* o = &out[i * 8];
+    EXPECT_NEAR(o[0], std::exp(x), 2e-6f * std::exp(x));
+    EXPECT_NEAR(o[1], 1.0f / std::sqrt(std::fabs(x) + 1.0f), 1e-6f);
+    EXPECT_EQ(o[2], x);
+    EXPECT_EQ(o[3], std::fma(x, 2.0f, 1.0f));
+    EXPECT_NEAR(o[4], std::tanh(x), 1e-6f);
+    EXPECT_NEAR(o[5], x / 3.0f, 1e-6f);
+    EXPECT_EQ(o[6], std::min(1.0f, std::max(0.0f, x)));
+    EXPECT_EQ(o[7], std::nearbyint(x));
+  }
+  EXPECT_EQ(out[0 * 8 + 7], 2.0f);
+  EXPECT_EQ(out[1 * 8 + 7], -0.0f);
+}
+
+TEST(SharedMemory, DynamicBeyond48KiBNeedsOptIn) {
+  const int bytes = 64 * 1024, count = bytes / 4;
+  double ref = 0;
+  for (int i = 0; i < count; ++i) ref += i % 1000;
+  expect_failure([&] { emu_test::big_shared_sum(bytes, false); }, {"dynamic shared memory", "cudaFuncSetAttribute"});
+  EXPECT_EQ(emu_test::big_shared_sum(bytes, true), static_cast<float>(ref));
+}
+
+TEST(SharedMemory, DynamicSharedIsNaNPoisoned) { EXPECT_TRUE(std::isnan(emu_test::read_uninitialised_shared())); }
+
+// ---- races the run-order switch must expose ---------------------------------------------------
+TEST(RaceDetection, MissingBarrierInReductionGivesWrongSums) {
+  std::vector<float> in = random_floats(512, 12, 0.5f, 1.5f);
+  std::vector<float> ref = emu_test::block_sums(in, 256);
+  emu::set_run_order(RunOrder::kForward);
+  std::vector<float> forward = emu_test::block_sums_missing_sync(in, 256);
+  emu::set_run_order(RunOrder::kRandom, 3);
+  std::vector<float> random = emu_test::block_sums_missing_sync(in, 256);
+  emu::set_run_order(RunOrder::kForward);
+  // Thread 0 runs its whole loop before the others add their partial sums.
+  for (int b = 0; b < 2; ++b) {
+    EXPECT_GT(std::fabs(forward[b] - ref[b]), 1.0f) << "block " << b;
+    EXPECT_GT(std::fabs(random[b] - ref[b]), 1.0f) << "block " << b;
+  }
+}
+
+TEST(RaceDetection, MissingBarrierReadsPoisonedSharedMemory) {
+  std::vector<float> in = random_floats(64, 13);
+  emu::set_run_order(RunOrder::kForward);
+  std::vector<float> forward = emu_test::rotate_missing_sync(in);
+  emu::set_run_order(RunOrder::kReverse);
+  std::vector<float> reverse = emu_test::rotate_missing_sync(in);
+  emu::set_run_order(RunOrder::kForward);
+  // forward: every thread but the last reads a slot its neighbour has not written yet
+  for (int t = 0; t < 63; ++t) EXPECT_TRUE(std::isnan(forward[t])) << t;
+  EXPECT_EQ(forward[63], in[0]);
+  // reverse: only the last thread reads early (slot 0 is written last)
+  for (int t = 0; t < 63; ++t) EXPECT_EQ(reverse[t], in[t + 1]) << t;
+  EXPECT_TRUE(std::isnan(reverse[63]));
+}
+
+// ---- rule violations that must be reported --------------------------------------------------------
+TEST(RuleViolations, ThreadsAtDifferentBarriers) {
+  expect_failure(emu_test::launch_divergent_barrier,
+                 {"divergent_barrier_kernel", "different __syncthreads", "kernels.cu:"});
+}
+
+TEST(RuleViolations, EarlyExitBeforeBarrier) {
+  for (RunOrder order : {RunOrder::kForward, RunOrder::kReverse, RunOrder::kRandom}) {
+    emu::set_run_order(order, 5);
+    expect_failure(emu_test::launch_early_exit_before_barrier, {"early_exit_kernel", "exited", "__syncthreads"});
+  }
+  emu::set_run_order(RunOrder::kForward);
+}
+
+TEST(RuleViolations, ShuffleNamingAnExitedLane) {
+  for (RunOrder order : {RunOrder::kForward, RunOrder::kReverse}) {
+    emu::set_run_order(order);
+    expect_failure(emu_test::launch_shuffle_with_exited_lane, {"shuffle_exited_lane_kernel", "exited", "__shfl*_sync"});
+  }
+  emu::set_run_order(RunOrder::kForward);
+}
+
+TEST(RuleViolations, LanesAtDifferentWarpOperations) {
+  expect_failure(emu_test::launch_mismatched_warp_ops, {"different warp operations", "__ballot_sync"});
+}
+
+TEST(RuleViolations, DeviceAssert) {
+  expect_failure([] { emu_test::launch_device_assert(200); },
+                 {"device-side assert triggered", "values[i] < limit", "kernels.cu:", "block (1,0,0)"});
+}
+
+TEST(RuleViolations, LaunchOutsideAKernelIsFineAfterAFault) {
+  // A failed launch must not poison the next one.
+  expect_failure(emu_test::launch_divergent_barrier, {"different __syncthreads"});
+  std::vector<float> in = random_floats(256, 14);
+  std::vector<float> sums = emu_test::block_sums(in, 256);
+  double ref = 0;
+  for (float x : in) ref += x;
+  EXPECT_NEAR(sums[0], ref, 1e-4);
+}
+
+TEST(Workers, ManyBlocksOnSeveralThreadsGiveTheSameResult) {
+  std::vector<float> in = random_floats(64 * 256, 15);
+  emu::set_worker_threads(1);
+  std::vector<float> one = emu_test::block_sums(in, 256);
+  emu::set_worker_threads(4);
+  std::vector<float> four = emu_test::block_sums(in, 256);
+  emu::set_worker_threads(2);
+  EXPECT_EQ(one, four);
+}
+
+}  // namespace
+}  // namespace gpt2

@@ -1,0 +1,88 @@
+#include <gtest/gtest.h>
+
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "train/options.h"
+
+namespace gpt2 {
+namespace {
+
+// Parses a command line given as words (argv[0] added).
+TrainOptions parse(std::vector<std::string> words, bool* ran = nullptr) {
+  words.insert(words.begin(), "train_gpt2cu");
+  std::vector<char*> argv;
+  for (auto& w : words) argv.push_back(w.data());
+  TrainOptions o;
+  bool r = parse_train_options(static_cast<int>(argv.size()), argv.data(), &o);
+  if (ran) *ran = r;
+  return o;
+}
+
+std::string error_of(std::vector<std::string> words) {
+  try {
+    parse(words);
+  } catch (const std::runtime_error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(Options, DefaultsAndValues) {
+  TrainOptions o = parse({"-B", "8", "--seq-len", "128", "--lr=1e-3", "--no-shuffle", "--model", "d6",
+                          "--config", "n_embd=96", "--zero-stage", "2", "-o", "out"});
+  EXPECT_EQ(o.batch_size, 8);
+  EXPECT_EQ(o.seq_len, 128);
+  EXPECT_FLOAT_EQ(o.lr, 1e-3f);
+  EXPECT_TRUE(o.no_shuffle);
+  EXPECT_EQ(o.model, "d6");
+  EXPECT_EQ(o.config_overrides, "n_embd=96");
+  EXPECT_EQ(o.zero_stage, 2);
+  EXPECT_EQ(o.output_dir, "out");
+  EXPECT_EQ(o.grad_clip, 1.0f);      // untouched default
+  EXPECT_EQ(o.lr_schedule, "cosine");
+}
+
+TEST(Options, HelpListsEveryFlagOfTheIssue) {
+  bool ran = true;
+  parse({"--help"}, &ran);
+  EXPECT_FALSE(ran);
+  const std::string help = train_options_help("train_gpt2cu");
+  for (const char* f : {"--model", "--config", "--train-data", "--val-data", "-B, --batch-size", "-T, --seq-len",
+                        "--total-batch-tokens", "--lr ", "--lr-schedule", "--warmup-steps", "--final-lr-frac",
+                        "--weight-decay", "--grad-clip", "--max-steps", "--val-every", "--val-steps",
+                        "--sample-every", "--gen-tokens", "--prompt", "--seed", "--no-shuffle", "--output-dir",
+                        "--checkpoint-every", "--keep-checkpoints", "--resume", "--device", "--threads",
+                        "--log-jsonl", "--zero-stage"})
+    EXPECT_NE(help.find(f), std::string::npos) << f;
+}
+
+TEST(Options, BadInputIsAnErrorNamingTheFlag) {
+  EXPECT_NE(error_of({"--bogus"}).find("unknown option '--bogus'"), std::string::npos);
+  EXPECT_NE(error_of({"-Z"}).find("unknown option"), std::string::npos);
+  EXPECT_NE(error_of({"-B"}).find("--batch-size needs a value"), std::string::npos);
+  EXPECT_NE(error_of({"-B", "four"}).find("--batch-size: invalid value 'four'"), std::string::npos);
+  EXPECT_NE(error_of({"-B", "0"}).find("--batch-size"), std::string::npos);
+  EXPECT_NE(error_of({"--lr", "1e-3x"}).find("--lr: invalid value"), std::string::npos);
+  EXPECT_NE(error_of({"--lr", "nan"}).find("--lr"), std::string::npos);
+  EXPECT_NE(error_of({"--lr-schedule", "cosin"}).find("one of cosine, linear, constant, wsd"), std::string::npos);
+  EXPECT_NE(error_of({"--device", "tpu"}).find("--device"), std::string::npos);
+  EXPECT_NE(error_of({"--zero-stage", "3"}).find("--zero-stage"), std::string::npos);
+  EXPECT_NE(error_of({"--resume"}).find("--resume needs --output-dir"), std::string::npos);
+  EXPECT_NE(error_of({"--no-shuffle=1"}).find("takes no value"), std::string::npos);
+  EXPECT_NE(error_of({"stray"}).find("unknown option 'stray'"), std::string::npos);
+}
+
+TEST(Options, DescribeCoversEveryOption) {
+  TrainOptions o;
+  auto d = describe_train_options(o);
+  EXPECT_GT(d.size(), 30u);
+  bool found = false;
+  for (auto& kv : d)
+    if (kv.first == "batch-size") found = kv.second == "4";
+  EXPECT_TRUE(found);
+}
+
+}  // namespace
+}  // namespace gpt2

@@ -1,0 +1,662 @@
+#include "tokenizer/tokenizer.h"
+
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include <pcre2.h>
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <functional>
+#include <limits>
+#include <sstream>
+#include <stdexcept>
+#include <unordered_map>
+#include <utility>
+
+namespace gpt2 {
+
+namespace {
+
+// Unicode White_Space, spelled out: Rust's regex `\s` (tiktoken) is exactly this property, while
+// PCRE2's UCP `\s` additionally matches U+180E, so the pattern below never uses `\s` directly.
+constexpr const char* kWhiteSpace =
+    "\\t\\n\\x{0B}\\f\\r\\x{20}\\x{85}\\x{A0}\\x{1680}\\x{2000}-\\x{200A}\\x{2028}\\x{2029}"
+    "\\x{202F}\\x{205F}\\x{3000}";
+
+// GPT-2's pre-tokenizer: 's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
+std::string gpt2_pattern() {
+  const std::string ws = kWhiteSpace;
+  return "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^" + ws + "\\p{L}\\p{N}]+|[" + ws +
+         "]+(?![^" + ws + "])|[" + ws + "]+";
+}
+
+// GPT-2's byte -> code point table: printable Latin-1 bytes map to themselves, the other 68 bytes
+// to U+0100.. in byte order, so every byte has a visible, non-whitespace character in the files.
+bool byte_is_self_mapped(unsigned b) {
+  return (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174 && b <= 255);
+}
+
+uint64_t mix64(uint64_t x) {  // splitmix64 finalizer: good spread for (id, id) pair keys
+  x ^= x >> 30;
+  x *= 0xbf58476d1ce4e5b9ULL;
+  x ^= x >> 27;
+  x *= 0x94d049bb133111ebULL;
+  x ^= x >> 31;
+  return x;
+}
+
+size_t next_pow2(size_t n) {
+  size_t p = 1;
+  while (p < n) p <<= 1;
+  return p;
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw std::runtime_error(path + ": cannot open file");
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  if (in.bad()) throw std::runtime_error(path + ": read error");
+  return ss.str();
+}
+
+// Appends the UTF-8 encoding of a valid code point.
+void append_utf8(char32_t cp, std::string& out) {
+  if (cp < 0x80) {
+    out += static_cast<char>(cp);
+  } else if (cp < 0x800) {
+    out += static_cast<char>(0xC0 | (cp >> 6));
+    out += static_cast<char>(0x80 | (cp & 0x3F));
+  } else if (cp < 0x10000) {
+    out += static_cast<char>(0xE0 | (cp >> 12));
+    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+    out += static_cast<char>(0x80 | (cp & 0x3F));
+  } else {
+    out += static_cast<char>(0xF0 | (cp >> 18));
+    out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
+    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+    out += static_cast<char>(0x80 | (cp & 0x3F));
+  }
+}
+
+// Length of the valid UTF-8 sequence starting at s[i], or 0 if the bytes there are not one.
+// Follows Unicode Table 3-7 (no overlongs, no surrogates, nothing above U+10FFFF).
+size_t utf8_sequence_length(std::string_view s, size_t i) {
+  const auto byte = [&](size_t k) { return static_cast<unsigned char>(s[k]); };
+  const unsigned char b0 = byte(i);
+  if (b0 < 0x80) return 1;
+  size_t len;
+  unsigned char lo = 0x80, hi = 0xBF;  // allowed range of the second byte
+  if (b0 >= 0xC2 && b0 <= 0xDF) {
+    len = 2;
+  } else if (b0 >= 0xE0 && b0 <= 0xEF) {
+    len = 3;
+    if (b0 == 0xE0) lo = 0xA0;
+    if (b0 == 0xED) hi = 0x9F;
+  } else if (b0 >= 0xF0 && b0 <= 0xF4) {
+    len = 4;
+    if (b0 == 0xF0) lo = 0x90;
+    if (b0 == 0xF4) hi = 0x8F;
+  } else {
+    return 0;
+  }
+  if (i + 1 >= s.size() || byte(i + 1) < lo || byte(i + 1) > hi) return 0;
+  for (size_t k = 2; k < len; ++k) {
+    if (i + k >= s.size() || (byte(i + k) & 0xC0) != 0x80) return 0;
+  }
+  return len;
+}
+
+// Decodes one code point of valid UTF-8 (as produced by the JSON parser / checked beforehand).
+char32_t decode_utf8_at(std::string_view s, size_t i, size_t len) {
+  const auto byte = [&](size_t k) { return static_cast<unsigned char>(s[k]); };
+  switch (len) {
+    case 1: return byte(i);
+    case 2: return ((byte(i) & 0x1F) << 6) | (byte(i + 1) & 0x3F);
+    case 3: return ((byte(i) & 0x0F) << 12) | ((byte(i + 1) & 0x3F) << 6) | (byte(i + 2) & 0x3F);
+    default:
+      return ((byte(i) & 0x07) << 18) | ((byte(i + 1) & 0x3F) << 12) | ((byte(i + 2) & 0x3F) << 6) |
+             (byte(i + 3) & 0x3F);
+  }
+}
+
+// Only object-of-(string -> non-negative integer) at the top level is accepted; anything else
+// stops the parse at once, so hostile input (deep nesting, huge arrays) never builds a DOM.
+class EncoderJsonHandler : public nlohmann::json_sax<nlohmann::json> {
+ public:
+  std::vector<std::pair<std::string, uint64_t>> entries;
+  std::string problem;
+
+  bool null() override { return fail("expected an integer token id, got null"); }
+  bool boolean(bool) override { return fail("expected an integer token id, got a boolean"); }
+  bool number_integer(number_integer_t v) override {
+    if (v < 0) return fail("negative token id " + std::to_string(v));
+    return value(static_cast<uint64_t>(v));
+  }
+  bool number_unsigned(number_unsigned_t v) override { return value(v); }
+  bool number_float(number_float_t, const string_t&) override {
+    return fail("expected an integer token id, got a float");
+  }
+  bool string(string_t&) override { return fail("expected an integer token id, got a string"); }
+  bool binary(binary_t&) override { return fail("unexpected binary value"); }
+  bool start_object(std::size_t) override {
+    if (depth_ != 0) return fail("nested object (expected {\"token\": id, ...})");
+    ++depth_;
+    return true;
+  }
+  bool key(string_t& k) override {
+    key_ = k;
+    have_key_ = true;
+    return true;
+  }
+  bool end_object() override {
+    --depth_;
+    done_ = true;
+    return true;
+  }
+  bool start_array(std::size_t) override { return fail("unexpected array (expected an object)"); }
+  bool end_array() override { return fail("unexpected array"); }
+  bool parse_error(std::size_t position, const std::string&,
+                   const nlohmann::detail::exception& ex) override {
+    if (problem.empty()) problem = "JSON parse error at byte " + std::to_string(position) + ": " + ex.what();
+    return false;
+  }
+
+ private:
+  bool value(uint64_t v) {
+    if (depth_ != 1 || !have_key_) return fail("expected a top-level object of token -> id");
+    entries.emplace_back(std::move(key_), v);
+    have_key_ = false;
+    return true;
+  }
+  bool fail(const std::string& why) {
+    if (problem.empty()) problem = why;
+    return false;
+  }
+  int depth_ = 0;
+  bool have_key_ = false;
+  bool done_ = false;
+  std::string key_;
+};
+
+}  // namespace
+
+char32_t gpt2_byte_to_codepoint(uint8_t byte) {
+  if (byte_is_self_mapped(byte)) return byte;
+  unsigned n = 0;  // rank of this byte among the non-self-mapped ones
+  for (unsigned b = 0; b < byte; ++b) n += byte_is_self_mapped(b) ? 0 : 1;
+  return 256 + n;
+}
+
+size_t find_invalid_utf8(std::string_view text) {
+  size_t i = 0;
+  const size_t n = text.size();
+  while (i < n) {
+    // ASCII fast path, 8 bytes at a time.
+    while (i + 8 <= n) {
+      uint64_t w;
+      std::memcpy(&w, text.data() + i, 8);
+      if (w & 0x8080808080808080ULL) break;
+      i += 8;
+    }
+    if (i >= n) break;
+    const size_t len = utf8_sequence_length(text, i);
+    if (len == 0) return i;
+    i += len;
+  }
+  return std::string_view::npos;
+}
+
+std::string replace_invalid_utf8(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  size_t i = 0;
+  while (i < text.size()) {
+    const size_t len = utf8_sequence_length(text, i);
+    if (len > 0) {
+      out.append(text.data() + i, len);
+      i += len;
+      continue;
+    }
+    // Maximal subpart of an ill-formed sequence: the longest prefix of a valid sequence
+    // (Unicode "U+FFFD substitution of maximal subparts", which Python's decoder follows).
+    const unsigned char b0 = static_cast<unsigned char>(text[i]);
+    size_t want = 0;
+    unsigned char lo = 0x80, hi = 0xBF;
+    if (b0 >= 0xC2 && b0 <= 0xDF) want = 2;
+    else if (b0 >= 0xE0 && b0 <= 0xEF) { want = 3; if (b0 == 0xE0) lo = 0xA0; if (b0 == 0xED) hi = 0x9F; }
+    else if (b0 >= 0xF0 && b0 <= 0xF4) { want = 4; if (b0 == 0xF0) lo = 0x90; if (b0 == 0xF4) hi = 0x8F; }
+    size_t consumed = 1;
+    if (want > 0 && i + 1 < text.size()) {
+      const unsigned char b1 = static_cast<unsigned char>(text[i + 1]);
+      if (b1 >= lo && b1 <= hi) {
+        consumed = 2;
+        while (consumed < want && i + consumed < text.size() &&
+               (static_cast<unsigned char>(text[i + consumed]) & 0xC0) == 0x80) {
+          ++consumed;
+        }
+      }
+    }
+    out += "\xEF\xBF\xBD";
+    i += consumed;
+  }
+  return out;
+}
+
+struct Tokenizer::Impl {
+  std::vector<std::string> id_to_bytes;
+  uint32_t byte_to_id[256] = {};
+  uint32_t eot_id = kEndOfText;
+
+  // bytes -> id (ordinary tokens only), open addressing, slot holds id + 1 (0 = empty).
+  std::vector<uint32_t> token_slots;
+  size_t token_mask = 0;
+
+  // (left id, right id) -> id of their concatenation, for every split of every ordinary token.
+  // tiktoken merges any adjacent pair whose concatenation is a token, lowest rank first; for GPT-2
+  // rank == id, so this table is exactly its merge rule.
+  struct PairSlot {
+    uint64_t key;
+    uint32_t merged;
+  };
+  static constexpr uint64_t kEmptyPair = ~0ULL;
+  std::vector<PairSlot> pair_slots;
+  size_t pair_mask = 0;
+
+  pcre2_code* regex = nullptr;
+
+  ~Impl() {
+    if (regex) pcre2_code_free(regex);
+  }
+
+  static size_t hash_bytes(std::string_view s) { return std::hash<std::string_view>{}(s); }
+
+  uint32_t find_token(std::string_view s) const {  // id or UINT32_MAX
+    size_t h = hash_bytes(s) & token_mask;
+    while (true) {
+      const uint32_t slot = token_slots[h];
+      if (slot == 0) return UINT32_MAX;
+      if (id_to_bytes[slot - 1] == s) return slot - 1;
+      h = (h + 1) & token_mask;
+    }
+  }
+
+  void insert_token(uint32_t id) {
+    size_t h = hash_bytes(id_to_bytes[id]) & token_mask;
+    while (token_slots[h] != 0) h = (h + 1) & token_mask;
+    token_slots[h] = id + 1;
+  }
+
+  uint32_t find_pair(uint32_t a, uint32_t b) const {  // merged id or UINT32_MAX
+    const uint64_t key = (static_cast<uint64_t>(a) << 32) | b;
+    size_t h = mix64(key) & pair_mask;
+    while (true) {
+      const PairSlot& slot = pair_slots[h];
+      if (slot.key == key) return slot.merged;
+      if (slot.key == kEmptyPair) return UINT32_MAX;
+      h = (h + 1) & pair_mask;
+    }
+  }
+
+  void build_tables() {
+    token_slots.assign(next_pow2(id_to_bytes.size() * 2 + 1), 0);
+    token_mask = token_slots.size() - 1;
+    for (uint32_t id = 0; id < id_to_bytes.size(); ++id) {
+      if (id != eot_id) insert_token(id);
+    }
+    std::vector<std::pair<uint64_t, uint32_t>> pairs;
+    for (uint32_t id = 0; id < id_to_bytes.size(); ++id) {
+      if (id == eot_id) continue;
+      const std::string_view t = id_to_bytes[id];
+      for (size_t k = 1; k < t.size(); ++k) {
+        const uint32_t a = find_token(t.substr(0, k));
+        if (a == UINT32_MAX) continue;
+        const uint32_t b = find_token(t.substr(k));
+        if (b == UINT32_MAX) continue;
+        pairs.emplace_back((static_cast<uint64_t>(a) << 32) | b, id);
+      }
+    }
+    pair_slots.assign(next_pow2(pairs.size() * 2 + 1), PairSlot{kEmptyPair, 0});
+    pair_mask = pair_slots.size() - 1;
+    for (const auto& [key, merged] : pairs) {
+      size_t h = mix64(key) & pair_mask;
+      while (pair_slots[h].key != kEmptyPair) h = (h + 1) & pair_mask;
+      pair_slots[h] = PairSlot{key, merged};
+    }
+  }
+
+  void compile_regex() {
+    int error_code = 0;
+    PCRE2_SIZE error_offset = 0;
+    const std::string pattern = gpt2_pattern();
+    regex = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.c_str()), pattern.size(),
+                          PCRE2_UTF | PCRE2_UCP, &error_code, &error_offset, nullptr);
+    if (!regex) {
+      PCRE2_UCHAR msg[256];
+      pcre2_get_error_message(error_code, msg, sizeof msg);
+      throw std::runtime_error(std::string("tokenizer: cannot compile the GPT-2 regex: ") +
+                               reinterpret_cast<const char*>(msg));
+    }
+    // JIT is an optimisation only: without it (unsupported CPU) pcre2_match interprets.
+    pcre2_jit_compile(regex, PCRE2_JIT_COMPLETE);
+  }
+
+  // BPE on one pre-token: start from single bytes, repeatedly merge the adjacent pair with the
+  // lowest merged id (leftmost on ties), as tiktoken's byte_pair_merge does.
+  void bpe(std::string_view piece, std::vector<uint32_t>& parts, std::vector<uint32_t>& ranks,
+           std::vector<uint32_t>& out) const {
+    const size_t n = piece.size();
+    parts.resize(n);
+    for (size_t i = 0; i < n; ++i) parts[i] = byte_to_id[static_cast<unsigned char>(piece[i])];
+    ranks.resize(n);  // ranks[i] = merged id of (parts[i], parts[i+1]) or UINT32_MAX
+    for (size_t i = 0; i + 1 < n; ++i) ranks[i] = find_pair(parts[i], parts[i + 1]);
+    size_t len = n;
+    while (len > 1) {
+      uint32_t best = UINT32_MAX;
+      size_t at = 0;
+      for (size_t i = 0; i + 1 < len; ++i) {
+        if (ranks[i] < best) {
+          best = ranks[i];
+          at = i;
+        }
+      }
+      if (best == UINT32_MAX) break;
+      parts[at] = best;
+      std::copy(parts.begin() + at + 2, parts.begin() + len, parts.begin() + at + 1);
+      std::copy(ranks.begin() + at + 2, ranks.begin() + len - 1, ranks.begin() + at + 1);
+      --len;
+      if (at + 1 < len) ranks[at] = find_pair(parts[at], parts[at + 1]);
+      if (at > 0) ranks[at - 1] = find_pair(parts[at - 1], parts[at]);
+    }
+    out.insert(out.end(), parts.begin(), parts.begin() + len);
+  }
+};
+
+Tokenizer::Tokenizer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Tokenizer::Tokenizer(Tokenizer&&) noexcept = default;
+Tokenizer& Tokenizer::operator=(Tokenizer&&) noexcept = default;
+Tokenizer::~Tokenizer() = default;
+
+Tokenizer Tokenizer::from_files(const std::string& encoder_json, const std::string& vocab_bpe) {
+  auto impl = std::make_unique<Impl>();
+
+  // Inverse of the byte map: code point -> byte.
+  std::unordered_map<char32_t, uint8_t> codepoint_to_byte;
+  for (unsigned b = 0; b < 256; ++b) codepoint_to_byte[gpt2_byte_to_codepoint(b)] = b;
+  auto unmap = [&](std::string_view mapped, std::string& bytes) -> bool {
+    bytes.clear();
+    size_t i = 0;
+    while (i < mapped.size()) {
+      const size_t len = utf8_sequence_length(mapped, i);
+      if (len == 0) return false;
+      const auto it = codepoint_to_byte.find(decode_utf8_at(mapped, i, len));
+      if (it == codepoint_to_byte.end()) return false;
+      bytes += static_cast<char>(it->second);
+      i += len;
+    }
+    return !bytes.empty();
+  };
+
+  // --- encoder.json: {"mapped token": id, ...}
+  {
+    const std::string text = read_file(encoder_json);
+    EncoderJsonHandler handler;
+    const bool ok = nlohmann::json::sax_parse(text, &handler, nlohmann::json::input_format_t::json,
+                                              /*strict=*/true);
+    if (!ok || !handler.problem.empty()) {
+      throw std::runtime_error(encoder_json + ": " +
+                               (handler.problem.empty() ? "invalid JSON" : handler.problem));
+    }
+    const size_t n = handler.entries.size();
+    if (n < 257) {
+      throw std::runtime_error(encoder_json + ": only " + std::to_string(n) +
+                               " entries (a GPT-2 vocabulary has 256 byte tokens + merges + <|endoftext|>)");
+    }
+    impl->id_to_bytes.assign(n, std::string());
+    std::vector<bool> seen(n, false);
+    bool have_eot = false;
+    std::string bytes;
+    for (const auto& [key, id] : handler.entries) {
+      if (id >= n) {
+        throw std::runtime_error(encoder_json + ": token id " + std::to_string(id) + " of \"" + key +
+                                 "\" is out of range (ids must be 0.." + std::to_string(n - 1) + ")");
+      }
+      if (seen[id]) throw std::runtime_error(encoder_json + ": token id " + std::to_string(id) + " appears twice");
+      seen[id] = true;
+      if (key == "<|endoftext|>") {
+        if (id != kEndOfText) {
+          throw std::runtime_error(encoder_json + ": <|endoftext|> has id " + std::to_string(id) +
+                                   " (expected " + std::to_string(kEndOfText) + ")");
+        }
+        impl->id_to_bytes[id] = key;
+        have_eot = true;
+        continue;
+      }
+      if (!unmap(key, bytes)) {
+        throw std::runtime_error(encoder_json + ": token " + std::to_string(id) +
+                                 " is empty or uses a character outside GPT-2's byte map");
+      }
+      impl->id_to_bytes[id] = bytes;
+    }
+    if (!have_eot) throw std::runtime_error(encoder_json + ": no <|endoftext|> entry");
+    // Byte tokens: tiktoken ranks the 256 single bytes first, in the byte map's order.
+    unsigned rank = 0;
+    for (int pass = 0; pass < 2; ++pass) {
+      for (unsigned b = 0; b < 256; ++b) {
+        if (byte_is_self_mapped(b) != (pass == 0)) continue;
+        const std::string& t = impl->id_to_bytes[rank];
+        if (t.size() != 1 || static_cast<unsigned char>(t[0]) != b) {
+          throw std::runtime_error(encoder_json + ": id " + std::to_string(rank) +
+                                   " should be the single byte " + std::to_string(b) +
+                                   " (GPT-2 byte tokens come first, in byte-map order)");
+        }
+        impl->byte_to_id[b] = rank++;
+      }
+    }
+  }
+
+  // --- vocab.bpe: "#version" line, then one merge "left right" per line; merge i creates id 256+i.
+  {
+    const std::string text = read_file(vocab_bpe);
+    const size_t bad = find_invalid_utf8(text);
+    if (bad != std::string::npos) {
+      throw std::runtime_error(vocab_bpe + ": invalid UTF-8 at byte offset " + std::to_string(bad));
+    }
+    size_t pos = 0, line_no = 0, merges = 0;
+    const size_t vocab = impl->id_to_bytes.size();
+    std::string left, right;
+    while (pos < text.size()) {
+      size_t end = text.find('\n', pos);
+      if (end == std::string::npos) end = text.size();
+      std::string_view line(text.data() + pos, end - pos);
+      pos = end + 1;
+      ++line_no;
+      if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+      if (line.empty() || (line_no == 1 && line.rfind("#version", 0) == 0)) continue;
+      const size_t space = line.find(' ');
+      if (space == std::string_view::npos || line.find(' ', space + 1) != std::string_view::npos ||
+          !unmap(line.substr(0, space), left) || !unmap(line.substr(space + 1), right)) {
+        throw std::runtime_error(vocab_bpe + ":" + std::to_string(line_no) +
+                                 ": expected two GPT-2 byte-mapped tokens separated by one space");
+      }
+      const auto expected = static_cast<uint32_t>(256 + merges);
+      if (expected >= vocab || impl->id_to_bytes[expected] != left + right) {
+        throw std::runtime_error(vocab_bpe + ":" + std::to_string(line_no) + ": merge " +
+                                 std::to_string(merges) + " does not produce token " +
+                                 std::to_string(expected) + " of the encoder file " + encoder_json);
+      }
+      ++merges;
+    }
+    if (256 + merges + 1 != vocab) {
+      throw std::runtime_error(vocab_bpe + ": " + std::to_string(merges) + " merges, but " + encoder_json +
+                               " has " + std::to_string(vocab) + " tokens (expected 256 + merges + 1)");
+    }
+  }
+
+  impl->build_tables();
+  impl->compile_regex();
+  return Tokenizer(std::move(impl));
+}
+
+Tokenizer Tokenizer::from_default_location() {
+  std::string dir = "data/gpt2";
+  if (const char* env = std::getenv("GPT2_VOCAB_DIR"); env && *env) dir = env;
+  const std::string enc = dir + "/encoder.json", bpe = dir + "/vocab.bpe";
+  if (!std::ifstream(enc) || !std::ifstream(bpe)) {
+    throw std::runtime_error(enc + ": GPT-2 vocabulary not found (run `make vocab` or "
+                             "scripts/get_gpt2_vocab.sh; $GPT2_VOCAB_DIR selects another directory)");
+  }
+  return from_files(enc, bpe);
+}
+
+std::vector<uint32_t> Tokenizer::encode(std::string_view utf8) const {
+  std::vector<uint32_t> out;
+  out.reserve(utf8.size() / 3 + 16);
+  encode_append(utf8, out);
+  return out;
+}
+
+void Tokenizer::encode_append(std::string_view utf8, std::vector<uint32_t>& out) const {
+  const size_t bad = find_invalid_utf8(utf8);
+  if (bad != std::string_view::npos) {
+    throw std::runtime_error("invalid UTF-8 at byte offset " + std::to_string(bad) +
+                             " (the GPT-2 tokenizer needs valid UTF-8 text)");
+  }
+  const Impl& im = *impl_;
+  pcre2_match_data* md = pcre2_match_data_create_from_pattern(im.regex, nullptr);
+  if (!md) throw std::bad_alloc();
+  struct Free {
+    pcre2_match_data* md;
+    ~Free() { pcre2_match_data_free(md); }
+  } free_md{md};
+
+  // Pieces repeat a lot (words); cache the BPE result of the ones that are not a single token.
+  std::unordered_map<std::string_view, std::pair<uint32_t, uint32_t>> cache;  // -> [begin, end) in `cached`
+  std::vector<uint32_t> cached, parts, ranks;
+  constexpr size_t kMaxCachedPieces = 1 << 16;
+
+  const auto* subject = reinterpret_cast<PCRE2_SPTR>(utf8.data());
+  const size_t n = utf8.size();
+  size_t start = 0;
+  while (start < n) {
+    // Validity was checked once above; PCRE2 would otherwise re-check the whole subject per call.
+    const int rc = pcre2_match(im.regex, subject, n, start, PCRE2_NO_UTF_CHECK, md, nullptr);
+    if (rc == PCRE2_ERROR_NOMATCH) break;  // cannot happen: every character matches some branch
+    if (rc < 0) {
+      PCRE2_UCHAR msg[256];
+      pcre2_get_error_message(rc, msg, sizeof msg);
+      throw std::runtime_error(std::string("tokenizer: regex match failed at byte offset ") +
+                               std::to_string(start) + ": " + reinterpret_cast<const char*>(msg));
+    }
+    const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(md);
+    const size_t b = ov[0], e = ov[1];
+    if (e <= b) {  // empty match: step one character (never happens with this pattern)
+      start = b + 1;
+      while (start < n && (static_cast<unsigned char>(utf8[start]) & 0xC0) == 0x80) ++start;
+      continue;
+    }
+    start = e;
+    const std::string_view piece = utf8.substr(b, e - b);
+    const uint32_t whole = im.find_token(piece);
+    if (whole != UINT32_MAX) {
+      out.push_back(whole);
+      continue;
+    }
+    if (const auto it = cache.find(piece); it != cache.end()) {
+      out.insert(out.end(), cached.begin() + it->second.first, cached.begin() + it->second.second);
+      continue;
+    }
+    const size_t before = out.size();
+    im.bpe(piece, parts, ranks, out);
+    if (cache.size() < kMaxCachedPieces) {
+      const auto begin = static_cast<uint32_t>(cached.size());
+      cached.insert(cached.end(), out.begin() + before, out.end());
+      cache.emplace(piece, std::make_pair(begin, static_cast<uint32_t>(cached.size())));
+    }
+  }
+}
+
+std::string Tokenizer::decode(const uint32_t* ids, size_t n) const {
+  std::string out;
+  const auto& table = impl_->id_to_bytes;
+  for (size_t i = 0; i < n; ++i) {
+    if (ids[i] >= table.size()) {
+      throw std::runtime_error("decode: token id " + std::to_string(ids[i]) + " out of range (vocab size " +
+                               std::to_string(table.size()) + ")");
+    }
+    out += table[ids[i]];
+  }
+  return out;
+}
+
+std::string Tokenizer::decode(const std::vector<uint32_t>& ids) const { return decode(ids.data(), ids.size()); }
+
+const std::string& Tokenizer::token_bytes(uint32_t id) const {
+  if (id >= impl_->id_to_bytes.size()) {
+    throw std::runtime_error("token id " + std::to_string(id) + " out of range (vocab size " +
+                             std::to_string(impl_->id_to_bytes.size()) + ")");
+  }
+  return impl_->id_to_bytes[id];
+}
+
+size_t Tokenizer::vocab_size() const { return impl_->id_to_bytes.size(); }
+
+void Tokenizer::write_llmc_file(const std::string& path) const {
+  uint32_t header[256] = {};
+  header[0] = 20240328;
+  header[1] = 2;
+  header[2] = static_cast<uint32_t>(vocab_size());
+  header[3] = impl_->eot_id;
+  const std::string tmp = path + ".tmp";
+  std::FILE* f = std::fopen(tmp.c_str(), "wb");
+  if (!f) throw std::runtime_error(tmp + ": cannot open for writing");
+  bool ok = std::fwrite(header, sizeof header, 1, f) == 1;
+  for (const std::string& t : impl_->id_to_bytes) {
+    // llm.c stores the length in one byte and asserts it is > 0.
+    if (t.empty() || t.size() > 255) {
+      std::fclose(f);
+      std::remove(tmp.c_str());
+      throw std::runtime_error(path + ": token of " + std::to_string(t.size()) + " bytes cannot be stored (1..255)");
+    }
+    const auto len = static_cast<unsigned char>(t.size());
+    ok = ok && std::fwrite(&len, 1, 1, f) == 1 && std::fwrite(t.data(), 1, t.size(), f) == t.size();
+  }
+  ok = (std::fclose(f) == 0) && ok;
+  if (!ok || std::rename(tmp.c_str(), path.c_str()) != 0) {
+    std::remove(tmp.c_str());
+    throw std::runtime_error(path + ": write failed");
+  }
+}
+
+std::vector<std::string> Tokenizer::read_llmc_file(const std::string& path) {
+  const std::string data = read_file(path);
+  if (data.size() < 1024) throw std::runtime_error(path + ": too short for the 1024-byte header");
+  uint32_t header[256];
+  std::memcpy(header, data.data(), sizeof header);
+  if (header[0] != 20240328) {
+    throw std::runtime_error(path + ": bad magic " + std::to_string(header[0]) + " (expected 20240328)");
+  }
+  if (header[1] != 1 && header[1] != 2) {
+    throw std::runtime_error(path + ": unsupported version " + std::to_string(header[1]) + " (expected 1 or 2)");
+  }
+  const uint32_t vocab = header[2];
+  std::vector<std::string> tokens;
+  size_t pos = 1024;
+  for (uint32_t i = 0; i < vocab; ++i) {
+    if (pos >= data.size()) throw std::runtime_error(path + ": truncated at token " + std::to_string(i));
+    const size_t len = static_cast<unsigned char>(data[pos++]);
+    if (len == 0 || pos + len > data.size()) {
+      throw std::runtime_error(path + ": bad or truncated token " + std::to_string(i));
+    }
+    tokens.emplace_back(data.data() + pos, len);
+    pos += len;
+  }
+  if (pos != data.size()) throw std::runtime_error(path + ": " + std::to_string(data.size() - pos) + " trailing bytes");
+  return tokens;
+}
+
+}  // namespace gpt2

@@ -1,0 +1,117 @@
+#include "train/data_parallel.h"
+
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+
+namespace gpt2 {
+
+std::vector<ParamTensorSpec> zero_tensor_specs(const ParamLayout& layout) {
+  std::vector<ParamTensorSpec> specs;
+  for (int t = 0; t < kNumParamTensors; t++)
+    specs.push_back({ParamLayout::name(t), layout.numel[t], ParamLayout::is_per_layer(t) ? layout.num_layers : 0});
+  return specs;
+}
+
+DataParallel::DataParallel(Backend& backend, Communicator& comm, const ParamLayout& layout, int zero_stage)
+    : backend_(backend),
+      comm_(comm),
+      stage_(zero_stage),
+      num_params_(layout.total),
+      plan_(zero_tensor_specs(layout), comm.world()) {
+  if (zero_stage < 0 || zero_stage > 2) throw std::runtime_error("--zero-stage must be 0, 1 or 2");
+  if (comm.is_device_memory() == backend.is_host_memory())
+    throw std::runtime_error("communicator (" + comm.name() + ") and backend (" + backend.name() +
+                             ") disagree on where memory lives");
+  if (stage_ == 0) {
+    opt_begin_ = 0;
+    opt_end_ = num_params_;
+  } else {
+    const ElemRange s = plan_.shard(comm.rank());
+    opt_begin_ = std::min(s.begin, num_params_);
+    opt_end_ = std::min(s.end, num_params_);
+  }
+  if (stage_ == 2) {
+    shard_grads_ = backend_.alloc(plan_.shard_size(), BufferRole::kGrads);
+    backend_.zero(shard_grads_);
+    size_t most = 1;
+    for (int u = 0; u < plan_.num_units(); u++)
+      most = std::max(most, plan_.unit(u).counts[static_cast<size_t>(comm.rank())]);
+    recv_ = backend_.alloc(most, BufferRole::kScratch);
+  }
+}
+
+DataParallel::~DataParallel() {
+  if (!shard_grads_.empty()) backend_.free(shard_grads_);
+  if (!recv_.empty()) backend_.free(recv_);
+}
+
+void DataParallel::begin_step() {
+  if (stage_ == 2) backend_.zero(shard_grads_);
+}
+
+std::function<void(int)> DataParallel::backward_hook(GPT2& model) {
+  if (stage_ != 2) return nullptr;
+  return [this, &model](int layer) { reduce_unit(model, layer < 0 ? plan_.rest_unit() : layer); };
+}
+
+// Stage 2: the unit's packed gradients (flat-buffer order == the plan's owner
+// order) are reduce-scattered; this rank adds its pieces into its shard.
+void DataParallel::reduce_unit(GPT2& model, int unit) {
+  const UnitExchange& ex = plan_.unit(unit);
+  const size_t me = static_cast<size_t>(comm_.rank());
+  Tensor send = model.unit_grads(unit);
+  if (send.numel != ex.numel) throw std::runtime_error("ZeRO-2: unit buffer size disagrees with the plan");
+  comm_.reduce_scatter_v(send.ptr, ex.counts[me] ? recv_.ptr : nullptr, ex.counts, DataType::kFloat32,
+                         ReduceOp::kAvg);
+  size_t at = 0;
+  for (size_t p = ex.first_piece_of_rank[me]; p < ex.first_piece_of_rank[me + 1]; p++) {
+    const ExchangePiece& piece = ex.pieces[p];
+    const size_t n = piece.global.size();
+    Tensor dst = shard_grads_.slice(piece.shard_offset, n);
+    backend_.residual_forward(dst, dst, recv_.slice(at, n), n);
+    at += n;
+  }
+}
+
+void DataParallel::reduce_gradients(GPT2& model) {
+  if (comm_.world() == 1 || stage_ == 2) return;  // stage 2 reduced during backward
+  Tensor g = model.grads();
+  if (stage_ == 0) {
+    comm_.all_reduce(g.ptr, g.ptr, g.numel, DataType::kFloat32, ReduceOp::kAvg);
+  } else {
+    const size_t S = plan_.shard_size();
+    Tensor mine = g.slice(S * static_cast<size_t>(comm_.rank()), S);  // in place: NCCL's convention
+    comm_.reduce_scatter(g.ptr, mine.ptr, S, DataType::kFloat32, ReduceOp::kAvg);
+  }
+}
+
+Tensor DataParallel::shard_grads(GPT2& model) const {
+  const size_t n = opt_end_ - opt_begin_;
+  if (stage_ == 2) return shard_grads_.slice(0, n);
+  return model.grads().slice(opt_begin_, n);
+}
+
+double DataParallel::grad_norm(GPT2& model) {
+  if (stage_ == 0) return std::sqrt(backend_.sum_squares(model.grads().slice(0, num_params_)));
+  // Padding elements are zero, so squaring the whole shard is exact.
+  const ElemRange s = plan_.shard(comm_.rank());
+  Tensor mine = stage_ == 2 ? shard_grads_ : model.grads().slice(s.begin, s.size());
+  double sq = backend_.sum_squares(mine);
+  comm_.all_reduce(&sq, &sq, 1, DataType::kFloat64, ReduceOp::kSum);
+  return std::sqrt(sq);
+}
+
+void DataParallel::gather_params(GPT2& model) {
+  if (stage_ == 0 || comm_.world() == 1) return;
+  Tensor p = model.params();
+  const size_t S = plan_.shard_size();
+  Tensor mine = p.slice(S * static_cast<size_t>(comm_.rank()), S);
+  comm_.all_gather(mine.ptr, p.ptr, S, DataType::kFloat32);
+}
+
+size_t DataParallel::gradient_bytes(const GPT2& model) const {
+  return model.gradient_bytes() + shard_grads_.bytes() + recv_.bytes();
+}
+
+}  // namespace gpt2

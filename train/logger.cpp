@@ -1,0 +1,112 @@
+#include "train/logger.h"
+
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <stdexcept>
+
+namespace gpt2 {
+
+TrainLogger::TrainLogger(bool enabled, const std::string& jsonl_path) : enabled_(enabled), jsonl_path_(jsonl_path) {
+  if (!enabled_ || jsonl_path.empty()) return;
+  jsonl_ = std::fopen(jsonl_path.c_str(), "a");
+  if (!jsonl_) throw std::runtime_error(jsonl_path + ": cannot open log for appending: " + std::strerror(errno));
+}
+
+TrainLogger::~TrainLogger() {
+  if (jsonl_) std::fclose(jsonl_);
+}
+
+void TrainLogger::jsonl(const std::string& obj) {
+  if (!jsonl_) return;
+  if (std::fprintf(jsonl_, "%s\n", obj.c_str()) < 0 || std::fflush(jsonl_) != 0)
+    throw std::runtime_error(jsonl_path_ + ": write failed: " + std::strerror(errno));
+}
+
+namespace {
+// JSON has no NaN/Inf: write null for them.
+std::string num(double x, const char* f = "%.6g") {
+  if (!std::isfinite(x)) return "null";
+  char b[64];
+  std::snprintf(b, sizeof(b), f, x);
+  return b;
+}
+}  // namespace
+
+void TrainLogger::step(const StepRecord& r) {
+  if (!enabled_) return;
+  std::printf("step %5d/%d | loss %.6f | norm %.4f | lr %.2e | %.1f ms | %.0f tok/s | eta %s%s\n", r.step,
+              r.total_steps, r.loss, r.grad_norm, r.lr, r.ms, r.tok_per_s, format_duration(r.eta_s).c_str(),
+              r.skipped ? " | SKIPPED (non-finite)" : "");
+  std::fflush(stdout);
+  jsonl("{\"type\":\"train\",\"step\":" + std::to_string(r.step) + ",\"loss\":" + num(r.loss, "%.17g") +
+        ",\"grad_norm\":" + num(r.grad_norm) + ",\"lr\":" + num(r.lr) + ",\"ms\":" + num(r.ms, "%.3f") +
+        ",\"tok_per_s\":" + num(r.tok_per_s, "%.1f") + (r.skipped ? ",\"skipped\":true" : "") + "}");
+}
+
+void TrainLogger::val(int step, double val_loss) {
+  if (!enabled_) return;
+  std::printf("val   %5d | loss %.6f | ppl %.3f\n", step, val_loss, std::exp(val_loss));
+  std::fflush(stdout);
+  jsonl("{\"type\":\"val\",\"step\":" + std::to_string(step) + ",\"val_loss\":" + num(val_loss, "%.17g") +
+        ",\"val_ppl\":" + num(std::exp(val_loss)) + "}");
+}
+
+void TrainLogger::sample(int step, const std::string& text) {
+  if (!enabled_) return;
+  std::printf("sample at step %d:\n---\n%s\n---\n", step, text.c_str());
+  std::fflush(stdout);
+  jsonl("{\"type\":\"sample\",\"step\":" + std::to_string(step) + ",\"text\":\"" + json_escape(text) + "\"}");
+}
+
+void TrainLogger::info(const std::string& line) {
+  if (!enabled_) return;
+  std::printf("%s\n", line.c_str());
+  std::fflush(stdout);
+}
+
+std::string format_duration(double s) {
+  if (!std::isfinite(s) || s < 0) return "?";
+  char b[32];
+  long t = std::lround(s);
+  if (t >= 3600) std::snprintf(b, sizeof(b), "%ldh%02ldm", t / 3600, (t / 60) % 60);
+  else if (t >= 60) std::snprintf(b, sizeof(b), "%ldm%02lds", t / 60, t % 60);
+  else std::snprintf(b, sizeof(b), "%lds", t);
+  return b;
+}
+
+std::string format_bytes(double bytes) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int u = 0;
+  while (bytes >= 1024.0 && u < 4) {
+    bytes /= 1024.0;
+    u++;
+  }
+  char b[32];
+  std::snprintf(b, sizeof(b), u ? "%.2f %s" : "%.0f %s", bytes, units[u]);
+  return b;
+}
+
+std::string json_escape(const std::string& s) {
+  std::string o;
+  for (unsigned char c : s) {
+    switch (c) {
+      case '"': o += "\\\""; break;
+      case '\\': o += "\\\\"; break;
+      case '\n': o += "\\n"; break;
+      case '\r': o += "\\r"; break;
+      case '\t': o += "\\t"; break;
+      default:
+        if (c < 0x20) {
+          char b[8];
+          std::snprintf(b, sizeof(b), "\\u%04x", c);
+          o += b;
+        } else {
+          o += static_cast<char>(c);
+        }
+    }
+  }
+  return o;
+}
+
+}  // namespace gpt2

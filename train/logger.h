@@ -1,0 +1,44 @@
+// Step and evaluation logging: one flushed human line per event on stdout (no
+// carriage returns, so Slurm logs stay readable) and, optionally, one JSON
+// object per event appended to a JSONL file.
+#ifndef TRAIN_LOGGER_H
+#define TRAIN_LOGGER_H
+
+#include <cstdio>
+#include <string>
+
+namespace gpt2 {
+
+struct StepRecord {
+  int step = 0, total_steps = 0;   // 1-based step
+  double loss = 0, grad_norm = 0, lr = 0, ms = 0, tok_per_s = 0, eta_s = 0;
+  bool skipped = false;            // non-finite loss/norm, update skipped
+};
+
+class TrainLogger {
+ public:
+  // enabled=false (non-zero ranks) makes every call a no-op.
+  TrainLogger(bool enabled, const std::string& jsonl_path);
+  ~TrainLogger();
+  TrainLogger(const TrainLogger&) = delete;
+  TrainLogger& operator=(const TrainLogger&) = delete;
+
+  void step(const StepRecord& r);
+  void val(int step, double val_loss);
+  void sample(int step, const std::string& text);
+  void info(const std::string& line);  // a plain line, flushed
+
+ private:
+  void jsonl(const std::string& obj);
+  bool enabled_;
+  FILE* jsonl_ = nullptr;
+  std::string jsonl_path_;
+};
+
+std::string format_duration(double seconds);  // "1h02m", "3m05s", "12s"
+std::string format_bytes(double bytes);       // "1.23 GiB"
+std::string json_escape(const std::string& s);
+
+}  // namespace gpt2
+
+#endif  // TRAIN_LOGGER_H

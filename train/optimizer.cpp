@@ -1,0 +1,52 @@
+#include "train/optimizer.h"
+
+#include <algorithm>
+#include <stdexcept>
+
+namespace gpt2 {
+
+AdamW::AdamW(Backend& backend, const ParamLayout& layout, size_t begin, size_t end)
+    : backend_(backend), layout_(layout), begin_(begin), end_(end) {
+  if (begin > end || end > layout.total) throw std::runtime_error("AdamW: bad parameter range");
+  const size_t n = std::max<size_t>(numel(), 1);  // an empty shard still owns valid (unused) buffers
+  m_ = backend_.alloc(n, BufferRole::kOptimizer);
+  v_ = backend_.alloc(n, BufferRole::kOptimizer);
+  backend_.zero(m_);
+  backend_.zero(v_);
+}
+
+AdamW::~AdamW() {
+  backend_.free(m_);
+  backend_.free(v_);
+}
+
+void AdamW::step(Tensor params, Tensor shard_grads, float lr, float grad_scale, int t, const AdamWHyper& h) {
+  // One update call per (tensor ∩ shard), so each piece gets its own decay.
+  for (int k = 0; k < kNumParamTensors; k++) {
+    const size_t lo = std::max(begin_, layout_.offset[k]);
+    const size_t hi = std::min(end_, layout_.offset[k] + layout_.numel[k]);
+    if (lo >= hi) continue;
+    const size_t n = hi - lo, rel = lo - begin_;
+    const float wd = ParamLayout::decays(k) ? h.weight_decay : 0.0f;
+    backend_.adamw_update(params.slice(lo, n), Tensor{}, shard_grads.slice(rel, n), m_.slice(rel, n),
+                          v_.slice(rel, n), lr, h.beta1, h.beta2, h.eps, wd, grad_scale, t);
+  }
+}
+
+void AdamW::get_state(std::vector<float>* m, std::vector<float>* v) const {
+  m->resize(numel());
+  v->resize(numel());
+  if (numel() == 0) return;
+  backend_.download(m->data(), m_.slice(0, numel()));
+  backend_.download(v->data(), v_.slice(0, numel()));
+}
+
+void AdamW::set_state(const std::vector<float>& m, const std::vector<float>& v) {
+  if (m.size() != numel() || v.size() != numel())
+    throw std::runtime_error("AdamW: optimizer state size mismatch");
+  if (numel() == 0) return;
+  backend_.upload(m_.slice(0, numel()), m.data());
+  backend_.upload(v_.slice(0, numel()), v.data());
+}
+
+}  // namespace gpt2

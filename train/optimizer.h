@@ -1,0 +1,47 @@
+// AdamW over a contiguous range [begin, end) of the flat parameter buffer:
+// the whole model on one rank, or this rank's ZeRO shard. Weight decay follows
+// the tensor each element belongs to (ParamLayout::decays).
+#ifndef TRAIN_OPTIMIZER_H
+#define TRAIN_OPTIMIZER_H
+
+#include <cstddef>
+#include <vector>
+
+#include "backend/backend.h"
+#include "model/gpt2.h"
+
+namespace gpt2 {
+
+struct AdamWHyper {
+  float beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f, weight_decay = 0.0f;
+};
+
+class AdamW {
+ public:
+  AdamW(Backend& backend, const ParamLayout& layout, size_t begin, size_t end);
+  ~AdamW();
+  AdamW(const AdamW&) = delete;
+  AdamW& operator=(const AdamW&) = delete;
+
+  // params: the full parameter buffer; shard_grads: gradients of [begin, end)
+  // (element 0 = parameter `begin`). t is the 1-based step for bias correction.
+  void step(Tensor params, Tensor shard_grads, float lr, float grad_scale, int t, const AdamWHyper& h);
+
+  size_t begin() const { return begin_; }
+  size_t end() const { return end_; }
+  size_t numel() const { return end_ - begin_; }
+  size_t state_bytes() const { return 2 * numel() * sizeof(float); }
+  // Host copies of the moments, for checkpoints.
+  void get_state(std::vector<float>* m, std::vector<float>* v) const;
+  void set_state(const std::vector<float>& m, const std::vector<float>& v);
+
+ private:
+  Backend& backend_;
+  const ParamLayout layout_;
+  size_t begin_, end_;
+  Tensor m_, v_;
+};
+
+}  // namespace gpt2
+
+#endif  // TRAIN_OPTIMIZER_H

@@ -1,0 +1,206 @@
+#include "train/options.h"
+
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <sstream>
+#include <stdexcept>
+
+namespace gpt2 {
+
+namespace {
+
+struct OptionSpec {
+  const char* long_name;   // without "--"
+  char short_name;         // 0 if none
+  const char* value_name;  // nullptr for boolean switches
+  const char* help;
+  // Applies the value (nullptr for switches) to the options; may throw.
+  std::function<void(TrainOptions&, const char*)> apply;
+  // Renders the current value for the banner.
+  std::function<std::string(const TrainOptions&)> show;
+};
+
+[[noreturn]] void bad_value(const std::string& flag, const char* v, const std::string& expect) {
+  throw std::runtime_error("--" + flag + ": invalid value '" + std::string(v) + "' (expected " + expect + ")");
+}
+
+int64_t parse_int(const std::string& flag, const char* v, int64_t lo, int64_t hi) {
+  errno = 0;
+  char* end = nullptr;
+  long long x = std::strtoll(v, &end, 10);
+  if (errno || end == v || *end != '\0') bad_value(flag, v, "an integer");
+  if (x < lo || x > hi)
+    bad_value(flag, v, "an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
+  return x;
+}
+
+float parse_float(const std::string& flag, const char* v, double lo, double hi) {
+  errno = 0;
+  char* end = nullptr;
+  double x = std::strtod(v, &end);
+  if (errno || end == v || *end != '\0' || !std::isfinite(x)) bad_value(flag, v, "a number");
+  if (x < lo || x > hi) {
+    std::ostringstream s;
+    s << "a number in [" << lo << ", " << hi << "]";
+    bad_value(flag, v, s.str());
+  }
+  return static_cast<float>(x);
+}
+
+std::string choice(const std::string& flag, const char* v, std::initializer_list<const char*> allowed) {
+  std::string all;
+  for (const char* a : allowed) {
+    if (std::string(v) == a) return v;
+    all += (all.empty() ? "" : ", ") + std::string(a);
+  }
+  bad_value(flag, v, "one of " + all);
+}
+
+std::string fmt(double x) {
+  std::ostringstream s;
+  s << x;
+  return s.str();
+}
+
+constexpr int64_t kBig = 1LL << 40;
+
+#define STR(field) [](TrainOptions& o, const char* v) { o.field = v; }, [](const TrainOptions& o) { return o.field; }
+#define INT(field, flag, lo, hi) \
+  [](TrainOptions& o, const char* v) { o.field = parse_int(flag, v, lo, hi); }, \
+  [](const TrainOptions& o) { return std::to_string(o.field); }
+#define FLT(field, flag, lo, hi) \
+  [](TrainOptions& o, const char* v) { o.field = parse_float(flag, v, lo, hi); }, \
+  [](const TrainOptions& o) { return fmt(o.field); }
+#define FLAG(field) \
+  [](TrainOptions& o, const char*) { o.field = true; }, \
+  [](const TrainOptions& o) { return std::string(o.field ? "yes" : "no"); }
+
+const std::vector<OptionSpec>& option_table() {
+  static const std::vector<OptionSpec> table = {
+      // model
+      {"model", 0, "dN|FILE", "d12 (124M), d24 (350M), d36 (774M), d48 (1558M), any dN (64N channels, N heads), or an llm.c model file (v3 fp32 / v5 bf16) [d12]", STR(model)},
+      {"config", 0, "K=V,...", "overrides on the dN preset: n_layer, n_head, n_embd, max_seq, vocab_size, padded_vocab_size", STR(config_overrides)},
+      // data
+      {"train-data", 0, "GLOB", "training token shards (file, glob or comma list) [data/tinyshakespeare/tiny_shakespeare_train.bin]", STR(train_data)},
+      {"val-data", 0, "GLOB", "validation token shards [data/tinyshakespeare/tiny_shakespeare_val.bin]", STR(val_data)},
+      {"batch-size", 'B', "N", "micro-batch size per rank [4]", INT(batch_size, "batch-size", 1, 1 << 20)},
+      {"seq-len", 'T', "N", "sequence length (<= the model's max_seq) [1024]", INT(seq_len, "seq-len", 1, 1 << 20)},
+      {"total-batch-tokens", 0, "N", "tokens per optimizer step over all ranks; a multiple of B*T*world sets gradient accumulation [B*T*world]", INT(total_batch_tokens, "total-batch-tokens", -1, kBig)},
+      {"no-shuffle", 0, nullptr, "read training shards sequentially from token 0 (default: seeded shuffle of shards and samples)", FLAG(no_shuffle)},
+      // optimisation
+      {"lr", 0, "X", "peak learning rate [3e-4]", FLT(lr, "lr", 0.0, 10.0)},
+      {"lr-schedule", 0, "NAME", "cosine | linear | constant | wsd [cosine]", [](TrainOptions& o, const char* v) { o.lr_schedule = choice("lr-schedule", v, {"cosine", "linear", "constant", "wsd"}); }, [](const TrainOptions& o) { return o.lr_schedule; }},
+      {"warmup-steps", 0, "N", "linear warmup steps [0]", INT(warmup_steps, "warmup-steps", 0, 1 << 30)},
+      {"final-lr-frac", 0, "X", "final lr as a fraction of the peak [0.1]", FLT(final_lr_frac, "final-lr-frac", 0.0, 1.0)},
+      {"wsd-decay-frac", 0, "X", "wsd: fraction of the post-warmup steps spent cooling down [0.2]", FLT(wsd_decay_frac, "wsd-decay-frac", 0.0, 1.0)},
+      {"weight-decay", 0, "X", "AdamW decoupled weight decay on matmul weights and embeddings [0]", FLT(weight_decay, "weight-decay", 0.0, 10.0)},
+      {"beta1", 0, "X", "AdamW beta1 [0.9]", FLT(beta1, "beta1", 0.0, 0.999999)},
+      {"beta2", 0, "X", "AdamW beta2 [0.95]", FLT(beta2, "beta2", 0.0, 0.999999)},
+      {"adam-eps", 0, "X", "AdamW epsilon [1e-8]", FLT(adam_eps, "adam-eps", 0.0, 1.0)},
+      {"grad-clip", 0, "X", "clip the global gradient norm to X; 0 disables [1.0]", FLT(grad_clip, "grad-clip", 0.0, 1e9)},
+      {"max-steps", 0, "N", "optimizer steps; -1 = one epoch of the training data [-1]", INT(max_steps, "max-steps", -1, 1 << 30)},
+      {"on-nan", 0, "skip|stop", "non-finite loss or gradient norm: skip the update, or stop with an error (checkpoints kept) [stop]", [](TrainOptions& o, const char* v) { o.on_nan = choice("on-nan", v, {"skip", "stop"}); }, [](const TrainOptions& o) { return o.on_nan; }},
+      {"seed", 0, "N", "seed for init, data shuffling and sampling [1337]", INT(seed, "seed", 0, kBig)},
+      // evaluation and sampling
+      {"val-every", 0, "N", "validation every N steps and at the end; 0 disables [20]", INT(val_every, "val-every", 0, 1 << 30)},
+      {"val-steps", 0, "N", "batches per validation [20]", INT(val_steps, "val-steps", 1, 1 << 30)},
+      {"sample-every", 0, "N", "generate a sample every N steps and at the end; 0 disables [20]", INT(sample_every, "sample-every", 0, 1 << 30)},
+      {"gen-tokens", 0, "N", "tokens per sample [64]", INT(gen_tokens, "gen-tokens", 1, 1 << 20)},
+      {"prompt", 0, "TEXT", "sample prompt (default: start from <|endoftext|>)", STR(prompt)},
+      {"temperature", 0, "X", "sampling temperature [1.0]", FLT(temperature, "temperature", 1e-6, 100.0)},
+      {"top-k", 0, "N", "sample from the top k tokens; 0 = all [0]", INT(top_k, "top-k", 0, 1 << 30)},
+      // output
+      {"output-dir", 'o', "DIR", "checkpoints and the final DIR/model.bin (default: none written)", STR(output_dir)},
+      {"checkpoint-every", 0, "N", "checkpoint every N steps (and always at the end) [0]", INT(checkpoint_every, "checkpoint-every", 0, 1 << 30)},
+      {"keep-checkpoints", 0, "K", "keep the newest K checkpoints; 0 keeps all [0]", INT(keep_checkpoints, "keep-checkpoints", 0, 1 << 30)},
+      {"resume", 0, nullptr, "continue from the newest complete checkpoint in --output-dir", FLAG(resume)},
+      {"save-dtype", 0, "fp32|bf16", "element type of saved model files (llm.c v3 / v5) [fp32]", [](TrainOptions& o, const char* v) { o.save_dtype = choice("save-dtype", v, {"fp32", "bf16"}); }, [](const TrainOptions& o) { return o.save_dtype; }},
+      {"log-jsonl", 0, "PATH", "append one JSON object per step and per evaluation", STR(log_jsonl)},
+      // system
+      {"device", 0, "auto|cpu|cuda", "auto = CUDA when a GPU is present, else CPU [auto]", [](TrainOptions& o, const char* v) { o.device = choice("device", v, {"auto", "cpu", "cuda"}); }, [](const TrainOptions& o) { return o.device; }},
+      {"threads", 0, "N", "CPU threads; 0 = OpenMP default [0]", INT(threads, "threads", 0, 4096)},
+      {"zero-stage", 0, "0|1|2", "ZeRO: 0 all-reduce, 1 shard optimizer state, 2 also shard gradients [0]", INT(zero_stage, "zero-stage", 0, 2)},
+  };
+  return table;
+}
+
+#undef STR
+#undef INT
+#undef FLT
+#undef FLAG
+
+}  // namespace
+
+std::string train_options_help(const char* program) {
+  std::ostringstream s;
+  s << "usage: " << program << " [options]\n"
+    << "Train GPT-2 on token shards (CPU backend, or CUDA when built and present).\n"
+    << "Run it plainly, under mpirun -np N, or under srun: one process per GPU/rank.\n\n";
+  for (const OptionSpec& o : option_table()) {
+    std::string left = "  ";
+    left += o.short_name ? std::string("-") + o.short_name + ", " : std::string("    ");
+    left += std::string("--") + o.long_name;
+    if (o.value_name) left += std::string(" ") + o.value_name;
+    s << left;
+    if (left.size() < 34) s << std::string(34 - left.size(), ' ');
+    else s << "\n" << std::string(34, ' ');
+    s << o.help << "\n";
+  }
+  s << "  -h, --help                      this text\n";
+  return s.str();
+}
+
+bool parse_train_options(int argc, char** argv, TrainOptions* opts) {
+  const auto& table = option_table();
+  for (int i = 1; i < argc; i++) {
+    std::string arg = argv[i];
+    if (arg == "-h" || arg == "--help") {
+      std::fputs(train_options_help(argv[0]).c_str(), stdout);
+      return false;
+    }
+    const OptionSpec* spec = nullptr;
+    const char* inline_value = nullptr;
+    std::string name;
+    if (arg.rfind("--", 0) == 0 && arg.size() > 2) {
+      name = arg.substr(2);
+      size_t eq = name.find('=');
+      if (eq != std::string::npos) {
+        inline_value = argv[i] + 2 + eq + 1;
+        name = name.substr(0, eq);
+      }
+      for (const OptionSpec& o : table)
+        if (name == o.long_name) spec = &o;
+    } else if (arg.size() == 2 && arg[0] == '-') {
+      for (const OptionSpec& o : table)
+        if (o.short_name == arg[1]) spec = &o;
+      if (spec) name = spec->long_name;
+    }
+    if (!spec)
+      throw std::runtime_error("unknown option '" + arg + "' (see --help)");
+    if (!spec->value_name) {
+      if (inline_value) throw std::runtime_error("--" + name + " takes no value");
+      spec->apply(*opts, nullptr);
+      continue;
+    }
+    const char* value = inline_value;
+    if (!value) {
+      if (i + 1 >= argc) throw std::runtime_error("--" + name + " needs a value (" + spec->value_name + ")");
+      value = argv[++i];
+    }
+    spec->apply(*opts, value);
+  }
+  if (opts->resume && opts->output_dir.empty())
+    throw std::runtime_error("--resume needs --output-dir (where the checkpoints are)");
+  return true;
+}
+
+std::vector<std::pair<std::string, std::string>> describe_train_options(const TrainOptions& o) {
+  std::vector<std::pair<std::string, std::string>> out;
+  for (const OptionSpec& s : option_table()) out.emplace_back(s.long_name, s.show(o));
+  return out;
+}
+
+}  // namespace gpt2

@@ -1,0 +1,66 @@
+// The trainer's command line: one table of options drives parsing, validation
+// and --help, so the help text cannot drift from what is accepted.
+#ifndef TRAIN_OPTIONS_H
+#define TRAIN_OPTIONS_H
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace gpt2 {
+
+struct TrainOptions {
+  // model
+  std::string model = "d12";          // dN preset or an llm.c model file
+  std::string config_overrides;       // "n_layer=4,n_head=4,..."
+  // data
+  std::string train_data = "data/tinyshakespeare/tiny_shakespeare_train.bin";
+  std::string val_data = "data/tinyshakespeare/tiny_shakespeare_val.bin";
+  int batch_size = 4;                 // B, per rank per micro-step
+  int seq_len = 1024;                 // T (capped by the model's max_seq)
+  int64_t total_batch_tokens = -1;    // -1: B*T*world (no accumulation)
+  bool no_shuffle = false;
+  // optimisation
+  float lr = 3e-4f;
+  std::string lr_schedule = "cosine";
+  int warmup_steps = 0;
+  float final_lr_frac = 0.1f;
+  float wsd_decay_frac = 0.2f;
+  float weight_decay = 0.0f;
+  float beta1 = 0.9f, beta2 = 0.95f, adam_eps = 1e-8f;
+  float grad_clip = 1.0f;             // <= 0 disables clipping
+  int max_steps = -1;                 // -1: one epoch of the training data
+  std::string on_nan = "stop";        // skip | stop
+  uint64_t seed = 1337;
+  // evaluation and sampling
+  int val_every = 20;                 // 0 disables
+  int val_steps = 20;
+  int sample_every = 20;              // 0 disables
+  int gen_tokens = 64;
+  std::string prompt;
+  float temperature = 1.0f;
+  int top_k = 0;                      // 0: full distribution
+  // output
+  std::string output_dir;
+  int checkpoint_every = 0;           // 0: only at the end
+  int keep_checkpoints = 0;           // 0: keep all
+  bool resume = false;
+  std::string save_dtype = "fp32";    // fp32 | bf16 for model files
+  std::string log_jsonl;
+  // system
+  std::string device = "auto";        // auto | cpu | cuda
+  int threads = 0;                    // 0: OpenMP default
+  int zero_stage = 0;                 // 0 | 1 | 2
+};
+
+// Parses argv. Unknown flags, missing or malformed values and out-of-range
+// numbers throw std::runtime_error naming the flag. Returns false when --help
+// was printed (the caller exits 0).
+bool parse_train_options(int argc, char** argv, TrainOptions* opts);
+std::string train_options_help(const char* program);
+// "key: value" lines of every option, for the start-of-run banner.
+std::vector<std::pair<std::string, std::string>> describe_train_options(const TrainOptions& o);
+
+}  // namespace gpt2
+
+#endif  // TRAIN_OPTIONS_H

@@ -1,0 +1,17 @@
+// The training run: options -> backend -> model -> data -> the loop.
+#ifndef TRAIN_TRAINER_H
+#define TRAIN_TRAINER_H
+
+#include "dist/comm.h"
+#include "dist/context.h"
+#include "train/options.h"
+
+namespace gpt2 {
+
+// Runs a whole training job on this rank (every rank calls it). Returns the process exit code; user-facing
+// errors are thrown as std::runtime_error (main prints them and exits 1).
+int run_training(const TrainOptions& opts, const DistContext& dist, Communicator& comm);
+
+}  // namespace gpt2
+
+#endif  // TRAIN_TRAINER_H

@@ -1,0 +1,133 @@
+#include "util/checked_io.h"
+
+#include <cerrno>
+#include <cstring>
+#include <fcntl.h>
+#include <stdexcept>
+#include <sys/stat.h>
+#include <unistd.h>
+
+namespace gpt2 {
+
+namespace {
+std::string errno_text() { return std::strerror(errno); }
+}  // namespace
+
+InputFile::InputFile(const std::string& path) : path_(path) {
+  f_ = std::fopen(path.c_str(), "rb");
+  if (!f_) throw std::runtime_error(path + ": cannot open for reading: " + errno_text());
+  struct stat st;
+  if (fstat(fileno(f_), &st) != 0) {
+    std::fclose(f_);
+    throw std::runtime_error(path + ": cannot stat: " + errno_text());
+  }
+  if (S_ISDIR(st.st_mode)) {
+    std::fclose(f_);
+    throw std::runtime_error(path + ": is a directory, expected a file");
+  }
+  size_ = static_cast<uint64_t>(st.st_size);
+}
+
+InputFile::~InputFile() {
+  if (f_) std::fclose(f_);
+}
+
+void InputFile::read(void* dst, size_t bytes, const char* what) {
+  size_t got = std::fread(dst, 1, bytes, f_);
+  if (got != bytes) {
+    if (std::ferror(f_))
+      throw std::runtime_error(path_ + ": read error in " + what + ": " + errno_text());
+    throw std::runtime_error(path_ + ": truncated: " + what + " needs " + std::to_string(bytes) +
+                             " bytes at offset " + std::to_string(pos_) + ", file has " +
+                             std::to_string(size_) + " bytes");
+  }
+  pos_ += bytes;
+}
+
+AtomicOutputFile::AtomicOutputFile(const std::string& path)
+    : path_(path), tmp_path_(path + ".tmp") {
+  f_ = std::fopen(tmp_path_.c_str(), "wb");
+  if (!f_) throw std::runtime_error(tmp_path_ + ": cannot open for writing: " + errno_text());
+}
+
+AtomicOutputFile::~AtomicOutputFile() {
+  if (f_) {
+    std::fclose(f_);
+    std::remove(tmp_path_.c_str());
+  }
+}
+
+void AtomicOutputFile::write(const void* src, size_t bytes) {
+  if (bytes && std::fwrite(src, 1, bytes, f_) != bytes)
+    throw std::runtime_error(tmp_path_ + ": write failed: " + errno_text());
+}
+
+void AtomicOutputFile::commit() {
+  if (std::fflush(f_) != 0 || fsync(fileno(f_)) != 0)
+    throw std::runtime_error(tmp_path_ + ": flush/fsync failed: " + errno_text());
+  if (std::fclose(f_) != 0) {
+    f_ = nullptr;
+    std::remove(tmp_path_.c_str());
+    throw std::runtime_error(tmp_path_ + ": close failed: " + errno_text());
+  }
+  f_ = nullptr;
+  if (std::rename(tmp_path_.c_str(), path_.c_str()) != 0) {
+    std::remove(tmp_path_.c_str());
+    throw std::runtime_error(path_ + ": rename from temp file failed: " + errno_text());
+  }
+  size_t slash = path_.find_last_of('/');
+  fsync_directory(slash == std::string::npos ? "." : path_.substr(0, slash));
+}
+
+bool file_exists(const std::string& path) {
+  struct stat st;
+  return stat(path.c_str(), &st) == 0;
+}
+
+void make_directories(const std::string& path) {
+  if (path.empty()) return;
+  std::string partial;
+  size_t pos = 0;
+  while (pos != std::string::npos) {
+    pos = path.find('/', pos + 1);
+    partial = path.substr(0, pos);
+    if (partial.empty()) continue;
+    if (mkdir(partial.c_str(), 0755) != 0 && errno != EEXIST)
+      throw std::runtime_error(partial + ": cannot create directory: " + errno_text());
+  }
+  struct stat st;
+  if (stat(path.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
+    throw std::runtime_error(path + ": exists and is not a directory");
+}
+
+void fsync_directory(const std::string& dir) {
+  int fd = open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY);
+  if (fd < 0) return;  // best effort: some filesystems do not allow it
+  fsync(fd);
+  close(fd);
+}
+
+std::string read_text_file(const std::string& path) {
+  InputFile in(path);
+  std::string s(in.size(), '\0');
+  in.read(s.data(), s.size(), "contents");
+  return s;
+}
+
+void write_text_file_atomic(const std::string& path, const std::string& text) {
+  AtomicOutputFile out(path);
+  out.write(text.data(), text.size());
+  out.commit();
+}
+
+uint64_t fnv1a64(const void* data, size_t bytes, uint64_t seed) {
+  const unsigned char* p = static_cast<const unsigned char*>(data);
+  uint64_t h = seed;
+  for (size_t i = 0; i < bytes; i++) {
+    h ^= p[i];
+    h *= 1099511628211ULL;
+  }
+  return h;
+}
+
+}  // namespace gpt2

@@ -1,0 +1,61 @@
+// File I/O that never fails silently: every error names the file and what went
+// wrong (std::runtime_error). Atomic writes go to PATH.tmp, are fsync'ed and
+// renamed over PATH, so a crash leaves either the old file or the new one.
+#ifndef UTIL_CHECKED_IO_H
+#define UTIL_CHECKED_IO_H
+
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+namespace gpt2 {
+
+// A read-only file with exact reads: a short read is an error ("truncated").
+class InputFile {
+ public:
+  explicit InputFile(const std::string& path);
+  ~InputFile();
+  InputFile(const InputFile&) = delete;
+  InputFile& operator=(const InputFile&) = delete;
+  void read(void* dst, size_t bytes, const char* what);  // what: "header", "parameters", ...
+  uint64_t size() const { return size_; }
+  uint64_t position() const { return pos_; }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+  FILE* f_ = nullptr;
+  uint64_t size_ = 0, pos_ = 0;
+};
+
+// Writes PATH.tmp; commit() flushes, fsyncs and renames it to PATH (and fsyncs
+// the directory). Destroyed without commit(): the temp file is removed.
+class AtomicOutputFile {
+ public:
+  explicit AtomicOutputFile(const std::string& path);
+  ~AtomicOutputFile();
+  AtomicOutputFile(const AtomicOutputFile&) = delete;
+  AtomicOutputFile& operator=(const AtomicOutputFile&) = delete;
+  void write(const void* src, size_t bytes);
+  void commit();
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_, tmp_path_;
+  FILE* f_ = nullptr;
+};
+
+bool file_exists(const std::string& path);
+void make_directories(const std::string& path);  // mkdir -p; error names the path
+void fsync_directory(const std::string& dir);
+std::string read_text_file(const std::string& path);
+void write_text_file_atomic(const std::string& path, const std::string& text);
+
+// 64-bit FNV-1a, used as a content checksum in state files.
+uint64_t fnv1a64(const void* data, size_t bytes, uint64_t seed = 1469598103934665603ULL);
+
+}  // namespace gpt2
+
+#endif  // UTIL_CHECKED_IO_H
