@@ -142,7 +142,10 @@ DataLoader::DataLoader(const DataLoaderOptions& options) : options_(options) {
   if (options.grad_accum <= 0)
     throw std::runtime_error(who + ": grad_accum must be positive (got " +
                              std::to_string(options.grad_accum) + ")");
-  if (options.vocab_size == 0) throw std::runtime_error(who + ": vocab_size must be positive");
+  // Ids go out as int32, so the vocabulary must fit below 2^31.
+  if (options.vocab_size == 0 || options.vocab_size > static_cast<uint32_t>(INT32_MAX))
+    throw std::runtime_error(who + ": vocab_size " + std::to_string(options.vocab_size) +
+                             " outside [1, 2^31)");
   tokens_per_window_ = static_cast<uint64_t>(options.B) * static_cast<uint64_t>(options.T);
   if (tokens_per_window_ > static_cast<uint64_t>(INT32_MAX))
     throw std::runtime_error(who + ": B*T = " + std::to_string(tokens_per_window_) + " exceeds 2^31-1");

@@ -71,6 +71,10 @@ class MpiCommunicator final : public Communicator {
   void do_all_reduce(const void* send, void* recv, size_t count, DataType type,
                      ReduceOp op) override {
     const size_t eb = data_type_bytes(type);
+    if (world_ == 1) {  // a copy at most: no MPI call, no pass over the data in place
+      if (send != recv) std::memmove(recv, send, count * eb);
+      return;
+    }
     for (size_t off = 0; off < count; off += max_chunk_) {
       const int n = static_cast<int>(std::min(max_chunk_, count - off));
       char* r = bytes_at(recv, off, eb);
@@ -86,6 +90,10 @@ class MpiCommunicator final : public Communicator {
     const bool in_place = recv == bytes_at(send, recv_count * static_cast<size_t>(rank_), eb);
     if (!in_place) check_disjoint(send, recv_count * static_cast<size_t>(world_) * eb, recv,
                                   recv_count * eb, "reduce_scatter");
+    if (world_ == 1) {
+      if (!in_place) std::memcpy(recv, send, recv_count * eb);
+      return;
+    }
     if (recv_count > max_chunk_) {
       // Too big for one MPI call: reduce each block to its owner in pieces.
       std::vector<size_t> counts(static_cast<size_t>(world_), recv_count);
@@ -114,6 +122,10 @@ class MpiCommunicator final : public Communicator {
     for (size_t c : counts) total += c;
     const size_t mine = counts[static_cast<size_t>(rank_)];
     if (mine > 0) check_disjoint(send, total * eb, recv, mine * eb, "reduce_scatter_v");
+    if (world_ == 1) {
+      std::memcpy(recv, send, mine * eb);
+      return;
+    }
     if (total > max_chunk_) {
       reduce_blocks_to_owners(send, recv, counts, type, op);
       return;
@@ -132,6 +144,10 @@ class MpiCommunicator final : public Communicator {
     const bool in_place = send == bytes_at(recv, send_count * static_cast<size_t>(rank_), eb);
     if (!in_place) check_disjoint(send, send_count * eb, recv,
                                   send_count * static_cast<size_t>(world_) * eb, "all_gather");
+    if (world_ == 1) {
+      if (!in_place) std::memcpy(recv, send, send_count * eb);
+      return;
+    }
     if (send_count > max_chunk_) {
       // Too big for one MPI call: every rank broadcasts its block in pieces.
       if (!in_place) std::memcpy(bytes_at(recv, send_count * rank_, eb), send, send_count * eb);
@@ -152,6 +168,7 @@ class MpiCommunicator final : public Communicator {
   }
 
   void do_broadcast(void* buf, size_t bytes, int root) override {
+    if (world_ == 1) return;
     for (size_t off = 0; off < bytes; off += max_chunk_) {
       const int n = static_cast<int>(std::min(max_chunk_, bytes - off));
       check(MPI_Bcast(static_cast<char*>(buf) + off, n, MPI_BYTE, root, comm_), "MPI_Bcast");

@@ -130,7 +130,6 @@ void save_step(const Options& o, int step) {
 }
 
 int fake_training(Communicator& comm, const DistContext& ctx, const Options& o) {
-  install_stop_handlers(o.stop_signals);
   int32_t start = 0;
   if (o.resume && ctx.is_main()) start = read_saved_step(o, ctx);
   comm.broadcast(&start, sizeof start, 0);
@@ -140,7 +139,7 @@ int fake_training(Communicator& comm, const DistContext& ctx, const Options& o) 
     if (should_stop(comm)) {
       if (ctx.is_main()) {
         save_step(o, step);
-        std::printf("selfcheck: stop signal %d seen, saved step %d, exiting %d\n",
+        std::printf("selfcheck: stop (rank 0 saw signal %d), saved step %d, exiting %d\n",
                     local_stop_signal(), step, kPreemptedExitCode);
         std::fflush(stdout);
       }
@@ -167,10 +166,13 @@ int fake_training(Communicator& comm, const DistContext& ctx, const Options& o) 
 int main(int argc, char** argv) {
   gpt2::DistContext ctx;
   try {
+    const gpt2::Options opts = gpt2::parse(argc, argv);
+    // Before anything slow: a stop signal that arrives during start-up must be
+    // recorded, not kill the process with the default action.
+    if (opts.max_steps > 0) gpt2::install_stop_handlers(opts.stop_signals);
     gpt2::DistRuntime runtime(&argc, &argv);
     ctx = runtime.context();
     try {
-      const gpt2::Options opts = gpt2::parse(argc, argv);
       auto comm = gpt2::make_mpi_communicator(runtime);
       gpt2::check_collectives(*comm, ctx);
       std::printf("selfcheck rank=%d world=%d local_rank=%d local_world=%d node=%d num_nodes=%d "
@@ -186,7 +188,7 @@ int main(int argc, char** argv) {
       return 1;
     }
   } catch (const std::exception& e) {
-    // Bootstrap errors already name the rank.
+    // Options and bootstrap: errors before the layout is known (MPI's own name the rank).
     std::fprintf(stderr, "error: %s\n", e.what());
     return 1;
   }

@@ -25,6 +25,16 @@ DIST_SELFCHECK := $(BUILD)/dist/dist_selfcheck
 $(DIST_SELFCHECK): $(BUILD)/dist/dist_selfcheck.o $(DIST_LIB)
 	$(CXX) $(LDFLAGS) -o $@ $< $(DIST_LDLIBS)
 
+# The collectives of one training step per ZeRO stage, timed and counted.
+DIST_BENCH := $(BUILD)/dist/dist_bench
+$(DIST_BENCH): $(BUILD)/dist/dist_bench.o $(DIST_LIB)
+	$(CXX) $(LDFLAGS) -o $@ $< $(DIST_LDLIBS)
+
+# make bench-dist: step time and bytes per step, stages 0/1/2 at 1 and 2 ranks.
+bench-dist: train_gpt2cu $(DIST_BENCH)
+	@bash dist/bench_dist.sh
+.PHONY: bench-dist
+
 # ---- tests -------------------------------------------------------------------
 # Pure logic (ZeRO plan, launch-mode detection, Slurm cross-check, signal flag).
 DIST_UNIT_TEST := $(BUILD)/test/dist/dist_unit_test
@@ -41,5 +51,7 @@ $(DIST_COMM_TEST): $(BUILD)/test/dist/comm_test.o $(DIST_LIB)
 	$(CXX) $(LDFLAGS) -o $@ $< $(DIST_LDLIBS) -lgtest
 
 TESTS += $(DIST_UNIT_TEST) $(DIST_COMM_TEST)
-TEST_SCRIPTS += test/dist/comm_mpirun_test.sh test/slurm/slurm_smoke_test.sh
+# zero_train_test.sh and the Slurm test's training part also need ./train_gpt2cu
+# (a TEST_PREREQ of train/module.mk).
+TEST_SCRIPTS += test/dist/comm_mpirun_test.sh test/dist/zero_train_test.sh test/slurm/slurm_smoke_test.sh
 TEST_PREREQS += $(DIST_COMM_TEST) $(DIST_SELFCHECK)

@@ -20,6 +20,23 @@ enum class RunOrder { kForward, kReverse, kRandom };
 void set_run_order(RunOrder order, uint64_t seed = 1);
 RunOrder run_order();
 
+// Sets the run order for a scope and restores the previous one, e.g. to run a
+// kernel test once per order:
+//   for (auto order : {RunOrder::kForward, RunOrder::kReverse, RunOrder::kRandom}) {
+//     ScopedRunOrder scoped(order);
+//     ... launch and compare with the CPU reference ...
+//   }
+class ScopedRunOrder {
+ public:
+  explicit ScopedRunOrder(RunOrder order, uint64_t seed = 1) : previous_(run_order()) { set_run_order(order, seed); }
+  ~ScopedRunOrder() { set_run_order(previous_); }
+  ScopedRunOrder(const ScopedRunOrder&) = delete;
+  ScopedRunOrder& operator=(const ScopedRunOrder&) = delete;
+
+ private:
+  RunOrder previous_;
+};
+
 // The fake device reported by cudaGetDeviceProperties and enforced at launch.
 // Defaults model an A100 (sm_80); env GPT2_EMU_DEVICE="name=..,sms=..,smem_optin=.."
 // overrides, as does set_device_config().

@@ -96,6 +96,16 @@ inline T reduce(const thread_block_tile<Size>& tile, T value, Op op) {
   return value;
 }
 
+// Grid-wide synchronisation needs every block resident at once, which the emulator
+// (blocks run to completion one after another per OS thread) cannot provide.
+class grid_group {};
+template <class Unsupported = void>
+grid_group this_grid() {
+  static_assert(sizeof(Unsupported) == 0,
+                "cooperative_groups::this_grid() (grid-wide sync) cannot run in the emulator: keep a multi-kernel fallback");
+  return grid_group();
+}
+
 }  // namespace cooperative_groups
 
 #endif  // EMU_COOPERATIVE_GROUPS_H

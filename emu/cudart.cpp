@@ -124,6 +124,7 @@ const char* cudaGetErrorName(cudaError_t error) {
     case cudaErrorLaunchFailure: return "cudaErrorLaunchFailure";
     case cudaErrorAssert: return "cudaErrorAssert";
     case cudaErrorNotSupported: return "cudaErrorNotSupported";
+    case cudaErrorInvalidDeviceFunction: return "cudaErrorInvalidDeviceFunction";
     default: return "cudaErrorUnknown";
   }
 }
@@ -142,6 +143,7 @@ const char* cudaGetErrorString(cudaError_t error) {
     case cudaErrorLaunchFailure: return "unspecified launch failure";
     case cudaErrorAssert: return "device-side assert triggered";
     case cudaErrorNotSupported: return "operation not supported";
+    case cudaErrorInvalidDeviceFunction: return "invalid device function";
     default: return "unknown error";
   }
 }
@@ -274,6 +276,16 @@ cudaError_t cudaFree(void* ptr) {
   return cudaSuccess;
 }
 
+cudaError_t cudaMallocAsync(void** ptr, size_t size, cudaStream_t stream) {
+  if (!gpt2::emu::valid_stream(stream)) return fail(cudaErrorInvalidResourceHandle);
+  return cudaMalloc(ptr, size);
+}
+
+cudaError_t cudaFreeAsync(void* ptr, cudaStream_t stream) {
+  if (!gpt2::emu::valid_stream(stream)) return fail(cudaErrorInvalidResourceHandle);
+  return cudaFree(ptr);
+}
+
 cudaError_t cudaMallocHost(void** ptr, size_t size) {
   if (ptr == nullptr) return fail(cudaErrorInvalidValue);
   void* p = nullptr;
@@ -363,6 +375,17 @@ cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned int flags) 
   return cudaSuccess;
 }
 
+cudaError_t cudaStreamCreateWithPriority(cudaStream_t* stream, unsigned int flags, int priority) {
+  (void)priority;
+  return cudaStreamCreateWithFlags(stream, flags);
+}
+
+cudaError_t cudaDeviceGetStreamPriorityRange(int* least, int* greatest) {
+  if (least != nullptr) *least = 0;
+  if (greatest != nullptr) *greatest = -5;
+  return cudaSuccess;
+}
+
 cudaError_t cudaStreamCreate(cudaStream_t* stream) { return cudaStreamCreateWithFlags(stream, cudaStreamDefault); }
 
 cudaError_t cudaStreamDestroy(cudaStream_t stream) {
@@ -443,6 +466,50 @@ cudaError_t cudaFuncSetAttribute(const void* func, cudaFuncAttribute attr, int v
     return cudaSuccess;
   }
   return fail(cudaErrorInvalidValue);
+}
+
+cudaError_t cudaFuncGetAttributes(cudaFuncAttributes* attr, const void* func) {
+  if (attr == nullptr) return fail(cudaErrorInvalidValue);
+  if (func == nullptr) return fail(cudaErrorInvalidDeviceFunction);
+  gpt2::emu::DeviceConfig d = gpt2::emu::device_config();
+  std::memset(attr, 0, sizeof(*attr));
+  attr->maxThreadsPerBlock = d.max_threads_per_block;
+  attr->maxDynamicSharedSizeBytes = static_cast<int>(
+      std::max(d.smem_per_block, gpt2::emu::kernel_max_dynamic_smem(func)));
+  attr->numRegs = 32;  // unknown in emulation; a typical value
+  attr->ptxVersion = d.major * 10 + d.minor;
+  attr->binaryVersion = d.major * 10 + d.minor;
+  return cudaSuccess;
+}
+
+// Occupancy from the thread and shared-memory limits of the fake device (registers
+// are unknown in emulation).
+cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(int* blocks, const void* func, int block_size,
+                                                                   size_t dynamic_smem, unsigned int flags) {
+  (void)flags;
+  if (blocks == nullptr || block_size <= 0) return fail(cudaErrorInvalidValue);
+  if (func == nullptr) return fail(cudaErrorInvalidDeviceFunction);
+  gpt2::emu::DeviceConfig d = gpt2::emu::device_config();
+  int by_threads = d.max_threads_per_sm / block_size;
+  int by_smem = dynamic_smem == 0 ? 32 : static_cast<int>(d.smem_per_sm / dynamic_smem);
+  *blocks = std::max(0, std::min({32, by_threads, by_smem}));
+  return cudaSuccess;
+}
+
+cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessor(int* blocks, const void* func, int block_size,
+                                                          size_t dynamic_smem) {
+  return cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(blocks, func, block_size, dynamic_smem, 0);
+}
+
+cudaError_t cudaDeviceSetLimit(cudaLimit limit, size_t value) {
+  (void)limit, (void)value;
+  return cudaSuccess;
+}
+
+cudaError_t cudaDeviceGetLimit(size_t* value, cudaLimit limit) {
+  if (value == nullptr) return fail(cudaErrorInvalidValue);
+  *value = limit == cudaLimitStackSize ? 1024 : 0;
+  return cudaSuccess;
 }
 
 cudaError_t cudaFuncSetCacheConfig(const void* func, cudaFuncCache config) {

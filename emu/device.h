@@ -31,9 +31,8 @@
 #ifndef __launch_bounds__
 #define __launch_bounds__(...)
 #endif
-#ifndef __noinline__
-#define __noinline__ __attribute__((noinline))
-#endif
+// __noinline__ is deliberately left undefined: libstdc++ spells
+// __attribute__((__noinline__)), which a macro would break.
 #undef __forceinline__
 #define __forceinline__ inline __attribute__((always_inline))
 #ifndef __grid_constant__
@@ -296,6 +295,13 @@ inline float max(float a, float b) { return std::fmax(a, b); }
 
 // Timing/clock intrinsics: monotonically increasing, not cycle accurate.
 long long int clock64();
+
+// Asynchronous copies (cp.async / TMA) have no emulation: code using them must keep
+// a plain-load fallback selected with #if GPT2_EMULATED or __CUDA_ARCH__.
+template <class Unsupported = void>
+void __pipeline_memcpy_async(void*, const void*, size_t, size_t = 0) {
+  static_assert(sizeof(Unsupported) == 0, "cp.async (__pipeline_memcpy_async) cannot run in the emulator");
+}
 
 // cuda_runtime.h's typed overload exists only under nvcc.
 template <class T>

@@ -135,7 +135,10 @@ class StackPool {
     dirty_.assign(count_, false);
   }
   char* bottom(size_t i) const { return base_ + i * slot_bytes_ + page_; }
-  char* top(size_t i) const { return bottom(i) + stack_bytes_; }
+  // Stack tops are staggered by a cache line per fiber: otherwise every fiber's
+  // live frames share one page offset, i.e. the same few L1 sets, and each switch misses.
+  char* top(size_t i) const { return bottom(i) + stack_bytes_ - (i % 64) * 64; }
+  size_t usable_bytes() const { return stack_bytes_ - 64 * 64; }
   size_t stack_bytes() const { return stack_bytes_; }
   // A fiber abandoned mid-call (kernel fault) leaves ASan stack poison behind.
   void mark_dirty(size_t i) { dirty_[i] = true; }
@@ -369,11 +372,16 @@ class Worker {
     return w.exists & ~w.exited;
   }
 
-  [[noreturn]] void fault_here(const std::string& message, cudaError_t code) {
+  // Never returns: the faulting fiber is abandoned, so nothing on its stack is
+  // destroyed. Heap buffers are released here before switching away.
+  [[noreturn]] void fault_here(std::string&& message, cudaError_t code) {
     EmuThread& t = *current_;
-    record_fault(format("kernel %s, block (%u,%u,%u): %s", launch_->name, block_.block_idx.x, block_.block_idx.y,
-                        block_.block_idx.z, message.c_str()),
-                 code);
+    {
+      std::string full = format("kernel %s, block (%u,%u,%u): %s", launch_->name, block_.block_idx.x,
+                                block_.block_idx.y, block_.block_idx.z, message.c_str());
+      std::string().swap(message);
+      record_fault(std::move(full), code);
+    }
     t.status = Status::kFaulted;
     stacks_.mark_dirty(static_cast<size_t>(t.linear));
     yield(t);  // the scheduler never resumes a faulted block
@@ -402,11 +410,11 @@ class Worker {
 #endif
   }
 
-  void record_fault(const std::string& message, cudaError_t code) {
+  void record_fault(std::string&& message, cudaError_t code) {
     faulted_ = true;
     std::lock_guard<std::mutex> lock(launch_->fault_mutex);
     if (!launch_->faulted.exchange(true)) {
-      launch_->fault = message;
+      launch_->fault = std::move(message);
       launch_->fault_code = code;
     }
   }
@@ -506,7 +514,7 @@ class Worker {
       t.status = Status::kRunnable;
       t.fake_stack = nullptr;
       stacks_.clean(static_cast<size_t>(i));
-      t.fiber = bctx::make_fcontext(stacks_.top(static_cast<size_t>(i)), stacks_.stack_bytes(), fiber_entry);
+      t.fiber = bctx::make_fcontext(stacks_.top(static_cast<size_t>(i)), stacks_.usable_bytes(), fiber_entry);
     }
     for (size_t wi = 0; wi < warps_.size(); ++wi) {
       int lanes = std::min(32, n_ - static_cast<int>(wi) * 32);
@@ -577,7 +585,7 @@ class Worker {
     LaunchState& L = *launch_;
     std::string full = format("kernel %s, block (%u,%u,%u): %s", L.name, block_.block_idx.x, block_.block_idx.y,
                               block_.block_idx.z, msg.c_str());
-    record_fault(full, cudaErrorLaunchFailure);
+    record_fault(std::move(full), cudaErrorLaunchFailure);
   }
 
   LaunchState* launch_ = nullptr;

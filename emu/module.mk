@@ -14,7 +14,7 @@
 #               --resource-usage report lands next to the object as X.resource.txt
 
 EMU_CUDA_INC   := -isystem $(CUDA_HOME)/include
-EMU_MPI_CFLAGS := $(shell mpicxx --showme:compile 2>/dev/null)
+EMU_MPI_CFLAGS := $(patsubst -I%,-isystem %,$(shell mpicxx --showme:compile 2>/dev/null)) -DOMPI_SKIP_MPICXX=1
 EMU_MPI_LIBS   := $(shell mpicxx --showme:link 2>/dev/null)
 EMU_LIBS       := -lboost_context -lopenblas
 EMU_ASAN_FLAGS := -O1 -g -fsanitize=address -fno-omit-frame-pointer
@@ -70,7 +70,7 @@ EMU_RESOURCE_USAGE := $(BUILD)/emu/nvcc_resource_usage.txt
 $(EMU_RESOURCE_USAGE): $(EMU_NVCC_OBJS)
 	@mkdir -p $(@D)
 	@for o in $^; do echo "== $$o"; grep -E "Compiling entry|Used [0-9]+ registers|stack frame" $${o%.o}.resource.txt \
-	  | sed -E "s/.*Compiling entry function '([^']+)' for '([^']+)'.*/\2 \1/"; done > $@
+	  | sed -E "s/.*Compiling entry function '([^']+)' for '([^']+)'.*/\2 \1/" | c++filt; done > $@
 	@echo "resource usage -> $@"
 
 emu-nvcc: $(EMU_RESOURCE_USAGE)

@@ -18,3 +18,37 @@ vocab:
 
 TEST_PREREQS += vocab
 .PHONY: vocab
+
+# --- tests ---
+TOKENIZER_TEST := $(BUILD)/test/tokenizer/tokenizer_test
+$(TOKENIZER_TEST): $(BUILD)/test/tokenizer/tokenizer_test.o $(TOKENIZER_LIB)
+	@mkdir -p $(@D)
+	$(CXX) $(LDFLAGS) $^ -o $@ -lgtest -lgtest_main $(TOKENIZER_LDLIBS)
+
+# Reference ids come from node + npm tiktoken / gpt-3-encoder at test time (nothing committed).
+TOKENIZER_NODE_MODULES := $(BUILD)/node/node_modules
+TOKENIZER_REFS := $(BUILD)/test/tokenizer/refs/.stamp
+$(TOKENIZER_NODE_MODULES)/.stamp:
+	@mkdir -p $(BUILD)/node
+	npm install --no-audit --no-fund --silent --prefix $(BUILD)/node tiktoken@1.0.22 gpt-3-encoder@1.1.4
+	@touch $@
+$(TOKENIZER_REFS): test/tokenizer/make_refs.js test/tokenizer/stress.txt data/tinyshakespeare/input.txt \
+                   $(TOKENIZER_NODE_MODULES)/.stamp
+	node test/tokenizer/make_refs.js $(TOKENIZER_NODE_MODULES) $(@D) data/tinyshakespeare/input.txt \
+	  test/tokenizer/stress.txt
+	@touch $@
+tokenizer-refs: $(TOKENIZER_REFS)
+
+TESTS        += $(TOKENIZER_TEST)
+TEST_PREREQS += tokenizer-refs
+.PHONY: tokenizer-refs
+
+TEST_SCRIPTS += test/tokenizer/cli_test.sh test/tokenizer/fuzz_vocab.sh
+
+# --- benchmark (not a test): ours vs npm tiktoken (WASM), single thread and all threads ---
+$(BUILD)/dev/tokenizer/bench_tokenizer: $(BUILD)/dev/tokenizer/bench_tokenizer.o $(TOKENIZER_LIB)
+	@mkdir -p $(@D)
+	$(CXX) $(LDFLAGS) $^ -o $@ $(TOKENIZER_LDLIBS)
+bench-tokenizer: $(BUILD)/dev/tokenizer/bench_tokenizer prepare_data data $(TOKENIZER_NODE_MODULES)/.stamp
+	@dev/tokenizer/bench.sh
+.PHONY: bench-tokenizer

@@ -27,11 +27,32 @@ constexpr const char* kWhiteSpace =
     "\\t\\n\\x{0B}\\f\\r\\x{20}\\x{85}\\x{A0}\\x{1680}\\x{2000}-\\x{200A}\\x{2028}\\x{2029}"
     "\\x{202F}\\x{205F}\\x{3000}";
 
+// Letters and numbers assigned in Unicode 15.0-16.0. Debian 12's PCRE2 (10.42) implements
+// Unicode 14, tiktoken's Rust regex Unicode 16; without these ranges, text in e.g. Kawi, Garay,
+// Todhri or CJK extensions H/I would split differently. Derived from Unicode 17 data (Node's ICU)
+// restricted to what tiktoken classifies as letter/number; checked by the all-code-point sweep
+// in test/tokenizer.
+constexpr const char* kLettersSinceUnicode14 =
+    "\\x{1C89}-\\x{1C8A}\\x{A7CB}-\\x{A7CD}\\x{A7DA}-\\x{A7DC}\\x{105C0}-\\x{105F3}"
+    "\\x{10D4A}-\\x{10D65}\\x{10D6F}-\\x{10D85}\\x{10EC2}-\\x{10EC4}\\x{1123F}-\\x{11240}"
+    "\\x{11380}-\\x{11389}\\x{1138B}\\x{1138E}\\x{11390}-\\x{113B5}\\x{113B7}\\x{113D1}"
+    "\\x{113D3}\\x{11BC0}-\\x{11BE0}\\x{11F02}\\x{11F04}-\\x{11F10}\\x{11F12}-\\x{11F33}"
+    "\\x{1342F}\\x{13441}-\\x{13446}\\x{13460}-\\x{143FA}\\x{16100}-\\x{1611D}\\x{16D40}-"
+    "\\x{16D6C}\\x{18CFF}\\x{1B132}\\x{1B155}\\x{1DF25}-\\x{1DF2A}\\x{1E030}-\\x{1E06D}"
+    "\\x{1E4D0}-\\x{1E4EB}\\x{1E5D0}-\\x{1E5ED}\\x{1E5F0}\\x{2B739}\\x{2EBF0}-\\x{2EE5D}"
+    "\\x{31350}-\\x{323AF}";
+constexpr const char* kNumbersSinceUnicode14 =
+    "\\x{10D40}-\\x{10D49}\\x{116D0}-\\x{116E3}\\x{11BF0}-\\x{11BF9}\\x{11F50}-\\x{11F59}"
+    "\\x{16130}-\\x{16139}\\x{16D70}-\\x{16D79}\\x{1CCF0}-\\x{1CCF9}\\x{1D2C0}-\\x{1D2D3}"
+    "\\x{1E4F0}-\\x{1E4F9}\\x{1E5F1}-\\x{1E5FA}";
+
 // GPT-2's pre-tokenizer: 's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
 std::string gpt2_pattern() {
   const std::string ws = kWhiteSpace;
-  return "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^" + ws + "\\p{L}\\p{N}]+|[" + ws +
-         "]+(?![^" + ws + "])|[" + ws + "]+";
+  const std::string letter = std::string("\\p{L}") + kLettersSinceUnicode14;
+  const std::string number = std::string("\\p{N}") + kNumbersSinceUnicode14;
+  return "'s|'t|'re|'ve|'m|'ll|'d| ?[" + letter + "]+| ?[" + number + "]+| ?[^" + ws + letter + number +
+         "]+|[" + ws + "]+(?![^" + ws + "])|[" + ws + "]+";
 }
 
 // GPT-2's byte -> code point table: printable Latin-1 bytes map to themselves, the other 68 bytes
@@ -49,6 +70,28 @@ uint64_t mix64(uint64_t x) {  // splitmix64 finalizer: good spread for (id, id) 
   return x;
 }
 
+// Hash of a short byte string (pre-tokens average ~4 bytes): 8 bytes at a time through mix64,
+// inline, cheaper than std::hash's out-of-line murmur.
+uint64_t hash_piece(std::string_view s) {
+  uint64_t h = 0x9e3779b97f4a7c15ULL ^ s.size();
+  size_t i = 0;
+  for (; i + 8 <= s.size(); i += 8) {
+    uint64_t w;
+    std::memcpy(&w, s.data() + i, 8);
+    h = mix64(h ^ w);
+  }
+  if (i < s.size()) {
+    uint64_t w = 0;
+    std::memcpy(&w, s.data() + i, s.size() - i);
+    h = mix64(h ^ w ^ 0xff51afd7ed558ccdULL);
+  }
+  return h;
+}
+
+struct PieceHash {
+  size_t operator()(std::string_view s) const { return static_cast<size_t>(hash_piece(s)); }
+};
+
 size_t next_pow2(size_t n) {
   size_t p = 1;
   while (p < n) p <<= 1;
@@ -62,25 +105,6 @@ std::string read_file(const std::string& path) {
   ss << in.rdbuf();
   if (in.bad()) throw std::runtime_error(path + ": read error");
   return ss.str();
-}
-
-// Appends the UTF-8 encoding of a valid code point.
-void append_utf8(char32_t cp, std::string& out) {
-  if (cp < 0x80) {
-    out += static_cast<char>(cp);
-  } else if (cp < 0x800) {
-    out += static_cast<char>(0xC0 | (cp >> 6));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else if (cp < 0x10000) {
-    out += static_cast<char>(0xE0 | (cp >> 12));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else {
-    out += static_cast<char>(0xF0 | (cp >> 18));
-    out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  }
 }
 
 // Length of the valid UTF-8 sequence starting at s[i], or 0 if the bytes there are not one.
@@ -155,7 +179,6 @@ class EncoderJsonHandler : public nlohmann::json_sax<nlohmann::json> {
   }
   bool end_object() override {
     --depth_;
-    done_ = true;
     return true;
   }
   bool start_array(std::size_t) override { return fail("unexpected array (expected an object)"); }
@@ -179,7 +202,6 @@ class EncoderJsonHandler : public nlohmann::json_sax<nlohmann::json> {
   }
   int depth_ = 0;
   bool have_key_ = false;
-  bool done_ = false;
   std::string key_;
 };
 
@@ -252,9 +274,32 @@ struct Tokenizer::Impl {
   uint32_t byte_to_id[256] = {};
   uint32_t eot_id = kEndOfText;
 
-  // bytes -> id (ordinary tokens only), open addressing, slot holds id + 1 (0 = empty).
-  std::vector<uint32_t> token_slots;
+  // bytes -> id (ordinary tokens only), open addressing. A slot packs the upper 32 bits of the
+  // hash with id + 1 (0 = empty), so probes that cannot match never touch the token's bytes.
+  std::vector<uint64_t> token_slots;
   size_t token_mask = 0;
+
+  uint32_t find_token(std::string_view s) const {  // id or UINT32_MAX
+    const uint64_t h = hash_piece(s);
+    const uint64_t fingerprint = h >> 32;
+    size_t i = h & token_mask;
+    while (true) {
+      const uint64_t slot = token_slots[i];
+      if (slot == 0) return UINT32_MAX;
+      if ((slot >> 32) == fingerprint) {
+        const auto id = static_cast<uint32_t>(slot) - 1;
+        if (id_to_bytes[id] == s) return id;
+      }
+      i = (i + 1) & token_mask;
+    }
+  }
+
+  void insert_token(uint32_t id) {
+    const uint64_t h = hash_piece(id_to_bytes[id]);
+    size_t i = h & token_mask;
+    while (token_slots[i] != 0) i = (i + 1) & token_mask;
+    token_slots[i] = ((h >> 32) << 32) | (static_cast<uint64_t>(id) + 1);
+  }
 
   // (left id, right id) -> id of their concatenation, for every split of every ordinary token.
   // tiktoken merges any adjacent pair whose concatenation is a token, lowest rank first; for GPT-2
@@ -268,27 +313,10 @@ struct Tokenizer::Impl {
   size_t pair_mask = 0;
 
   pcre2_code* regex = nullptr;
+  bool jit = false;
 
   ~Impl() {
     if (regex) pcre2_code_free(regex);
-  }
-
-  static size_t hash_bytes(std::string_view s) { return std::hash<std::string_view>{}(s); }
-
-  uint32_t find_token(std::string_view s) const {  // id or UINT32_MAX
-    size_t h = hash_bytes(s) & token_mask;
-    while (true) {
-      const uint32_t slot = token_slots[h];
-      if (slot == 0) return UINT32_MAX;
-      if (id_to_bytes[slot - 1] == s) return slot - 1;
-      h = (h + 1) & token_mask;
-    }
-  }
-
-  void insert_token(uint32_t id) {
-    size_t h = hash_bytes(id_to_bytes[id]) & token_mask;
-    while (token_slots[h] != 0) h = (h + 1) & token_mask;
-    token_slots[h] = id + 1;
   }
 
   uint32_t find_pair(uint32_t a, uint32_t b) const {  // merged id or UINT32_MAX
@@ -342,7 +370,7 @@ struct Tokenizer::Impl {
                                reinterpret_cast<const char*>(msg));
     }
     // JIT is an optimisation only: without it (unsupported CPU) pcre2_match interprets.
-    pcre2_jit_compile(regex, PCRE2_JIT_COMPLETE);
+    jit = pcre2_jit_compile(regex, PCRE2_JIT_COMPLETE) == 0;
   }
 
   // BPE on one pre-token: start from single bytes, repeatedly merge the adjacent pair with the
@@ -350,6 +378,10 @@ struct Tokenizer::Impl {
   void bpe(std::string_view piece, std::vector<uint32_t>& parts, std::vector<uint32_t>& ranks,
            std::vector<uint32_t>& out) const {
     const size_t n = piece.size();
+    if (n > kLongPiece) {
+      bpe_long(piece, out);
+      return;
+    }
     parts.resize(n);
     for (size_t i = 0; i < n; ++i) parts[i] = byte_to_id[static_cast<unsigned char>(piece[i])];
     ranks.resize(n);  // ranks[i] = merged id of (parts[i], parts[i+1]) or UINT32_MAX
@@ -365,14 +397,55 @@ struct Tokenizer::Impl {
         }
       }
       if (best == UINT32_MAX) break;
+      // parts[at] absorbs parts[at+1]; shift the tail (and its pair ranks) left by one.
       parts[at] = best;
-      std::copy(parts.begin() + at + 2, parts.begin() + len, parts.begin() + at + 1);
-      std::copy(ranks.begin() + at + 2, ranks.begin() + len - 1, ranks.begin() + at + 1);
+      for (size_t i = at + 1; i + 1 < len; ++i) parts[i] = parts[i + 1];
+      for (size_t i = at + 1; i + 2 < len; ++i) ranks[i] = ranks[i + 1];
       --len;
       if (at + 1 < len) ranks[at] = find_pair(parts[at], parts[at + 1]);
       if (at > 0) ranks[at - 1] = find_pair(parts[at - 1], parts[at]);
     }
     out.insert(out.end(), parts.begin(), parts.begin() + len);
+  }
+
+  // The scan above is O(n^2) per piece; a megabyte-long piece ("=====...", base64 runs) would
+  // take hours. Same merge order with a min-heap keyed (merged id, position), O(n log n):
+  // stale heap entries are skipped by checking them against the current list.
+  static constexpr size_t kLongPiece = 256;
+  void bpe_long(std::string_view piece, std::vector<uint32_t>& out) const {
+    const size_t n = piece.size();
+    constexpr uint32_t kNone = UINT32_MAX;
+    std::vector<uint32_t> id(n), next(n), prev(n), rank(n);
+    std::vector<bool> alive(n, true);
+    for (size_t i = 0; i < n; ++i) {
+      id[i] = byte_to_id[static_cast<unsigned char>(piece[i])];
+      next[i] = i + 1 < n ? static_cast<uint32_t>(i + 1) : kNone;
+      prev[i] = i > 0 ? static_cast<uint32_t>(i - 1) : kNone;
+    }
+    using Entry = std::pair<uint32_t, uint32_t>;  // (merged id, node index = original position)
+    std::vector<Entry> heap;
+    auto push = [&](uint32_t i) {
+      rank[i] = next[i] == kNone ? kNone : find_pair(id[i], id[next[i]]);
+      if (rank[i] != kNone) {
+        heap.emplace_back(rank[i], i);
+        std::push_heap(heap.begin(), heap.end(), std::greater<Entry>());
+      }
+    };
+    for (uint32_t i = 0; i < n; ++i) push(i);
+    while (!heap.empty()) {
+      std::pop_heap(heap.begin(), heap.end(), std::greater<Entry>());
+      const auto [r, i] = heap.back();
+      heap.pop_back();
+      if (!alive[i] || rank[i] != r) continue;  // stale
+      const uint32_t j = next[i];
+      id[i] = r;
+      alive[j] = false;
+      next[i] = next[j];
+      if (next[j] != kNone) prev[next[j]] = i;
+      push(i);
+      if (prev[i] != kNone) push(prev[i]);
+    }
+    for (uint32_t i = 0; i != kNone; i = next[i]) out.push_back(id[i]);
   }
 };
 
@@ -381,122 +454,138 @@ Tokenizer::Tokenizer(Tokenizer&&) noexcept = default;
 Tokenizer& Tokenizer::operator=(Tokenizer&&) noexcept = default;
 Tokenizer::~Tokenizer() = default;
 
+namespace {
+
+// Undoes GPT-2's byte map: "Ġthe" -> " the". False on an empty string, invalid UTF-8 or a
+// character outside the map.
+bool unmap_token(std::string_view mapped, std::string& bytes) {
+  static const auto table = [] {  // code point (< 324) -> byte + 1, 0 = not in the map
+    std::vector<uint16_t> t(324, 0);
+    for (unsigned b = 0; b < 256; ++b) t[gpt2_byte_to_codepoint(static_cast<uint8_t>(b))] = static_cast<uint16_t>(b + 1);
+    return t;
+  }();
+  bytes.clear();
+  size_t i = 0;
+  while (i < mapped.size()) {
+    const size_t len = utf8_sequence_length(mapped, i);
+    if (len == 0) return false;
+    const char32_t cp = decode_utf8_at(mapped, i, len);
+    if (cp >= table.size() || table[cp] == 0) return false;
+    bytes += static_cast<char>(table[cp] - 1);
+    i += len;
+  }
+  return !bytes.empty();
+}
+
+}  // namespace
+
+std::vector<std::pair<std::string, uint64_t>> parse_encoder_json(std::string_view text, const std::string& name) {
+  EncoderJsonHandler handler;
+  const bool ok = nlohmann::json::sax_parse(text.begin(), text.end(), &handler,
+                                            nlohmann::json::input_format_t::json, /*strict=*/true);
+  if (!ok || !handler.problem.empty()) {
+    throw std::runtime_error(name + ": " + (handler.problem.empty() ? "invalid JSON" : handler.problem));
+  }
+  std::string bytes;
+  for (auto& [key, id] : handler.entries) {
+    if (key == "<|endoftext|>") continue;  // special token: kept as its text
+    if (!unmap_token(key, bytes)) {
+      throw std::runtime_error(name + ": token " + std::to_string(id) +
+                               " is empty or uses a character outside GPT-2's byte map");
+    }
+    key = bytes;
+  }
+  return std::move(handler.entries);
+}
+
+std::vector<std::pair<std::string, std::string>> parse_vocab_bpe(std::string_view text, const std::string& name) {
+  const size_t bad = find_invalid_utf8(text);
+  if (bad != std::string_view::npos) {
+    throw std::runtime_error(name + ": invalid UTF-8 at byte offset " + std::to_string(bad));
+  }
+  std::vector<std::pair<std::string, std::string>> merges;
+  size_t pos = 0, line_no = 0;
+  std::string left, right;
+  while (pos < text.size()) {
+    size_t end = text.find('\n', pos);
+    if (end == std::string_view::npos) end = text.size();
+    std::string_view line = text.substr(pos, end - pos);
+    pos = end + 1;
+    ++line_no;
+    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+    if (line.empty() || (line_no == 1 && line.rfind("#version", 0) == 0)) continue;
+    const size_t space = line.find(' ');
+    if (space == std::string_view::npos || line.find(' ', space + 1) != std::string_view::npos ||
+        !unmap_token(line.substr(0, space), left) || !unmap_token(line.substr(space + 1), right)) {
+      throw std::runtime_error(name + ":" + std::to_string(line_no) +
+                               ": expected two GPT-2 byte-mapped tokens separated by one space");
+    }
+    merges.emplace_back(left, right);
+  }
+  return merges;
+}
+
 Tokenizer Tokenizer::from_files(const std::string& encoder_json, const std::string& vocab_bpe) {
+  const auto entries = parse_encoder_json(read_file(encoder_json), encoder_json);
+  const auto merges = parse_vocab_bpe(read_file(vocab_bpe), vocab_bpe);
+  return from_parsed(entries, merges, encoder_json, vocab_bpe);
+}
+
+Tokenizer Tokenizer::from_parsed(const std::vector<std::pair<std::string, uint64_t>>& entries,
+                                 const std::vector<std::pair<std::string, std::string>>& merges,
+                                 const std::string& encoder_json, const std::string& vocab_bpe) {
   auto impl = std::make_unique<Impl>();
-
-  // Inverse of the byte map: code point -> byte.
-  std::unordered_map<char32_t, uint8_t> codepoint_to_byte;
-  for (unsigned b = 0; b < 256; ++b) codepoint_to_byte[gpt2_byte_to_codepoint(b)] = b;
-  auto unmap = [&](std::string_view mapped, std::string& bytes) -> bool {
-    bytes.clear();
-    size_t i = 0;
-    while (i < mapped.size()) {
-      const size_t len = utf8_sequence_length(mapped, i);
-      if (len == 0) return false;
-      const auto it = codepoint_to_byte.find(decode_utf8_at(mapped, i, len));
-      if (it == codepoint_to_byte.end()) return false;
-      bytes += static_cast<char>(it->second);
-      i += len;
+  const size_t n = entries.size();
+  if (n < 257) {
+    throw std::runtime_error(encoder_json + ": only " + std::to_string(n) +
+                             " entries (a GPT-2 vocabulary has 256 byte tokens + merges + <|endoftext|>)");
+  }
+  impl->id_to_bytes.assign(n, std::string());
+  std::vector<bool> seen(n, false);
+  bool have_eot = false;
+  for (const auto& [bytes, id] : entries) {
+    if (id >= n) {
+      throw std::runtime_error(encoder_json + ": token id " + std::to_string(id) +
+                               " is out of range (ids must be 0.." + std::to_string(n - 1) + ")");
     }
-    return !bytes.empty();
-  };
-
-  // --- encoder.json: {"mapped token": id, ...}
-  {
-    const std::string text = read_file(encoder_json);
-    EncoderJsonHandler handler;
-    const bool ok = nlohmann::json::sax_parse(text, &handler, nlohmann::json::input_format_t::json,
-                                              /*strict=*/true);
-    if (!ok || !handler.problem.empty()) {
-      throw std::runtime_error(encoder_json + ": " +
-                               (handler.problem.empty() ? "invalid JSON" : handler.problem));
-    }
-    const size_t n = handler.entries.size();
-    if (n < 257) {
-      throw std::runtime_error(encoder_json + ": only " + std::to_string(n) +
-                               " entries (a GPT-2 vocabulary has 256 byte tokens + merges + <|endoftext|>)");
-    }
-    impl->id_to_bytes.assign(n, std::string());
-    std::vector<bool> seen(n, false);
-    bool have_eot = false;
-    std::string bytes;
-    for (const auto& [key, id] : handler.entries) {
-      if (id >= n) {
-        throw std::runtime_error(encoder_json + ": token id " + std::to_string(id) + " of \"" + key +
-                                 "\" is out of range (ids must be 0.." + std::to_string(n - 1) + ")");
+    if (seen[id]) throw std::runtime_error(encoder_json + ": token id " + std::to_string(id) + " appears twice");
+    seen[id] = true;
+    impl->id_to_bytes[id] = bytes;
+    if (bytes == "<|endoftext|>") {
+      if (id != kEndOfText) {
+        throw std::runtime_error(encoder_json + ": <|endoftext|> has id " + std::to_string(id) + " (expected " +
+                                 std::to_string(kEndOfText) + ")");
       }
-      if (seen[id]) throw std::runtime_error(encoder_json + ": token id " + std::to_string(id) + " appears twice");
-      seen[id] = true;
-      if (key == "<|endoftext|>") {
-        if (id != kEndOfText) {
-          throw std::runtime_error(encoder_json + ": <|endoftext|> has id " + std::to_string(id) +
-                                   " (expected " + std::to_string(kEndOfText) + ")");
-        }
-        impl->id_to_bytes[id] = key;
-        have_eot = true;
-        continue;
-      }
-      if (!unmap(key, bytes)) {
-        throw std::runtime_error(encoder_json + ": token " + std::to_string(id) +
-                                 " is empty or uses a character outside GPT-2's byte map");
-      }
-      impl->id_to_bytes[id] = bytes;
-    }
-    if (!have_eot) throw std::runtime_error(encoder_json + ": no <|endoftext|> entry");
-    // Byte tokens: tiktoken ranks the 256 single bytes first, in the byte map's order.
-    unsigned rank = 0;
-    for (int pass = 0; pass < 2; ++pass) {
-      for (unsigned b = 0; b < 256; ++b) {
-        if (byte_is_self_mapped(b) != (pass == 0)) continue;
-        const std::string& t = impl->id_to_bytes[rank];
-        if (t.size() != 1 || static_cast<unsigned char>(t[0]) != b) {
-          throw std::runtime_error(encoder_json + ": id " + std::to_string(rank) +
-                                   " should be the single byte " + std::to_string(b) +
-                                   " (GPT-2 byte tokens come first, in byte-map order)");
-        }
-        impl->byte_to_id[b] = rank++;
-      }
+      have_eot = true;
     }
   }
-
-  // --- vocab.bpe: "#version" line, then one merge "left right" per line; merge i creates id 256+i.
-  {
-    const std::string text = read_file(vocab_bpe);
-    const size_t bad = find_invalid_utf8(text);
-    if (bad != std::string::npos) {
-      throw std::runtime_error(vocab_bpe + ": invalid UTF-8 at byte offset " + std::to_string(bad));
-    }
-    size_t pos = 0, line_no = 0, merges = 0;
-    const size_t vocab = impl->id_to_bytes.size();
-    std::string left, right;
-    while (pos < text.size()) {
-      size_t end = text.find('\n', pos);
-      if (end == std::string::npos) end = text.size();
-      std::string_view line(text.data() + pos, end - pos);
-      pos = end + 1;
-      ++line_no;
-      if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
-      if (line.empty() || (line_no == 1 && line.rfind("#version", 0) == 0)) continue;
-      const size_t space = line.find(' ');
-      if (space == std::string_view::npos || line.find(' ', space + 1) != std::string_view::npos ||
-          !unmap(line.substr(0, space), left) || !unmap(line.substr(space + 1), right)) {
-        throw std::runtime_error(vocab_bpe + ":" + std::to_string(line_no) +
-                                 ": expected two GPT-2 byte-mapped tokens separated by one space");
+  if (!have_eot) throw std::runtime_error(encoder_json + ": no <|endoftext|> entry");
+  // Byte tokens: tiktoken ranks the 256 single bytes first, in the byte map's order.
+  unsigned rank = 0;
+  for (int pass = 0; pass < 2; ++pass) {
+    for (unsigned b = 0; b < 256; ++b) {
+      if (byte_is_self_mapped(b) != (pass == 0)) continue;
+      const std::string& t = impl->id_to_bytes[rank];
+      if (t.size() != 1 || static_cast<unsigned char>(t[0]) != b) {
+        throw std::runtime_error(encoder_json + ": id " + std::to_string(rank) + " should be the single byte " +
+                                 std::to_string(b) + " (GPT-2 byte tokens come first, in byte-map order)");
       }
-      const auto expected = static_cast<uint32_t>(256 + merges);
-      if (expected >= vocab || impl->id_to_bytes[expected] != left + right) {
-        throw std::runtime_error(vocab_bpe + ":" + std::to_string(line_no) + ": merge " +
-                                 std::to_string(merges) + " does not produce token " +
-                                 std::to_string(expected) + " of the encoder file " + encoder_json);
-      }
-      ++merges;
-    }
-    if (256 + merges + 1 != vocab) {
-      throw std::runtime_error(vocab_bpe + ": " + std::to_string(merges) + " merges, but " + encoder_json +
-                               " has " + std::to_string(vocab) + " tokens (expected 256 + merges + 1)");
+      impl->byte_to_id[b] = rank++;
     }
   }
-
+  // Merge i creates token 256 + i (tiktoken's ranks == encoder.json's ids for GPT-2).
+  for (size_t i = 0; i < merges.size(); ++i) {
+    const size_t expected = 256 + i;
+    if (expected >= n || expected == kEndOfText ||
+        impl->id_to_bytes[expected] != merges[i].first + merges[i].second) {
+      throw std::runtime_error(vocab_bpe + ": merge " + std::to_string(i + 1) + " does not produce token " +
+                               std::to_string(expected) + " of " + encoder_json);
+    }
+  }
+  if (256 + merges.size() + 1 != n) {
+    throw std::runtime_error(vocab_bpe + ": " + std::to_string(merges.size()) + " merges, but " + encoder_json +
+                             " has " + std::to_string(n) + " tokens (expected 256 + merges + 1)");
+  }
   impl->build_tables();
   impl->compile_regex();
   return Tokenizer(std::move(impl));
@@ -535,7 +624,7 @@ void Tokenizer::encode_append(std::string_view utf8, std::vector<uint32_t>& out)
   } free_md{md};
 
   // Pieces repeat a lot (words); cache the BPE result of the ones that are not a single token.
-  std::unordered_map<std::string_view, std::pair<uint32_t, uint32_t>> cache;  // -> [begin, end) in `cached`
+  std::unordered_map<std::string_view, std::pair<uint32_t, uint32_t>, PieceHash> cache;  // -> [begin, end) in `cached`
   std::vector<uint32_t> cached, parts, ranks;
   constexpr size_t kMaxCachedPieces = 1 << 16;
 
@@ -544,7 +633,8 @@ void Tokenizer::encode_append(std::string_view utf8, std::vector<uint32_t>& out)
   size_t start = 0;
   while (start < n) {
     // Validity was checked once above; PCRE2 would otherwise re-check the whole subject per call.
-    const int rc = pcre2_match(im.regex, subject, n, start, PCRE2_NO_UTF_CHECK, md, nullptr);
+    const int rc = im.jit ? pcre2_jit_match(im.regex, subject, n, start, 0, md, nullptr)
+                          : pcre2_match(im.regex, subject, n, start, PCRE2_NO_UTF_CHECK, md, nullptr);
     if (rc == PCRE2_ERROR_NOMATCH) break;  // cannot happen: every character matches some branch
     if (rc < 0) {
       PCRE2_UCHAR msg[256];

@@ -12,6 +12,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace gpt2 {
@@ -24,6 +25,10 @@ class Tokenizer {
   static Tokenizer from_files(const std::string& encoder_json, const std::string& vocab_bpe);
   // Looks in $GPT2_VOCAB_DIR, then data/gpt2/ (the cache scripts/get_gpt2_vocab.sh fills).
   static Tokenizer from_default_location();
+  // From already parsed files (parse_encoder_json / parse_vocab_bpe); names are for messages.
+  static Tokenizer from_parsed(const std::vector<std::pair<std::string, uint64_t>>& encoder_entries,
+                               const std::vector<std::pair<std::string, std::string>>& merges,
+                               const std::string& encoder_json, const std::string& vocab_bpe);
 
   // == tiktoken gpt2 encode_ordinary; thread-safe. "<|endoftext|>" in the text is ordinary text.
   // Invalid UTF-8 throws std::runtime_error("invalid UTF-8 at byte offset N ..."); use
@@ -61,6 +66,12 @@ class Tokenizer {
 size_t find_invalid_utf8(std::string_view text);
 // Replaces every maximal invalid subsequence with U+FFFD, like Python's bytes.decode(errors="replace").
 std::string replace_invalid_utf8(std::string_view text);
+
+// encoder.json -> (token bytes, id) pairs, GPT-2's byte map undone ("<|endoftext|>" kept as text).
+// vocab.bpe -> merges in file order as (left bytes, right bytes). Both throw std::runtime_error
+// starting with `name` (and ":LINE" for vocab.bpe) on malformed input; fuzzed in test/tokenizer.
+std::vector<std::pair<std::string, uint64_t>> parse_encoder_json(std::string_view text, const std::string& name);
+std::vector<std::pair<std::string, std::string>> parse_vocab_bpe(std::string_view text, const std::string& name);
 
 // GPT-2's reversible byte <-> printable code point map used in encoder.json / vocab.bpe.
 char32_t gpt2_byte_to_codepoint(uint8_t byte);

@@ -3,25 +3,28 @@
 //
 // What is saved: only the log-sum-exp of each scaled, masked score row,
 // lse[b,h,t] = max_j s_j + log sum_j exp(s_j - max): B*NH*T floats. The
-// probabilities are recomputed in the backward as p_j = exp(s_j - lse), which
-// costs one extra q.k dot product per (t, j) pair. llm.c keeps preatt and att
-// (2*B*NH*T*T floats); at d12, B=4, T=64 that is 1.5 MiB per layer versus
-// 12 KiB here, and at T=1024 it is 384 MiB per layer versus 192 KiB.
+// probabilities are recomputed in the backward as p = exp(s - lse), which costs
+// one more Q K^T product. llm.c keeps preatt and att (2*B*NH*T*T floats); at
+// d12, B=4, T=64 that is 1.5 MiB per layer versus 12 KiB here, and at B=4,
+// T=1024 it is 384 MiB per layer versus 192 KiB.
 //
-// Forward, per (b, h, t): scores s_j = q_t.k_j * scale for j <= t into a
-// per-thread row, max-subtracted exp (vexp), out_t = sum_j p_j v_j / sum_j p_j.
-// The (b,h,t) items are independent and dealt round-robin to threads, which
-// balances the triangular work. Numerics: dot products and the row sum use
-// omp-simd reductions; the max subtraction keeps every exp <= 1.
-//
-// Backward, per (b, h), with dout_t the output gradient of row t:
-//   p_j  = exp(s_j - lse_t),  dp_j = dout_t . v_j,  D_t = sum_j p_j dp_j
-//   ds_j = p_j (dp_j - D_t) * scale
-//   dq_t = sum_j ds_j k_j,  dk_j += ds_j q_t,  dv_j += p_j dout_t
-// dk/dv accumulate over t inside one head, so a head is one work item (no two
-// threads touch the same dqkv elements). Scratch: 2 rows of T per thread.
-// FLOPs (causal, counting the T(T+1)/2 live pairs P): forward 4*P*hs per head,
-// backward 10*P*hs (score recompute, dp, dq, dk, dv).
+// Work layout: one (b, h) head per work item (OpenMP over B*NH), and inside a
+// head, blocks of kRowBlock query rows. Row block [r0, r1) only needs keys
+// [0, r1) (causality), so the blocks skip most of the masked upper triangle
+// while every product is a small single-threaded GEMM through the same BLAS
+// wrapper (sgemm here, dgemm in the fp64 gradient checks):
+//   forward   S = scale * Q[r0:r1] K[0:r1]^T          (rb x r1, per-thread block)
+//             P = exp(S - rowmax) masked to j <= t; O[r0:r1] = P V[0:r1] / rowsum
+//   backward  S again, P = exp(S - lse) masked;  dP = dO[r0:r1] V[0:r1]^T
+//             D_t = sum_j P dP;  dS = P (dP - D) * scale
+//             dQ[r0:r1] = dS K[0:r1];  dK[0:r1] += dS^T Q[r0:r1];  dV[0:r1] += P^T dO[r0:r1]
+// dK/dV accumulate across the row blocks of one head only, so no two threads
+// touch the same dqkv elements and the result does not depend on the thread
+// count. The masked entries of P and dS are exact zeros, so the part of a block
+// above the diagonal contributes nothing. Numerics: softmax with max
+// subtraction (every exp <= 1) via vexp, row sums in the scalar type.
+// FLOPs actually executed (per head, T = kRowBlock * nb): forward 4*hs*sum(rb*r1),
+// backward 10*hs*sum(rb*r1); the causal minimum is 4 (10) * hs * T(T+1)/2.
 #include <algorithm>
 #include <cmath>
 #include <vector>
@@ -34,80 +37,88 @@
 namespace gpt2 {
 namespace cpu {
 
-size_t attention_saved_numel(int B, int T, int NH) {
-  return static_cast<size_t>(B) * NH * T;
-}
-
-size_t attention_scratch_numel(const Exec& ex, int T) {
-  return static_cast<size_t>(std::max(1, ex.threads)) * 2 * T;
-}
-
 namespace {
+constexpr int kRowBlock = 64;
 
+int block_rows(int T) { return std::min(T, kRowBlock); }
+
+// Causal softmax statistics of row t (global index) of a score block row `s`
+// holding columns [0, r1): entries j > t are set to 0, entries j <= t to
+// exp(s_j - shift). Returns sum_j exp(s_j - shift).
 template <class S>
-inline S dot(const S* a, const S* b, int n) {
-  S acc = 0;
-#pragma omp simd reduction(+ : acc)
-  for (int i = 0; i < n; i++) acc += a[i] * b[i];
-  return acc;
+inline S masked_exp_row(S* s, int t, int r1, S shift) {
+  S sum = 0;
+#pragma omp simd reduction(+ : sum)
+  for (int j = 0; j <= t; j++) {
+    const S e = vexp(s[j] - shift);
+    s[j] = e;
+    sum += e;
+  }
+  for (int j = t + 1; j < r1; j++) s[j] = 0;
+  return sum;
 }
 
-// Scaled causal scores of row t into s[0..t]; returns their max.
 template <class S>
-inline S score_row(S* s, const S* q, const S* kbase, int t, int hs, size_t row_stride, S scale) {
+inline S row_max(const S* s, int t) {
   S mx = -INFINITY;
-  for (int j = 0; j <= t; j++) {
-    const S v = dot(q, kbase + j * row_stride, hs) * scale;
-    s[j] = v;
-    mx = v > mx ? v : mx;
-  }
+#pragma omp simd reduction(max : mx)
+  for (int j = 0; j <= t; j++) mx = s[j] > mx ? s[j] : mx;
   return mx;
 }
 
 }  // namespace
 
+size_t attention_saved_numel(int B, int T, int NH) {
+  return static_cast<size_t>(B) * NH * T;
+}
+
+size_t attention_scratch_numel(const Exec& ex, int T) {
+  return static_cast<size_t>(std::max(1, ex.threads)) * 2 * block_rows(T) * T;
+}
+
 template <class S>
 void attention_forward(const Exec& ex, S* out, S* saved_lse, const S* qkv, int B, int T, int C,
                        int NH) {
   const int hs = C / NH;
-  const size_t row = static_cast<size_t>(3) * C;
+  const int ld = 3 * C;
   const S scale = static_cast<S>(1) / std::sqrt(static_cast<S>(hs));
-  const long items = static_cast<long>(B) * NH * T;
+  const int heads = B * NH;
+  const int rbmax = block_rows(T);
+  pin_blas_to_one_thread();
 #pragma omp parallel num_threads(ex.threads)
   {
-    std::vector<S> s(static_cast<size_t>(T));
-    std::vector<S> acc(static_cast<size_t>(hs));
-#pragma omp for schedule(static, 1)
-    for (long it = 0; it < items; it++) {
-      const int t = static_cast<int>(it % T);
-      const int h = static_cast<int>((it / T) % NH);
-      const int b = static_cast<int>(it / (static_cast<long>(T) * NH));
-      const S* base = qkv + static_cast<size_t>(b) * T * row;
-      const S* q = base + t * row + h * hs;
-      const S* kbase = base + C + h * hs;
-      const S* vbase = base + 2 * C + h * hs;
-      const S mx = score_row(s.data(), q, kbase, t, hs, row, scale);
-      S sum = 0;
-      S* sp = s.data();
-#pragma omp simd reduction(+ : sum)
-      for (int j = 0; j <= t; j++) {
-        const S e = vexp(sp[j] - mx);
-        sp[j] = e;
-        sum += e;
-      }
-      S* a = acc.data();
-      for (int d = 0; d < hs; d++) a[d] = 0;
-      for (int j = 0; j <= t; j++) {
-        const S* v = vbase + j * row;
-        const S p = sp[j];
+    std::vector<S> block(static_cast<size_t>(rbmax) * T);
+    S* P = block.data();
+#pragma omp for schedule(static)
+    for (int bh = 0; bh < heads; bh++) {
+      const int b = bh / NH, h = bh % NH;
+      const S* Q = qkv + static_cast<size_t>(b) * T * ld + h * hs;
+      const S* K = Q + C;
+      const S* V = Q + 2 * C;
+      S* O = out + static_cast<size_t>(b) * T * C + h * hs;
+      S* lse = saved_lse + static_cast<size_t>(bh) * T;
+      for (int r0 = 0; r0 < T; r0 += rbmax) {
+        const int r1 = std::min(T, r0 + rbmax), rb = r1 - r0;
+        gemm_serial<S>(false, true, rb, r1, hs, scale, Q + static_cast<size_t>(r0) * ld, ld, K,
+                       ld, S(0), P, T);
+        S inv_sum[kRowBlock];
+        for (int i = 0; i < rb; i++) {
+          const int t = r0 + i;
+          S* s = P + static_cast<size_t>(i) * T;
+          const S mx = row_max(s, t);
+          const S sum = masked_exp_row(s, t, r1, mx);
+          inv_sum[i] = static_cast<S>(1) / sum;
+          lse[t] = mx + std::log(sum);
+        }
+        S* Ob = O + static_cast<size_t>(r0) * C;
+        gemm_serial<S>(false, false, rb, hs, r1, S(1), P, T, V, ld, S(0), Ob, C);
+        for (int i = 0; i < rb; i++) {
+          S* o = Ob + static_cast<size_t>(i) * C;
+          const S f = inv_sum[i];
 #pragma omp simd
-        for (int d = 0; d < hs; d++) a[d] += p * v[d];
+          for (int d = 0; d < hs; d++) o[d] *= f;
+        }
       }
-      const S inv = static_cast<S>(1) / sum;
-      S* o = out + (static_cast<size_t>(b) * T + t) * C + h * hs;
-#pragma omp simd
-      for (int d = 0; d < hs; d++) o[d] = a[d] * inv;
-      saved_lse[(static_cast<size_t>(b) * NH + h) * T + t] = mx + std::log(sum);
     }
   }
 }
@@ -116,52 +127,54 @@ template <class S>
 void attention_backward(const Exec& ex, S* dqkv, S* scratch, const S* dout, const S* qkv,
                         const S* saved_lse, int B, int T, int C, int NH) {
   const int hs = C / NH;
-  const size_t row = static_cast<size_t>(3) * C;
+  const int ld = 3 * C;
   const S scale = static_cast<S>(1) / std::sqrt(static_cast<S>(hs));
   const int heads = B * NH;
+  const int rbmax = block_rows(T);
+  pin_blas_to_one_thread();
 #pragma omp parallel num_threads(ex.threads)
   {
-    S* p = scratch + static_cast<size_t>(omp_get_thread_num()) * 2 * T;
-    S* dp = p + T;
+    S* P = scratch + static_cast<size_t>(omp_get_thread_num()) * 2 * rbmax * T;
+    S* dP = P + static_cast<size_t>(rbmax) * T;
 #pragma omp for schedule(static)
     for (int bh = 0; bh < heads; bh++) {
-      const int b = bh / NH;
-      const int h = bh % NH;
-      const S* base = qkv + static_cast<size_t>(b) * T * row;
-      S* dbase = dqkv + static_cast<size_t>(b) * T * row;
-      for (int t = 0; t < T; t++) {
-        S* r = dbase + t * row + h * hs;
-        for (int d = 0; d < hs; d++) r[d] = r[C + d] = r[2 * C + d] = 0;
-      }
+      const int b = bh / NH, h = bh % NH;
+      const size_t base = static_cast<size_t>(b) * T * ld + h * hs;
+      const S* Q = qkv + base;
+      const S* K = Q + C;
+      const S* V = Q + 2 * C;
+      S* dQ = dqkv + base;
+      S* dK = dQ + C;
+      S* dV = dQ + 2 * C;
+      const S* dO = dout + static_cast<size_t>(b) * T * C + h * hs;
       const S* lse = saved_lse + static_cast<size_t>(bh) * T;
+      // dK and dV accumulate over the row blocks: start from zero ("=" output).
       for (int t = 0; t < T; t++) {
-        const S* q = base + t * row + h * hs;
-        const S* kbase = base + C + h * hs;
-        const S* vbase = base + 2 * C + h * hs;
-        const S* dout_t = dout + (static_cast<size_t>(b) * T + t) * C + h * hs;
-        score_row(p, q, kbase, t, hs, row, scale);
-        const S l = lse[t];
-        S D = 0;
-        for (int j = 0; j <= t; j++) dp[j] = dot(dout_t, vbase + j * row, hs);
+        S* r = dQ + static_cast<size_t>(t) * ld;
+        for (int d = 0; d < hs; d++) r[C + d] = r[2 * C + d] = 0;
+      }
+      for (int r0 = 0; r0 < T; r0 += rbmax) {
+        const int r1 = std::min(T, r0 + rbmax), rb = r1 - r0;
+        const S* Qb = Q + static_cast<size_t>(r0) * ld;
+        const S* dOb = dO + static_cast<size_t>(r0) * C;
+        gemm_serial<S>(false, true, rb, r1, hs, scale, Qb, ld, K, ld, S(0), P, T);
+        gemm_serial<S>(false, true, rb, r1, hs, S(1), dOb, C, V, ld, S(0), dP, T);
+        for (int i = 0; i < rb; i++) {
+          const int t = r0 + i;
+          S* p = P + static_cast<size_t>(i) * T;
+          S* dp = dP + static_cast<size_t>(i) * T;
+          masked_exp_row(p, t, r1, lse[t]);
+          S D = 0;
 #pragma omp simd reduction(+ : D)
-        for (int j = 0; j <= t; j++) {
-          p[j] = vexp(p[j] - l);
-          D += p[j] * dp[j];
-        }
-        S* dq = dbase + t * row + h * hs;
-        for (int j = 0; j <= t; j++) {
-          const S ds = p[j] * (dp[j] - D) * scale;
-          const S pj = p[j];
-          const S* k = kbase + j * row;
-          S* dk = dbase + j * row + C + h * hs;
-          S* dv = dk + C;
+          for (int j = 0; j <= t; j++) D += p[j] * dp[j];
+          // dp becomes dS; masked entries are 0 because p is.
 #pragma omp simd
-          for (int d = 0; d < hs; d++) {
-            dq[d] += ds * k[d];
-            dk[d] += ds * q[d] * S(1.0001);
-            dv[d] += pj * dout_t[d];
-          }
+          for (int j = 0; j < r1; j++) dp[j] = p[j] * (dp[j] - D) * scale;
         }
+        gemm_serial<S>(false, false, rb, hs, r1, S(1), dP, T, K, ld, S(0),
+                       dQ + static_cast<size_t>(r0) * ld, ld);
+        gemm_serial<S>(true, false, r1, hs, rb, S(1), dP, T, Qb, ld, S(1), dK, ld);
+        gemm_serial<S>(true, false, r1, hs, rb, S(1), P, T, dOb, C, S(1), dV, ld);
       }
     }
   }

@@ -94,6 +94,21 @@ void gemm(const Exec& ex, bool trans_a, bool trans_b, int M, int N, int K, S alp
   }
 }
 
+template <class S>
+void gemm_serial(bool trans_a, bool trans_b, int M, int N, int K, S alpha, const S* A, int lda,
+                 const S* B, int ldb, S beta, S* C, int ldc) {
+  if (M <= 0 || N <= 0) return;
+  call_gemm(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+void pin_blas_to_one_thread() {
+  if (openblas_get_num_threads() != 1) openblas_set_num_threads(1);
+}
+
+template void gemm_serial<float>(bool, bool, int, int, int, float, const float*, int,
+                                 const float*, int, float, float*, int);
+template void gemm_serial<double>(bool, bool, int, int, int, double, const double*, int,
+                                  const double*, int, double, double*, int);
 template void gemm<float>(const Exec&, bool, bool, int, int, int, float, const float*, int,
                           const float*, int, float, float*, int);
 template void gemm<double>(const Exec&, bool, bool, int, int, int, double, const double*, int,

@@ -29,7 +29,7 @@ namespace gpt2 {
 namespace cpu {
 
 namespace {
-constexpr double kLayerNormEps = 1e-6;
+constexpr double kLayerNormEps = 1e-5;
 }
 
 template <class S>

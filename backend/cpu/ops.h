@@ -38,6 +38,12 @@ int resolve_threads(int threads);
 template <class S>
 void gemm(const Exec& ex, bool trans_a, bool trans_b, int M, int N, int K, S alpha,
           const S* A, int lda, const S* B, int ldb, S beta, S* C, int ldc);
+// The same product on the calling thread only, for use inside an op's own
+// OpenMP region; call pin_blas_to_one_thread() from serial code first.
+template <class S>
+void gemm_serial(bool trans_a, bool trans_b, int M, int N, int K, S alpha, const S* A, int lda,
+                 const S* B, int ldb, S beta, S* C, int ldc);
+void pin_blas_to_one_thread();
 
 // ---- encoder (encoder.cpp) ------------------------------------------------------
 template <class S>
@@ -67,7 +73,8 @@ void matmul_backward(const Exec& ex, S* dinp, S* dw, S* dbias, const S* dout, co
 // ---- attention (attention.cpp) ----------------------------------------------------
 // saved: B*NH*T log-sum-exp values of the scaled, causally masked score rows.
 size_t attention_saved_numel(int B, int T, int NH);
-// scratch for the backward: two rows of T scores per thread.
+// scratch for the backward: two score blocks (probabilities and their
+// gradient) of up to 64 x T per thread.
 size_t attention_scratch_numel(const Exec& ex, int T);
 template <class S>
 void attention_forward(const Exec& ex, S* out, S* saved_lse, const S* qkv, int B, int T, int C,

@@ -773,11 +773,13 @@ std::vector<std::unique_ptr<OpCase>> eval_cases(const std::string& op, uint64_t 
     add(new AttentionForward(rng, 1, 9, 28, 4));  // head size 7
     add(new AttentionForward(rng, 2, 17, 64, 2));
     add(new AttentionForward(rng, 1, 8, 16, 2, 30.0));  // sharp softmax: max subtraction matters
+    add(new AttentionForward(rng, 2, 130, 36, 2));      // 3 row blocks, the last of 2 rows
   } else if (op == "attention_backward") {
     add(new AttentionBackward(rng, 1, 1, 4, 1));
     add(new AttentionBackward(rng, 2, 5, 12, 3));
     add(new AttentionBackward(rng, 1, 9, 28, 4));
     add(new AttentionBackward(rng, 2, 17, 64, 2));
+    add(new AttentionBackward(rng, 2, 130, 36, 2));
   } else if (op == "gelu_forward") {
     add(new GeluForward(rng, 1, false));
     add(new GeluForward(rng, 37, true));

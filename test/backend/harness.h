@@ -131,8 +131,9 @@ std::vector<std::string> eval_op_names();
 std::vector<std::unique_ptr<OpCase>> eval_cases(const std::string& op, uint64_t seed);
 std::vector<std::unique_ptr<OpCase>> perf_cases(uint64_t seed);
 
-// Prints the perf table for every backend under test; returns 0.
-int run_perf(double min_seconds_per_case);
+// Prints the perf table for every backend under test (only ops whose name
+// contains `op_filter` when it is not empty); returns 0.
+int run_perf(double min_seconds_per_case, const std::string& op_filter);
 
 }  // namespace optest
 }  // namespace gpt2

@@ -1,6 +1,7 @@
 // Eval mode of the op harness (one test per op: every case on every backend
 // under test), exact sum_squares, memory ops, error handling and vexp accuracy.
-// `backend_ops_test --perf` runs the perf mode instead of the tests.
+// `backend_ops_test --perf [OP]` runs the perf mode (ops whose name contains
+// OP, default all) instead of the tests.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -47,6 +48,29 @@ INSTANTIATE_TEST_SUITE_P(Ops, OpEval, ::testing::ValuesIn(optest::eval_op_names(
                          [](const ::testing::TestParamInfo<std::string>& info) {
                            return info.param;
                          });
+
+// Every op except the GEMMs is written so that its result does not depend on
+// how many threads run it (row-parallel ops, channel-sliced encoder backward,
+// fixed row blocks in layernorm backward, fixed blocks in sum_squares). A
+// resumed run may use another --threads value; these ops must not notice.
+TEST(Determinism, NonGemmOpsBitwiseIndependentOfThreadCount) {
+  for (const std::string& op : optest::eval_op_names()) {
+    if (op.rfind("matmul", 0) == 0) continue;
+    const auto cases = optest::eval_cases(op, 99);
+    for (const auto& c : cases) {
+      auto one = make_cpu_backend(1);
+      auto three = make_cpu_backend(3);
+      const CaseResult a = optest::eval_case(*c, *one, nullptr);
+      const CaseResult b = optest::eval_case(*c, *three, nullptr);
+      ASSERT_EQ(a.outputs.size(), b.outputs.size());
+      for (size_t o = 0; o < a.outputs.size(); o++)
+        EXPECT_EQ(std::memcmp(a.outputs[o].data(), b.outputs[o].data(),
+                              a.outputs[o].size() * sizeof(float)),
+                  0)
+            << c->op() << "(" << c->params() << ") output " << c->outputs[o].name;
+    }
+  }
+}
 
 // Values k/16 with |k| <= 100: every square and every partial sum is exact in
 // fp64, so any summation order must give exactly the integer-computed total.
@@ -172,7 +196,7 @@ int main(int argc, char** argv) {
   for (int i = 1; i < argc; i++) {
     if (std::strcmp(argv[i], "--perf") == 0) {
       try {
-        return gpt2::optest::run_perf(0.3);
+        return gpt2::optest::run_perf(0.3, i + 1 < argc ? argv[i + 1] : "");
       } catch (const std::exception& e) {
         std::fprintf(stderr, "error: %s\n", e.what());
         return 1;

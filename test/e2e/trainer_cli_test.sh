@@ -30,6 +30,11 @@ tiny=(--device cpu --model d2 --config n_embd=32,n_head=2,max_seq=32,vocab_size=
       --train-data "$work/tok.bin" --val-data "$work/tok.bin" --val-every 0 --sample-every 0 --threads 1)
 
 check help 0 "--zero-stage" -- ./train_gpt2cu --help
+if diff <(./train_gpt2cu --help) <(sed -n '/^```help$/,/^```$/p' docs/cli.md | sed '1d;$d') > "$work/diff"; then
+  echo "ok   docs/cli.md matches --help"
+else
+  echo "FAIL docs/cli.md differs from --help:"; head -20 "$work/diff"; fails=$((fails + 1))
+fi
 check unknown-flag 2 "unknown option '--epochs'" -- ./train_gpt2cu --epochs 3
 check bad-number 2 "--lr: invalid value 'abc'" -- ./train_gpt2cu --lr abc
 check missing-value 2 "--max-steps needs a value" -- ./train_gpt2cu --max-steps

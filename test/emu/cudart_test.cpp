@@ -93,6 +93,10 @@ TEST(Cudart, PinnedMemoryAndAsyncCopiesOnStreams) {
   ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
   for (int i = 0; i < 256; ++i) EXPECT_EQ(h[i], i < 100 ? -1.0f : (i < 200 ? static_cast<float>(i) : 0.0f)) << i;
   ASSERT_EQ(cudaFree(d), cudaSuccess);
+  void* async_block = nullptr;
+  ASSERT_EQ(cudaMallocAsync(&async_block, 100, stream), cudaSuccess);
+  EXPECT_TRUE(std::isnan(*static_cast<float*>(async_block)));
+  ASSERT_EQ(cudaFreeAsync(async_block, stream), cudaSuccess);
   ASSERT_EQ(cudaStreamDestroy(stream), cudaSuccess);
   EXPECT_EQ(cudaStreamDestroy(stream), cudaErrorInvalidResourceHandle);
   ASSERT_EQ(cudaFreeHost(pinned), cudaSuccess);
@@ -148,6 +152,17 @@ TEST(Cudart, LaunchConfigurationErrorsAreReportedAtTheLaunch) {
 TEST(Cudart, DeviceBuiltinsOutsideAKernelThrow) {
   EXPECT_THROW((void)threadIdx.x, std::runtime_error);
   EXPECT_THROW(__syncthreads(), std::runtime_error);
+}
+
+TEST(Cudart, OccupancyAndFunctionAttributes) {
+  int blocks = 0;
+  ASSERT_EQ(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, fill_kernel, 256, 0), cudaSuccess);
+  EXPECT_EQ(blocks, emu::device_config().max_threads_per_sm / 256);
+  ASSERT_EQ(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, fill_kernel, 64, 60 * 1024), cudaSuccess);
+  EXPECT_EQ(blocks, static_cast<int>(emu::device_config().smem_per_sm / (60 * 1024)));
+  cudaFuncAttributes attr;
+  ASSERT_EQ(cudaFuncGetAttributes(&attr, reinterpret_cast<const void*>(fill_kernel)), cudaSuccess);
+  EXPECT_EQ(attr.maxThreadsPerBlock, 1024);
 }
 
 TEST(Cudart, ErrorStrings) {

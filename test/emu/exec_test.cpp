@@ -11,6 +11,7 @@
 #include <vector>
 
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime_api.h>
 
 #include "emu/control.h"
@@ -203,26 +204,46 @@ TEST(Indices, ThreeDimensionalGridAndBlock) {
             }
 }
 
-TEST(Wmma, Bf16GemmMatchesHost) {
+uint16_t to_half_bits(float f) {
+  __half h = __float2half(f);
+  uint16_t bits;
+  std::memcpy(&bits, &h, 2);
+  return bits;
+}
+
+float from_half_bits(uint16_t bits) {
+  __half h;
+  std::memcpy(static_cast<void*>(&h), &bits, 2);
+  return __half2float(h);
+}
+
+class WmmaTest : public ::testing::TestWithParam<bool> {};
+
+TEST_P(WmmaTest, GemmMatchesHost) {
+  const bool half = GetParam();
   const int M = 32, N = 48, K = 64;
+  auto to_bits = half ? to_half_bits : to_bf16_bits;
+  auto from_bits = half ? from_half_bits : from_bf16_bits;
   std::vector<float> af = random_floats(M * K, 8), bf = random_floats(K * N, 9);
   std::vector<uint16_t> a(af.size()), b_row(bf.size()), b_col(bf.size());
-  for (size_t i = 0; i < af.size(); ++i) a[i] = to_bf16_bits(af[i]);
+  for (size_t i = 0; i < af.size(); ++i) a[i] = to_bits(af[i]);
   for (int k = 0; k < K; ++k)
     for (int n = 0; n < N; ++n) {
-      b_row[k * N + n] = to_bf16_bits(bf[k * N + n]);
+      b_row[k * N + n] = to_bits(bf[k * N + n]);
       b_col[n * K + k] = b_row[k * N + n];
     }
-  std::vector<float> c_row = emu_test::wmma_gemm(a, b_row, M, N, K, false);
-  std::vector<float> c_col = emu_test::wmma_gemm(a, b_col, M, N, K, true);
+  std::vector<float> c_row = emu_test::wmma_gemm(a, b_row, M, N, K, false, half);
+  std::vector<float> c_col = emu_test::wmma_gemm(a, b_col, M, N, K, true, half);
   for (int m = 0; m < M; ++m)
     for (int n = 0; n < N; ++n) {
       double ref = 0;
-      for (int k = 0; k < K; ++k) ref += double(from_bf16_bits(a[m * K + k])) * from_bf16_bits(b_row[k * N + n]);
+      for (int k = 0; k < K; ++k) ref += double(from_bits(a[m * K + k])) * from_bits(b_row[k * N + n]);
       EXPECT_NEAR(c_row[m * N + n], ref, 1e-4) << m << "," << n;
       EXPECT_NEAR(c_col[m * N + n], ref, 1e-4) << m << "," << n;
     }
 }
+
+INSTANTIATE_TEST_SUITE_P(Bf16AndHalf, WmmaTest, ::testing::Values(false, true));
 
 TEST(MemoryHints, VectorLoadsAndStores) {
   std::vector<float> in = random_floats(256, 10);

@@ -194,15 +194,15 @@ __global__ void cg_probe_kernel(int* out) {
   block.sync();
 }
 
-template <class BLayout>
-__global__ void wmma_gemm_kernel(const __nv_bfloat16* a, const __nv_bfloat16* b, float* c, int M, int N, int K) {
+template <class T, class BLayout>
+__global__ void wmma_gemm_kernel(const T* a, const T* b, float* c, int M, int N, int K) {
   using namespace nvcuda;
   int tile_row = blockIdx.y * 16, tile_col = blockIdx.x * 16;
   wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
   wmma::fill_fragment(acc, 0.0f);
   for (int k = 0; k < K; k += 16) {
-    wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> fa;
-    wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, BLayout> fb;
+    wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> fa;
+    wmma::fragment<wmma::matrix_b, 16, 16, 16, T, BLayout> fb;
     wmma::load_matrix_sync(fa, a + tile_row * K + k, K);
     if (std::is_same<BLayout, wmma::row_major>::value) wmma::load_matrix_sync(fb, b + k * N + tile_col, N);
     else wmma::load_matrix_sync(fb, b + tile_col * K + k, K);
@@ -406,21 +406,30 @@ std::vector<int> cg_probe(int block_size) {
   return d_out.download();
 }
 
-std::vector<float> wmma_gemm(const std::vector<uint16_t>& a, const std::vector<uint16_t>& b, int M, int N, int K,
-                             bool b_col_major) {
-  DeviceBuffer<__nv_bfloat16> d_a(a.size()), d_b(b.size());
+namespace {
+template <class T>
+std::vector<float> run_wmma_gemm(const std::vector<uint16_t>& a, const std::vector<uint16_t>& b, int M, int N, int K,
+                                 bool b_col_major) {
+  DeviceBuffer<T> d_a(a.size()), d_b(b.size());
   CUDA_CHECK(cudaMemcpy(d_a.get(), a.data(), a.size() * 2, cudaMemcpyHostToDevice));
   CUDA_CHECK(cudaMemcpy(d_b.get(), b.data(), b.size() * 2, cudaMemcpyHostToDevice));
   DeviceBuffer<float> d_c(static_cast<size_t>(M) * N);
   dim3 grid(N / 16, M / 16);
   if (b_col_major) {
-    auto kernel = wmma_gemm_kernel<nvcuda::wmma::col_major>;
+    auto kernel = wmma_gemm_kernel<T, nvcuda::wmma::col_major>;
     LAUNCH_KERNEL(kernel, grid, 32, 0, 0, d_a.get(), d_b.get(), d_c.get(), M, N, K);
   } else {
-    auto kernel = wmma_gemm_kernel<nvcuda::wmma::row_major>;
+    auto kernel = wmma_gemm_kernel<T, nvcuda::wmma::row_major>;
     LAUNCH_KERNEL(kernel, grid, 32, 0, 0, d_a.get(), d_b.get(), d_c.get(), M, N, K);
   }
   return d_c.download();
+}
+}  // namespace
+
+std::vector<float> wmma_gemm(const std::vector<uint16_t>& a, const std::vector<uint16_t>& b, int M, int N, int K,
+                             bool b_col_major, bool half_inputs) {
+  return half_inputs ? run_wmma_gemm<__half>(a, b, M, N, K, b_col_major)
+                     : run_wmma_gemm<__nv_bfloat16>(a, b, M, N, K, b_col_major);
 }
 
 std::vector<float> vector_hints(const std::vector<float>& in) {

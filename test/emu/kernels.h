@@ -43,10 +43,10 @@ std::vector<int> index_probe(int gx, int gy, int gz, int bx, int by, int bz);
 // cooperative groups: per thread thread_rank, meta_group_rank, meta_group_size,
 // tile sum (cg::reduce plus), tile max (cg::reduce greater), block thread_rank.
 std::vector<int> cg_probe(int block_size);
-// C[M,N] = A[M,K] (row-major bf16) * B (bf16, row-major [K,N] or column-major) with
-// WMMA 16x16x16 tiles, fp32 accumulate.
+// C[M,N] = A[M,K] (row-major) * B (row-major [K,N] or column-major) with WMMA
+// 16x16x16 tiles, fp32 accumulate; a/b hold bf16 bits, or fp16 bits if half_inputs.
 std::vector<float> wmma_gemm(const std::vector<uint16_t>& a, const std::vector<uint16_t>& b, int M, int N, int K,
-                             bool b_col_major);
+                             bool b_col_major, bool half_inputs);
 // 16-byte vector loads/stores with cache hints (__ldg, __ldcs, __stcs, __stcg on
 // float4 and int4) and bf16 packing; out = in * 2 + 1 elementwise.
 std::vector<float> vector_hints(const std::vector<float>& in);

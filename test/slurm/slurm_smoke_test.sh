@@ -10,7 +10,11 @@
 #      scripts): scancel --signal=USR1 to the job's tasks, then SIGTERM to the
 #      batch shell (passed on as SIGUSR1); each time every rank stops at one
 #      step boundary, the job requeues itself and resumes from the saved step
-#      until it finishes.
+#      until it finishes;
+#   5. training: `srun -N 2 -n 2 ./train_gpt2cu` logs the same losses and ends with
+#      the same weights as `mpirun -np 2`; scripts/slurm/train_cpu.sbatch (with
+#      test-sized overrides) preempted with `scancel --signal=USR1` checkpoints,
+#      requeues itself and resumes to the same losses and weights.
 # Needs root and: munge slurmd slurmctld slurm-client libpmix-dev openmpi-bin.
 # Everything lives in a temp dir; the cluster and its jobs are stopped on exit.
 set -u
@@ -21,6 +25,7 @@ BASE=$(mktemp -d "${TMPDIR:-/tmp}/gpt2_slurm.XXXXXX")
 W=$BASE/work
 mkdir -p "$W"
 cleanup() {
+  [ -n "${KEEP:-}" ] && { echo "KEEP: cluster left running in $BASE"; return; }
   timeout 120 bash test/slurm/local_slurm_stop.sh "$BASE" --purge >/dev/null 2>&1
 }
 trap cleanup EXIT
@@ -53,14 +58,19 @@ expect_ranks "srun -N 2 -n 4" "$out" \
   "rank=2 world=4 local_rank=0 local_world=2 node=1 num_nodes=2 host=node2 launch=srun" \
   "rank=3 world=4 local_rank=1 local_world=2 node=1 num_nodes=2 host=node2 launch=srun"
 
-# wait_job ID SECONDS: until the job has left the queue (or has COMPLETED)
+# job_state ID: Slurm's state of the job, empty when it cannot be read (a busy
+# slurmctld must not look like a finished job)
+job_state() { timeout 10 scontrol show job "$1" 2>/dev/null | grep -oE 'JobState=[A-Z_]+' | cut -d= -f2; }
+job_done() {
+  case "$(job_state "$1")" in
+    COMPLETED|FAILED|CANCELLED|TIMEOUT|NODE_FAIL|OUT_OF_MEMORY|BOOT_FAIL|DEADLINE|PREEMPTED) return 0 ;;
+  esac
+  return 1
+}
+# wait_job ID SECONDS: until the job has ended
 wait_job() {
-  local id=$1 limit=$2 st
-  for _ in $(seq $((limit * 10))); do
-    st=$(timeout 10 squeue -h -j "$id" -o %T 2>/dev/null)
-    [ -z "$st" ] && return 0
-    sleep 0.1
-  done
+  local i
+  for i in $(seq $(($2 * 5))); do job_done "$1" && return 0; sleep 0.2; done
   return 1
 }
 
@@ -105,46 +115,110 @@ export GPT2_TRAIN_ARGS="--max-steps 200 --step-ms 25 --output-dir $W/preempt"
 mkdir -p "$W/preempt"
 jid=$(timeout 30 sbatch --parsable "$W/preempt.sbatch")
 log=$W/preempt-$jid.out
-# wait_for REGEX COUNT SECONDS: until the job log has COUNT lines matching REGEX
+# job_queued: job $jid has not ended (pending, running, requeued)
+job_queued() { ! job_done "$jid"; }
+# wait_for REGEX COUNT SECONDS: until the job log $log has COUNT lines matching
+# REGEX; gives up early when the job has left the queue
 wait_for() {
-  for _ in $(seq $(($3 * 10))); do
-    local n; n=$(grep -cE "$1" "$log" 2>/dev/null)
-    [ "${n:-0}" -ge "$2" ] && return 0; sleep 0.1
+  local n i
+  for i in $(seq $(($3 * 10))); do
+    n=$(grep -cE "$1" "$log" 2>/dev/null)
+    [ "${n:-0}" -ge "$2" ] && return 0
+    [ $((i % 10)) = 0 ] && ! job_queued && { n=$(grep -cE "$1" "$log" 2>/dev/null); [ "${n:-0}" -ge "$2" ]; return; }
+    sleep 0.1
   done
   return 1
 }
-# requeued jobs become eligible only ~2 minutes later; a test need not wait
+# release: a requeued job becomes eligible only ~2 minutes later; a test need
+# not wait. Once it is pending again, make it eligible now.
 release() {
-  for _ in $(seq 100); do
-    [ "$(timeout 10 squeue -h -j "$jid" -o %T 2>/dev/null)" = PENDING ] && break; sleep 0.1
+  local i
+  for i in $(seq 150); do
+    if [ "$(job_state "$jid")" = PENDING ]; then
+      timeout 10 scontrol update JobId="$jid" StartTime=now && return 0
+    fi
+    sleep 0.2
   done
-  timeout 10 scontrol update JobId="$jid" StartTime=now
+  echo "  job $jid did not become pending after the requeue (state $(job_state "$jid"))"
+  return 1
 }
 ok=1
 # Run 1: SIGUSR1 to the tasks, as `#SBATCH --signal=USR1@T` delivers it.
 wait_for '^selfcheck: step 10 ' 1 60 || { ok=0; echo "  run 1 did not reach step 10"; }
 timeout 10 scancel --signal=USR1 "$jid"
 wait_for 'requeueing job' 1 60 || { ok=0; echo "  no requeue after USR1"; }
-release
+release || ok=0
 # Run 2: SIGTERM to the batch shell only; run_train.sh passes it on as SIGUSR1.
-wait_for '^selfcheck: training from step' 2 60 && wait_for '^selfcheck: step ' 12 60 ||
+run1_steps=$(grep -c '^selfcheck: step ' "$log")
+wait_for '^selfcheck: training from step' 2 60 && wait_for '^selfcheck: step ' $((run1_steps + 3)) 60 ||
   { ok=0; echo "  run 2 did not start"; }
 timeout 10 scancel --batch --signal=TERM "$jid"
 wait_for 'requeueing job' 2 60 || { ok=0; echo "  no requeue after TERM"; }
-release
+release || ok=0
 # Run 3 finishes.
 wait_job "$jid" 120 || { ok=0; echo "  job did not finish"; timeout 10 scancel "$jid"; }
-saved=($(sed -n 's/^selfcheck: stop signal \([0-9]*\) seen, saved step \([0-9]*\), exiting 75$/\1:\2/p' "$log"))
+saved=($(sed -n 's/^selfcheck: stop (rank 0 saw signal \([0-9]*\)), saved step \([0-9]*\), exiting 75$/\1:\2/p' "$log"))
 resumed=($(sed -n 's/^selfcheck: training from step \([0-9]*\) to 200$/\1/p' "$log"))
-# Both stops arrive as SIGUSR1 (10 on Linux x86/arm).
-if [ $ok = 1 ] && [ "${#saved[@]}" = 2 ] && [ "${saved[0]%%:*}" = 10 ] && [ "${saved[1]%%:*}" = 10 ] &&
+# Rank 0 prints the signal it saw itself: 10 (SIGUSR1) when it got one before
+# the step boundary, 0 when only another rank had (the stop is collective).
+if [ $ok = 1 ] && [ "${#saved[@]}" = 2 ] &&
    [ "${resumed[*]}" = "0 ${saved[0]#*:} ${saved[1]#*:}" ] &&
    grep -q '^selfcheck: finished 200 steps' "$log" && grep -q '^srun exited with status 0' "$log" &&
    [ "$(cat "$W/preempt/selfcheck_step")" = 200 ]; then
-  pass "preemption: USR1 stop at step ${saved[0]#*:}, TERM stop at step ${saved[1]#*:}, resumed to 200 after 2 requeues"
+  pass "preemption: USR1 to the tasks stopped at step ${saved[0]#*:}, TERM to the batch shell at step ${saved[1]#*:}, resumed to 200 after 2 requeues"
 else
   bad "preemption/requeue (saved: ${saved[*]:-none}; resumed from: ${resumed[*]:-none})"
   grep -v '^selfcheck: step' "$log" | sed 's/^/  | /'
+fi
+
+# --- 5. training: srun and a preempted, requeued sbatch job vs mpirun ---------------
+if [ -x ./train_gpt2cu ]; then
+  . test/dist/compare_lib.sh
+  python3 test/dist/synthetic_shard.py "$W/train.bin" 40000 512
+  common=(--device cpu --model d16 --config n_embd=64,n_head=2,max_seq=64,vocab_size=512,padded_vocab_size=512
+          -B 4 -T 32 --total-batch-tokens 256 --lr 1e-3 --warmup-steps 2 --weight-decay 0.1 --threads 1
+          --val-every 0 --sample-every 0 --no-shuffle --train-data "$W/train.bin" --max-steps 12 --zero-stage 1)
+  unset GPT2_TRAIN_BIN GPT2_TRAIN_ARGS
+  timeout -k 10 120 mpirun --allow-run-as-root --oversubscribe -np 2 ./train_gpt2cu "${common[@]}" \
+    --output-dir "$W/t_mpirun" --log-jsonl "$W/t_mpirun.jsonl" >"$W/t_mpirun.log" 2>&1 || bad "mpirun -np 2 training"
+  if timeout -k 10 120 srun -N 2 -n 2 ./train_gpt2cu "${common[@]}" --output-dir "$W/t_srun" \
+       --log-jsonl "$W/t_srun.jsonl" >"$W/t_srun.log" 2>&1 &&
+     grep -q 'rank 0/2 local 0/1 node 0/2 host node1 launch srun' "$W/t_srun.log" &&
+     msg=$(same_losses "$W/t_mpirun.jsonl" "$W/t_srun.jsonl") &&
+     wmsg=$(same_weights "$W/t_mpirun/model.bin" "$W/t_srun/model.bin"); then
+    pass "srun -N 2 -n 2 ./train_gpt2cu vs mpirun -np 2: $msg; weights $wmsg"
+  else
+    bad "srun training: ${msg:-run failed} ${wmsg:-}"; tail -n 20 "$W/t_srun.log" | sed 's/^/  | /'
+  fi
+  unset msg wmsg
+
+  # The project's CPU sbatch script with test-sized overrides (later flags win),
+  # preempted by USR1 after its first checkpoint, requeued, resumed to the end.
+  log=$W/t_sbatch.out
+  jid=$(timeout 30 sbatch --parsable --nodes=2 --ntasks-per-node=1 --cpus-per-task=1 --time=10 \
+        -o "$log" scripts/slurm/train_cpu.sbatch "${common[@]}" --checkpoint-every 2 \
+        --output-dir "$W/t_sbatch" --log-jsonl "$W/t_sbatch.jsonl")
+  ok=1
+  for i in $(seq 1200); do
+    [ -e "$W/t_sbatch/DONE_00000002" ] && break
+    [ $((i % 20)) = 0 ] && ! job_queued && break
+    sleep 0.05
+  done
+  timeout 10 scancel --signal=USR1 "$jid"
+  wait_for 'requeueing job' 1 120 || { ok=0; echo "  no requeue after USR1"; }
+  release || ok=0
+  wait_job "$jid" 180 || { ok=0; echo "  job did not finish"; timeout 10 scancel "$jid"; }
+  stopped=$(sed -n 's/.*checkpointing at step \([0-9]*\).*/\1/p' "$log" | head -n 1)
+  if [ $ok = 1 ] && [ -n "$stopped" ] && grep -q "resumed from .* at step $stopped" "$log" &&
+     grep -q '^srun exited with status 0' "$log" &&
+     msg=$(same_losses "$W/t_mpirun.jsonl" "$W/t_sbatch.jsonl") &&
+     wmsg=$(same_weights "$W/t_mpirun/model.bin" "$W/t_sbatch/model.bin"); then
+    pass "sbatch scripts/slurm/train_cpu.sbatch: preempted at step $stopped, requeued, resumed: $msg; weights $wmsg"
+  else
+    bad "sbatch training with preemption: ${msg:-} ${wmsg:-}"; grep -v '^step ' "$log" | tail -n 40 | sed 's/^/  | /'
+  fi
+else
+  bad "./train_gpt2cu not built: training under Slurm not tested"
 fi
 
 [ $fail = 0 ] && echo "slurm_smoke_test: all passed"

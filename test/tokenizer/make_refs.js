@@ -9,6 +9,7 @@
 //   stress.lines.tiktoken       encode_ordinary of each line
 //   stress.lines.gpt3           gpt-3-encoder's encode of each line
 //   stress.whole.tiktoken       encode_ordinary of the whole stress text (1 line)
+//   stress.jsonl                the stress lines as JSONL documents {"id", "meta", "text"}
 //   shakespeare.whole.tiktoken  encode_ordinary of the whole of tinyshakespeare (1 line)
 //   shakespeare.whole.gpt3      same with gpt-3-encoder
 //   shakespeare.llmc.tiktoken   llm.c's dev/data/tinyshakespeare.py stream: "<|endoftext|>" before
@@ -47,6 +48,8 @@ out("stress.lines.txt", stressLines.join(""));
 out("stress.lines.tiktoken", stressLines.map((l) => ids(enc.encode_ordinary(l)) + "\n").join(""));
 out("stress.lines.gpt3", stressLines.map((l) => ids(gpt3.encode(l)) + "\n").join(""));
 out("stress.whole.tiktoken", ids(enc.encode_ordinary(stress)) + "\n");
+// JSONL fixture for prepare_data: one document per stress line, other fields around "text".
+out("stress.jsonl", stressLines.map((l, i) => JSON.stringify({ id: i, meta: { n: [i, "x"] }, text: l })).join("\n") + "\n");
 
 const shakespeare = fs.readFileSync(shakespearePath, "utf8");
 out("shakespeare.whole.tiktoken", ids(enc.encode_ordinary(shakespeare)) + "\n");

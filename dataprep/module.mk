@@ -1,0 +1,21 @@
+# dataprep/: ./prepare_data, the general corpus -> GPT-2 token shards tool (text or JSONL input,
+# multithreaded, bounded memory), plus the `data` target (tinyshakespeare shards for the tests).
+# (literal library paths: this fragment is included before tokenizer/module.mk)
+prepare_data: $(BUILD)/dataprep/prepare_data.o $(BUILD)/libtokenizer.a $(BUILD)/libdataloader.a
+	$(CXX) $(LDFLAGS) $^ -o $@ -lpcre2-8
+
+BINS += prepare_data
+
+# data/tinyshakespeare/{input.txt,tiny_shakespeare_val.bin,tiny_shakespeare_train.bin};
+# text from $TINYSHAKESPEARE_TXT, an existing input.txt, or the char-rnn URL.
+data: prepare_data vocab
+	@scripts/prepare_tinyshakespeare.sh
+
+TEST_PREREQS += data
+.PHONY: data
+
+# The text alone (the tokenizer's reference generation needs it before the shards exist).
+data/tinyshakespeare/input.txt:
+	@scripts/prepare_tinyshakespeare.sh --text-only
+
+TEST_SCRIPTS += test/dataprep/prepare_data_test.sh

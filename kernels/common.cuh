@@ -1,0 +1,83 @@
+// Helpers shared by the kernel files: error checks for cuBLAS, launch-size
+// arithmetic and the warp / block reductions every row-wise kernel uses.
+//
+// Reductions are written so that the result does not depend on the order in
+// which threads run: a warp reduction is a fixed butterfly of __shfl_xor_sync,
+// a block reduction writes one partial per warp to shared memory and every
+// warp then reduces the same partials in the same order, so all threads get
+// the same bits (no separate broadcast step, no atomics).
+#ifndef KERNELS_COMMON_CUH
+#define KERNELS_COMMON_CUH
+
+#include <cmath>
+#include <cstddef>
+#include <stdexcept>
+#include <string>
+
+#include "emu/cuda.cuh"
+
+#include <cublasLt.h>
+#include <cublas_v2.h>
+
+#define CUBLAS_CHECK(call)                                                                   \
+  do {                                                                                       \
+    cublasStatus_t gpt2_cublas_status_ = (call);                                             \
+    if (gpt2_cublas_status_ != CUBLAS_STATUS_SUCCESS)                                        \
+      throw std::runtime_error(std::string(__FILE__) + ":" + std::to_string(__LINE__) +      \
+                               ": " #call ": " + cublasGetStatusString(gpt2_cublas_status_)); \
+  } while (0)
+
+namespace gpt2 {
+namespace kern {
+
+constexpr int kWarpSize = 32;
+constexpr unsigned kFullMask = 0xffffffffu;
+
+inline unsigned ceil_div(size_t a, size_t b) { return static_cast<unsigned>((a + b - 1) / b); }
+
+template <class T>
+__device__ inline T warp_sum(T v) {
+  for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(kFullMask, v, offset);
+  return v;
+}
+
+// NaN inputs are skipped by the comparison; callers that must propagate NaN do
+// it through a sum (exp(NaN) poisons it).
+__device__ inline float warp_max(float v) {
+  for (int offset = 16; offset > 0; offset >>= 1) {
+    const float o = __shfl_xor_sync(kFullMask, v, offset);
+    v = o > v ? o : v;
+  }
+  return v;
+}
+
+// Sum over the whole block (blockDim.x a multiple of 32, at most 1024).
+// `partials` is a shared array of 32 elements; it may be reused by the next
+// call (the leading barrier protects the previous readers).
+template <class T>
+__device__ inline T block_sum(T v, T* partials) {
+  const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
+  const int num_warps = blockDim.x / kWarpSize;
+  v = warp_sum(v);
+  __syncthreads();
+  if (lane == 0) partials[warp] = v;
+  __syncthreads();
+  T r = lane < num_warps ? partials[lane] : T(0);
+  return warp_sum(r);
+}
+
+__device__ inline float block_max(float v, float* partials) {
+  const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
+  const int num_warps = blockDim.x / kWarpSize;
+  v = warp_max(v);
+  __syncthreads();
+  if (lane == 0) partials[warp] = v;
+  __syncthreads();
+  float r = lane < num_warps ? partials[lane] : -INFINITY;
+  return warp_max(r);
+}
+
+}  // namespace kern
+}  // namespace gpt2
+
+#endif  // KERNELS_COMMON_CUH

@@ -1,0 +1,27 @@
+// The CUDA backend: gpt2::Backend on a GPU (kernels/*.cuh + cuBLAS/cuBLASLt).
+// Built by nvcc for a GPU, or by g++ against emu/ (the emulator) for tests:
+// build/libbackend_cuda_emu.a. Every buffer is fp32 for now (tokens int32).
+#ifndef KERNELS_CUDA_BACKEND_H
+#define KERNELS_CUDA_BACKEND_H
+
+#include <memory>
+
+#include "backend/backend.h"
+
+namespace gpt2 {
+
+struct CudaBackendOptions {
+  // cuBLASLt with the BIAS / BGRADB epilogues for the linear layers; false
+  // selects the plain cuBLAS path (bias and bias gradient by kernels).
+  bool use_cublaslt = true;
+  // cuBLASLt workspace.
+  size_t cublaslt_workspace_bytes = size_t{32} << 20;
+};
+
+// Throws std::runtime_error when the device does not exist.
+std::unique_ptr<Backend> make_cuda_backend(int device);
+std::unique_ptr<Backend> make_cuda_backend(int device, const CudaBackendOptions& options);
+
+}  // namespace gpt2
+
+#endif  // KERNELS_CUDA_BACKEND_H

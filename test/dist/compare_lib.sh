@@ -1,0 +1,36 @@
+# Helpers sourced by the distributed training tests (bash).
+# losses JSONL: "step loss" lines of the trainer's --log-jsonl train records.
+losses() { grep '"type":"train"' "$1" | sed -E 's/.*"step":([0-9]+),"loss":([^,]+),.*/\1 \2/'; }
+# same_losses A B [FIRST_STEP]: B logs exactly A's steps after FIRST_STEP, each
+# loss within 1e-6 relative of A's.
+same_losses() {
+  awk -v first="${3:-0}" '
+    NR == FNR { if ($1 > first) { ref[$1] = $2; want++ } next }
+    !($1 in ref) { extra++; next }
+    { d = $2 - ref[$1]; if (d < 0) d = -d; r = d / (ref[$1] < 0 ? -ref[$1] : ref[$1]); if (r > worst) worst = r; c++ }
+    END { printf "%d steps, max relative loss difference %.3g", c, worst
+          if (extra) printf ", %d unexpected steps", extra
+          exit !(c == want && c > 0 && !extra && worst <= 1e-6) }' <(losses "$1") <(losses "$2")
+}
+# same_weights A.bin B.bin [MAX_ABS]: llm.c fp32 model files; without MAX_ABS
+# they must be bitwise identical, with it every weight within MAX_ABS.
+same_weights() {
+  /usr/bin/env python3 - "$@" <<'EOF'
+import struct, sys
+a, b = (open(p, "rb").read() for p in sys.argv[1:3])
+if len(a) != len(b) or a[:1024] != b[:1024]:
+    print("different size or header"); sys.exit(1)
+if a == b:
+    print("bitwise identical"); sys.exit(0)
+if len(sys.argv) < 4:
+    print("not bitwise identical"); sys.exit(1)
+n = (len(a) - 1024) // 4
+fa, fb = struct.unpack("<%df" % n, a[1024:]), struct.unpack("<%df" % n, b[1024:])
+diffs = [abs(x - y) for x, y in zip(fa, fb)]
+worst = max(range(n), key=diffs.__getitem__)
+same = sum(1 for d in diffs if d == 0)
+print("%.1f%% of weights bitwise equal, max |difference| %.3g at weight %d (%.6g)"
+      % (100.0 * same / n, diffs[worst], worst, fa[worst]))
+sys.exit(0 if diffs[worst] <= float(sys.argv[3]) else 1)
+EOF
+}
