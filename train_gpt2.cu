@@ -3,8 +3,8 @@
 // The same file builds with g++ (CPU backend) and, with the CUDA backend, nvcc.
 #include <csignal>
 #include <cstdio>
-#include <memory>
 #include <exception>
+#include <memory>
 
 #include "dist/comm.h"
 #include "dist/context.h"
@@ -20,17 +20,25 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return 2;
   }
+  // Record preemption signals from the very start: a SIGUSR1 during MPI
+  // start-up must not kill the process before it can checkpoint.
+  gpt2::install_stop_handlers({SIGUSR1, SIGTERM});
   // MPI comes up after the CLI check so a typo fails fast without a launcher.
-  gpt2::DistRuntime runtime(&argc, &argv);
-  const gpt2::DistContext& dist = runtime.context();
+  std::unique_ptr<gpt2::DistRuntime> runtime;
   try {
-    gpt2::install_stop_handlers({SIGUSR1, SIGTERM});
-    std::unique_ptr<gpt2::Communicator> comm = gpt2::make_mpi_communicator(runtime);
+    runtime = std::make_unique<gpt2::DistRuntime>(&argc, &argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  }
+  const gpt2::DistContext& dist = runtime->context();
+  try {
+    std::unique_ptr<gpt2::Communicator> comm = gpt2::make_mpi_communicator(*runtime);
     return gpt2::run_training(opts, dist, *comm);
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "error: %s%s\n", dist.prefix().c_str(), e.what());
+    std::fprintf(stderr, "error: %s\n", gpt2::with_rank_prefix(dist, e.what()).c_str());
     std::fflush(stderr);
-    if (dist.world > 1) runtime.abort_all(1);  // peers may be blocked in a collective
+    if (dist.world > 1) runtime->abort_all(1);  // peers may be blocked in a collective
     return 1;
   }
 }

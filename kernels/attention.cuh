@@ -2,7 +2,8 @@
 // channels h*hs .. h*hs+hs-1 of each third), scale 1/sqrt(hs).
 //
 // What `saved` holds: the probabilities P[B,NH,T,T] (masked entries exact
-// zeros), llm.c's `att`. The backward reuses them instead of recomputing Q K^T.
+// zeros), llm.c's `att`, in the storage type T (float or __nv_bfloat16). The
+// backward reuses them instead of recomputing Q K^T. dP is always fp32.
 //
 // forward (all GEMMs are cuBLAS strided-batched over the B*NH heads, fp32)
 //   split_heads    qkv -> q, k, v [B,NH,T,hs] (workspace)      read/write 3BTC
@@ -11,11 +12,12 @@
 //                  max subtraction, exp, sum; j > t written as 0
 //   GEMM           y = P v -> yh [B,NH,T,hs] (workspace)
 //   merge_heads    yh -> out[B,T,C]
-// backward (scratch = dP, B*NH*T*T floats)
+// backward (scratch = dP, B*NH*T*T floats; with bf16 T followed by dS in bf16)
 //   split_heads    qkv -> q, k, v; dout -> dyh                   (workspace)
 //   GEMM           dP = dyh v^T -> scratch;   dv = P^T dyh
-//   softmax_bwd    dS = P (dP - sum_j P dP) * scale, in place on scratch, one
-//                  warp per row; masked entries 0
+//   softmax_bwd    dS = P (dP - sum_j P dP) * scale, one warp per row; masked
+//                  entries 0; in place on dP for fp32, a bf16 copy for bf16
+//                  (the GEMMs need A and B of one type)
 //   GEMM           dq = dS k;   dk = dS^T q
 //   merge_heads    dq, dk, dv -> dqkv (every element written: "=")
 // The full T x T products include the masked upper triangle (P and dS are 0
@@ -29,137 +31,209 @@
 namespace gpt2 {
 namespace kern {
 
-// dst[b,h,t,d] = src[(b*T + t) * src_row + h*hs + d]
-__global__ void split_heads_kernel(float* dst, const float* src, int src_row, int B, int T,
-                                   int NH, int hs) {
+// dst[b,h,t,d] = src[(b*T + t) * src_row + h*hs + d] (converted from TS to TD)
+template <class TD, class TS>
+__global__ void split_heads_kernel(TD* dst, const TS* src, int src_row, int B, int T_, int NH,
+                                   int hs) {
   const size_t idx = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (idx >= static_cast<size_t>(B) * NH * T * hs) return;
+  if (idx >= static_cast<size_t>(B) * NH * T_ * hs) return;
   const int d = static_cast<int>(idx % hs);
-  const int t = static_cast<int>((idx / hs) % T);
-  const int h = static_cast<int>((idx / (static_cast<size_t>(hs) * T)) % NH);
-  const int b = static_cast<int>(idx / (static_cast<size_t>(hs) * T * NH));
-  dst[idx] = src[(static_cast<size_t>(b) * T + t) * src_row + h * hs + d];
+  const int t = static_cast<int>((idx / hs) % T_);
+  const int h = static_cast<int>((idx / (static_cast<size_t>(hs) * T_)) % NH);
+  const int b = static_cast<int>(idx / (static_cast<size_t>(hs) * T_ * NH));
+  dst[idx] = from_float<TD>(to_float(src[(static_cast<size_t>(b) * T_ + t) * src_row + h * hs + d]));
 }
 
 // The inverse: dst[(b*T + t) * dst_row + h*hs + d] = src[b,h,t,d]
-__global__ void merge_heads_kernel(float* dst, int dst_row, const float* src, int B, int T, int NH,
+template <class TD, class TS>
+__global__ void merge_heads_kernel(TD* dst, int dst_row, const TS* src, int B, int T_, int NH,
                                    int hs) {
   const size_t idx = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (idx >= static_cast<size_t>(B) * NH * T * hs) return;
+  if (idx >= static_cast<size_t>(B) * NH * T_ * hs) return;
   const int d = static_cast<int>(idx % hs);
-  const int t = static_cast<int>((idx / hs) % T);
-  const int h = static_cast<int>((idx / (static_cast<size_t>(hs) * T)) % NH);
-  const int b = static_cast<int>(idx / (static_cast<size_t>(hs) * T * NH));
-  dst[(static_cast<size_t>(b) * T + t) * dst_row + h * hs + d] = src[idx];
+  const int t = static_cast<int>((idx / hs) % T_);
+  const int h = static_cast<int>((idx / (static_cast<size_t>(hs) * T_)) % NH);
+  const int b = static_cast<int>(idx / (static_cast<size_t>(hs) * T_ * NH));
+  dst[(static_cast<size_t>(b) * T_ + t) * dst_row + h * hs + d] = from_float<TD>(to_float(src[idx]));
 }
 
 // One warp per row r of rows = B*NH*T rows of length T; the row's query
-// position is t = r % T.
-__global__ void causal_softmax_kernel(float* att, int rows, int T) {
+// position is t = r % T. Reads the scores s (fp32 or T), writes the
+// probabilities p (may be s itself: each lane rewrites only what it read).
+template <class TS, class TP>
+__global__ void causal_softmax_kernel(TP* p, const TS* s, int rows, int T_) {
   const int lane = threadIdx.x % kWarpSize;
   const int row = blockIdx.x * (blockDim.x / kWarpSize) + threadIdx.x / kWarpSize;
   if (row >= rows) return;
-  const int t = row % T;
-  float* a = att + static_cast<size_t>(row) * T;
+  const int t = row % T_;
+  const size_t base = static_cast<size_t>(row) * T_;
   float mx = -INFINITY;
-  for (int j = lane; j <= t; j += kWarpSize) mx = a[j] > mx ? a[j] : mx;
+  for (int j = lane; j <= t; j += kWarpSize) {
+    const float v = to_float(s[base + j]);
+    mx = v > mx ? v : mx;
+  }
   mx = warp_max(mx);
   float sum = 0.0f;
-  for (int j = lane; j <= t; j += kWarpSize) sum += expf(a[j] - mx);
+  for (int j = lane; j <= t; j += kWarpSize) sum += expf(to_float(s[base + j]) - mx);
   const float inv = 1.0f / warp_sum(sum);
-  for (int j = lane; j < T; j += kWarpSize) a[j] = j <= t ? expf(a[j] - mx) * inv : 0.0f;
+  for (int j = lane; j < T_; j += kWarpSize)
+    p[base + j] = from_float<TP>(j <= t ? expf(to_float(s[base + j]) - mx) * inv : 0.0f);
 }
 
-// dS = P (dP - sum_j P dP) * scale, in place on dP (the row sum is complete
-// before any lane writes: warp_sum is a rendezvous of the whole warp).
-__global__ void causal_softmax_backward_kernel(float* dp, const float* att, int rows, int T,
-                                               float scale) {
+// dS = P (dP - sum_j P dP) * scale with fp32 dP, P of type TP, dS of type TS;
+// dS may be dP itself when TS is float (the row sum is complete before any
+// lane writes: warp_sum is a rendezvous of the whole warp).
+template <class TP, class TS>
+__global__ void causal_softmax_backward_kernel(TS* ds, const float* dp, const TP* att, int rows,
+                                               int T_, float scale) {
   const int lane = threadIdx.x % kWarpSize;
   const int row = blockIdx.x * (blockDim.x / kWarpSize) + threadIdx.x / kWarpSize;
   if (row >= rows) return;
-  const int t = row % T;
-  float* g = dp + static_cast<size_t>(row) * T;
-  const float* p = att + static_cast<size_t>(row) * T;
+  const int t = row % T_;
+  const size_t base = static_cast<size_t>(row) * T_;
   float dot = 0.0f;
-  for (int j = lane; j <= t; j += kWarpSize) dot += p[j] * g[j];
+  for (int j = lane; j <= t; j += kWarpSize) dot += to_float(att[base + j]) * dp[base + j];
   dot = warp_sum(dot);
-  for (int j = lane; j < T; j += kWarpSize) g[j] = j <= t ? p[j] * (g[j] - dot) * scale : 0.0f;
+  for (int j = lane; j < T_; j += kWarpSize)
+    ds[base + j] =
+        from_float<TS>(j <= t ? to_float(att[base + j]) * (dp[base + j] - dot) * scale : 0.0f);
 }
 
 // Row-major, batched: C[b] = alpha op(A[b]) op(B[b]) + beta C[b], issued as the
-// column-major transpose C^T = op(B)^T op(A)^T.
+// column-major transpose C^T = op(B)^T op(A)^T. A and B share a type; C may be
+// fp32 with bf16 inputs. fp32 compute.
 inline void gemm_rm_batched(cublasHandle_t h, bool trans_a, bool trans_b, int M, int N, int K,
-                            float alpha, const float* A, int lda, long long stride_a,
-                            const float* B, int ldb, long long stride_b, float beta, float* C,
-                            int ldc, long long stride_c, int batch) {
-  CUBLAS_CHECK(cublasSgemmStridedBatched(h, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
-                                         trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, N, M, K, &alpha, B,
-                                         ldb, stride_b, A, lda, stride_a, &beta, C, ldc, stride_c,
-                                         batch));
+                            float alpha, cudaDataType_t ab_type, const void* A, int lda,
+                            long long stride_a, const void* B, int ldb, long long stride_b,
+                            float beta, cudaDataType_t c_type, void* C, int ldc,
+                            long long stride_c, int batch) {
+  CUBLAS_CHECK(cublasGemmStridedBatchedEx(
+      h, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, N, M, K, &alpha,
+      B, ab_type, ldb, stride_b, A, ab_type, lda, stride_a, &beta, C, c_type, ldc, stride_c, batch,
+      CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 }
 
-inline size_t attention_saved_floats(int B, int T, int NH) {
-  return static_cast<size_t>(B) * NH * T * T;
+inline size_t attention_saved_elems(int B, int T_, int NH) {
+  return static_cast<size_t>(B) * NH * T_ * T_;
 }
-inline size_t attention_scratch_floats(int B, int T, int NH) {
-  return static_cast<size_t>(B) * NH * T * T;
+// Scratch (fp32 elements): dP, followed for a 2-byte T by dS of type T.
+template <class T>
+size_t attention_scratch_floats(int B, int T_, int NH) {
+  const size_t n = static_cast<size_t>(B) * NH * T_ * T_;
+  return sizeof(T) == sizeof(float) ? n : n + (n * sizeof(T) + sizeof(float) - 1) / sizeof(float);
 }
-// Backend-owned workspace (depends on C, which the seam's size queries lack).
-inline size_t attention_forward_workspace_floats(int B, int T, int C) {
-  return 4 * static_cast<size_t>(B) * T * C;
+// Backend-owned workspace in floats (depends on C, which the seam's size
+// queries lack): 4 (forward) or 7 (backward) B*T*C tensors of T, and for a
+// 2-byte T the fp32 scores / probabilities of all heads after them.
+template <class T>
+size_t attention_forward_workspace_floats(int B, int T_, int C, int NH) {
+  return 4 * static_cast<size_t>(B) * T_ * C +
+         (sizeof(T) == sizeof(float) ? 0 : attention_saved_elems(B, T_, NH));
 }
-inline size_t attention_backward_workspace_floats(int B, int T, int C) {
-  return 7 * static_cast<size_t>(B) * T * C;
+// (bf16 backward: 7 tensors of T, then fp32 P, dy and dv.)
+template <class T>
+size_t attention_backward_workspace_floats(int B, int T_, int C, int NH) {
+  return 7 * static_cast<size_t>(B) * T_ * C +
+         (sizeof(T) == sizeof(float)
+              ? 0
+              : attention_saved_elems(B, T_, NH) + 2 * static_cast<size_t>(B) * T_ * C);
 }
 
-inline void attention_forward(cublasHandle_t blas, float* out, float* att, float* workspace,
-                              const float* qkv, int B, int T, int C, int NH,
-                              cudaStream_t stream) {
+template <class T>
+void attention_forward(cublasHandle_t blas, T* out, T* att, float* workspace, const T* qkv, int B,
+                       int T_, int C, int NH, cudaStream_t stream) {
   const int hs = C / NH, block = 256;
-  const size_t n = static_cast<size_t>(B) * T * C;
-  float *q = workspace, *k = q + n, *v = k + n, *y = v + n;
+  const size_t n = static_cast<size_t>(B) * T_ * C;
+  T* q = reinterpret_cast<T*>(workspace);
+  T *k = q + n, *v = k + n, *y = v + n;
   const unsigned grid = ceil_div(n, block);
-  LAUNCH_KERNEL(split_heads_kernel, grid, block, 0, stream, q, qkv, 3 * C, B, T, NH, hs);
-  LAUNCH_KERNEL(split_heads_kernel, grid, block, 0, stream, k, qkv + C, 3 * C, B, T, NH, hs);
-  LAUNCH_KERNEL(split_heads_kernel, grid, block, 0, stream, v, qkv + 2 * C, 3 * C, B, T, NH, hs);
+  auto split = split_heads_kernel<T, T>;
+  LAUNCH_KERNEL(split, grid, block, 0, stream, q, qkv, 3 * C, B, T_, NH, hs);
+  LAUNCH_KERNEL(split, grid, block, 0, stream, k, qkv + C, 3 * C, B, T_, NH, hs);
+  LAUNCH_KERNEL(split, grid, block, 0, stream, v, qkv + 2 * C, 3 * C, B, T_, NH, hs);
   const float scale = 1.0f / sqrtf(static_cast<float>(hs));
-  const long long sh = static_cast<long long>(T) * hs, st = static_cast<long long>(T) * T;
-  gemm_rm_batched(blas, false, true, T, T, hs, scale, q, hs, sh, k, hs, sh, 0.0f, att, T, st,
-                  B * NH);
-  const int rows = B * NH * T, rows_per_block = block / kWarpSize;
-  LAUNCH_KERNEL(causal_softmax_kernel, ceil_div(rows, rows_per_block), block, 0, stream, att,
-                rows, T);
-  gemm_rm_batched(blas, false, false, T, hs, T, 1.0f, att, T, st, v, hs, sh, 0.0f, y, hs, sh,
-                  B * NH);
-  LAUNCH_KERNEL(merge_heads_kernel, grid, block, 0, stream, out, C, y, B, T, NH, hs);
+  const long long sh = static_cast<long long>(T_) * hs, st = static_cast<long long>(T_) * T_;
+  const cudaDataType_t type = cuda_data_type<T>();
+  // Scores in fp32 (in place in `att` for fp32; in the workspace for bf16, so
+  // the softmax sees unrounded scores and only P is rounded).
+  float* scores = sizeof(T) == sizeof(float)
+                      ? reinterpret_cast<float*>(att)
+                      : workspace + (4 * n * sizeof(T) + sizeof(float) - 1) / sizeof(float);
+  gemm_rm_batched(blas, false, true, T_, T_, hs, scale, type, q, hs, sh, k, hs, sh, 0.0f,
+                  CUDA_R_32F, scores, T_, st, B * NH);
+  const int rows = B * NH * T_, rows_per_block = block / kWarpSize;
+  auto softmax = causal_softmax_kernel<float, T>;
+  LAUNCH_KERNEL(softmax, ceil_div(rows, rows_per_block), block, 0, stream, att, scores, rows, T_);
+  gemm_rm_batched(blas, false, false, T_, hs, T_, 1.0f, type, att, T_, st, v, hs, sh, 0.0f, type,
+                  y, hs, sh, B * NH);
+  auto merge = merge_heads_kernel<T, T>;
+  LAUNCH_KERNEL(merge, grid, block, 0, stream, out, C, y, B, T_, NH, hs);
 }
 
-inline void attention_backward(cublasHandle_t blas, float* dqkv, float* dp, float* workspace,
-                               const float* dout, const float* qkv, const float* att, int B,
-                               int T, int C, int NH, cudaStream_t stream) {
+// scratch: attention_scratch_floats<T>(B, T, NH) floats
+template <class T>
+void attention_backward(cublasHandle_t blas, T* dqkv, float* scratch, float* workspace,
+                        const T* dout, const T* qkv, const T* att, int B, int T_, int C, int NH,
+                        cudaStream_t stream) {
   const int hs = C / NH, block = 256;
-  const size_t n = static_cast<size_t>(B) * T * C;
-  float *q = workspace, *k = q + n, *v = k + n, *dy = v + n, *dq = dy + n, *dk = dq + n,
-        *dv = dk + n;
+  const size_t n = static_cast<size_t>(B) * T_ * C;
+  T* q = reinterpret_cast<T*>(workspace);
+  T *k = q + n, *v = k + n, *dy = v + n, *dq = dy + n, *dk = dq + n, *dv = dk + n;
+  float* dp = scratch;
+  T* ds = sizeof(T) == sizeof(float) ? reinterpret_cast<T*>(scratch)
+                                     : reinterpret_cast<T*>(scratch + attention_saved_elems(B, T_, NH));
+  // bf16 only: P recomputed in fp32, after the 7 tensors (rounded up to whole floats)
+  float* p32 = workspace + (7 * n * sizeof(T) + sizeof(float) - 1) / sizeof(float);
   const unsigned grid = ceil_div(n, block);
-  LAUNCH_KERNEL(split_heads_kernel, grid, block, 0, stream, q, qkv, 3 * C, B, T, NH, hs);
-  LAUNCH_KERNEL(split_heads_kernel, grid, block, 0, stream, k, qkv + C, 3 * C, B, T, NH, hs);
-  LAUNCH_KERNEL(split_heads_kernel, grid, block, 0, stream, v, qkv + 2 * C, 3 * C, B, T, NH, hs);
-  LAUNCH_KERNEL(split_heads_kernel, grid, block, 0, stream, dy, dout, C, B, T, NH, hs);
-  const long long sh = static_cast<long long>(T) * hs, st = static_cast<long long>(T) * T;
+  auto split = split_heads_kernel<T, T>;
+  LAUNCH_KERNEL(split, grid, block, 0, stream, q, qkv, 3 * C, B, T_, NH, hs);
+  LAUNCH_KERNEL(split, grid, block, 0, stream, k, qkv + C, 3 * C, B, T_, NH, hs);
+  LAUNCH_KERNEL(split, grid, block, 0, stream, v, qkv + 2 * C, 3 * C, B, T_, NH, hs);
+  LAUNCH_KERNEL(split, grid, block, 0, stream, dy, dout, C, B, T_, NH, hs);
+  const long long sh = static_cast<long long>(T_) * hs, st = static_cast<long long>(T_) * T_;
   const int heads = B * NH;
-  gemm_rm_batched(blas, false, true, T, T, hs, 1.0f, dy, hs, sh, v, hs, sh, 0.0f, dp, T, st, heads);
-  gemm_rm_batched(blas, true, false, T, hs, T, 1.0f, att, T, st, dy, hs, sh, 0.0f, dv, hs, sh,
-                  heads);
+  const cudaDataType_t type = cuda_data_type<T>();
+  gemm_rm_batched(blas, false, true, T_, T_, hs, 1.0f, type, dy, hs, sh, v, hs, sh, 0.0f,
+                  CUDA_R_32F, dp, T_, st, heads);
+  if (sizeof(T) == sizeof(float))
+    gemm_rm_batched(blas, true, false, T_, hs, T_, 1.0f, type, att, T_, st, dy, hs, sh, 0.0f, type,
+                    dv, hs, sh, heads);
   const float scale = 1.0f / sqrtf(static_cast<float>(hs));
-  const int rows = B * NH * T, rows_per_block = block / kWarpSize;
-  LAUNCH_KERNEL(causal_softmax_backward_kernel, ceil_div(rows, rows_per_block), block, 0, stream,
-                dp, att, rows, T, scale);
-  gemm_rm_batched(blas, false, false, T, hs, T, 1.0f, dp, T, st, k, hs, sh, 0.0f, dq, hs, sh, heads);
-  gemm_rm_batched(blas, true, false, T, hs, T, 1.0f, dp, T, st, q, hs, sh, 0.0f, dk, hs, sh, heads);
-  LAUNCH_KERNEL(merge_heads_kernel, grid, block, 0, stream, dqkv, 3 * C, dq, B, T, NH, hs);
-  LAUNCH_KERNEL(merge_heads_kernel, grid, block, 0, stream, dqkv + C, 3 * C, dk, B, T, NH, hs);
-  LAUNCH_KERNEL(merge_heads_kernel, grid, block, 0, stream, dqkv + 2 * C, 3 * C, dv, B, T, NH, hs);
+  const int rows = B * NH * T_, rows_per_block = block / kWarpSize;
+  if (sizeof(T) == sizeof(float)) {
+    auto softmax_backward = causal_softmax_backward_kernel<T, T>;
+    LAUNCH_KERNEL(softmax_backward, ceil_div(rows, rows_per_block), block, 0, stream, ds, dp, att,
+                  rows, T_, scale);
+  } else {
+    // sum_j P dP cancels: with P rounded to bf16 the error would scale with the
+    // terms, so P is recomputed in fp32 (one more q k^T) for this step; dS is
+    // rounded once, for the GEMMs.
+    gemm_rm_batched(blas, false, true, T_, T_, hs, scale, type, q, hs, sh, k, hs, sh, 0.0f,
+                    CUDA_R_32F, p32, T_, st, heads);
+    auto softmax = causal_softmax_kernel<float, float>;
+    LAUNCH_KERNEL(softmax, ceil_div(rows, rows_per_block), block, 0, stream, p32, p32, rows, T_);
+    auto softmax_backward = causal_softmax_backward_kernel<float, T>;
+    LAUNCH_KERNEL(softmax_backward, ceil_div(rows, rows_per_block), block, 0, stream, ds, dp, p32,
+                  rows, T_, scale);
+    // dv = P^T dy from the fp32 P (a sum of up to T rounded products otherwise)
+    float* dy32 = p32 + attention_saved_elems(B, T_, NH);
+    float* dv32 = dy32 + n;
+    auto split32 = split_heads_kernel<float, T>;
+    LAUNCH_KERNEL(split32, grid, block, 0, stream, dy32, dout, C, B, T_, NH, hs);
+    gemm_rm_batched(blas, true, false, T_, hs, T_, 1.0f, CUDA_R_32F, p32, T_, st, dy32, hs, sh,
+                    0.0f, CUDA_R_32F, dv32, hs, sh, heads);
+    auto merge32 = merge_heads_kernel<T, float>;
+    LAUNCH_KERNEL(merge32, grid, block, 0, stream, dqkv + 2 * C, 3 * C, dv32, B, T_, NH, hs);
+  }
+  gemm_rm_batched(blas, false, false, T_, hs, T_, 1.0f, type, ds, T_, st, k, hs, sh, 0.0f, type,
+                  dq, hs, sh, heads);
+  gemm_rm_batched(blas, true, false, T_, hs, T_, 1.0f, type, ds, T_, st, q, hs, sh, 0.0f, type,
+                  dk, hs, sh, heads);
+  auto merge = merge_heads_kernel<T, T>;
+  LAUNCH_KERNEL(merge, grid, block, 0, stream, dqkv, 3 * C, dq, B, T_, NH, hs);
+  LAUNCH_KERNEL(merge, grid, block, 0, stream, dqkv + C, 3 * C, dk, B, T_, NH, hs);
+  if (sizeof(T) == sizeof(float))
+    LAUNCH_KERNEL(merge, grid, block, 0, stream, dqkv + 2 * C, 3 * C, dv, B, T_, NH, hs);
 }
 
 }  // namespace kern

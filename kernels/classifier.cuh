@@ -23,38 +23,43 @@ namespace kern {
 
 constexpr int kClassifierBlock = 512;
 
-__global__ void classifier_kernel(float* logits, float* losses, const int* targets, int V, int Vp,
+template <class T>
+__global__ void classifier_kernel(T* logits, T* losses, const int* targets, int V, int Vp,
                                   float dloss) {
   __shared__ float max_partials[kWarpSize];
   __shared__ double sum_partials[kWarpSize];
   const int row = blockIdx.x;
-  float* l = logits + static_cast<size_t>(row) * Vp;
+  T* l = logits + static_cast<size_t>(row) * Vp;
   const int target = targets[row];
   const bool valid = target >= 0 && target < V;
-  const float l_target = valid ? l[target] : NAN;
+  const float l_target = valid ? to_float(l[target]) : NAN;
   float mx = -INFINITY;
-  for (int j = threadIdx.x; j < V; j += blockDim.x) mx = l[j] > mx ? l[j] : mx;
+  for (int j = threadIdx.x; j < V; j += blockDim.x) {
+    const float v = to_float(l[j]);
+    mx = v > mx ? v : mx;
+  }
   mx = block_max(mx, max_partials);
   double sum = 0.0;
-  for (int j = threadIdx.x; j < V; j += blockDim.x) sum += static_cast<double>(expf(l[j] - mx));
+  for (int j = threadIdx.x; j < V; j += blockDim.x) sum += static_cast<double>(expf(to_float(l[j]) - mx));
   sum = block_sum(sum, sum_partials);
   if (threadIdx.x == 0)
-    losses[row] = static_cast<float>(log(sum) + static_cast<double>(mx) -
-                                     static_cast<double>(l_target));
+    losses[row] = from_float<T>(static_cast<float>(log(sum) + static_cast<double>(mx) -
+                                                   static_cast<double>(l_target)));
   if (dloss == 0.0f) return;
   const float scale = static_cast<float>(static_cast<double>(dloss) / sum);
   for (int j = threadIdx.x; j < V; j += blockDim.x) {
-    float g = expf(l[j] - mx) * scale;
+    float g = expf(to_float(l[j]) - mx) * scale;
     if (j == target) g -= dloss;
-    l[j] = valid ? g : NAN;
+    l[j] = from_float<T>(valid ? g : NAN);
   }
-  for (int j = V + threadIdx.x; j < Vp; j += blockDim.x) l[j] = 0.0f;
+  for (int j = V + threadIdx.x; j < Vp; j += blockDim.x) l[j] = from_float<T>(0.0f);
 }
 
-inline void classifier_forward_backward(float* logits, float* losses, const int* targets, int N,
-                                        int V, int Vp, float dloss, cudaStream_t stream) {
-  LAUNCH_KERNEL(classifier_kernel, N, kClassifierBlock, 0, stream, logits, losses, targets, V, Vp,
-                dloss);
+template <class T>
+void classifier_forward_backward(T* logits, T* losses, const int* targets, int N, int V, int Vp,
+                                 float dloss, cudaStream_t stream) {
+  auto kernel = classifier_kernel<T>;
+  LAUNCH_KERNEL(kernel, N, kClassifierBlock, 0, stream, logits, losses, targets, V, Vp, dloss);
 }
 
 }  // namespace kern

@@ -30,6 +30,25 @@
 namespace gpt2 {
 namespace kern {
 
+// Storage types: T is float or __nv_bfloat16 (params, grads, activations);
+// arithmetic is always fp32. from_float rounds to nearest even.
+__host__ __device__ inline float to_float(float x) { return x; }
+__host__ __device__ inline float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
+template <class T>
+__host__ __device__ inline T from_float(float x);
+template <>
+__host__ __device__ inline float from_float<float>(float x) { return x; }
+template <>
+__host__ __device__ inline __nv_bfloat16 from_float<__nv_bfloat16>(float x) {
+  return __float2bfloat16(x);
+}
+template <class T>
+inline cudaDataType_t cuda_data_type();
+template <>
+inline cudaDataType_t cuda_data_type<float>() { return CUDA_R_32F; }
+template <>
+inline cudaDataType_t cuda_data_type<__nv_bfloat16>() { return CUDA_R_16BF; }
+
 constexpr int kWarpSize = 32;
 constexpr unsigned kFullMask = 0xffffffffu;
 

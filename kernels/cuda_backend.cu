@@ -1,6 +1,9 @@
 // CudaBackend: the Backend seam over the kernels of kernels/*.cuh.
 //
-// Memory: cudaMalloc per buffer, fp32 for every role (tokens int32). All work
+// Memory: cudaMalloc per buffer. Parameters, gradients and activations are
+// fp32, or bf16 with CudaBackendOptions::bf16 (every op then reads and writes
+// bf16 and computes in fp32); optimizer state and scratch are fp32, tokens
+// int32. upload/download convert from/to host fp32. All work
 // is queued on one stream owned by the backend; cuBLAS and cuBLASLt are bound
 // to it. Calls that return data to the host (download, sum_squares) and
 // synchronize() wait for the stream; uploads are synchronous (pageable host
@@ -18,6 +21,7 @@
 #include <cstdint>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "backend/backend.h"
 #include "kernels/adamw.cuh"
@@ -36,20 +40,24 @@ namespace gpt2 {
 
 namespace {
 
-float* f32(Tensor t) { return static_cast<float*>(t.ptr); }
+template <class T>
+T* as(Tensor t) {
+  return static_cast<T*>(t.ptr);
+}
 const int* i32(Tensor t) { return static_cast<const int*>(t.ptr); }
 
-void need(const Tensor& t, size_t numel, const char* op, const char* arg) {
+// Checks that t holds at least numel elements of elem_bytes each.
+void need(const Tensor& t, size_t numel, const char* op, const char* arg, uint32_t elem_bytes) {
   if (t.ptr == nullptr && numel > 0)
     throw std::runtime_error(std::string("backend/cuda: ") + op + ": " + arg + " is empty");
   if (t.numel < numel)
     throw std::runtime_error(std::string("backend/cuda: ") + op + ": " + arg + " has " +
                              std::to_string(t.numel) + " elements, needs " +
                              std::to_string(numel));
-  if (t.ptr != nullptr && t.elem_bytes != 4)
+  if (t.ptr != nullptr && t.elem_bytes != elem_bytes)
     throw std::runtime_error(std::string("backend/cuda: ") + op + ": " + arg +
-                             " has element size " + std::to_string(t.elem_bytes) +
-                             " (expected 4)");
+                             " has element size " + std::to_string(t.elem_bytes) + " (expected " +
+                             std::to_string(elem_bytes) + ")");
 }
 
 void check_dims(const char* op, std::initializer_list<long> dims) {
@@ -72,7 +80,8 @@ size_t sz(long a, long b = 1, long c = 1) {
 
 class CudaBackend final : public Backend {
  public:
-  CudaBackend(int device, const CudaBackendOptions& options) : options_(options) {
+  CudaBackend(int device, const CudaBackendOptions& options)
+      : bf16_(options.bf16), storage_bytes_(options.bf16 ? 2 : 4) {
     int count = 0;
     CUDA_CHECK(cudaGetDeviceCount(&count));
     if (device < 0 || device >= count)
@@ -86,6 +95,7 @@ class CudaBackend final : public Backend {
       CUBLAS_CHECK(cublasLtCreate(&blas_.lt));
       blas_.stream = stream_;
       blas_.use_lt = options.use_cublaslt;
+      blas_.lt_bias_grad = options.cublaslt_bias_grad;
       blas_.lt_workspace_bytes = options.use_cublaslt ? options.cublaslt_workspace_bytes : 0;
       if (blas_.lt_workspace_bytes > 0)
         CUDA_CHECK(cudaMalloc(&blas_.lt_workspace, blas_.lt_workspace_bytes));
@@ -101,18 +111,22 @@ class CudaBackend final : public Backend {
   bool is_host_memory() const override { return false; }
 
   // ---- memory -------------------------------------------------------------
+  // kParams, kGrads, kActivations hold the storage type (fp32 or bf16);
+  // kOptimizer, kScratch are fp32, kTokens int32.
   Tensor alloc(size_t numel, BufferRole role) override {
-    (void)role;  // every role is 4-byte elements for now
-    if (numel == 0) return Tensor{nullptr, 0, 4};
-    if (numel > SIZE_MAX / 4)
+    const bool storage = role == BufferRole::kParams || role == BufferRole::kGrads ||
+                         role == BufferRole::kActivations;
+    const uint32_t elem = storage ? storage_bytes_ : 4;
+    if (numel == 0) return Tensor{nullptr, 0, elem};
+    if (numel > SIZE_MAX / elem)
       throw std::runtime_error("backend/cuda: alloc: " + std::to_string(numel) +
                                " elements overflow size_t");
     void* p = nullptr;
-    const cudaError_t status = cudaMalloc(&p, numel * 4);
+    const cudaError_t status = cudaMalloc(&p, numel * elem);
     if (status != cudaSuccess)
-      throw std::runtime_error("backend/cuda: alloc: cudaMalloc of " + std::to_string(numel * 4) +
+      throw std::runtime_error("backend/cuda: alloc: cudaMalloc of " + std::to_string(numel * elem) +
                                " bytes failed: " + cudaGetErrorString(status));
-    return Tensor{p, numel, 4};
+    return Tensor{p, numel, elem};
   }
   void free(Tensor t) override {
     if (t.ptr != nullptr) CUDA_CHECK(cudaFree(t.ptr));
@@ -121,153 +135,208 @@ class CudaBackend final : public Backend {
     if (t.empty()) return;
     CUDA_CHECK(cudaMemsetAsync(t.ptr, 0, t.bytes(), stream_));
   }
-  void upload(Tensor dst, const float* src) override { to_device(dst, src, "upload"); }
+  // fp32 host data; a bf16 buffer receives it rounded to nearest even.
+  void upload(Tensor dst, const float* src) override {
+    if (dst.elem_bytes != 2) return to_device(dst, src, "upload");
+    std::vector<__nv_bfloat16> host(dst.numel);
+    for (size_t i = 0; i < dst.numel; i++) host[i] = __float2bfloat16(src[i]);
+    to_device(dst, host.data(), "upload");
+  }
   void upload_tokens(Tensor dst, const int32_t* src) override {
+    need(dst, dst.numel, "upload_tokens", "dst", 4);
     to_device(dst, src, "upload_tokens");
   }
   void download(float* dst, Tensor src) override {
     if (src.numel == 0) return;
-    need(src, src.numel, "download", "src");
-    CUDA_CHECK(cudaMemcpyAsync(dst, src.ptr, src.bytes(), cudaMemcpyDeviceToHost, stream_));
+    need(src, src.numel, "download", "src", src.elem_bytes == 2 ? 2 : 4);
+    if (src.elem_bytes == 4) {
+      CUDA_CHECK(cudaMemcpyAsync(dst, src.ptr, src.bytes(), cudaMemcpyDeviceToHost, stream_));
+      CUDA_CHECK(cudaStreamSynchronize(stream_));
+      return;
+    }
+    std::vector<__nv_bfloat16> host(src.numel);
+    CUDA_CHECK(cudaMemcpyAsync(host.data(), src.ptr, src.bytes(), cudaMemcpyDeviceToHost, stream_));
     CUDA_CHECK(cudaStreamSynchronize(stream_));
+    for (size_t i = 0; i < src.numel; i++) dst[i] = __bfloat162float(host[i]);
   }
   void copy(Tensor dst, Tensor src) override {
     if (dst.numel == 0) return;
-    need(src, dst.numel, "copy", "src");
-    need(dst, dst.numel, "copy", "dst");
+    need(src, dst.numel, "copy", "src", dst.elem_bytes);
     CUDA_CHECK(cudaMemcpyAsync(dst.ptr, src.ptr, dst.bytes(), cudaMemcpyDeviceToDevice, stream_));
   }
   void synchronize() override { CUDA_CHECK(cudaStreamSynchronize(stream_)); }
 
   // ---- ops ----------------------------------------------------------------
+  // Every op checks its tensors (element counts and sizes), then runs the
+  // kernels for the storage type: dispatch() calls f with a float or a
+  // __nv_bfloat16 tag.
   void encoder_forward(Tensor out, Tensor tokens, Tensor wte, Tensor wpe, int B, int T,
                        int C) override {
     const char* op = "encoder_forward";
     check_dims(op, {B, T, C});
-    need(out, sz(B, T, C), op, "out");
-    need(tokens, sz(B, T), op, "tokens");
-    need(wte, sz(1, C), op, "wte");
-    need(wpe, sz(T, C), op, "wpe");
-    kern::encoder_forward(f32(out), i32(tokens), f32(wte), f32(wpe), B, T, C, rows(wte, C),
-                          stream_);
+    need_x(out, sz(B, T, C), op, "out");
+    need(tokens, sz(B, T), op, "tokens", 4);
+    need_x(wte, sz(1, C), op, "wte");
+    need_x(wpe, sz(T, C), op, "wpe");
+    dispatch([&](auto tag) {
+      using X = decltype(tag);
+      kern::encoder_forward<X>(as<X>(out), i32(tokens), as<X>(wte), as<X>(wpe), B, T, C,
+                               rows(wte, C), stream_);
+    });
   }
   void encoder_backward(Tensor dwte, Tensor dwpe, Tensor dout, Tensor tokens, int B, int T,
                         int C) override {
     const char* op = "encoder_backward";
     check_dims(op, {B, T, C});
-    need(dout, sz(B, T, C), op, "dout");
-    need(tokens, sz(B, T), op, "tokens");
-    need(dwte, sz(1, C), op, "dwte");
-    need(dwpe, sz(T, C), op, "dwpe");
-    kern::encoder_backward(f32(dwte), f32(dwpe), f32(dout), i32(tokens), B, T, C, rows(dwte, C),
-                           stream_);
+    need_x(dout, sz(B, T, C), op, "dout");
+    need(tokens, sz(B, T), op, "tokens", 4);
+    need_x(dwte, sz(1, C), op, "dwte");
+    need_x(dwpe, sz(T, C), op, "dwpe");
+    float* shadow = bf16_ ? workspace(static_cast<size_t>(rows(dwte, C)) * C) : nullptr;
+    dispatch([&](auto tag) {
+      using X = decltype(tag);
+      kern::encoder_backward<X>(as<X>(dwte), as<X>(dwpe), shadow, as<X>(dout), i32(tokens), B, T,
+                                C, rows(dwte, C), stream_);
+    });
   }
 
   void layernorm_forward(Tensor out, Tensor mean, Tensor rstd, Tensor inp, Tensor w, Tensor b,
                          int N, int C) override {
     const char* op = "layernorm_forward";
     check_dims(op, {N, C});
-    need(out, sz(N, C), op, "out");
-    need(mean, sz(N), op, "mean");
-    need(rstd, sz(N), op, "rstd");
-    need(inp, sz(N, C), op, "inp");
-    need(w, sz(C), op, "w");
-    need(b, sz(C), op, "b");
-    kern::layernorm_forward(f32(out), f32(mean), f32(rstd), f32(inp), f32(w), f32(b), N, C,
-                            stream_);
+    need_x(out, sz(N, C), op, "out");
+    need_x(mean, sz(N), op, "mean");
+    need_x(rstd, sz(N), op, "rstd");
+    need_x(inp, sz(N, C), op, "inp");
+    need_x(w, sz(C), op, "w");
+    need_x(b, sz(C), op, "b");
+    dispatch([&](auto tag) {
+      using X = decltype(tag);
+      kern::layernorm_forward<X>(as<X>(out), as<X>(mean), as<X>(rstd), as<X>(inp), as<X>(w),
+                                 as<X>(b), N, C, stream_);
+    });
   }
   void layernorm_backward(Tensor dinp, Tensor dw, Tensor db, Tensor dout, Tensor inp, Tensor w,
                           Tensor mean, Tensor rstd, int N, int C) override {
     const char* op = "layernorm_backward";
     check_dims(op, {N, C});
-    need(dinp, sz(N, C), op, "dinp");
-    need(dw, sz(C), op, "dw");
-    need(db, sz(C), op, "db");
-    need(dout, sz(N, C), op, "dout");
-    need(inp, sz(N, C), op, "inp");
-    need(w, sz(C), op, "w");
-    need(mean, sz(N), op, "mean");
-    need(rstd, sz(N), op, "rstd");
+    need_x(dinp, sz(N, C), op, "dinp");
+    need_x(dw, sz(C), op, "dw");
+    need_x(db, sz(C), op, "db");
+    need_x(dout, sz(N, C), op, "dout");
+    need_x(inp, sz(N, C), op, "inp");
+    need_x(w, sz(C), op, "w");
+    need_x(mean, sz(N), op, "mean");
+    need_x(rstd, sz(N), op, "rstd");
     float* scratch = workspace(kern::layernorm_backward_scratch_floats(N, C));
-    kern::layernorm_backward(f32(dinp), f32(dw), f32(db), scratch, f32(dout), f32(inp), f32(w),
-                             f32(mean), f32(rstd), N, C, stream_);
+    dispatch([&](auto tag) {
+      using X = decltype(tag);
+      kern::layernorm_backward<X>(as<X>(dinp), as<X>(dw), as<X>(db), scratch, as<X>(dout),
+                                  as<X>(inp), as<X>(w), as<X>(mean), as<X>(rstd), N, C, stream_);
+    });
   }
 
   void matmul_forward(Tensor out, Tensor inp, Tensor w, Tensor bias, int N, int C,
                       int OC) override {
     const char* op = "matmul_forward";
     check_dims(op, {N, C, OC});
-    need(out, sz(N, OC), op, "out");
-    need(inp, sz(N, C), op, "inp");
-    need(w, sz(OC, C), op, "w");
-    if (!bias.empty()) need(bias, sz(OC), op, "bias");
-    kern::matmul_forward(blas_, f32(out), f32(inp), f32(w), bias.empty() ? nullptr : f32(bias), N,
-                         C, OC);
+    need_x(out, sz(N, OC), op, "out");
+    need_x(inp, sz(N, C), op, "inp");
+    need_x(w, sz(OC, C), op, "w");
+    if (!bias.empty()) need_x(bias, sz(OC), op, "bias");
+    dispatch([&](auto tag) {
+      using X = decltype(tag);
+      kern::matmul_forward<X>(blas_, as<X>(out), as<X>(inp), as<X>(w),
+                              bias.empty() ? nullptr : as<X>(bias), N, C, OC);
+    });
   }
   void matmul_backward(Tensor dinp, Tensor dw, Tensor dbias, Tensor dout, Tensor inp, Tensor w,
                        int N, int C, int OC) override {
     const char* op = "matmul_backward";
     check_dims(op, {N, C, OC});
-    need(dinp, sz(N, C), op, "dinp");
-    need(dw, sz(OC, C), op, "dw");
-    if (!dbias.empty()) need(dbias, sz(OC), op, "dbias");
-    need(dout, sz(N, OC), op, "dout");
-    need(inp, sz(N, C), op, "inp");
-    need(w, sz(OC, C), op, "w");
+    need_x(dinp, sz(N, C), op, "dinp");
+    need_x(dw, sz(OC, C), op, "dw");
+    if (!dbias.empty()) need_x(dbias, sz(OC), op, "dbias");
+    need_x(dout, sz(N, OC), op, "dout");
+    need_x(inp, sz(N, C), op, "inp");
+    need_x(w, sz(OC, C), op, "w");
     float* scratch = dbias.empty() ? nullptr : workspace(kern::matmul_backward_scratch_floats(N, OC));
-    kern::matmul_backward(blas_, f32(dinp), f32(dw), dbias.empty() ? nullptr : f32(dbias),
-                          scratch, f32(dout), f32(inp), f32(w), N, C, OC);
+    dispatch([&](auto tag) {
+      using X = decltype(tag);
+      kern::matmul_backward<X>(blas_, as<X>(dinp), as<X>(dw),
+                               dbias.empty() ? nullptr : as<X>(dbias), scratch, as<X>(dout),
+                               as<X>(inp), as<X>(w), N, C, OC);
+    });
   }
 
   size_t attention_saved_numel(int B, int T, int NH) const override {
-    return kern::attention_saved_floats(B, T, NH);
+    return kern::attention_saved_elems(B, T, NH);
   }
   void attention_forward(Tensor out, Tensor saved, Tensor qkv, int B, int T, int C,
                          int NH) override {
     const char* op = "attention_forward";
     check_attention(op, B, T, C, NH);
-    need(out, sz(B, T, C), op, "out");
-    need(saved, kern::attention_saved_floats(B, T, NH), op, "saved");
-    need(qkv, sz(B, T, 3L * C), op, "qkv");
-    float* ws = workspace(kern::attention_forward_workspace_floats(B, T, C));
-    kern::attention_forward(blas_.blas, f32(out), f32(saved), ws, f32(qkv), B, T, C, NH, stream_);
+    need_x(out, sz(B, T, C), op, "out");
+    need_x(saved, kern::attention_saved_elems(B, T, NH), op, "saved");
+    need_x(qkv, sz(B, T, 3L * C), op, "qkv");
+    float* ws = workspace(bf16_ ? kern::attention_forward_workspace_floats<__nv_bfloat16>(B, T, C, NH)
+                                : kern::attention_forward_workspace_floats<float>(B, T, C, NH));
+    dispatch([&](auto tag) {
+      using X = decltype(tag);
+      kern::attention_forward<X>(blas_.blas, as<X>(out), as<X>(saved), ws, as<X>(qkv), B, T, C,
+                                 NH, stream_);
+    });
   }
   size_t attention_scratch_numel(int B, int T, int NH) const override {
-    return kern::attention_scratch_floats(B, T, NH);
+    return bf16_ ? kern::attention_scratch_floats<__nv_bfloat16>(B, T, NH)
+                 : kern::attention_scratch_floats<float>(B, T, NH);
   }
   void attention_backward(Tensor dqkv, Tensor scratch, Tensor dout, Tensor qkv, Tensor saved,
                           int B, int T, int C, int NH) override {
     const char* op = "attention_backward";
     check_attention(op, B, T, C, NH);
-    need(dqkv, sz(B, T, 3L * C), op, "dqkv");
-    need(scratch, kern::attention_scratch_floats(B, T, NH), op, "scratch");
-    need(dout, sz(B, T, C), op, "dout");
-    need(qkv, sz(B, T, 3L * C), op, "qkv");
-    need(saved, kern::attention_saved_floats(B, T, NH), op, "saved");
-    float* ws = workspace(kern::attention_backward_workspace_floats(B, T, C));
-    kern::attention_backward(blas_.blas, f32(dqkv), f32(scratch), ws, f32(dout), f32(qkv),
-                             f32(saved), B, T, C, NH, stream_);
+    need_x(dqkv, sz(B, T, 3L * C), op, "dqkv");
+    need(scratch, attention_scratch_numel(B, T, NH), op, "scratch", 4);
+    need_x(dout, sz(B, T, C), op, "dout");
+    need_x(qkv, sz(B, T, 3L * C), op, "qkv");
+    need_x(saved, kern::attention_saved_elems(B, T, NH), op, "saved");
+    float* ws = workspace(bf16_ ? kern::attention_backward_workspace_floats<__nv_bfloat16>(B, T, C, NH)
+                                : kern::attention_backward_workspace_floats<float>(B, T, C, NH));
+    dispatch([&](auto tag) {
+      using X = decltype(tag);
+      kern::attention_backward<X>(blas_.blas, as<X>(dqkv), as<float>(scratch), ws, as<X>(dout),
+                                  as<X>(qkv), as<X>(saved), B, T, C, NH, stream_);
+    });
   }
 
   void gelu_forward(Tensor out, Tensor inp, size_t n) override {
     if (n == 0) return;
-    need(out, n, "gelu_forward", "out");
-    need(inp, n, "gelu_forward", "inp");
-    kern::gelu_forward(f32(out), f32(inp), n, stream_);
+    need_x(out, n, "gelu_forward", "out");
+    need_x(inp, n, "gelu_forward", "inp");
+    dispatch([&](auto tag) {
+      using X = decltype(tag);
+      kern::gelu_forward<X>(as<X>(out), as<X>(inp), n, stream_);
+    });
   }
   void gelu_backward(Tensor dinp, Tensor inp, Tensor dout, size_t n) override {
     if (n == 0) return;
-    need(dinp, n, "gelu_backward", "dinp");
-    need(inp, n, "gelu_backward", "inp");
-    need(dout, n, "gelu_backward", "dout");
-    kern::gelu_backward(f32(dinp), f32(inp), f32(dout), n, stream_);
+    need_x(dinp, n, "gelu_backward", "dinp");
+    need_x(inp, n, "gelu_backward", "inp");
+    need_x(dout, n, "gelu_backward", "dout");
+    dispatch([&](auto tag) {
+      using X = decltype(tag);
+      kern::gelu_backward<X>(as<X>(dinp), as<X>(inp), as<X>(dout), n, stream_);
+    });
   }
   void residual_forward(Tensor out, Tensor a, Tensor b, size_t n) override {
     if (n == 0) return;
-    need(out, n, "residual_forward", "out");
-    need(a, n, "residual_forward", "a");
-    need(b, n, "residual_forward", "b");
-    kern::residual_forward(f32(out), f32(a), f32(b), n, stream_);
+    need_x(out, n, "residual_forward", "out");
+    need_x(a, n, "residual_forward", "a");
+    need_x(b, n, "residual_forward", "b");
+    dispatch([&](auto tag) {
+      using X = decltype(tag);
+      kern::residual_forward<X>(as<X>(out), as<X>(a), as<X>(b), n, stream_);
+    });
   }
 
   void classifier_forward_backward(Tensor logits, Tensor losses, Tensor targets, int N, int V,
@@ -277,18 +346,24 @@ class CudaBackend final : public Backend {
     if (V > Vp)
       throw std::runtime_error(std::string("backend/cuda: ") + op + ": V " + std::to_string(V) +
                                " exceeds padded Vp " + std::to_string(Vp));
-    need(logits, sz(N, Vp), op, "logits");
-    need(losses, sz(N), op, "losses");
-    need(targets, sz(N), op, "targets");
-    kern::classifier_forward_backward(f32(logits), f32(losses), i32(targets), N, V, Vp, dloss,
-                                      stream_);
+    need_x(logits, sz(N, Vp), op, "logits");
+    need_x(losses, sz(N), op, "losses");
+    need(targets, sz(N), op, "targets", 4);
+    dispatch([&](auto tag) {
+      using X = decltype(tag);
+      kern::classifier_forward_backward<X>(as<X>(logits), as<X>(losses), i32(targets), N, V, Vp,
+                                           dloss, stream_);
+    });
   }
 
   // ---- optimizer ------------------------------------------------------------
   double sum_squares(Tensor g) override {
     if (g.numel == 0) return 0.0;
-    need(g, g.numel, "sum_squares", "g");
-    kern::sum_squares(norm_partials_, f32(g), g.numel, stream_);
+    need_x(g, g.numel, "sum_squares", "g");
+    dispatch([&](auto tag) {
+      using X = decltype(tag);
+      kern::sum_squares<X>(norm_partials_, as<X>(g), g.numel, stream_);
+    });
     double total = 0;
     CUDA_CHECK(cudaMemcpyAsync(&total, norm_partials_ + kern::global_norm_blocks(g.numel),
                                sizeof total, cudaMemcpyDeviceToHost, stream_));
@@ -304,29 +379,46 @@ class CudaBackend final : public Backend {
                                " (must be >= 1)");
     const size_t n = params.numel;
     if (n == 0) return;
-    need(params, n, op, "params");
-    if (!master.empty()) need(master, n, op, "master");
-    need(grads, n, op, "grads");
-    need(m, n, op, "m");
-    need(v, n, op, "v");
-    kern::adamw_update(f32(params), master.empty() ? nullptr : f32(master), f32(grads), f32(m),
-                       f32(v), n,
-                       kern::adamw_scalars(lr, beta1, beta2, eps, weight_decay, grad_scale, t),
-                       stream_);
+    need_x(params, n, op, "params");
+    if (!master.empty()) need(master, n, op, "master", 4);
+    need_x(grads, n, op, "grads");
+    need(m, n, op, "m", 4);
+    need(v, n, op, "v", 4);
+    const kern::AdamWScalars s =
+        kern::adamw_scalars(lr, beta1, beta2, eps, weight_decay, grad_scale, t);
+    dispatch([&](auto tag) {
+      using X = decltype(tag);
+      kern::adamw_update<X>(as<X>(params), master.empty() ? nullptr : as<float>(master),
+                            as<X>(grads), as<float>(m), as<float>(v), n, s, stream_);
+    });
   }
   void scale(Tensor x, float s) override {
     if (x.numel == 0) return;
-    need(x, x.numel, "scale", "x");
-    kern::scale(f32(x), s, x.numel, stream_);
+    need_x(x, x.numel, "scale", "x");
+    dispatch([&](auto tag) {
+      using X = decltype(tag);
+      kern::scale<X>(as<X>(x), s, x.numel, stream_);
+    });
   }
 
  private:
   static int rows(const Tensor& table, int C) { return static_cast<int>(table.numel / C); }
 
-  template <class T>
-  void to_device(Tensor dst, const T* src, const char* op) {
+  template <class F>
+  void dispatch(F&& f) {
+    if (bf16_)
+      f(__nv_bfloat16{});
+    else
+      f(float{});
+  }
+  // A parameter / gradient / activation argument: the storage element size.
+  void need_x(const Tensor& t, size_t numel, const char* op, const char* arg) const {
+    need(t, numel, op, arg, storage_bytes_);
+  }
+
+  void to_device(Tensor dst, const void* src, const char* op) {
     if (dst.numel == 0) return;
-    need(dst, dst.numel, op, "dst");
+    need(dst, dst.numel, op, "dst", dst.elem_bytes == 2 ? 2 : 4);
     CUDA_CHECK(cudaMemcpyAsync(dst.ptr, src, dst.bytes(), cudaMemcpyHostToDevice, stream_));
     CUDA_CHECK(cudaStreamSynchronize(stream_));  // the caller may reuse src at once
   }
@@ -357,7 +449,8 @@ class CudaBackend final : public Backend {
     stream_ = nullptr;
   }
 
-  CudaBackendOptions options_;
+  bool bf16_ = false;
+  uint32_t storage_bytes_ = 4;  // element size of params, grads, activations
   cudaStream_t stream_ = nullptr;
   kern::BlasContext blas_;
   double* norm_partials_ = nullptr;

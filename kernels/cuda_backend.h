@@ -1,6 +1,7 @@
 // The CUDA backend: gpt2::Backend on a GPU (kernels/*.cuh + cuBLAS/cuBLASLt).
 // Built by nvcc for a GPU, or by g++ against emu/ (the emulator) for tests:
-// build/libbackend_cuda_emu.a. Every buffer is fp32 for now (tokens int32).
+// build/libbackend_cuda_emu.a. Every buffer is fp32 (tokens int32) unless
+// CudaBackendOptions::bf16 is set.
 #ifndef KERNELS_CUDA_BACKEND_H
 #define KERNELS_CUDA_BACKEND_H
 
@@ -14,6 +15,15 @@ struct CudaBackendOptions {
   // cuBLASLt with the BIAS / BGRADB epilogues for the linear layers; false
   // selects the plain cuBLAS path (bias and bias gradient by kernels).
   bool use_cublaslt = true;
+  // With cuBLASLt: the bias gradient from the BGRADB epilogue of the dw GEMM;
+  // false computes it with the column-sum kernels (also the automatic
+  // fallback when cuBLASLt has no BGRADB algorithm).
+  bool cublaslt_bias_grad = true;
+  // Storage precision of parameters, gradients and activations: fp32, or bf16
+  // with fp32 arithmetic (optimizer moments, master weights, scratch, token
+  // ids stay 4-byte). With bf16, pass an fp32 (kOptimizer) `master` to
+  // adamw_update so the weights do not lose the small updates to rounding.
+  bool bf16 = false;
   // cuBLASLt workspace.
   size_t cublaslt_workspace_bytes = size_t{32} << 20;
 };

@@ -9,7 +9,10 @@
 //           coalesced over c). dwte: one thread per (b, t, c) adds its element
 //           with atomicAdd, since several positions may share a token; fp32
 //           atomics make the summation order (and so the last bits) vary from
-//           run to run. Out-of-range ids are skipped.
+//           run to run. bf16: the touched rows are copied to an fp32 shadow
+//           (workspace), accumulated there and rounded back once.
+//           Out-of-range ids are skipped.
+// T (float or __nv_bfloat16) is the storage type; sums are fp32.
 #ifndef KERNELS_ENCODER_CUH
 #define KERNELS_ENCODER_CUH
 
@@ -18,54 +21,95 @@
 namespace gpt2 {
 namespace kern {
 
-__global__ void encoder_forward_kernel(float* out, const int* tokens, const float* wte,
-                                       const float* wpe, int B, int T, int C, int V) {
+template <class T>
+__global__ void encoder_forward_kernel(T* out, const int* tokens, const T* wte, const T* wpe,
+                                       int B, int T_, int C, int V) {
   const size_t idx = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (idx >= static_cast<size_t>(B) * T * C) return;
+  if (idx >= static_cast<size_t>(B) * T_ * C) return;
   const size_t bt = idx / C;
   const int c = static_cast<int>(idx % C);
-  const int t = static_cast<int>(bt % T);
+  const int t = static_cast<int>(bt % T_);
   const int token = tokens[bt];
-  out[idx] = (token >= 0 && token < V)
-                 ? wte[static_cast<size_t>(token) * C + c] + wpe[static_cast<size_t>(t) * C + c]
-                 : NAN;
+  out[idx] = from_float<T>((token >= 0 && token < V)
+                               ? to_float(wte[static_cast<size_t>(token) * C + c]) +
+                                     to_float(wpe[static_cast<size_t>(t) * C + c])
+                               : NAN);
 }
 
-__global__ void encoder_backward_wpe_kernel(float* dwpe, const float* dout, int B, int T, int C) {
+template <class T>
+__global__ void encoder_backward_wpe_kernel(T* dwpe, const T* dout, int B, int T_, int C) {
   const int idx = blockIdx.x * blockDim.x + threadIdx.x;  // t * C + c
-  if (idx >= T * C) return;
+  if (idx >= T_ * C) return;
   float sum = 0.0f;
-  for (int b = 0; b < B; b++) sum += dout[static_cast<size_t>(b) * T * C + idx];
-  dwpe[idx] += sum;
+  for (int b = 0; b < B; b++) sum += to_float(dout[static_cast<size_t>(b) * T_ * C + idx]);
+  dwpe[idx] = from_float<T>(to_float(dwpe[idx]) + sum);
 }
 
-__global__ void encoder_backward_wte_kernel(float* dwte, const float* dout, const int* tokens,
-                                            int B, int T, int C, int V) {
+// acc[token, c] += dout[b, t, c] with atomics; acc is dwte itself (fp32) or
+// its fp32 shadow (bf16, see encoder_backward).
+template <class TA, class T>
+__global__ void encoder_backward_wte_kernel(TA* acc, const T* dout, const int* tokens, int B,
+                                            int T_, int C, int V) {
   const size_t idx = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (idx >= static_cast<size_t>(B) * T * C) return;
+  if (idx >= static_cast<size_t>(B) * T_ * C) return;
   const size_t bt = idx / C;
   const int c = static_cast<int>(idx % C);
   const int token = tokens[bt];
   if (token < 0 || token >= V) return;
-  atomicAdd(&dwte[static_cast<size_t>(token) * C + c], dout[idx]);
+  atomicAdd(&acc[static_cast<size_t>(token) * C + c], from_float<TA>(to_float(dout[idx])));
 }
 
-inline void encoder_forward(float* out, const int* tokens, const float* wte, const float* wpe,
-                            int B, int T, int C, int V, cudaStream_t stream) {
-  const int block = 256;
-  const size_t n = static_cast<size_t>(B) * T * C;
-  LAUNCH_KERNEL(encoder_forward_kernel, ceil_div(n, block), block, 0, stream, out, tokens, wte,
-                wpe, B, T, C, V);
+// Copies the rows of the batch's tokens between dwte and its fp32 shadow
+// (to_shadow: dwte -> shadow, else shadow -> dwte rounded). Threads of
+// positions with the same token write the same value.
+template <class T>
+__global__ void encoder_wte_shadow_kernel(float* shadow, T* dwte, const int* tokens, int B,
+                                          int T_, int C, int V, bool to_shadow) {
+  const size_t idx = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (idx >= static_cast<size_t>(B) * T_ * C) return;
+  const int token = tokens[idx / C];
+  if (token < 0 || token >= V) return;
+  const size_t i = static_cast<size_t>(token) * C + idx % C;
+  if (to_shadow)
+    shadow[i] = to_float(dwte[i]);
+  else
+    dwte[i] = from_float<T>(shadow[i]);
 }
 
-inline void encoder_backward(float* dwte, float* dwpe, const float* dout, const int* tokens,
-                             int B, int T, int C, int V, cudaStream_t stream) {
+template <class T>
+void encoder_forward(T* out, const int* tokens, const T* wte, const T* wpe, int B, int T_, int C,
+                     int V, cudaStream_t stream) {
   const int block = 256;
-  LAUNCH_KERNEL(encoder_backward_wpe_kernel, ceil_div(static_cast<size_t>(T) * C, block), block,
-                0, stream, dwpe, dout, B, T, C);
-  const size_t n = static_cast<size_t>(B) * T * C;
-  LAUNCH_KERNEL(encoder_backward_wte_kernel, ceil_div(n, block), block, 0, stream, dwte, dout,
-                tokens, B, T, C, V);
+  const size_t n = static_cast<size_t>(B) * T_ * C;
+  auto kernel = encoder_forward_kernel<T>;
+  LAUNCH_KERNEL(kernel, ceil_div(n, block), block, 0, stream, out, tokens, wte, wpe, B, T_, C, V);
+}
+
+// shadow: V*C floats when T is not float (else unused): the rows a bf16 dwte
+// receives are accumulated in fp32 and rounded once, instead of once per
+// repeated token.
+template <class T>
+void encoder_backward(T* dwte, T* dwpe, float* shadow, const T* dout, const int* tokens, int B,
+                      int T_, int C, int V, cudaStream_t stream) {
+  const int block = 256;
+  auto wpe_kernel = encoder_backward_wpe_kernel<T>;
+  LAUNCH_KERNEL(wpe_kernel, ceil_div(static_cast<size_t>(T_) * C, block), block, 0, stream, dwpe,
+                dout, B, T_, C);
+  const size_t n = static_cast<size_t>(B) * T_ * C;
+  if (sizeof(T) == sizeof(float)) {
+    auto wte_kernel = encoder_backward_wte_kernel<T, T>;
+    LAUNCH_KERNEL(wte_kernel, ceil_div(n, block), block, 0, stream, dwte, dout, tokens, B, T_, C,
+                  V);
+    return;
+  }
+  auto shadow_kernel = encoder_wte_shadow_kernel<T>;
+  auto wte_kernel = encoder_backward_wte_kernel<float, T>;
+  LAUNCH_KERNEL(shadow_kernel, ceil_div(n, block), block, 0, stream, shadow, dwte, tokens, B, T_,
+                C, V, true);
+  LAUNCH_KERNEL(wte_kernel, ceil_div(n, block), block, 0, stream, shadow, dout, tokens, B, T_, C,
+                V);
+  LAUNCH_KERNEL(shadow_kernel, ceil_div(n, block), block, 0, stream, shadow, dwte, tokens, B, T_,
+                C, V, false);
 }
 
 }  // namespace kern

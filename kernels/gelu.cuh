@@ -21,18 +21,20 @@ constexpr float kGeluK0 = 0.7978845608028654f;              // sqrt(2/pi)
 constexpr float kGeluK1 = 0.7978845608028654f * 0.044715f;  // sqrt(2/pi) * 0.044715
 constexpr float kGeluK3 = 3.0f * 0.7978845608028654f * 0.044715f;
 
-__global__ void gelu_forward_kernel(float* out, const float* inp, size_t n) {
+template <class T>
+__global__ void gelu_forward_kernel(T* out, const T* inp, size_t n) {
   const size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= n) return;
-  const float x = inp[i];
+  const float x = to_float(inp[i]);
   const float u = x * (kGeluK0 + kGeluK1 * x * x);
-  out[i] = x / (1.0f + expf(-2.0f * u));
+  out[i] = from_float<T>(x / (1.0f + expf(-2.0f * u)));
 }
 
-__global__ void gelu_backward_kernel(float* dinp, const float* inp, const float* dout, size_t n) {
+template <class T>
+__global__ void gelu_backward_kernel(T* dinp, const T* inp, const T* dout, size_t n) {
   const size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= n) return;
-  const float x = inp[i];
+  const float x = to_float(inp[i]);
   const float x2 = x * x;
   const float u = x * (kGeluK0 + kGeluK1 * x2);
   const float du = kGeluK0 + kGeluK3 * x2;
@@ -40,18 +42,21 @@ __global__ void gelu_backward_kernel(float* dinp, const float* inp, const float*
   const float s = 1.0f / (1.0f + e);
   const float one_minus_s = 1.0f / (1.0f + 1.0f / e);
   const float grad = s + 2.0f * x * du * s * one_minus_s;
-  dinp[i] = grad * dout[i];
+  dinp[i] = from_float<T>(grad * to_float(dout[i]));
 }
 
-inline void gelu_forward(float* out, const float* inp, size_t n, cudaStream_t stream) {
+template <class T>
+void gelu_forward(T* out, const T* inp, size_t n, cudaStream_t stream) {
   const int block = 256;
-  LAUNCH_KERNEL(gelu_forward_kernel, ceil_div(n, block), block, 0, stream, out, inp, n);
+  auto forward_kernel = gelu_forward_kernel<T>;
+  LAUNCH_KERNEL(forward_kernel, ceil_div(n, block), block, 0, stream, out, inp, n);
 }
 
-inline void gelu_backward(float* dinp, const float* inp, const float* dout, size_t n,
-                          cudaStream_t stream) {
+template <class T>
+void gelu_backward(T* dinp, const T* inp, const T* dout, size_t n, cudaStream_t stream) {
   const int block = 256;
-  LAUNCH_KERNEL(gelu_backward_kernel, ceil_div(n, block), block, 0, stream, dinp, inp, dout, n);
+  auto backward_kernel = gelu_backward_kernel<T>;
+  LAUNCH_KERNEL(backward_kernel, ceil_div(n, block), block, 0, stream, dinp, inp, dout, n);
 }
 
 }  // namespace kern

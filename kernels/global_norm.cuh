@@ -24,12 +24,13 @@ inline int global_norm_blocks(size_t n) {
   return wanted < 1 ? 1 : (wanted > kNormMaxBlocks ? kNormMaxBlocks : static_cast<int>(wanted));
 }
 
-__global__ void sum_squares_partials_kernel(double* partials, const float* x, size_t n) {
+template <class T>
+__global__ void sum_squares_partials_kernel(double* partials, const T* x, size_t n) {
   __shared__ double warp_partials[kWarpSize];
   double acc = 0.0;
   const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
   for (size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
-    const double v = static_cast<double>(x[i]);
+    const double v = static_cast<double>(to_float(x[i]));
     acc += v * v;
   }
   acc = block_sum(acc, warp_partials);
@@ -45,9 +46,11 @@ __global__ void sum_partials_kernel(double* out, const double* partials, int cou
 }
 
 // partials: global_norm_blocks(n) + 1 doubles; the total lands in partials[blocks].
-inline void sum_squares(double* partials, const float* x, size_t n, cudaStream_t stream) {
+template <class T>
+void sum_squares(double* partials, const T* x, size_t n, cudaStream_t stream) {
   const int blocks = global_norm_blocks(n);
-  LAUNCH_KERNEL(sum_squares_partials_kernel, blocks, kNormBlock, 0, stream, partials, x, n);
+  auto partials_kernel = sum_squares_partials_kernel<T>;
+  LAUNCH_KERNEL(partials_kernel, blocks, kNormBlock, 0, stream, partials, x, n);
   LAUNCH_KERNEL(sum_partials_kernel, 1, kNormFinishBlock, 0, stream, partials + blocks, partials,
                 blocks);
 }

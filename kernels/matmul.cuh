@@ -1,9 +1,10 @@
 // Linear layers: out[N,OC] = inp[N,C] @ w[OC,C]^T + bias, and the backward.
 //
 // Row-major tensors are column-major transposes, so every product is issued
-// as its transpose: out^T[OC,N] = w^T... i.e. cuBLAS sees A = w (C x OC,
-// transposed), B = inp (C x N), D = out (OC x N, ld OC). Compute type fp32
-// (CUBLAS_COMPUTE_32F: no TF32, results comparable with the CPU backend).
+// as its transpose: out^T[OC,N] = (w as C x OC)^T (inp as C x N), i.e. cuBLAS
+// sees A = w (transposed), B = inp, D = out (OC x N, ld OC). Compute type fp32
+// (CUBLAS_COMPUTE_32F: no TF32, results comparable with the CPU backend); the
+// matrices are T (float or __nv_bfloat16), the bias-gradient partials fp32.
 //
 // Two paths, selected per backend (CudaBackendOptions::use_cublaslt):
 //   cuBLASLt (default)  forward: one cublasLtMatmul with the BIAS epilogue (bias
@@ -12,8 +13,10 @@
 //                       (beta 1) with the BGRADB epilogue, which writes the
 //                       column sums of dout (the reduction over the GEMM's k =
 //                       N) to a scratch vector; a small kernel adds it to dbias
-//                       (the epilogue overwrites, the API promises "+=").
-//   cuBLAS fallback     cublasSgemm for the products; bias added by a kernel
+//                       (the epilogue overwrites, the API promises "+="). If
+//                       cuBLASLt offers no BGRADB algorithm (or lt_bias_grad is
+//                       off) dbias comes from the fallback's column-sum kernels.
+//   cuBLAS fallback     cublasGemmEx for the products; bias added by a kernel
 //                       (one read + write of out); dbias by a deterministic
 //                       two-stage column sum (fixed row chunks, partials summed
 //                       in chunk order).
@@ -32,34 +35,37 @@ struct BlasContext {
   size_t lt_workspace_bytes = 0;
   cudaStream_t stream = nullptr;
   bool use_lt = true;
+  bool lt_bias_grad = true;  // BGRADB epilogue for dbias (else the column-sum kernels)
 };
 
-__global__ void add_bias_kernel(float* out, const float* bias, int N, int OC) {
+template <class T>
+__global__ void add_bias_kernel(T* out, const T* bias, int N, int OC) {
   const size_t idx = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (idx >= static_cast<size_t>(N) * OC) return;
-  out[idx] += bias[idx % OC];
+  out[idx] = from_float<T>(to_float(out[idx]) + to_float(bias[idx % OC]));
 }
 
 // partials[chunk][OC]: column sums of rows [chunk*rows_per_chunk, ...) of x[N,OC].
-__global__ void column_sum_partials_kernel(float* partials, const float* x, int N, int OC,
+template <class T>
+__global__ void column_sum_partials_kernel(float* partials, const T* x, int N, int OC,
                                            int rows_per_chunk) {
   const int c = blockIdx.x * blockDim.x + threadIdx.x;
   if (c >= OC) return;
   const int r0 = blockIdx.y * rows_per_chunk;
   const int r1 = min(N, r0 + rows_per_chunk);
   float s = 0.0f;
-  for (int r = r0; r < r1; r++) s += x[static_cast<size_t>(r) * OC + c];
+  for (int r = r0; r < r1; r++) s += to_float(x[static_cast<size_t>(r) * OC + c]);
   partials[static_cast<size_t>(blockIdx.y) * OC + c] = s;
 }
 
 // dst[c] += sum_k partials[k][c], k in order.
-__global__ void accumulate_partials_kernel(float* dst, const float* partials, int chunks,
-                                           int OC) {
+template <class T>
+__global__ void accumulate_partials_kernel(T* dst, const float* partials, int chunks, int OC) {
   const int c = blockIdx.x * blockDim.x + threadIdx.x;
   if (c >= OC) return;
   float s = 0.0f;
   for (int k = 0; k < chunks; k++) s += partials[static_cast<size_t>(k) * OC + c];
-  dst[c] += s;
+  dst[c] = from_float<T>(to_float(dst[c]) + s);
 }
 
 inline int column_sum_chunks(int N) { return N < 32 ? 1 : (N / 32 < 64 ? N / 32 : 64); }
@@ -85,11 +91,15 @@ class LtCall {
   cublasLtMatmulPreference_t pref = nullptr;
 };
 
-// Column-major D[m,n] = op(A)[m,k] op(B)[k,n] + beta D, with an epilogue whose
-// vector (bias, or the bias gradient) is `bias`.
-inline void lt_matmul(const BlasContext& ctx, bool trans_a, bool trans_b, int m, int n, int k,
-                      const float* A, int lda, const float* B, int ldb, float* D, int ldd,
-                      float beta, cublasLtEpilogue_t epilogue, const float* bias) {
+// Column-major D[m,n] = op(A)[m,k] op(B)[k,n] + beta D, all of type `type`,
+// fp32 compute, with an epilogue whose vector (bias, or the bias gradient) is
+// `bias` of type `bias_type`. With `may_refuse`, returns false instead of
+// throwing when cuBLASLt has no algorithm for the epilogue (not every epilogue
+// exists for every type/transpose on every GPU).
+inline bool lt_matmul(const BlasContext& ctx, cudaDataType_t type, bool trans_a, bool trans_b,
+                      int m, int n, int k, const void* A, int lda, const void* B, int ldb,
+                      void* D, int ldd, float beta, cublasLtEpilogue_t epilogue,
+                      const void* bias, cudaDataType_t bias_type, bool may_refuse = false) {
   LtCall call;
   CUBLAS_CHECK(cublasLtMatmulDescCreate(&call.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
   const cublasOperation_t ta = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
@@ -98,20 +108,28 @@ inline void lt_matmul(const BlasContext& ctx, bool trans_a, bool trans_b, int m,
   CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(call.op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
   CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(call.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue,
                                               sizeof epilogue));
-  if (bias != nullptr)
+  if (bias != nullptr) {
     CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(call.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
                                                 sizeof bias));
-  CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&call.a, CUDA_R_32F, trans_a ? k : m, trans_a ? m : k, lda));
-  CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&call.b, CUDA_R_32F, trans_b ? n : k, trans_b ? k : n, ldb));
-  CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&call.d, CUDA_R_32F, m, n, ldd));
+    const int32_t bias_type_value = bias_type;
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(call.op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
+                                                &bias_type_value, sizeof bias_type_value));
+  }
+  CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&call.a, type, trans_a ? k : m, trans_a ? m : k, lda));
+  CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&call.b, type, trans_b ? n : k, trans_b ? k : n, ldb));
+  CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&call.d, type, m, n, ldd));
   CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&call.pref));
   const uint64_t ws = ctx.lt_workspace_bytes;
   CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
       call.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
   cublasLtMatmulHeuristicResult_t heuristic{};
   int found = 0;
-  CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(ctx.lt, call.op, call.a, call.b, call.d, call.d,
-                                              call.pref, 1, &heuristic, &found));
+  const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(
+      ctx.lt, call.op, call.a, call.b, call.d, call.d, call.pref, 1, &heuristic, &found);
+  if (may_refuse &&
+      (status == CUBLAS_STATUS_NOT_SUPPORTED || (status == CUBLAS_STATUS_SUCCESS && found == 0)))
+    return false;
+  CUBLAS_CHECK(status);
   if (found == 0)
     throw std::runtime_error("kernels/matmul.cuh: cuBLASLt has no algorithm for m=" +
                              std::to_string(m) + " n=" + std::to_string(n) + " k=" +
@@ -120,55 +138,72 @@ inline void lt_matmul(const BlasContext& ctx, bool trans_a, bool trans_b, int m,
   CUBLAS_CHECK(cublasLtMatmul(ctx.lt, call.op, &alpha, A, call.a, B, call.b, &beta, D, call.d, D,
                               call.d, &heuristic.algo, ctx.lt_workspace, ctx.lt_workspace_bytes,
                               ctx.stream));
+  return true;
 }
 
-inline void matmul_forward(const BlasContext& ctx, float* out, const float* inp, const float* w,
-                           const float* bias, int N, int C, int OC) {
+// cuBLAS fallback: column-major C = op(A) op(B) + beta C, type T, fp32 compute.
+template <class T>
+void gemm_ex(const BlasContext& ctx, bool trans_a, bool trans_b, int m, int n, int k, const T* A,
+             int lda, const T* B, int ldb, float beta, T* C, int ldc) {
+  const float alpha = 1.0f;
+  const cudaDataType_t type = cuda_data_type<T>();
+  CUBLAS_CHECK(cublasGemmEx(ctx.blas, trans_a ? CUBLAS_OP_T : CUBLAS_OP_N,
+                            trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, m, n, k, &alpha, A, type, lda, B,
+                            type, ldb, &beta, C, type, ldc, CUBLAS_COMPUTE_32F,
+                            CUBLAS_GEMM_DEFAULT));
+}
+
+template <class T>
+void matmul_forward(const BlasContext& ctx, T* out, const T* inp, const T* w, const T* bias,
+                    int N, int C, int OC) {
+  const cudaDataType_t type = cuda_data_type<T>();
   if (ctx.use_lt) {
-    lt_matmul(ctx, true, false, OC, N, C, w, C, inp, C, out, OC, 0.0f,
-              bias != nullptr ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT, bias);
+    lt_matmul(ctx, type, true, false, OC, N, C, w, C, inp, C, out, OC, 0.0f,
+              bias != nullptr ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT, bias, type);
     return;
   }
-  const float one = 1.0f, zero = 0.0f;
-  CUBLAS_CHECK(cublasSgemm(ctx.blas, CUBLAS_OP_T, CUBLAS_OP_N, OC, N, C, &one, w, C, inp, C, &zero,
-                           out, OC));
+  gemm_ex<T>(ctx, true, false, OC, N, C, w, C, inp, C, 0.0f, out, OC);
   if (bias != nullptr) {
     const int block = 256;
-    LAUNCH_KERNEL(add_bias_kernel, ceil_div(static_cast<size_t>(N) * OC, block), block, 0,
-                  ctx.stream, out, bias, N, OC);
+    auto bias_kernel = add_bias_kernel<T>;
+    LAUNCH_KERNEL(bias_kernel, ceil_div(static_cast<size_t>(N) * OC, block), block, 0, ctx.stream,
+                  out, bias, N, OC);
   }
 }
 
 // scratch: matmul_backward_scratch_floats(N, OC) floats (used only with dbias)
-inline void matmul_backward(const BlasContext& ctx, float* dinp, float* dw, float* dbias,
-                            float* scratch, const float* dout, const float* inp, const float* w,
-                            int N, int C, int OC) {
+template <class T>
+void matmul_backward(const BlasContext& ctx, T* dinp, T* dw, T* dbias, float* scratch,
+                     const T* dout, const T* inp, const T* w, int N, int C, int OC) {
   const int block = 256;
+  const cudaDataType_t type = cuda_data_type<T>();
+  auto accumulate_kernel = accumulate_partials_kernel<T>;
   if (ctx.use_lt) {
     // dinp^T[C,N] = w^T[C,OC] dout^T[OC,N]
-    lt_matmul(ctx, false, false, C, N, OC, w, C, dout, OC, dinp, C, 0.0f,
-              CUBLASLT_EPILOGUE_DEFAULT, nullptr);
-    // dw^T[C,OC] += inp^T[C,N] (dout^T)^T[N,OC]; BGRADB: scratch[OC] = sum over N of dout
-    lt_matmul(ctx, false, true, C, OC, N, inp, C, dout, OC, dw, C, 1.0f,
-              dbias != nullptr ? CUBLASLT_EPILOGUE_BGRADB : CUBLASLT_EPILOGUE_DEFAULT,
-              dbias != nullptr ? scratch : nullptr);
-    if (dbias != nullptr)
-      LAUNCH_KERNEL(accumulate_partials_kernel, ceil_div(OC, block), block, 0, ctx.stream, dbias,
-                    scratch, 1, OC);
-    return;
+    lt_matmul(ctx, type, false, false, C, N, OC, w, C, dout, OC, dinp, C, 0.0f,
+              CUBLASLT_EPILOGUE_DEFAULT, nullptr, type);
+    // dw^T[C,OC] += inp^T[C,N] (dout^T)^T[N,OC]; BGRADB: scratch[OC] = sum over N of dout (fp32)
+    if (dbias != nullptr && ctx.lt_bias_grad &&
+        lt_matmul(ctx, type, false, true, C, OC, N, inp, C, dout, OC, dw, C, 1.0f,
+                  CUBLASLT_EPILOGUE_BGRADB, scratch, CUDA_R_32F, true)) {
+      LAUNCH_KERNEL(accumulate_kernel, ceil_div(OC, block), block, 0, ctx.stream, dbias, scratch,
+                    1, OC);
+      return;
+    }
+    lt_matmul(ctx, type, false, true, C, OC, N, inp, C, dout, OC, dw, C, 1.0f,
+              CUBLASLT_EPILOGUE_DEFAULT, nullptr, type);
+  } else {
+    gemm_ex<T>(ctx, false, false, C, N, OC, w, C, dout, OC, 0.0f, dinp, C);
+    gemm_ex<T>(ctx, false, true, C, OC, N, inp, C, dout, OC, 1.0f, dw, C);
   }
-  const float one = 1.0f, zero = 0.0f;
-  CUBLAS_CHECK(cublasSgemm(ctx.blas, CUBLAS_OP_N, CUBLAS_OP_N, C, N, OC, &one, w, C, dout, OC,
-                           &zero, dinp, C));
-  CUBLAS_CHECK(cublasSgemm(ctx.blas, CUBLAS_OP_N, CUBLAS_OP_T, C, OC, N, &one, inp, C, dout, OC,
-                           &one, dw, C));
   if (dbias != nullptr) {
     const int chunks = column_sum_chunks(N);
     const int rows_per_chunk = static_cast<int>(ceil_div(N, chunks));
-    LAUNCH_KERNEL(column_sum_partials_kernel, dim3(ceil_div(OC, block), chunks), block, 0,
-                  ctx.stream, scratch, dout, N, OC, rows_per_chunk);
-    LAUNCH_KERNEL(accumulate_partials_kernel, ceil_div(OC, block), block, 0, ctx.stream, dbias,
-                  scratch, chunks, OC);
+    auto partials_kernel = column_sum_partials_kernel<T>;
+    LAUNCH_KERNEL(partials_kernel, dim3(ceil_div(OC, block), chunks), block, 0, ctx.stream,
+                  scratch, dout, N, OC, rows_per_chunk);
+    LAUNCH_KERNEL(accumulate_kernel, ceil_div(OC, block), block, 0, ctx.stream, dbias, scratch,
+                  chunks, OC);
   }
 }
 

@@ -9,27 +9,32 @@
 namespace gpt2 {
 namespace kern {
 
-__global__ void residual_forward_kernel(float* out, const float* a, const float* b, size_t n) {
+template <class T>
+__global__ void residual_forward_kernel(T* out, const T* a, const T* b, size_t n) {
   const size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= n) return;
-  out[i] = a[i] + b[i];
+  out[i] = from_float<T>(to_float(a[i]) + to_float(b[i]));
 }
 
-__global__ void scale_kernel(float* x, float s, size_t n) {
+template <class T>
+__global__ void scale_kernel(T* x, float s, size_t n) {
   const size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= n) return;
-  x[i] *= s;
+  x[i] = from_float<T>(to_float(x[i]) * s);
 }
 
-inline void residual_forward(float* out, const float* a, const float* b, size_t n,
-                             cudaStream_t stream) {
+template <class T>
+void residual_forward(T* out, const T* a, const T* b, size_t n, cudaStream_t stream) {
   const int block = 256;
-  LAUNCH_KERNEL(residual_forward_kernel, ceil_div(n, block), block, 0, stream, out, a, b, n);
+  auto residual_kernel = residual_forward_kernel<T>;
+  LAUNCH_KERNEL(residual_kernel, ceil_div(n, block), block, 0, stream, out, a, b, n);
 }
 
-inline void scale(float* x, float s, size_t n, cudaStream_t stream) {
+template <class T>
+void scale(T* x, float s, size_t n, cudaStream_t stream) {
   const int block = 256;
-  LAUNCH_KERNEL(scale_kernel, ceil_div(n, block), block, 0, stream, x, s, n);
+  auto scale_k = scale_kernel<T>;
+  LAUNCH_KERNEL(scale_k, ceil_div(n, block), block, 0, stream, x, s, n);
 }
 
 }  // namespace kern

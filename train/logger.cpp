@@ -41,7 +41,8 @@ void TrainLogger::step(const StepRecord& r) {
   std::fflush(stdout);
   jsonl("{\"type\":\"train\",\"step\":" + std::to_string(r.step) + ",\"loss\":" + num(r.loss, "%.17g") +
         ",\"grad_norm\":" + num(r.grad_norm) + ",\"lr\":" + num(r.lr) + ",\"ms\":" + num(r.ms, "%.3f") +
-        ",\"tok_per_s\":" + num(r.tok_per_s, "%.1f") + (r.skipped ? ",\"skipped\":true" : "") + "}");
+        ",\"tok_per_s\":" + num(r.tok_per_s, "%.1f") +
+        ",\"comm_bytes\":" + std::to_string(r.comm_bytes) + (r.skipped ? ",\"skipped\":true" : "") + "}");
 }
 
 void TrainLogger::val(int step, double val_loss) {

@@ -4,6 +4,7 @@
 #ifndef TRAIN_LOGGER_H
 #define TRAIN_LOGGER_H
 
+#include <cstdint>
 #include <cstdio>
 #include <string>
 
@@ -12,6 +13,7 @@ namespace gpt2 {
 struct StepRecord {
   int step = 0, total_steps = 0;   // 1-based step
   double loss = 0, grad_norm = 0, lr = 0, ms = 0, tok_per_s = 0, eta_s = 0;
+  uint64_t comm_bytes = 0;         // bytes this rank sent in collectives during the step
   bool skipped = false;            // non-finite loss/norm, update skipped
 };
 

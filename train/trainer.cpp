@@ -292,6 +292,7 @@ int run_training(const TrainOptions& opts, const DistContext& dist, Communicator
     if (opts.sample_every > 0 && step > start_step && step % opts.sample_every == 0) sample(step);
 
     const auto t0 = Clock::now();
+    comm.reset_stats();
     dp.begin_step();
     model.zero_grad();
     const auto hook = dp.backward_hook(model);
@@ -333,6 +334,7 @@ int run_training(const TrainOptions& opts, const DistContext& dist, Communicator
     rec.tok_per_s = total_batch / dt;
     rec.eta_s = (timed_steps ? time_sum / timed_steps : dt) * (total_steps - step - 1);
     rec.skipped = !finite;
+    for (const CommTraffic& t : comm.stats()) rec.comm_bytes += t.sent_bytes;
     log.step(rec);
     last_step_done = step + 1;
     if (opts.checkpoint_every > 0 && last_step_done % opts.checkpoint_every == 0 && last_step_done < total_steps)

@@ -122,7 +122,7 @@ struct CaseResult {
 // `other` is given, also against those outputs (a previous backend's).
 CaseResult eval_case(OpCase& c, Backend& be, const CaseResult* other);
 
-// Seconds per run() (median of repeated timed runs after warm-up).
+// Seconds per run(): the fastest of repeated timed runs after warm-up.
 double time_case(OpCase& c, Backend& be, double min_seconds);
 
 // Case lists (cases.cpp): the eval cases of one op, all op names, and the perf

@@ -39,9 +39,10 @@ common=(--device cpu --model d$L --config n_embd=$C,n_head=2,max_seq=$TMAX,vocab
 
 # pids of this test's trainer processes writing to DIR (not mpirun, not other tests')
 rank_pids() {
-  local p
-  for p in $(pgrep -x train_gpt2cu); do
-    tr '\0' ' ' <"/proc/$p/cmdline" 2>/dev/null | grep -q -- "--output-dir $1 " && echo "$p"
+  local d comm
+  for d in /proc/[0-9]*; do
+    read -r comm <"$d/comm" 2>/dev/null && [ "$comm" = train_gpt2cu ] || continue
+    tr '\0' ' ' <"$d/cmdline" 2>/dev/null | grep -q -- "--output-dir $1 " && echo "${d#/proc/}"
   done
 }
 # bytes NAME LOG: a size from the start-up line "| memory/rank  params 1.2 MiB, grads ..."
@@ -92,9 +93,13 @@ if awk -v g="$ratio" -v b="$bound" 'BEGIN { exit !(g > 0.5 && g <= b) }'; then
 else bad "ZeRO-2 gradients: $ratio of stage 0's, above the bound $bound (g0 $g0, g2 $g2 bytes, P '$P')"; fi
 
 # --- 3. preemption of one rank, resume with 2 ranks, 1 rank, and another stage ---------
+# A constant learning rate makes the schedule independent of --max-steps, so the
+# runs to be interrupted can be started for far more steps than they will live:
+# no race between the signal and the end of the run.
+common+=(--lr-schedule constant)
 "${MPIRUN[@]}" -np 2 ./train_gpt2cu "${common[@]}" --max-steps 16 --zero-stage 1 \
   --output-dir "$W/full" --log-jsonl "$W/full.jsonl" >"$W/full.log" 2>&1 || bad "uninterrupted 2-rank run"
-"${MPIRUN[@]}" -np 2 ./train_gpt2cu "${common[@]}" --max-steps 16 --zero-stage 1 --checkpoint-every 4 \
+"${MPIRUN[@]}" -np 2 ./train_gpt2cu "${common[@]}" --max-steps 1000 --zero-stage 1 --checkpoint-every 4 \
   --output-dir "$W/pre" --log-jsonl "$W/pre.jsonl" >"$W/pre.log" 2>&1 &
 bg=$!
 for _ in $(seq 1200); do [ -e "$W/pre/DONE_00000004" ] && break; sleep 0.05; done
@@ -125,7 +130,7 @@ if [ -n "$stopped" ]; then
 fi
 
 # --- 4. crash: SIGKILL one rank after a complete checkpoint ----------------------------
-"${MPIRUN[@]}" -np 2 ./train_gpt2cu "${common[@]}" --max-steps 16 --zero-stage 2 --checkpoint-every 4 \
+"${MPIRUN[@]}" -np 2 ./train_gpt2cu "${common[@]}" --max-steps 1000 --zero-stage 2 --checkpoint-every 4 \
   --output-dir "$W/crash" --log-jsonl "$W/crash.jsonl" >"$W/crash.log" 2>&1 &
 bg=$!
 for _ in $(seq 1200); do [ -e "$W/crash/DONE_00000008" ] && break; sleep 0.05; done

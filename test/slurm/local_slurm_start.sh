@@ -31,19 +31,32 @@ ls /usr/lib/*/pmix*/lib/libpmix.so >/dev/null 2>&1 ||
   die "libpmix.so missing (Slurm's pmix plugin needs it): apt-get install libpmix-dev"
 unshare --mount --uts true 2>/dev/null || die "unshare --mount --uts not permitted (need CAP_SYS_ADMIN)"
 
-# A loopback TCP port nobody listens on (bash's /dev/tcp connect fails).
-port_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+# A TCP port no socket uses in any state (listening, connected, TIME_WAIT), from
+# the kernel's tables, below the ephemeral range that outgoing connections use.
+used_ports=""
+refresh_used_ports() {
+  local hex p=""
+  for hex in $(awk 'FNR > 1 { split($2, a, ":"); print a[2] }' /proc/net/tcp /proc/net/tcp6 2>/dev/null | sort -u); do
+    p="$p $((16#$hex))"
+  done
+  used_ports="$p "
+}
+port_free() { [[ "$used_ports" != *" $1 "* ]]; }
+EPHEMERAL_LOW=$(awk '{ print $1 }' /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || echo 32768)
 pick_port_block() {  # pick_port_block COUNT -> first port of COUNT consecutive free ports
-  local n=$1 p i ok
+  local n=$1 p i ok span=$(( EPHEMERAL_LOW - 10000 - 16 ))
+  refresh_used_ports
   for _ in $(seq 50); do
-    p=$(( 20000 + RANDOM % 30000 )); ok=1
+    p=$(( 10000 + RANDOM % span )); ok=1
     for i in $(seq 0 $((n - 1))); do port_free $((p + i)) || { ok=0; break; }; done
     [ $ok = 1 ] && { echo "$p"; return 0; }
   done
   return 1
 }
-CTLD_PORT=${LOCAL_SLURM_CTLD_PORT:-$(pick_port_block 1)} || die "no free port"
-NODE_PORT0=${LOCAL_SLURM_NODE_PORT0:-$(pick_port_block "$NODES")} || die "no free ports"
+# One block: slurmctld's port, then one per slurmd.
+PORT_BLOCK=$(pick_port_block $((NODES + 1))) || die "no $((NODES + 1)) consecutive free ports"
+CTLD_PORT=${LOCAL_SLURM_CTLD_PORT:-$PORT_BLOCK}
+NODE_PORT0=${LOCAL_SLURM_NODE_PORT0:-$((PORT_BLOCK + 1))}
 
 HOST=$(hostname -s)
 case "$(getent ahostsv4 "$HOST" | awk 'NR==1{print $1}')" in
@@ -156,7 +169,13 @@ for n in $NODELIST; do
 done
 
 deadline=$(( $(date +%s) + TIMEOUT ))
+ctld_pid=""
 while :; do
+  # a daemon that died at start (e.g. its port was taken meanwhile) fails fast
+  [ -n "$ctld_pid" ] || ctld_pid=$(cat "$BASE/run/slurmctld.pid" 2>/dev/null)
+  if [ -n "$ctld_pid" ] && [ ! -d "/proc/$ctld_pid" ]; then
+    tail -n 5 "$BASE/log/slurmctld.log"; die "slurmctld exited"
+  fi
   states=$(sinfo -h -N -o '%N %T' 2>/dev/null | sort -u || true)
   if [ -n "$states" ] && ! awk '$2 != "idle"{bad=1} END{exit !bad}' <<<"$states"; then break; fi
   [ "$(date +%s)" -lt "$deadline" ] || { echo "$states"; tail -n 20 "$BASE"/log/*.log; die "nodes not idle after ${TIMEOUT}s"; }

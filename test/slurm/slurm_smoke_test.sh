@@ -177,7 +177,7 @@ if [ -x ./train_gpt2cu ]; then
   python3 test/dist/synthetic_shard.py "$W/train.bin" 40000 512
   common=(--device cpu --model d16 --config n_embd=64,n_head=2,max_seq=64,vocab_size=512,padded_vocab_size=512
           -B 4 -T 32 --total-batch-tokens 256 --lr 1e-3 --warmup-steps 2 --weight-decay 0.1 --threads 1
-          --val-every 0 --sample-every 0 --no-shuffle --train-data "$W/train.bin" --max-steps 12 --zero-stage 1)
+          --val-every 0 --sample-every 0 --no-shuffle --train-data "$W/train.bin" --max-steps 40 --zero-stage 1)
   unset GPT2_TRAIN_BIN GPT2_TRAIN_ARGS
   timeout -k 10 120 mpirun --allow-run-as-root --oversubscribe -np 2 ./train_gpt2cu "${common[@]}" \
     --output-dir "$W/t_mpirun" --log-jsonl "$W/t_mpirun.jsonl" >"$W/t_mpirun.log" 2>&1 || bad "mpirun -np 2 training"
@@ -209,13 +209,15 @@ if [ -x ./train_gpt2cu ]; then
   release || ok=0
   wait_job "$jid" 180 || { ok=0; echo "  job did not finish"; timeout 10 scancel "$jid"; }
   stopped=$(sed -n 's/.*checkpointing at step \([0-9]*\).*/\1/p' "$log" | head -n 1)
-  if [ $ok = 1 ] && [ -n "$stopped" ] && grep -q "resumed from .* at step $stopped" "$log" &&
-     grep -q '^srun exited with status 0' "$log" &&
-     msg=$(same_losses "$W/t_mpirun.jsonl" "$W/t_sbatch.jsonl") &&
+  [ -n "$stopped" ] || { ok=0; echo "  no checkpoint on the stop signal"; }
+  grep -q "resumed from .* at step ${stopped:-x}" "$log" || { ok=0; echo "  no resume from step ${stopped:-?}"; }
+  grep -q '^srun exited with status 0' "$log" || { ok=0; echo "  the final srun did not exit 0"; }
+  if [ $ok = 1 ] && msg=$(same_losses "$W/t_mpirun.jsonl" "$W/t_sbatch.jsonl") &&
      wmsg=$(same_weights "$W/t_mpirun/model.bin" "$W/t_sbatch/model.bin"); then
     pass "sbatch scripts/slurm/train_cpu.sbatch: preempted at step $stopped, requeued, resumed: $msg; weights $wmsg"
   else
-    bad "sbatch training with preemption: ${msg:-} ${wmsg:-}"; grep -v '^step ' "$log" | tail -n 40 | sed 's/^/  | /'
+    bad "sbatch training with preemption: ${msg:-} ${wmsg:-} (job state $(job_state "$jid"))"
+    grep -vE '^(step |\| )' "$log" | tail -n 40 | sed 's/^/  | /'
   fi
 else
   bad "./train_gpt2cu not built: training under Slurm not tested"

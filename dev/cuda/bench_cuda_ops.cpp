@@ -1,0 +1,48 @@
+// Per-op benchmark of the CUDA backend against the CPU backend on GPT-2 d12
+// shapes (B=4, T=64, plus attention at T=1024): the op harness's perf cases
+// (test/backend/cases.cpp), timed with the harness's time_case (median of
+// repeated runs after warm-up, each followed by Backend::synchronize).
+//
+// Only the nvcc build (`make bench-cuda`, on a machine with a GPU) gives GPU
+// numbers; the emulated build (build/dev/cuda/bench_cuda_ops_emu) exists to
+// prove the program links and runs (`--smoke`: the first few cases, with a tiny
+// time budget).
+#include <cstdio>
+#include <cstring>
+#include <exception>
+#include <string>
+
+#include "kernels/cuda_backend.h"
+#include "test/backend/harness.h"
+
+int main(int argc, char** argv) {
+  using namespace gpt2;
+  try {
+    bool smoke = false;
+    std::string filter;
+    for (int i = 1; i < argc; i++) {
+      if (std::strcmp(argv[i], "--smoke") == 0) smoke = true;
+      else filter = argv[i];
+    }
+    auto cpu = make_cpu_backend(0);
+    auto cuda = make_cuda_backend(0);
+    const double budget = smoke ? 0.0 : 0.5;  // seconds per case and backend
+    std::printf("%-30s %-36s %12s %12s %8s %10s\n", "op", "shape", "cpu(us)", "cuda(us)", "speedup",
+                "cuda GB/s");
+    int done = 0;
+    for (auto& c : optest::perf_cases(1234)) {
+      if (!filter.empty() && c->op().find(filter) == std::string::npos) continue;
+      if (smoke && c->bytes() > 4e6) continue;  // the emulator runs ~20 M threads/s
+      const double t_cpu = optest::time_case(*c, *cpu, budget);
+      const double t_cuda = optest::time_case(*c, *cuda, budget);
+      std::printf("%-30s %-36s %12.1f %12.1f %8.2f %10.1f\n", c->op().c_str(), c->params().c_str(),
+                  t_cpu * 1e6, t_cuda * 1e6, t_cpu / t_cuda, c->bytes() / t_cuda * 1e-9);
+      std::fflush(stdout);
+      if (smoke && ++done >= 3) break;
+    }
+    return 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,75 @@
+# kernels/: the CUDA backend (kernels/*.cuh + kernels/cuda_backend.cu), its tests
+# (test/backend_cuda/) and benchmark (dev/cuda/). docs/kernels.md describes them.
+#
+#   build/libbackend_cuda_emu.a   the backend compiled by g++ against emu/ (-O2);
+#                                 link with $(EMU_LIB) $(EMU_LIBS)
+#   make kernels-nvcc             nvcc compile check for sm_80 + sm_90, --resource-usage
+#                                 report in build/kernels/nvcc_resource_usage.txt
+#   make bench-cuda               per-op CUDA vs CPU timing, built with nvcc (needs a GPU)
+
+KERNELS_CUDA_SRC     := kernels/cuda_backend.cu
+KERNELS_CUDA_EMU_OBJ := $(BUILD)/kernels/emu/cuda_backend.o
+KERNELS_CUDA_EMU_LIB := $(BUILD)/libbackend_cuda_emu.a
+
+# -O2: the emulated kernels run in tests; the fibers dominate anyway.
+$(KERNELS_CUDA_EMU_OBJ): $(KERNELS_CUDA_SRC)
+	@mkdir -p $(@D)
+	$(CXX) $(CPPFLAGS) $(EMU_CUDA_INC) $(CXXSTD) -O2 -g $(WARN) -fopenmp -pthread -x c++ -c $< -o $@
+
+$(KERNELS_CUDA_EMU_LIB): $(KERNELS_CUDA_EMU_OBJ)
+	@mkdir -p $(@D)
+	$(AR) rcs $@ $^
+
+# ---- tests (emulation; the ASan variant instruments the backend, the tests and the harness) ----
+KCUDA_TEST_SRCS := $(sort $(wildcard test/backend_cuda/*.cpp))
+KCUDA_HARNESS   := test/backend/harness.cpp test/backend/cases.cpp
+KCUDA_TEST      := $(BUILD)/test/backend_cuda/backend_cuda_test
+KCUDA_ASAN_TEST := $(BUILD)/test/backend_cuda/backend_cuda_asan_test
+
+$(KCUDA_TEST): $(KCUDA_TEST_SRCS:%.cpp=$(BUILD)/%.o) $(KCUDA_HARNESS:%.cpp=$(BUILD)/%.o) \
+               $(KERNELS_CUDA_EMU_LIB) $(BUILD)/libmodel.a $(BACKEND_CPU_LIB) $(EMU_LIB)
+	@mkdir -p $(@D)
+	$(CXX) $(LDFLAGS) $^ $(EMU_LIBS) $(BACKEND_CPU_LDLIBS) -lgtest -lgtest_main -o $@
+
+$(KCUDA_ASAN_TEST): $(KCUDA_TEST_SRCS:%.cpp=$(BUILD)/asan/%.o) $(KCUDA_HARNESS:%.cpp=$(BUILD)/asan/%.o) \
+                    $(BUILD)/asan/kernels/cuda_backend.cu.o $(BUILD)/libmodel.a $(BACKEND_CPU_LIB) $(EMU_ASAN_LIB)
+	@mkdir -p $(@D)
+	$(CXX) -fsanitize=address $(LDFLAGS) $^ $(EMU_LIBS) $(BACKEND_CPU_LDLIBS) -lgtest -lgtest_main -o $@
+
+TESTS        += $(KCUDA_TEST) $(KCUDA_ASAN_TEST)
+TEST_SCRIPTS += test/backend_cuda/random_order_test.sh test/backend_cuda/nvcc_compile_test.sh
+
+# ---- nvcc compile check: one translation unit holds every kernel, one invocation per arch -------
+KERNELS_NVCC_OBJS := $(foreach arch,$(EMU_NVCC_ARCHS),$(BUILD)/nvcc/$(arch)/kernels/cuda_backend.o)
+KERNELS_RESOURCE_USAGE := $(BUILD)/kernels/nvcc_resource_usage.txt
+
+$(KERNELS_RESOURCE_USAGE): $(KERNELS_NVCC_OBJS)
+	@mkdir -p $(@D)
+	@for o in $^; do echo "== $$o"; grep -E "Compiling entry|Used [0-9]+ registers|stack frame" $${o%.o}.resource.txt \
+	  | sed -E "s/.*Compiling entry function '([^']+)' for '([^']+)'.*/\2 \1/" | c++filt; done > $@
+	@echo "resource usage -> $@"
+
+kernels-nvcc: $(KERNELS_RESOURCE_USAGE)
+
+# ---- benchmark: the harness's GPT-2 d12 perf cases on the CPU and CUDA backends ------------------
+# The emulated build only proves it links; timings mean something only from the nvcc build.
+KCUDA_BENCH_EMU := $(BUILD)/dev/cuda/bench_cuda_ops_emu
+KCUDA_BENCH_GPU := $(BUILD)/dev/cuda/bench_cuda_ops
+$(KCUDA_BENCH_EMU): $(BUILD)/dev/cuda/bench_cuda_ops.o $(KCUDA_HARNESS:%.cpp=$(BUILD)/%.o) \
+                    $(KERNELS_CUDA_EMU_LIB) $(BACKEND_CPU_LIB) $(EMU_LIB)
+	@mkdir -p $(@D)
+	$(CXX) $(LDFLAGS) $^ $(EMU_LIBS) $(BACKEND_CPU_LDLIBS) -o $@
+
+KCUDA_GPU_ARCH ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90
+$(KCUDA_BENCH_GPU): dev/cuda/bench_cuda_ops.cpp $(KERNELS_CUDA_SRC) $(KCUDA_HARNESS) $(BACKEND_CPU_LIB)
+	@mkdir -p $(@D)
+	$(NVCC) -std=c++17 -O3 -I. $(KCUDA_GPU_ARCH) -Xcompiler -fopenmp $(KERNELS_CUDA_SRC) \
+	  dev/cuda/bench_cuda_ops.cpp $(KCUDA_HARNESS) $(BACKEND_CPU_LIB) -lcublasLt -lcublas \
+	  $(BACKEND_CPU_LDLIBS) -lgomp -o $@
+
+bench-cuda: $(KCUDA_BENCH_GPU)
+	$(KCUDA_BENCH_GPU)
+
+TEST_PREREQS += $(KCUDA_BENCH_EMU)
+
+.PHONY: kernels-nvcc bench-cuda
