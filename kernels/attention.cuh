@@ -195,12 +195,12 @@ void attention_backward(cublasHandle_t blas, T* dqkv, float* scratch, float* wor
   const cudaDataType_t type = cuda_data_type<T>();
   gemm_rm_batched(blas, false, true, T_, T_, hs, 1.0f, type, dy, hs, sh, v, hs, sh, 0.0f,
                   CUDA_R_32F, dp, T_, st, heads);
-  if (sizeof(T) == sizeof(float))
+  if constexpr (std::is_same<T, float>::value)
     gemm_rm_batched(blas, true, false, T_, hs, T_, 1.0f, type, att, T_, st, dy, hs, sh, 0.0f, type,
                     dv, hs, sh, heads);
   const float scale = 1.0f / sqrtf(static_cast<float>(hs));
   const int rows = B * NH * T_, rows_per_block = block / kWarpSize;
-  if (sizeof(T) == sizeof(float)) {
+  if constexpr (std::is_same<T, float>::value) {
     auto softmax_backward = causal_softmax_backward_kernel<T, T>;
     LAUNCH_KERNEL(softmax_backward, ceil_div(rows, rows_per_block), block, 0, stream, ds, dp, att,
                   rows, T_, scale);
@@ -232,7 +232,7 @@ void attention_backward(cublasHandle_t blas, T* dqkv, float* scratch, float* wor
   auto merge = merge_heads_kernel<T, T>;
   LAUNCH_KERNEL(merge, grid, block, 0, stream, dqkv, 3 * C, dq, B, T_, NH, hs);
   LAUNCH_KERNEL(merge, grid, block, 0, stream, dqkv + C, 3 * C, dk, B, T_, NH, hs);
-  if (sizeof(T) == sizeof(float))
+  if constexpr (std::is_same<T, float>::value)
     LAUNCH_KERNEL(merge, grid, block, 0, stream, dqkv + 2 * C, 3 * C, dv, B, T_, NH, hs);
 }
 

@@ -15,9 +15,10 @@
 //
 // Workspace: a backend-owned device buffer, grown on demand, for what an op
 // needs beyond its arguments (attention's per-head copies of q/k/v, which
-// depend on C that the seam's size queries do not get; column-sum partials of
-// the layernorm and bias gradients). Growing frees the old buffer, which
-// waits for queued work (cudaFree synchronises).
+// depend on C that the seam's size queries do not get, and in bf16 mode its
+// fp32 scores; column-sum partials of the layernorm and bias gradients; in
+// bf16 mode the encoder's fp32 dwte shadow). Growing frees the old buffer,
+// which waits for queued work (cudaFree synchronises).
 #include <cstdint>
 #include <stdexcept>
 #include <string>
@@ -459,6 +460,15 @@ class CudaBackend final : public Backend {
 };
 
 }  // namespace
+
+int cuda_device_count() {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) {
+    cudaGetLastError();  // clear the sticky "no device / no driver" error
+    return 0;
+  }
+  return count;
+}
 
 std::unique_ptr<Backend> make_cuda_backend(int device) {
   return make_cuda_backend(device, CudaBackendOptions{});

@@ -28,6 +28,10 @@ struct CudaBackendOptions {
   size_t cublaslt_workspace_bytes = size_t{32} << 20;
 };
 
+// Visible CUDA devices; 0 when there is no GPU or no usable driver (never throws),
+// so `--device auto` can fall back to the CPU backend.
+int cuda_device_count();
+
 // Throws std::runtime_error when the device does not exist.
 std::unique_ptr<Backend> make_cuda_backend(int device);
 std::unique_ptr<Backend> make_cuda_backend(int device, const CudaBackendOptions& options);

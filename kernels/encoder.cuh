@@ -96,20 +96,20 @@ void encoder_backward(T* dwte, T* dwpe, float* shadow, const T* dout, const int*
   LAUNCH_KERNEL(wpe_kernel, ceil_div(static_cast<size_t>(T_) * C, block), block, 0, stream, dwpe,
                 dout, B, T_, C);
   const size_t n = static_cast<size_t>(B) * T_ * C;
-  if (sizeof(T) == sizeof(float)) {
+  if constexpr (std::is_same<T, float>::value) {
     auto wte_kernel = encoder_backward_wte_kernel<T, T>;
     LAUNCH_KERNEL(wte_kernel, ceil_div(n, block), block, 0, stream, dwte, dout, tokens, B, T_, C,
                   V);
-    return;
+  } else {
+    auto shadow_kernel = encoder_wte_shadow_kernel<T>;
+    auto wte_kernel = encoder_backward_wte_kernel<float, T>;
+    LAUNCH_KERNEL(shadow_kernel, ceil_div(n, block), block, 0, stream, shadow, dwte, tokens, B, T_,
+                  C, V, true);
+    LAUNCH_KERNEL(wte_kernel, ceil_div(n, block), block, 0, stream, shadow, dout, tokens, B, T_, C,
+                  V);
+    LAUNCH_KERNEL(shadow_kernel, ceil_div(n, block), block, 0, stream, shadow, dwte, tokens, B, T_,
+                  C, V, false);
   }
-  auto shadow_kernel = encoder_wte_shadow_kernel<T>;
-  auto wte_kernel = encoder_backward_wte_kernel<float, T>;
-  LAUNCH_KERNEL(shadow_kernel, ceil_div(n, block), block, 0, stream, shadow, dwte, tokens, B, T_,
-                C, V, true);
-  LAUNCH_KERNEL(wte_kernel, ceil_div(n, block), block, 0, stream, shadow, dout, tokens, B, T_, C,
-                V);
-  LAUNCH_KERNEL(shadow_kernel, ceil_div(n, block), block, 0, stream, shadow, dwte, tokens, B, T_,
-                C, V, false);
 }
 
 }  // namespace kern

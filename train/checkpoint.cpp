@@ -80,17 +80,20 @@ void write_state_file(const std::string& path, const TrainState& s) {
   w.put(s.seed);
   w.put(s.sample_rng);
   w.put(s.nan_skips);
+  w.put(static_cast<uint64_t>(s.master.size()));
   w.put(static_cast<uint64_t>(s.loader_state.size()));
   w.put_bytes(s.loader_state.data(), s.loader_state.size());
   const uint64_t n = s.shard_end - s.shard_begin;
-  if (s.m.size() != n || s.v.size() != n)
-    throw std::runtime_error(path + ": optimizer moments do not match the shard size");
-  const uint64_t checksum = fnv1a64(w.bytes().data(), w.bytes().size(),
-                                    fnv1a64(s.m.data(), n * 4, fnv1a64(s.v.data(), n * 4)));
+  if (s.m.size() != n || s.v.size() != n || (!s.master.empty() && s.master.size() != n))
+    throw std::runtime_error(path + ": optimizer state does not match the shard size");
+  const uint64_t checksum =
+      fnv1a64(w.bytes().data(), w.bytes().size(),
+              fnv1a64(s.m.data(), n * 4, fnv1a64(s.v.data(), n * 4, fnv1a64(s.master.data(), s.master.size() * 4))));
   AtomicOutputFile out(path);
   out.write(w.bytes().data(), w.bytes().size());
   out.write(s.m.data(), n * sizeof(float));
   out.write(s.v.data(), n * sizeof(float));
+  out.write(s.master.data(), s.master.size() * sizeof(float));
   out.write(&checksum, sizeof(checksum));
   out.commit();
 }
@@ -130,6 +133,7 @@ TrainState read_state_file(const std::string& path) {
   s.seed = r.get<uint64_t>();
   s.sample_rng = r.get<uint64_t>();
   s.nan_skips = r.get<uint64_t>();
+  const uint64_t master_count = r.get<uint64_t>();
   const uint64_t loader_bytes = r.get<uint64_t>();
   if (loader_bytes > r.remaining()) throw std::runtime_error(path + ": truncated state file (loader state)");
   s.loader_state.resize(loader_bytes);
@@ -138,15 +142,20 @@ TrainState read_state_file(const std::string& path) {
     throw std::runtime_error(path + ": corrupt shard range");
   const uint64_t n = s.shard_end - s.shard_begin;
   const size_t header_bytes = all.size() - r.remaining();
-  if (r.remaining() != 2 * n * 4 + 8)
+  if (master_count != 0 && master_count != n) throw std::runtime_error(path + ": corrupt master weight count");
+  if (r.remaining() != (2 * n + master_count) * 4 + 8)
     throw std::runtime_error(path + ": size does not match its shard of " + std::to_string(n) +
                              " parameters (truncated or trailing data)");
   s.m.resize(n);
   s.v.resize(n);
+  s.master.resize(master_count);
   r.get_bytes(s.m.data(), n * 4);
   r.get_bytes(s.v.data(), n * 4);
+  r.get_bytes(s.master.data(), master_count * 4);
   const uint64_t stored = r.get<uint64_t>();
-  const uint64_t actual = fnv1a64(all.data(), header_bytes, fnv1a64(s.m.data(), n * 4, fnv1a64(s.v.data(), n * 4)));
+  const uint64_t actual =
+      fnv1a64(all.data(), header_bytes,
+              fnv1a64(s.m.data(), n * 4, fnv1a64(s.v.data(), n * 4, fnv1a64(s.master.data(), master_count * 4))));
   if (stored != actual) throw std::runtime_error(path + ": checksum mismatch (file is corrupt)");
   return s;
 }
@@ -225,9 +234,11 @@ void CheckpointDir::prune(int keep) const {
 }
 
 void load_resharded_moments(const CheckpointDir& ckpt, uint64_t step, uint32_t old_world, uint64_t begin,
-                            uint64_t end, std::vector<float>* m, std::vector<float>* v) {
+                            uint64_t end, std::vector<float>* m, std::vector<float>* v, std::vector<float>* master) {
   m->assign(end - begin, 0.0f);
   v->assign(end - begin, 0.0f);
+  master->assign(end - begin, 0.0f);
+  bool all_have_master = true;
   // Shards are contiguous and ascending in rank order (ZeRO-1/2); with stage 0
   // every rank holds everything. Either way, take each element from the first
   // state file that has it.
@@ -238,8 +249,12 @@ void load_resharded_moments(const CheckpointDir& ckpt, uint64_t step, uint32_t o
     if (s.shard_begin > next || lo >= hi) continue;
     std::copy(s.m.begin() + (lo - s.shard_begin), s.m.begin() + (hi - s.shard_begin), m->begin() + (lo - begin));
     std::copy(s.v.begin() + (lo - s.shard_begin), s.v.begin() + (hi - s.shard_begin), v->begin() + (lo - begin));
+    if (s.master.empty()) all_have_master = false;
+    else std::copy(s.master.begin() + (lo - s.shard_begin), s.master.begin() + (hi - s.shard_begin),
+                   master->begin() + (lo - begin));
     next = hi;
   }
+  if (!all_have_master) master->clear();
   const uint64_t covered = next - begin;
   if (covered != end - begin)
     throw std::runtime_error(ckpt.dir() + ": checkpoint step " + std::to_string(step) +

@@ -33,6 +33,7 @@ struct TrainState {
   uint64_t nan_skips = 0;
   std::vector<uint8_t> loader_state;
   std::vector<float> m, v;          // AdamW moments of [shard_begin, shard_end)
+  std::vector<float> master;        // fp32 master weights of the shard, empty for fp32 parameters
 };
 
 // Atomic, checksummed. Errors name the file.
@@ -64,8 +65,9 @@ class CheckpointDir {
 // Gathers the AdamW moments of [begin, end) from the state files of a
 // checkpoint written by `old_world` ranks (any ZeRO stage), so a run can
 // resume with a different world size or stage.
+// Master weights are gathered too when every state file has them (else `master` ends empty).
 void load_resharded_moments(const CheckpointDir& ckpt, uint64_t step, uint32_t old_world, uint64_t begin,
-                            uint64_t end, std::vector<float>* m, std::vector<float>* v);
+                            uint64_t end, std::vector<float>* m, std::vector<float>* v, std::vector<float>* master);
 
 }  // namespace gpt2
 

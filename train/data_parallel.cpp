@@ -20,7 +20,9 @@ DataParallel::DataParallel(Backend& backend, Communicator& comm, const ParamLayo
       num_params_(layout.total),
       plan_(zero_tensor_specs(layout), comm.world()) {
   if (zero_stage < 0 || zero_stage > 2) throw std::runtime_error("--zero-stage must be 0, 1 or 2");
-  if (comm.is_device_memory() == backend.is_host_memory())
+  // One rank moves no buffers through the communicator (stage 2's unit
+  // exchange still does; it is refused below for that case).
+  if (comm.world() > 1 && comm.is_device_memory() == backend.is_host_memory())
     throw std::runtime_error("communicator (" + comm.name() + ") and backend (" + backend.name() +
                              ") disagree on where memory lives");
   if (stage_ == 0) {
@@ -31,6 +33,8 @@ DataParallel::DataParallel(Backend& backend, Communicator& comm, const ParamLayo
     opt_begin_ = std::min(s.begin, num_params_);
     opt_end_ = std::min(s.end, num_params_);
   }
+  if (stage_ == 2 && comm.is_device_memory() == backend.is_host_memory())
+    throw std::runtime_error("--zero-stage 2 on the " + backend.name() + " backend needs a communicator for its memory");
   if (stage_ == 2) {
     shard_grads_ = backend_.alloc(plan_.shard_size(), BufferRole::kGrads);
     backend_.zero(shard_grads_);

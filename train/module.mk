@@ -11,8 +11,40 @@ $(TRAIN_LIB): $(TRAIN_SRCS:%.cpp=$(BUILD)/%.o)
 TRAINER_LIBS := $(TRAIN_LIB) $(MODEL_LIB) $(BACKEND_CPU_LIB) $(DATALOADER_LIB) $(TOKENIZER_LIB) $(DIST_LIB)
 TRAINER_LDLIBS := $(BACKEND_CPU_LDLIBS) $(TOKENIZER_LDLIBS) $(MPI_LDLIBS)
 
+# With nvcc present, train_gpt2cu also carries the CUDA backend (kernels/, fat
+# binary for sm_80 + sm_90) and picks it at run time when a GPU is visible
+# (--device auto); without nvcc it is the CPU trainer. The trainer source is
+# compiled a second time with GPT2_WITH_CUDA for the CUDA-capable variants.
+TRAINER_CUDA_OBJ := $(BUILD)/with_cuda/train/trainer.o
+$(TRAINER_CUDA_OBJ): train/trainer.cpp
+	@mkdir -p $(@D)
+	$(CXX) $(CPPFLAGS) $(CXXFLAGS) -DGPT2_WITH_CUDA -c $< -o $@
+TRAIN_LIB_NO_LOOP := $(BUILD)/libtrain_parts.a
+$(TRAIN_LIB_NO_LOOP): $(patsubst %.cpp,$(BUILD)/%.o,$(filter-out train/trainer.cpp,$(TRAIN_SRCS)))
+	@mkdir -p $(@D)
+	$(AR) rcs $@ $^
+TRAINER_CUDA_LIBS := $(TRAINER_CUDA_OBJ) $(TRAIN_LIB_NO_LOOP) $(filter-out $(TRAIN_LIB),$(TRAINER_LIBS))
+
+HAVE_NVCC := $(wildcard $(NVCC))
+ifneq ($(HAVE_NVCC),)
+CUDA_GENCODE ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90
+TRAINER_CUDA_BACKEND_OBJ := $(BUILD)/nvcc/fat/kernels/cuda_backend.o
+$(TRAINER_CUDA_BACKEND_OBJ): kernels/cuda_backend.cu $(wildcard kernels/*.cuh kernels/*.h emu/cuda.cuh backend/backend.h)
+	@mkdir -p $(@D)
+	$(NVCC) -std=c++17 -O3 -I. $(CUDA_GENCODE) -Xcompiler -fPIC -c $< -o $@
+train_gpt2cu: $(BUILD)/train_gpt2.cu.o $(TRAINER_CUDA_BACKEND_OBJ) $(TRAINER_CUDA_LIBS)
+	$(CXX) $(LDFLAGS) -o $@ $< $(TRAINER_CUDA_BACKEND_OBJ) $(TRAINER_CUDA_LIBS) $(TRAINER_LDLIBS) \
+	  -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcublas -lcudart
+else
 train_gpt2cu: $(BUILD)/train_gpt2.cu.o $(TRAINER_LIBS)
 	$(CXX) $(LDFLAGS) -o $@ $< $(TRAINER_LIBS) $(TRAINER_LDLIBS)
+endif
+
+# The same trainer with the CUDA backend running on the emulator: executes the
+# CUDA backend through the real training loop in tests (--device cuda).
+TRAINER_EMU := $(BUILD)/train_gpt2cu_emu
+$(TRAINER_EMU): $(BUILD)/train_gpt2.cu.o $(KERNELS_CUDA_EMU_LIB) $(TRAINER_CUDA_LIBS) $(EMU_LIB)
+	$(CXX) $(LDFLAGS) -o $@ $< $(TRAINER_CUDA_LIBS) $(KERNELS_CUDA_EMU_LIB) $(EMU_LIB) $(TRAINER_LDLIBS) $(EMU_LIBS)
 
 BINS += train_gpt2cu
 
@@ -29,8 +61,8 @@ $(TORCH_COMPARE_TEST): $(BUILD)/test/e2e/torch_compare_test.o $(TRAINER_LIBS)
 	$(CXX) $(LDFLAGS) -o $@ $< $(TRAINER_LIBS) $(TRAINER_LDLIBS) -lgtest -lgtest_main
 
 TESTS += $(TRAIN_UNIT_TEST) $(TORCH_COMPARE_TEST)
-TEST_SCRIPTS += test/e2e/resume_test.sh test/e2e/trainer_cli_test.sh
-TEST_PREREQS += train_gpt2cu
+TEST_SCRIPTS += test/e2e/resume_test.sh test/e2e/trainer_cli_test.sh test/e2e/cuda_emu_train_test.sh
+TEST_PREREQS += train_gpt2cu $(TRAINER_EMU)
 
 # ---- benchmark: `make bench` (dev/train/bench.sh: ours vs PyTorch, MFU) ------------
 BENCH_TRAIN_STEP := $(BUILD)/dev/train/bench_train_step

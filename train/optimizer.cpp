@@ -18,6 +18,15 @@ AdamW::AdamW(Backend& backend, const ParamLayout& layout, size_t begin, size_t e
 AdamW::~AdamW() {
   backend_.free(m_);
   backend_.free(v_);
+  if (!master_.empty()) backend_.free(master_);
+}
+
+void AdamW::attach_master(Tensor params) {
+  if (params.elem_bytes == 4 || numel() == 0) return;
+  if (master_.empty()) master_ = backend_.alloc(numel(), BufferRole::kOptimizer);
+  std::vector<float> host(numel());
+  backend_.download(host.data(), params.slice(begin_, numel()));  // widened exactly
+  backend_.upload(master_, host.data());
 }
 
 void AdamW::step(Tensor params, Tensor shard_grads, float lr, float grad_scale, int t, const AdamWHyper& h) {
@@ -28,25 +37,29 @@ void AdamW::step(Tensor params, Tensor shard_grads, float lr, float grad_scale, 
     if (lo >= hi) continue;
     const size_t n = hi - lo, rel = lo - begin_;
     const float wd = ParamLayout::decays(k) ? h.weight_decay : 0.0f;
-    backend_.adamw_update(params.slice(lo, n), Tensor{}, shard_grads.slice(rel, n), m_.slice(rel, n),
+    backend_.adamw_update(params.slice(lo, n), master_.empty() ? Tensor{} : master_.slice(rel, n),
+                          shard_grads.slice(rel, n), m_.slice(rel, n),
                           v_.slice(rel, n), lr, h.beta1, h.beta2, h.eps, wd, grad_scale, t);
   }
 }
 
-void AdamW::get_state(std::vector<float>* m, std::vector<float>* v) const {
+void AdamW::get_state(std::vector<float>* m, std::vector<float>* v, std::vector<float>* master) const {
   m->resize(numel());
   v->resize(numel());
+  master->resize(has_master() ? numel() : 0);
   if (numel() == 0) return;
   backend_.download(m->data(), m_.slice(0, numel()));
   backend_.download(v->data(), v_.slice(0, numel()));
+  if (has_master()) backend_.download(master->data(), master_);
 }
 
-void AdamW::set_state(const std::vector<float>& m, const std::vector<float>& v) {
-  if (m.size() != numel() || v.size() != numel())
+void AdamW::set_state(const std::vector<float>& m, const std::vector<float>& v, const std::vector<float>& master) {
+  if (m.size() != numel() || v.size() != numel() || (!master.empty() && master.size() != numel()))
     throw std::runtime_error("AdamW: optimizer state size mismatch");
   if (numel() == 0) return;
   backend_.upload(m_.slice(0, numel()), m.data());
   backend_.upload(v_.slice(0, numel()), v.data());
+  if (!master.empty() && has_master()) backend_.upload(master_, master.data());
 }
 
 }  // namespace gpt2

@@ -23,6 +23,12 @@ class AdamW {
   AdamW(const AdamW&) = delete;
   AdamW& operator=(const AdamW&) = delete;
 
+  // Backends that store parameters below fp32 (bf16) get an fp32 master copy
+  // of [begin, end), initialised from `params`; AdamW updates the master and
+  // rounds it into params. A no-op for fp32 parameters.
+  void attach_master(Tensor params);
+  bool has_master() const { return !master_.empty(); }
+
   // params: the full parameter buffer; shard_grads: gradients of [begin, end)
   // (element 0 = parameter `begin`). t is the 1-based step for bias correction.
   void step(Tensor params, Tensor shard_grads, float lr, float grad_scale, int t, const AdamWHyper& h);
@@ -30,16 +36,17 @@ class AdamW {
   size_t begin() const { return begin_; }
   size_t end() const { return end_; }
   size_t numel() const { return end_ - begin_; }
-  size_t state_bytes() const { return 2 * numel() * sizeof(float); }
-  // Host copies of the moments, for checkpoints.
-  void get_state(std::vector<float>* m, std::vector<float>* v) const;
-  void set_state(const std::vector<float>& m, const std::vector<float>& v);
+  size_t state_bytes() const { return (has_master() ? 3 : 2) * numel() * sizeof(float); }
+  // Host copies of the moments (and master weights, empty without), for checkpoints.
+  void get_state(std::vector<float>* m, std::vector<float>* v, std::vector<float>* master) const;
+  // `master` may be empty: keep the master attached from the parameters.
+  void set_state(const std::vector<float>& m, const std::vector<float>& v, const std::vector<float>& master);
 
  private:
   Backend& backend_;
   const ParamLayout layout_;
   size_t begin_, end_;
-  Tensor m_, v_;
+  Tensor m_, v_, master_;
 };
 
 }  // namespace gpt2

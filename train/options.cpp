@@ -121,6 +121,7 @@ const std::vector<OptionSpec>& option_table() {
       {"log-jsonl", 0, "PATH", "append one JSON object per step and per evaluation", STR(log_jsonl)},
       // system
       {"device", 0, "auto|cpu|cuda", "auto = CUDA when a GPU is present, else CPU [auto]", [](TrainOptions& o, const char* v) { o.device = choice("device", v, {"auto", "cpu", "cuda"}); }, [](const TrainOptions& o) { return o.device; }},
+      {"dtype", 0, "fp32|bf16", "CUDA: parameter/activation storage; bf16 keeps fp32 master weights and moments [fp32]", [](TrainOptions& o, const char* v) { o.dtype = choice("dtype", v, {"fp32", "bf16"}); }, [](const TrainOptions& o) { return o.dtype; }},
       {"threads", 0, "N", "CPU threads; 0 = OpenMP default [0]", INT(threads, "threads", 0, 4096)},
       {"zero-stage", 0, "0|1|2", "ZeRO: 0 all-reduce, 1 shard optimizer state, 2 also shard gradients [0]", INT(zero_stage, "zero-stage", 0, 2)},
   };

@@ -49,6 +49,7 @@ struct TrainOptions {
   std::string log_jsonl;
   // system
   std::string device = "auto";        // auto | cpu | cuda
+  std::string dtype = "fp32";         // fp32 | bf16 (CUDA: bf16 storage, fp32 master weights)
   int threads = 0;                    // 0: OpenMP default
   int zero_stage = 0;                 // 0 | 1 | 2
 };

@@ -9,6 +9,9 @@
 #include <vector>
 
 #include "backend/backend.h"
+#ifdef GPT2_WITH_CUDA
+#include "kernels/cuda_backend.h"
+#endif
 #include "dataloader/dataloader.h"
 #include "dist/comm.h"
 #include "dist/preempt.h"
@@ -34,11 +37,26 @@ double seconds_since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
-std::unique_ptr<Backend> make_backend(const TrainOptions& o) {
+// --device: cpu; cuda (an error without a GPU); auto = CUDA when this binary
+// has the CUDA backend and a GPU is visible, else CPU. Each rank takes the GPU
+// of its local rank.
+std::unique_ptr<Backend> make_backend(const TrainOptions& o, const DistContext& dist) {
+  if (o.device == "cpu") return make_cpu_backend(o.threads);
+#ifdef GPT2_WITH_CUDA
+  const int gpus = cuda_device_count();
+  if (gpus > 0) {
+    if (dist.world > 1)
+      throw std::runtime_error("multi-rank training on the CUDA backend needs the NCCL communicator, which is "
+                               "not implemented yet (use --device cpu for multi-rank runs)");
+    CudaBackendOptions co;
+    co.bf16 = o.dtype == "bf16";
+    return make_cuda_backend(dist.local_rank % gpus, co);
+  }
+  if (o.device == "cuda") throw std::runtime_error("--device cuda: no CUDA device is visible");
+#else
   if (o.device == "cuda")
-    throw std::runtime_error("--device cuda: this build has no CUDA backend yet (use --device cpu or auto)");
-  // auto: CUDA when a GPU is present and the CUDA backend is built; today the
-  // CPU backend is the only one compiled in.
+    throw std::runtime_error("--device cuda: this binary was built without the CUDA backend (nvcc not found at build time)");
+#endif
   return make_cpu_backend(o.threads);
 }
 
@@ -71,7 +89,9 @@ int run_training(const TrainOptions& opts, const DistContext& dist, Communicator
   const int world = dist.world, rank = dist.rank;
 
   // ---- backend and model ----------------------------------------------------
-  std::unique_ptr<Backend> backend = make_backend(opts);
+  std::unique_ptr<Backend> backend = make_backend(opts, dist);
+  if (opts.dtype == "bf16" && backend->name() == "cpu")
+    throw std::runtime_error("--dtype bf16 needs the CUDA backend (the CPU backend is the fp32 reference)");
   bool from_file = false;
   const GPT2Config cfg = requested_config(opts, &from_file);
   const int B = opts.batch_size;
@@ -171,9 +191,10 @@ int run_training(const TrainOptions& opts, const DistContext& dist, Communicator
                                "; this run has B=" + std::to_string(B) + " T=" + std::to_string(T) +
                                " total-batch-tokens=" + std::to_string(total_batch));
     model.set_parameters(mf.params);
-    std::vector<float> m, v;
-    load_resharded_moments(*ckpt, step, old_world, optimizer.begin(), optimizer.end(), &m, &v);
-    optimizer.set_state(m, v);
+    std::vector<float> m, v, master;
+    load_resharded_moments(*ckpt, step, old_world, optimizer.begin(), optimizer.end(), &m, &v, &master);
+    optimizer.attach_master(model.params());
+    optimizer.set_state(m, v, master);
     train_loader.load_state(st.loader_state);
     sample_rng.set_state(st.sample_rng);
     nan_skips = st.nan_skips;
@@ -187,6 +208,7 @@ int run_training(const TrainOptions& opts, const DistContext& dist, Communicator
     } else {
       model.init_random(opts.seed);
     }
+    optimizer.attach_master(model.params());
   }
 
   // ---- banner -----------------------------------------------------------------
@@ -264,7 +286,7 @@ int run_training(const TrainOptions& opts, const DistContext& dist, Communicator
     st.sample_rng = sample_rng.state();
     st.nan_skips = nan_skips;
     st.loader_state = train_loader.save_state();
-    optimizer.get_state(&st.m, &st.v);
+    optimizer.get_state(&st.m, &st.v, &st.master);
     write_state_file(ckpt->state_path(step, rank), st);
     comm.barrier();  // every rank's files are durable before the marker
     if (main_rank) {

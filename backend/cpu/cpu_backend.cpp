@@ -57,11 +57,23 @@ size_t sz(long a, long b = 1, long c = 1) {
   return static_cast<size_t>(a) * static_cast<size_t>(b) * static_cast<size_t>(c);
 }
 
+// GPT2_CPU_GEMM_THREADING=openblas selects OpenBLAS's own thread pool for the
+// GEMMs instead of the default OpenMP split (blas.cpp explains both); a knob for
+// benchmarking the two on a given machine, read once per backend.
+cpu::GemmThreading gemm_threading_from_env() {
+  const char* v = std::getenv("GPT2_CPU_GEMM_THREADING");
+  if (v == nullptr || *v == '\0' || std::string(v) == "split")
+    return cpu::GemmThreading::kOpenMpSplit;
+  if (std::string(v) == "openblas") return cpu::GemmThreading::kOpenBlas;
+  throw std::runtime_error(std::string("backend/cpu: GPT2_CPU_GEMM_THREADING=") + v +
+                           " (expected split or openblas)");
+}
+
 class CpuBackend final : public Backend {
  public:
   explicit CpuBackend(int threads) {
     ex_.threads = cpu::resolve_threads(threads);
-    ex_.gemm = cpu::GemmThreading::kOpenMpSplit;
+    ex_.gemm = gemm_threading_from_env();
   }
 
   std::string name() const override { return "cpu"; }

@@ -61,6 +61,16 @@ TEST(StateFile, RoundTrip) {
   EXPECT_EQ(r.v, s.v);
 }
 
+TEST(StateFile, MasterWeightsRoundTrip) {
+  const std::string d = temp_dir("master");
+  TrainState s = sample_state(0, 20, 0, 1);
+  for (int i = 0; i < 20; i++) s.master.push_back(0.25f * i);
+  write_state_file(d + "/s.bin", s);
+  TrainState r = read_state_file(d + "/s.bin");
+  EXPECT_EQ(r.master, s.master);
+  EXPECT_EQ(r.m, s.m);
+}
+
 TEST(StateFile, CorruptionIsDetected) {
   const std::string d = temp_dir("corrupt");
   const std::string path = d + "/s.bin";
@@ -106,7 +116,9 @@ TEST(CheckpointDir, MarkersPruneAndReshard) {
 
   // Re-shard for 3 ranks: rank 1 of 3 owns [34, 68).
   std::vector<float> m, v;
-  load_resharded_moments(ck, 15, 2, 34, 68, &m, &v);
+  std::vector<float> master;
+  load_resharded_moments(ck, 15, 2, 34, 68, &m, &v, &master);
+  EXPECT_TRUE(master.empty());  // fp32 run: no master weights
   ASSERT_EQ(m.size(), 34u);
   for (size_t i = 0; i < m.size(); i++) {
     EXPECT_EQ(m[i], static_cast<float>(34 + i));
@@ -114,7 +126,7 @@ TEST(CheckpointDir, MarkersPruneAndReshard) {
   }
   // Losing a rank's file is an error, not silent zeros.
   std::remove(ck.state_path(10, 1).c_str());
-  EXPECT_THROW(load_resharded_moments(ck, 10, 2, 0, 100, &m, &v), std::runtime_error);
+  EXPECT_THROW(load_resharded_moments(ck, 10, 2, 0, 100, &m, &v, &master), std::runtime_error);
 
   ck.prune(2);
   EXPECT_EQ(ck.complete_steps(), (std::vector<uint64_t>{10, 15}));
