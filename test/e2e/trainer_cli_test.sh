@@ -42,7 +42,7 @@ check no-data 1 "nonexistent.*(no file|match)" -- ./train_gpt2cu "${tiny[@]}" --
 check ids-out-of-range 1 "tok.bin" -- ./train_gpt2cu "${tiny[@]/vocab_size=256/vocab_size=100}"
 check batch-not-multiple 1 "not a multiple of B\*T\*world" -- ./train_gpt2cu "${tiny[@]}" --total-batch-tokens 100
 check seq-over-max 0 "capped to the model's max_seq 32" -- ./train_gpt2cu "${tiny[@]}" -T 64 --max-steps 1
-check cuda-unavailable 1 "no CUDA backend" -- ./train_gpt2cu "${tiny[@]}" --device cuda
+check cuda-unavailable 1 "--device cuda: (no CUDA device is visible|this binary was built without the CUDA backend)" -- ./train_gpt2cu "${tiny[@]}" --device cuda
 check model-missing 1 "missing.bin: cannot open" -- ./train_gpt2cu --device cpu --model "$work/missing.bin" --train-data "$work/tok.bin"
 
 # Checkpoints: every 2 steps, keep 2, final model.bin; no temp files left.
