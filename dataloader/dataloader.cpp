@@ -58,28 +58,7 @@ uint64_t fnv1a(uint64_t h, const void* data, size_t n) {
 
 }  // namespace
 
-// ---------------------------------------------------------------- RNG
-
-uint64_t SplitMix64::next() {
-  state_ += 0x9E3779B97F4A7C15ULL;
-  return mix64(state_);
-}
-
-uint64_t SplitMix64::below(uint64_t n) {
-  // Lemire's multiply-shift with rejection of the biased low range.
-  unsigned __int128 m = static_cast<unsigned __int128>(next()) * n;
-  uint64_t low = static_cast<uint64_t>(m);
-  if (low < n) {
-    const uint64_t threshold = (0 - n) % n;
-    while (low < threshold) {
-      m = static_cast<unsigned __int128>(next()) * n;
-      low = static_cast<uint64_t>(m);
-    }
-  }
-  return static_cast<uint64_t>(m >> 64);
-}
-
-std::vector<uint64_t> random_permutation(uint64_t n, SplitMix64& rng) {
+std::vector<uint64_t> random_permutation(uint64_t n, Rng& rng) {
   std::vector<uint64_t> p(n);
   for (uint64_t i = 0; i < n; ++i) p[i] = i;
   for (uint64_t i = n; i > 1; --i) std::swap(p[i - 1], p[rng.below(i)]);
@@ -191,7 +170,7 @@ void DataLoader::reset() {
 
 void DataLoader::begin_epoch(uint64_t epoch) {
   if (options_.shuffle) {
-    SplitMix64 rng(derive_seed(options_.seed, epoch, kShardOrderStream, 0));
+    Rng rng(derive_seed(options_.seed, epoch, kShardOrderStream, 0));
     const std::vector<uint64_t> p = random_permutation(shards_.size(), rng);
     shard_order_.assign(p.begin(), p.end());
   } else {
@@ -216,7 +195,7 @@ void DataLoader::enter_shard() {
     shard.ids_checked = true;
   }
   if (options_.shuffle) {
-    SplitMix64 rng(derive_seed(options_.seed, epoch_, kWindowOrderStream, index));
+    Rng rng(derive_seed(options_.seed, epoch_, kWindowOrderStream, index));
     window_order_ = random_permutation(shard.windows, rng);
   } else {
     window_order_.clear();

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "dataloader/shard.h"
+#include "util/rng.h"
 
 namespace gpt2 {
 
@@ -36,19 +37,10 @@ struct DataLoaderOptions {
 // Throws when an entry matches nothing or a file is listed twice.
 std::vector<std::string> expand_shard_pattern(const std::string& pattern);
 
-// Deterministic RNG (splitmix64), identical on every platform and compiler, so
-// shuffled orders are reproducible across machines and resumes.
-class SplitMix64 {
- public:
-  explicit SplitMix64(uint64_t seed) : state_(seed) {}
-  uint64_t next();
-  uint64_t below(uint64_t n);  // uniform in [0, n), n > 0, unbiased (Lemire)
- private:
-  uint64_t state_;
-};
-
-// Fisher-Yates permutation of [0, n) drawn from `rng`.
-std::vector<uint64_t> random_permutation(uint64_t n, SplitMix64& rng);
+// Fisher-Yates permutation of [0, n) drawn from `rng` (util/rng.h: splitmix64,
+// identical on every platform and compiler, so shuffled orders are
+// reproducible across machines and resumes).
+std::vector<uint64_t> random_permutation(uint64_t n, Rng& rng);
 
 class DataLoader {
  public:

