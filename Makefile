@@ -52,7 +52,7 @@ $(BUILD)/%.cu.o: %.cu
 	@mkdir -p $(@D)
 	$(CXX) $(CPPFLAGS) $(CXXFLAGS) -x c++ -c $< -o $@
 
-test: $(TEST_PREREQS) $(TESTS)
+test: $(BINS) $(TEST_PREREQS) $(TESTS)
 	@scripts/run_tests.sh $(TESTS) -- $(TEST_SCRIPTS)
 
 clean:
