@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <stdexcept>
 #include <string>
@@ -169,6 +170,22 @@ TEST(Errors, BadArgumentsThrowNamingTheOp) {
   EXPECT_THROW(be->classifier_forward_backward(logits, losses, tok, 2, 4, 8, 1.0f),
                std::runtime_error);
   for (Tensor t : {wte, wpe, out, tok, qkv, saved, logits, losses}) be->free(t);
+}
+
+// The OpenBLAS-pool GEMM threading (GPT2_CPU_GEMM_THREADING=openblas) gives
+// the same answers as the default split; an unknown value is an error.
+TEST(GemmThreading, OpenBlasPoolMatchesReferenceAndBadValueThrows) {
+  ASSERT_EQ(setenv("GPT2_CPU_GEMM_THREADING", "bogus", 1), 0);
+  EXPECT_THROW(make_cpu_backend(2), std::runtime_error);
+  ASSERT_EQ(setenv("GPT2_CPU_GEMM_THREADING", "openblas", 1), 0);
+  auto be = make_cpu_backend(2);
+  unsetenv("GPT2_CPU_GEMM_THREADING");
+  for (const char* op : {"matmul_forward", "matmul_backward"}) {
+    for (const auto& c : optest::eval_cases(op, 5)) {
+      const CaseResult r = optest::eval_case(*c, *be, nullptr);
+      EXPECT_TRUE(r.ok) << c->op() << "(" << c->params() << "):\n" << r.detail;
+    }
+  }
 }
 
 // vexp(float) against fp64 exp over the range the ops use: <= 2 ulp.
