@@ -2,9 +2,15 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <stdexcept>
 
 namespace gpt2 {
+
+namespace {
+// ZeRO-2 exchanges units in slices of at most this many elements (16 MiB fp32).
+constexpr size_t kMaxExchangeSlice = size_t{1} << 22;
+}  // namespace
 
 std::vector<ParamTensorSpec> zero_tensor_specs(const ParamLayout& layout) {
   std::vector<ParamTensorSpec> specs;
@@ -38,10 +44,20 @@ DataParallel::DataParallel(Backend& backend, Communicator& comm, const ParamLayo
   if (stage_ == 2) {
     shard_grads_ = backend_.alloc(plan_.shard_size(), BufferRole::kGrads);
     backend_.zero(shard_grads_);
+    // The slice length must be the same on every rank (the slices are
+    // collectives), so it derives from the plan alone: the largest part any
+    // rank owns of any unit, capped.
     size_t most = 1;
     for (int u = 0; u < plan_.num_units(); u++)
-      most = std::max(most, plan_.unit(u).counts[static_cast<size_t>(comm.rank())]);
-    recv_ = backend_.alloc(most, BufferRole::kScratch);
+      for (size_t c : plan_.unit(u).counts) most = std::max(most, c);
+    // GPT2_ZERO2_SLICE_ELEMS overrides the cap (tests use it to force many slices).
+    size_t cap = kMaxExchangeSlice;
+    if (const char* env = std::getenv("GPT2_ZERO2_SLICE_ELEMS")) {
+      const long long v = std::atoll(env);
+      if (v < 1) throw std::runtime_error("GPT2_ZERO2_SLICE_ELEMS must be a positive element count");
+      cap = static_cast<size_t>(v);
+    }
+    recv_ = backend_.alloc(std::min(most, cap), BufferRole::kScratch);
   }
 }
 
@@ -60,21 +76,35 @@ std::function<void(int)> DataParallel::backward_hook(GPT2& model) {
 }
 
 // Stage 2: the unit's packed gradients (flat-buffer order == the plan's owner
-// order) are reduce-scattered; this rank adds its pieces into its shard.
+// order, so rank r's part is the packed range [start_r, start_r + counts[r]))
+// are reduce-scattered in slices of at most recv_.numel elements, which bounds
+// the receive buffer however large a unit is (GPT-2's tied wte gradient is a
+// third of the model); this rank adds what it receives into its shard.
 void DataParallel::reduce_unit(GPT2& model, int unit) {
   const UnitExchange& ex = plan_.unit(unit);
-  const size_t me = static_cast<size_t>(comm_.rank());
+  const size_t world = static_cast<size_t>(comm_.world()), me = static_cast<size_t>(comm_.rank());
   Tensor send = model.unit_grads(unit);
   if (send.numel != ex.numel) throw std::runtime_error("ZeRO-2: unit buffer size disagrees with the plan");
-  comm_.reduce_scatter_v(send.ptr, ex.counts[me] ? recv_.ptr : nullptr, ex.counts, DataType::kFloat32,
-                         ReduceOp::kAvg);
-  size_t at = 0;
-  for (size_t p = ex.first_piece_of_rank[me]; p < ex.first_piece_of_rank[me + 1]; p++) {
-    const ExchangePiece& piece = ex.pieces[p];
-    const size_t n = piece.global.size();
-    Tensor dst = shard_grads_.slice(piece.shard_offset, n);
-    backend_.residual_forward(dst, dst, recv_.slice(at, n), n);
-    at += n;
+  std::vector<size_t> start(world + 1, 0);
+  for (size_t r = 0; r < world; r++) start[r + 1] = start[r] + ex.counts[r];
+  std::vector<size_t> counts(world);
+  for (size_t a = 0; a < ex.numel; a += recv_.numel) {
+    const size_t b = std::min(ex.numel, a + recv_.numel);
+    for (size_t r = 0; r < world; r++)
+      counts[r] = std::max(start[r], std::min(b, start[r + 1])) - std::max(start[r], std::min(a, start[r + 1]));
+    comm_.reduce_scatter_v(send.slice(a, b - a).ptr, counts[me] ? recv_.ptr : nullptr, counts, DataType::kFloat32,
+                           ReduceOp::kAvg);
+    // Received: my packed positions [lo, hi); walk my pieces over them.
+    const size_t lo = std::max(a, start[me]), hi = std::min(b, start[me + 1]);
+    for (size_t p = ex.first_piece_of_rank[me]; p < ex.first_piece_of_rank[me + 1] && lo < hi; p++) {
+      const ExchangePiece& piece = ex.pieces[p];
+      const size_t p_lo = std::max(lo, piece.pack_offset);
+      const size_t p_hi = std::min(hi, piece.pack_offset + piece.global.size());
+      if (p_lo >= p_hi) continue;
+      const size_t n = p_hi - p_lo;
+      Tensor dst = shard_grads_.slice(piece.shard_offset + (p_lo - piece.pack_offset), n);
+      backend_.residual_forward(dst, dst, recv_.slice(p_lo - lo, n), n);
+    }
   }
 }
 
