@@ -30,6 +30,7 @@
 #include "kernels/classifier.cuh"
 #include "kernels/common.cuh"
 #include "kernels/cuda_backend.h"
+#include "backend/op_checks.h"
 #include "kernels/encoder.cuh"
 #include "kernels/gelu.cuh"
 #include "kernels/global_norm.cuh"
@@ -47,37 +48,7 @@ T* as(Tensor t) {
 }
 const int* i32(Tensor t) { return static_cast<const int*>(t.ptr); }
 
-// Checks that t holds at least numel elements of elem_bytes each.
-void need(const Tensor& t, size_t numel, const char* op, const char* arg, uint32_t elem_bytes) {
-  if (t.ptr == nullptr && numel > 0)
-    throw std::runtime_error(std::string("backend/cuda: ") + op + ": " + arg + " is empty");
-  if (t.numel < numel)
-    throw std::runtime_error(std::string("backend/cuda: ") + op + ": " + arg + " has " +
-                             std::to_string(t.numel) + " elements, needs " +
-                             std::to_string(numel));
-  if (t.ptr != nullptr && t.elem_bytes != elem_bytes)
-    throw std::runtime_error(std::string("backend/cuda: ") + op + ": " + arg +
-                             " has element size " + std::to_string(t.elem_bytes) + " (expected " +
-                             std::to_string(elem_bytes) + ")");
-}
 
-void check_dims(const char* op, std::initializer_list<long> dims) {
-  for (long d : dims)
-    if (d <= 0)
-      throw std::runtime_error(std::string("backend/cuda: ") + op + ": non-positive dimension " +
-                               std::to_string(d));
-}
-
-void check_attention(const char* op, int B, int T, int C, int NH) {
-  check_dims(op, {B, T, C, NH});
-  if (C % NH != 0)
-    throw std::runtime_error(std::string("backend/cuda: ") + op + ": C " + std::to_string(C) +
-                             " is not a multiple of NH " + std::to_string(NH));
-}
-
-size_t sz(long a, long b = 1, long c = 1) {
-  return static_cast<size_t>(a) * static_cast<size_t>(b) * static_cast<size_t>(c);
-}
 
 class CudaBackend final : public Backend {
  public:
@@ -173,12 +144,7 @@ class CudaBackend final : public Backend {
   // __nv_bfloat16 tag.
   void encoder_forward(Tensor out, Tensor tokens, Tensor wte, Tensor wpe, int B, int T,
                        int C) override {
-    const char* op = "encoder_forward";
-    check_dims(op, {B, T, C});
-    need_x(out, sz(B, T, C), op, "out");
-    need(tokens, sz(B, T), op, "tokens", 4);
-    need_x(wte, sz(1, C), op, "wte");
-    need_x(wpe, sz(T, C), op, "wpe");
+    checks_.encoder("encoder_forward", out, tokens, wte, wpe, B, T, C);
     dispatch([&](auto tag) {
       using X = decltype(tag);
       kern::encoder_forward<X>(as<X>(out), i32(tokens), as<X>(wte), as<X>(wpe), B, T, C,
@@ -187,12 +153,7 @@ class CudaBackend final : public Backend {
   }
   void encoder_backward(Tensor dwte, Tensor dwpe, Tensor dout, Tensor tokens, int B, int T,
                         int C) override {
-    const char* op = "encoder_backward";
-    check_dims(op, {B, T, C});
-    need_x(dout, sz(B, T, C), op, "dout");
-    need(tokens, sz(B, T), op, "tokens", 4);
-    need_x(dwte, sz(1, C), op, "dwte");
-    need_x(dwpe, sz(T, C), op, "dwpe");
+    checks_.encoder("encoder_backward", dout, tokens, dwte, dwpe, B, T, C);
     float* shadow = bf16_ ? workspace(static_cast<size_t>(rows(dwte, C)) * C) : nullptr;
     dispatch([&](auto tag) {
       using X = decltype(tag);
@@ -203,14 +164,7 @@ class CudaBackend final : public Backend {
 
   void layernorm_forward(Tensor out, Tensor mean, Tensor rstd, Tensor inp, Tensor w, Tensor b,
                          int N, int C) override {
-    const char* op = "layernorm_forward";
-    check_dims(op, {N, C});
-    need_x(out, sz(N, C), op, "out");
-    need_x(mean, sz(N), op, "mean");
-    need_x(rstd, sz(N), op, "rstd");
-    need_x(inp, sz(N, C), op, "inp");
-    need_x(w, sz(C), op, "w");
-    need_x(b, sz(C), op, "b");
+    checks_.layernorm_forward(out, mean, rstd, inp, w, b, N, C);
     dispatch([&](auto tag) {
       using X = decltype(tag);
       kern::layernorm_forward<X>(as<X>(out), as<X>(mean), as<X>(rstd), as<X>(inp), as<X>(w),
@@ -219,16 +173,7 @@ class CudaBackend final : public Backend {
   }
   void layernorm_backward(Tensor dinp, Tensor dw, Tensor db, Tensor dout, Tensor inp, Tensor w,
                           Tensor mean, Tensor rstd, int N, int C) override {
-    const char* op = "layernorm_backward";
-    check_dims(op, {N, C});
-    need_x(dinp, sz(N, C), op, "dinp");
-    need_x(dw, sz(C), op, "dw");
-    need_x(db, sz(C), op, "db");
-    need_x(dout, sz(N, C), op, "dout");
-    need_x(inp, sz(N, C), op, "inp");
-    need_x(w, sz(C), op, "w");
-    need_x(mean, sz(N), op, "mean");
-    need_x(rstd, sz(N), op, "rstd");
+    checks_.layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, N, C);
     float* scratch = workspace(kern::layernorm_backward_scratch_floats(N, C));
     dispatch([&](auto tag) {
       using X = decltype(tag);
@@ -239,12 +184,7 @@ class CudaBackend final : public Backend {
 
   void matmul_forward(Tensor out, Tensor inp, Tensor w, Tensor bias, int N, int C,
                       int OC) override {
-    const char* op = "matmul_forward";
-    check_dims(op, {N, C, OC});
-    need_x(out, sz(N, OC), op, "out");
-    need_x(inp, sz(N, C), op, "inp");
-    need_x(w, sz(OC, C), op, "w");
-    if (!bias.empty()) need_x(bias, sz(OC), op, "bias");
+    checks_.matmul_forward(out, inp, w, bias, N, C, OC);
     dispatch([&](auto tag) {
       using X = decltype(tag);
       kern::matmul_forward<X>(blas_, as<X>(out), as<X>(inp), as<X>(w),
@@ -253,14 +193,7 @@ class CudaBackend final : public Backend {
   }
   void matmul_backward(Tensor dinp, Tensor dw, Tensor dbias, Tensor dout, Tensor inp, Tensor w,
                        int N, int C, int OC) override {
-    const char* op = "matmul_backward";
-    check_dims(op, {N, C, OC});
-    need_x(dinp, sz(N, C), op, "dinp");
-    need_x(dw, sz(OC, C), op, "dw");
-    if (!dbias.empty()) need_x(dbias, sz(OC), op, "dbias");
-    need_x(dout, sz(N, OC), op, "dout");
-    need_x(inp, sz(N, C), op, "inp");
-    need_x(w, sz(OC, C), op, "w");
+    checks_.matmul_backward(dinp, dw, dbias, dout, inp, w, N, C, OC);
     float* scratch = dbias.empty() ? nullptr : workspace(kern::matmul_backward_scratch_floats(N, OC));
     dispatch([&](auto tag) {
       using X = decltype(tag);
@@ -275,11 +208,7 @@ class CudaBackend final : public Backend {
   }
   void attention_forward(Tensor out, Tensor saved, Tensor qkv, int B, int T, int C,
                          int NH) override {
-    const char* op = "attention_forward";
-    check_attention(op, B, T, C, NH);
-    need_x(out, sz(B, T, C), op, "out");
-    need_x(saved, kern::attention_saved_elems(B, T, NH), op, "saved");
-    need_x(qkv, sz(B, T, 3L * C), op, "qkv");
+    checks_.attention_forward(out, saved, kern::attention_saved_elems(B, T, NH), qkv, B, T, C, NH);
     float* ws = workspace(bf16_ ? kern::attention_forward_workspace_floats<__nv_bfloat16>(B, T, C, NH)
                                 : kern::attention_forward_workspace_floats<float>(B, T, C, NH));
     dispatch([&](auto tag) {
@@ -294,13 +223,8 @@ class CudaBackend final : public Backend {
   }
   void attention_backward(Tensor dqkv, Tensor scratch, Tensor dout, Tensor qkv, Tensor saved,
                           int B, int T, int C, int NH) override {
-    const char* op = "attention_backward";
-    check_attention(op, B, T, C, NH);
-    need_x(dqkv, sz(B, T, 3L * C), op, "dqkv");
-    need(scratch, attention_scratch_numel(B, T, NH), op, "scratch", 4);
-    need_x(dout, sz(B, T, C), op, "dout");
-    need_x(qkv, sz(B, T, 3L * C), op, "qkv");
-    need_x(saved, kern::attention_saved_elems(B, T, NH), op, "saved");
+    checks_.attention_backward(dqkv, scratch, attention_scratch_numel(B, T, NH), dout, qkv, saved,
+                               kern::attention_saved_elems(B, T, NH), B, T, C, NH);
     float* ws = workspace(bf16_ ? kern::attention_backward_workspace_floats<__nv_bfloat16>(B, T, C, NH)
                                 : kern::attention_backward_workspace_floats<float>(B, T, C, NH));
     dispatch([&](auto tag) {
@@ -312,8 +236,7 @@ class CudaBackend final : public Backend {
 
   void gelu_forward(Tensor out, Tensor inp, size_t n) override {
     if (n == 0) return;
-    need_x(out, n, "gelu_forward", "out");
-    need_x(inp, n, "gelu_forward", "inp");
+    checks_.gelu_forward(out, inp, n);
     dispatch([&](auto tag) {
       using X = decltype(tag);
       kern::gelu_forward<X>(as<X>(out), as<X>(inp), n, stream_);
@@ -321,9 +244,7 @@ class CudaBackend final : public Backend {
   }
   void gelu_backward(Tensor dinp, Tensor inp, Tensor dout, size_t n) override {
     if (n == 0) return;
-    need_x(dinp, n, "gelu_backward", "dinp");
-    need_x(inp, n, "gelu_backward", "inp");
-    need_x(dout, n, "gelu_backward", "dout");
+    checks_.gelu_backward(dinp, inp, dout, n);
     dispatch([&](auto tag) {
       using X = decltype(tag);
       kern::gelu_backward<X>(as<X>(dinp), as<X>(inp), as<X>(dout), n, stream_);
@@ -331,9 +252,7 @@ class CudaBackend final : public Backend {
   }
   void residual_forward(Tensor out, Tensor a, Tensor b, size_t n) override {
     if (n == 0) return;
-    need_x(out, n, "residual_forward", "out");
-    need_x(a, n, "residual_forward", "a");
-    need_x(b, n, "residual_forward", "b");
+    checks_.residual_forward(out, a, b, n);
     dispatch([&](auto tag) {
       using X = decltype(tag);
       kern::residual_forward<X>(as<X>(out), as<X>(a), as<X>(b), n, stream_);
@@ -342,14 +261,7 @@ class CudaBackend final : public Backend {
 
   void classifier_forward_backward(Tensor logits, Tensor losses, Tensor targets, int N, int V,
                                    int Vp, float dloss) override {
-    const char* op = "classifier_forward_backward";
-    check_dims(op, {N, V, Vp});
-    if (V > Vp)
-      throw std::runtime_error(std::string("backend/cuda: ") + op + ": V " + std::to_string(V) +
-                               " exceeds padded Vp " + std::to_string(Vp));
-    need_x(logits, sz(N, Vp), op, "logits");
-    need_x(losses, sz(N), op, "losses");
-    need(targets, sz(N), op, "targets", 4);
+    checks_.classifier(logits, losses, targets, N, V, Vp);
     dispatch([&](auto tag) {
       using X = decltype(tag);
       kern::classifier_forward_backward<X>(as<X>(logits), as<X>(losses), i32(targets), N, V, Vp,
@@ -374,17 +286,9 @@ class CudaBackend final : public Backend {
   void adamw_update(Tensor params, Tensor master, Tensor grads, Tensor m, Tensor v, float lr,
                     float beta1, float beta2, float eps, float weight_decay, float grad_scale,
                     int t) override {
-    const char* op = "adamw_update";
-    if (t < 1)
-      throw std::runtime_error("backend/cuda: adamw_update: step t = " + std::to_string(t) +
-                               " (must be >= 1)");
+    checks_.adamw(params, master, grads, m, v, t);
     const size_t n = params.numel;
     if (n == 0) return;
-    need_x(params, n, op, "params");
-    if (!master.empty()) need(master, n, op, "master", 4);
-    need_x(grads, n, op, "grads");
-    need(m, n, op, "m", 4);
-    need(v, n, op, "v", 4);
     const kern::AdamWScalars s =
         kern::adamw_scalars(lr, beta1, beta2, eps, weight_decay, grad_scale, t);
     dispatch([&](auto tag) {
@@ -414,7 +318,10 @@ class CudaBackend final : public Backend {
   }
   // A parameter / gradient / activation argument: the storage element size.
   void need_x(const Tensor& t, size_t numel, const char* op, const char* arg) const {
-    need(t, numel, op, arg, storage_bytes_);
+    checks_.need_x(t, numel, op, arg);
+  }
+  void need(const Tensor& t, size_t numel, const char* op, const char* arg, uint32_t elem_bytes) const {
+    checks_.need(t, numel, op, arg, elem_bytes);
   }
 
   void to_device(Tensor dst, const void* src, const char* op) {
@@ -452,6 +359,7 @@ class CudaBackend final : public Backend {
 
   bool bf16_ = false;
   uint32_t storage_bytes_ = 4;  // element size of params, grads, activations
+  OpChecks checks_{"backend/cuda", storage_bytes_};
   cudaStream_t stream_ = nullptr;
   kern::BlasContext blas_;
   double* norm_partials_ = nullptr;

@@ -44,7 +44,7 @@ endif
 # CUDA backend through the real training loop in tests (--device cuda).
 TRAINER_EMU := $(BUILD)/train_gpt2cu_emu
 $(TRAINER_EMU): $(BUILD)/train_gpt2.cu.o $(KERNELS_CUDA_EMU_LIB) $(TRAINER_CUDA_LIBS) $(EMU_LIB)
-	$(CXX) $(LDFLAGS) -o $@ $< $(TRAINER_CUDA_LIBS) $(KERNELS_CUDA_EMU_LIB) $(EMU_LIB) $(TRAINER_LDLIBS) $(EMU_LIBS)
+	$(CXX) $(LDFLAGS) -o $@ $< $(TRAINER_CUDA_LIBS) $(KERNELS_CUDA_EMU_LIB) $(BACKEND_CPU_LIB) $(EMU_LIB) $(TRAINER_LDLIBS) $(EMU_LIBS)
 
 BINS += train_gpt2cu
 

@@ -15,6 +15,7 @@
 
 #include "backend/backend.h"
 #include "backend/cpu/ops.h"
+#include "backend/op_checks.h"
 
 namespace gpt2 {
 
@@ -24,26 +25,6 @@ constexpr size_t kAlign = 64;
 
 float* f32(Tensor t) { return static_cast<float*>(t.ptr); }
 const int32_t* i32(Tensor t) { return static_cast<const int32_t*>(t.ptr); }
-
-void need(const Tensor& t, size_t numel, const char* op, const char* arg) {
-  if (t.ptr == nullptr && numel > 0)
-    throw std::runtime_error(std::string("backend/cpu: ") + op + ": " + arg + " is empty");
-  if (t.numel < numel)
-    throw std::runtime_error(std::string("backend/cpu: ") + op + ": " + arg + " has " +
-                             std::to_string(t.numel) + " elements, needs " +
-                             std::to_string(numel));
-  if (t.ptr != nullptr && t.elem_bytes != 4)
-    throw std::runtime_error(std::string("backend/cpu: ") + op + ": " + arg +
-                             " has element size " + std::to_string(t.elem_bytes) +
-                             " (expected 4)");
-}
-
-void check_dims(const char* op, std::initializer_list<long> dims) {
-  for (long d : dims)
-    if (d <= 0)
-      throw std::runtime_error(std::string("backend/cpu: ") + op + ": non-positive dimension " +
-                               std::to_string(d));
-}
 
 void check_ids(const int32_t* ids, size_t n, long limit, const char* op, const char* what) {
   for (size_t i = 0; i < n; i++)
@@ -110,83 +91,47 @@ class CpuBackend final : public Backend {
     copy_bytes(dst.ptr, src, dst.numel * sizeof(int32_t));
   }
   void copy(Tensor dst, Tensor src) override {
-    need(src, dst.numel, "copy", "src");
+    checks_.need(src, dst.numel, "copy", "src", 4);
     copy_bytes(dst.ptr, src.ptr, dst.bytes());
   }
 
   void encoder_forward(Tensor out, Tensor tokens, Tensor wte, Tensor wpe, int B, int T,
                        int C) override {
     const char* op = "encoder_forward";
-    check_dims(op, {B, T, C});
-    need(out, sz(B, T, C), op, "out");
-    need(tokens, sz(B, T), op, "tokens");
-    need(wte, sz(1, C), op, "wte");
-    need(wpe, sz(T, C), op, "wpe");
+    checks_.encoder(op, out, tokens, wte, wpe, B, T, C);
     check_ids(i32(tokens), sz(B, T), static_cast<long>(wte.numel / C), op, "tokens");
     cpu::encoder_forward<float>(ex_, f32(out), i32(tokens), f32(wte), f32(wpe), B, T, C);
   }
   void encoder_backward(Tensor dwte, Tensor dwpe, Tensor dout, Tensor tokens, int B, int T,
                         int C) override {
     const char* op = "encoder_backward";
-    check_dims(op, {B, T, C});
-    need(dout, sz(B, T, C), op, "dout");
-    need(tokens, sz(B, T), op, "tokens");
-    need(dwte, sz(1, C), op, "dwte");
-    need(dwpe, sz(T, C), op, "dwpe");
+    checks_.encoder(op, dout, tokens, dwte, dwpe, B, T, C);
     check_ids(i32(tokens), sz(B, T), static_cast<long>(dwte.numel / C), op, "tokens");
     cpu::encoder_backward<float>(ex_, f32(dwte), f32(dwpe), f32(dout), i32(tokens), B, T, C);
   }
 
   void layernorm_forward(Tensor out, Tensor mean, Tensor rstd, Tensor inp, Tensor w, Tensor b,
                          int N, int C) override {
-    const char* op = "layernorm_forward";
-    check_dims(op, {N, C});
-    need(out, sz(N, C), op, "out");
-    need(mean, sz(N), op, "mean");
-    need(rstd, sz(N), op, "rstd");
-    need(inp, sz(N, C), op, "inp");
-    need(w, sz(C), op, "w");
-    need(b, sz(C), op, "b");
+    checks_.layernorm_forward(out, mean, rstd, inp, w, b, N, C);
     cpu::layernorm_forward<float>(ex_, f32(out), f32(mean), f32(rstd), f32(inp), f32(w), f32(b),
                                   N, C);
   }
   void layernorm_backward(Tensor dinp, Tensor dw, Tensor db, Tensor dout, Tensor inp, Tensor w,
                           Tensor mean, Tensor rstd, int N, int C) override {
-    const char* op = "layernorm_backward";
-    check_dims(op, {N, C});
-    need(dinp, sz(N, C), op, "dinp");
-    need(dw, sz(C), op, "dw");
-    need(db, sz(C), op, "db");
-    need(dout, sz(N, C), op, "dout");
-    need(inp, sz(N, C), op, "inp");
-    need(w, sz(C), op, "w");
-    need(mean, sz(N), op, "mean");
-    need(rstd, sz(N), op, "rstd");
+    checks_.layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, N, C);
     cpu::layernorm_backward<float>(ex_, f32(dinp), f32(dw), f32(db), f32(dout), f32(inp), f32(w),
                                    f32(mean), f32(rstd), N, C);
   }
 
   void matmul_forward(Tensor out, Tensor inp, Tensor w, Tensor bias, int N, int C,
                       int OC) override {
-    const char* op = "matmul_forward";
-    check_dims(op, {N, C, OC});
-    need(out, sz(N, OC), op, "out");
-    need(inp, sz(N, C), op, "inp");
-    need(w, sz(OC, C), op, "w");
-    if (!bias.empty()) need(bias, sz(OC), op, "bias");
+    checks_.matmul_forward(out, inp, w, bias, N, C, OC);
     cpu::matmul_forward<float>(ex_, f32(out), f32(inp), f32(w), bias.empty() ? nullptr : f32(bias),
                                N, C, OC);
   }
   void matmul_backward(Tensor dinp, Tensor dw, Tensor dbias, Tensor dout, Tensor inp, Tensor w,
                        int N, int C, int OC) override {
-    const char* op = "matmul_backward";
-    check_dims(op, {N, C, OC});
-    need(dinp, sz(N, C), op, "dinp");
-    need(dw, sz(OC, C), op, "dw");
-    if (!dbias.empty()) need(dbias, sz(OC), op, "dbias");
-    need(dout, sz(N, OC), op, "dout");
-    need(inp, sz(N, C), op, "inp");
-    need(w, sz(OC, C), op, "w");
+    checks_.matmul_backward(dinp, dw, dbias, dout, inp, w, N, C, OC);
     cpu::matmul_backward<float>(ex_, f32(dinp), f32(dw), dbias.empty() ? nullptr : f32(dbias),
                                 f32(dout), f32(inp), f32(w), N, C, OC);
   }
@@ -196,11 +141,7 @@ class CpuBackend final : public Backend {
   }
   void attention_forward(Tensor out, Tensor saved, Tensor qkv, int B, int T, int C,
                          int NH) override {
-    const char* op = "attention_forward";
-    check_attention(op, B, T, C, NH);
-    need(out, sz(B, T, C), op, "out");
-    need(saved, cpu::attention_saved_numel(B, T, NH), op, "saved");
-    need(qkv, sz(B, T, 3L * C), op, "qkv");
+    checks_.attention_forward(out, saved, cpu::attention_saved_numel(B, T, NH), qkv, B, T, C, NH);
     cpu::attention_forward<float>(ex_, f32(out), f32(saved), f32(qkv), B, T, C, NH);
   }
   size_t attention_scratch_numel(int B, int T, int NH) const override {
@@ -208,81 +149,51 @@ class CpuBackend final : public Backend {
   }
   void attention_backward(Tensor dqkv, Tensor scratch, Tensor dout, Tensor qkv, Tensor saved,
                           int B, int T, int C, int NH) override {
-    const char* op = "attention_backward";
-    check_attention(op, B, T, C, NH);
-    need(dqkv, sz(B, T, 3L * C), op, "dqkv");
-    need(scratch, cpu::attention_scratch_numel(ex_, T), op, "scratch");
-    need(dout, sz(B, T, C), op, "dout");
-    need(qkv, sz(B, T, 3L * C), op, "qkv");
-    need(saved, cpu::attention_saved_numel(B, T, NH), op, "saved");
+    checks_.attention_backward(dqkv, scratch, cpu::attention_scratch_numel(ex_, T), dout, qkv, saved,
+                               cpu::attention_saved_numel(B, T, NH), B, T, C, NH);
     cpu::attention_backward<float>(ex_, f32(dqkv), f32(scratch), f32(dout), f32(qkv), f32(saved),
                                    B, T, C, NH);
   }
 
   void gelu_forward(Tensor out, Tensor inp, size_t n) override {
-    need(out, n, "gelu_forward", "out");
-    need(inp, n, "gelu_forward", "inp");
+    checks_.gelu_forward(out, inp, n);
     cpu::gelu_forward<float>(ex_, f32(out), f32(inp), n);
   }
   void gelu_backward(Tensor dinp, Tensor inp, Tensor dout, size_t n) override {
-    need(dinp, n, "gelu_backward", "dinp");
-    need(inp, n, "gelu_backward", "inp");
-    need(dout, n, "gelu_backward", "dout");
+    checks_.gelu_backward(dinp, inp, dout, n);
     cpu::gelu_backward<float>(ex_, f32(dinp), f32(inp), f32(dout), n);
   }
   void residual_forward(Tensor out, Tensor a, Tensor b, size_t n) override {
-    need(out, n, "residual_forward", "out");
-    need(a, n, "residual_forward", "a");
-    need(b, n, "residual_forward", "b");
+    checks_.residual_forward(out, a, b, n);
     cpu::residual_forward<float>(ex_, f32(out), f32(a), f32(b), n);
   }
 
   void classifier_forward_backward(Tensor logits, Tensor losses, Tensor targets, int N, int V,
                                    int Vp, float dloss) override {
     const char* op = "classifier_forward_backward";
-    check_dims(op, {N, V, Vp});
-    if (V > Vp)
-      throw std::runtime_error(std::string("backend/cpu: ") + op + ": V " + std::to_string(V) +
-                               " exceeds padded Vp " + std::to_string(Vp));
-    need(logits, sz(N, Vp), op, "logits");
-    need(losses, sz(N), op, "losses");
-    need(targets, sz(N), op, "targets");
+    checks_.classifier(logits, losses, targets, N, V, Vp);
     check_ids(i32(targets), sz(N), V, op, "targets");
     cpu::classifier_forward_backward<float>(ex_, f32(logits), f32(losses), i32(targets), N, V, Vp,
                                             dloss);
   }
 
   double sum_squares(Tensor g) override {
-    need(g, g.numel, "sum_squares", "g");
+    checks_.need_x(g, g.numel, "sum_squares", "g");
     return cpu::sum_squares<float>(ex_, f32(g), g.numel);
   }
   void adamw_update(Tensor params, Tensor master, Tensor grads, Tensor m, Tensor v, float lr,
                     float beta1, float beta2, float eps, float weight_decay, float grad_scale,
                     int t) override {
-    const char* op = "adamw_update";
     if (!master.empty())
-      throw std::runtime_error("backend/cpu: adamw_update: master weights are not used by the "
-                               "fp32 CPU backend (pass an empty Tensor)");
-    if (t < 1)
-      throw std::runtime_error("backend/cpu: adamw_update: step t = " + std::to_string(t) +
-                               " (must be >= 1)");
+      checks_.fail("adamw_update", "master weights are not used by the fp32 CPU backend (pass an empty Tensor)");
+    checks_.adamw(params, master, grads, m, v, t);
     const size_t n = params.numel;
-    need(grads, n, op, "grads");
-    need(m, n, op, "m");
-    need(v, n, op, "v");
     cpu::adamw_update<float>(ex_, f32(params), f32(grads), f32(m), f32(v), n, lr, beta1, beta2,
                              eps, weight_decay, grad_scale, t);
   }
   void scale(Tensor x, float s) override { cpu::scale<float>(ex_, f32(x), x.numel, s); }
 
  private:
-  static void check_attention(const char* op, int B, int T, int C, int NH) {
-    check_dims(op, {B, T, C, NH});
-    if (C % NH != 0)
-      throw std::runtime_error(std::string("backend/cpu: ") + op + ": C " + std::to_string(C) +
-                               " is not a multiple of NH " + std::to_string(NH));
-  }
-
   // Splits [0, bytes) into per-thread ranges (whole cache lines) and runs fn on each.
   template <class Fn>
   void parallel_bytes(size_t bytes, Fn fn) const {
@@ -307,6 +218,7 @@ class CpuBackend final : public Backend {
   }
 
   cpu::Exec ex_;
+  const OpChecks checks_{"backend/cpu", 4};
 };
 
 }  // namespace
