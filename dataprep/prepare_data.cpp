@@ -13,6 +13,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <glob.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -617,6 +618,26 @@ void make_parent_dirs(const std::string& prefix) {
   }
 }
 
+// A shard numbered beyond this run's last one is left over from an earlier run
+// with more shards; a training glob (PREFIX_train_*.bin) would read it, so it
+// goes once the new shards are complete.
+void remove_stale_shards(const std::string& prefix, const std::vector<std::string>& written, bool verbose) {
+  for (const char* split : {"_val_", "_train_"}) {
+    const std::string pattern = prefix + split + "[0-9][0-9][0-9][0-9][0-9][0-9].bin";
+    glob_t g{};
+    if (::glob(pattern.c_str(), 0, nullptr, &g) == 0) {
+      for (size_t i = 0; i < g.gl_pathc; i++) {
+        const std::string path = g.gl_pathv[i];
+        if (std::find(written.begin(), written.end(), path) != written.end()) continue;
+        if (std::remove(path.c_str()) != 0)
+          throw std::runtime_error(path + ": cannot remove stale shard (" + std::strerror(errno) + ")");
+        if (verbose) std::fprintf(stderr, "removed stale shard %s (not part of this run)\n", path.c_str());
+      }
+    }
+    globfree(&g);
+  }
+}
+
 int run(int argc, char** argv) {
   bool help = false;
   const Options opt = parse_args(argc, argv, help);
@@ -677,6 +698,7 @@ int run(int argc, char** argv) {
     }
   });
   sink.finish();
+  remove_stale_shards(opt.out_prefix, sink.written(), opt.progress != "none");
   const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
   if (opt.progress != "none") {
     if (bar) std::fprintf(stderr, "\r\033[K");

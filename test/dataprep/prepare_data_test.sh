@@ -41,6 +41,14 @@ shards=$(echo "$tmp"/ts/whole_val_000000.bin "$tmp"/ts/whole_train_*.bin)  # val
 [ "$(header "$tmp/ts/whole_train_000004.bin")" = "20240520 1 37026 0" ] && ok "last shard size" \
   || fail "last shard header $(header "$tmp/ts/whole_train_000004.bin")"
 
+# re-running into the same prefix with bigger shards removes the now-stale ones
+$prep --threads 2 --val-tokens 1000 --shard-tokens 200K --progress none \
+  --out-prefix "$tmp/ts/whole" data/tinyshakespeare/input.txt 2> "$tmp/restale.log" || fail "prepare_data re-run"
+shards=$(echo "$tmp"/ts/whole_val_000000.bin "$tmp"/ts/whole_train_*.bin)
+[ "$(echo $shards | wc -w)" = 3 ] && [ ! -e "$tmp/ts/whole_train_000004.bin" ] && \
+  [ "$(ids_u16 $shards)" = "50256 $(cat $refs/shakespeare.whole.tiktoken)" ] \
+  && ok "re-run with bigger shards: 3 shards, stale ones removed, same tokens" || fail "stale shards: $shards"
+
 # 3. JSONL: one document per line, EOT before each, u32 shards; the same on 1 thread
 want=$(awk '{ printf "%s50256%s%s", (NR > 1 ? " " : ""), ($0 == "" ? "" : " "), $0 }' $refs/stress.lines.tiktoken)
 for t in 1 2; do
