@@ -31,17 +31,23 @@
 namespace gpt2 {
 namespace kern {
 
+// Head-major index idx = ((b*NH + h)*T + t)*hs + d -> its offset in the
+// token-major layout (b*T + t) * row + h*hs + d (row = 3C for qkv, C for out).
+__device__ inline size_t token_major_offset(size_t idx, int row, int T_, int NH, int hs) {
+  const size_t d = idx % hs;
+  const size_t t = (idx / hs) % T_;
+  const size_t h = (idx / (static_cast<size_t>(hs) * T_)) % NH;
+  const size_t b = idx / (static_cast<size_t>(hs) * T_ * NH);
+  return (b * T_ + t) * row + h * hs + d;
+}
+
 // dst[b,h,t,d] = src[(b*T + t) * src_row + h*hs + d] (converted from TS to TD)
 template <class TD, class TS>
 __global__ void split_heads_kernel(TD* dst, const TS* src, int src_row, int B, int T_, int NH,
                                    int hs) {
   const size_t idx = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (idx >= static_cast<size_t>(B) * NH * T_ * hs) return;
-  const int d = static_cast<int>(idx % hs);
-  const int t = static_cast<int>((idx / hs) % T_);
-  const int h = static_cast<int>((idx / (static_cast<size_t>(hs) * T_)) % NH);
-  const int b = static_cast<int>(idx / (static_cast<size_t>(hs) * T_ * NH));
-  dst[idx] = from_float<TD>(to_float(src[(static_cast<size_t>(b) * T_ + t) * src_row + h * hs + d]));
+  dst[idx] = from_float<TD>(to_float(src[token_major_offset(idx, src_row, T_, NH, hs)]));
 }
 
 // The inverse: dst[(b*T + t) * dst_row + h*hs + d] = src[b,h,t,d]
@@ -50,11 +56,7 @@ __global__ void merge_heads_kernel(TD* dst, int dst_row, const TS* src, int B, i
                                    int hs) {
   const size_t idx = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (idx >= static_cast<size_t>(B) * NH * T_ * hs) return;
-  const int d = static_cast<int>(idx % hs);
-  const int t = static_cast<int>((idx / hs) % T_);
-  const int h = static_cast<int>((idx / (static_cast<size_t>(hs) * T_)) % NH);
-  const int b = static_cast<int>(idx / (static_cast<size_t>(hs) * T_ * NH));
-  dst[(static_cast<size_t>(b) * T_ + t) * dst_row + h * hs + d] = from_float<TD>(to_float(src[idx]));
+  dst[token_major_offset(idx, dst_row, T_, NH, hs)] = from_float<TD>(to_float(src[idx]));
 }
 
 // One warp per row r of rows = B*NH*T rows of length T; the row's query
