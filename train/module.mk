@@ -27,17 +27,19 @@ TRAINER_CUDA_LIBS := $(TRAINER_CUDA_OBJ) $(TRAIN_LIB_NO_LOOP) $(filter-out $(TRA
 
 HAVE_NVCC := $(wildcard $(NVCC))
 ifneq ($(HAVE_NVCC),)
-CUDA_GENCODE ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90
-TRAINER_CUDA_BACKEND_OBJ := $(BUILD)/nvcc/fat/kernels/cuda_backend.o
-$(TRAINER_CUDA_BACKEND_OBJ): kernels/cuda_backend.cu $(wildcard kernels/*.cuh kernels/*.h emu/cuda.cuh backend/backend.h)
+TRAINER_CUDA_LINK = $(CXX) $(LDFLAGS) -o $@ $< $(KERNELS_CUDA_FAT_OBJ) $(TRAINER_CUDA_LIBS) $(TRAINER_LDLIBS) $(CUDA_LDLIBS)
+train_gpt2cu: $(BUILD)/train_gpt2.cu.o $(KERNELS_CUDA_FAT_OBJ) $(TRAINER_CUDA_LIBS)
+	$(TRAINER_CUDA_LINK)
+# The same program under $(BUILD) (the GPU kit builds it with portable flags there).
+$(BUILD)/gpu/train_gpt2cu: $(BUILD)/train_gpt2.cu.o $(KERNELS_CUDA_FAT_OBJ) $(TRAINER_CUDA_LIBS)
 	@mkdir -p $(@D)
-	$(NVCC) -std=c++17 -O3 -I. $(CUDA_GENCODE) -Xcompiler -fPIC -c $< -o $@
-train_gpt2cu: $(BUILD)/train_gpt2.cu.o $(TRAINER_CUDA_BACKEND_OBJ) $(TRAINER_CUDA_LIBS)
-	$(CXX) $(LDFLAGS) -o $@ $< $(TRAINER_CUDA_BACKEND_OBJ) $(TRAINER_CUDA_LIBS) $(TRAINER_LDLIBS) \
-	  -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcublas -lcudart
+	$(TRAINER_CUDA_LINK)
+gpu-binaries: $(BUILD)/gpu/train_gpt2cu
 else
 train_gpt2cu: $(BUILD)/train_gpt2.cu.o $(TRAINER_LIBS)
 	$(CXX) $(LDFLAGS) -o $@ $< $(TRAINER_LIBS) $(TRAINER_LDLIBS)
+gpu-binaries:
+	@echo "gpu-binaries: nvcc not found at $(NVCC)"; exit 1
 endif
 
 # The same trainer with the CUDA backend running on the emulator: executes the

@@ -7,8 +7,10 @@
 // numbers; the emulated build (build/dev/cuda/bench_cuda_ops_emu) exists to
 // prove the program links and runs (`--smoke`: the first few cases, with a tiny
 // time budget). Flags: --bf16 (bf16 storage; GB/s still counts 4-byte
-// elements), --cublas (the plain cuBLAS path), and an op-name filter.
+// elements), --cublas (the plain cuBLAS path), --budget S (seconds of timing per
+// case and backend; default 0.5) and an op-name filter.
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <string>
@@ -20,17 +22,19 @@ int main(int argc, char** argv) {
   using namespace gpt2;
   try {
     bool smoke = false;
+    double budget = 0.5;  // seconds per case and backend
     CudaBackendOptions options;
     std::string filter;
     for (int i = 1; i < argc; i++) {
       if (std::strcmp(argv[i], "--smoke") == 0) smoke = true;
       else if (std::strcmp(argv[i], "--bf16") == 0) options.bf16 = true;
       else if (std::strcmp(argv[i], "--cublas") == 0) options.use_cublaslt = false;
+      else if (std::strcmp(argv[i], "--budget") == 0 && i + 1 < argc) budget = std::atof(argv[++i]);
       else filter = argv[i];
     }
     auto cpu = make_cpu_backend(0);
     auto cuda = make_cuda_backend(0, options);
-    const double budget = smoke ? 0.0 : 0.5;  // seconds per case and backend
+    if (smoke) budget = 0.0;
     std::printf("%-30s %-36s %12s %12s %8s %10s\n", "op", "shape", "cpu(us)", "cuda(us)", "speedup",
                 "cuda GB/s");
     int done = 0;
