@@ -4,6 +4,11 @@
 # must log the same 10 losses as the CPU backend (relative 1e-5, fp32) on the
 # PyTorch reference's tiny model and data; a bf16 run must stay within 1% and
 # resume exactly from a checkpoint (fp32 master weights).
+# The bf16 bound stays at 1% (issue 14 tightened the per-element bf16 checks,
+# in test/backend_cuda/cuda_bf16_test.cpp, not this one): each logged loss is
+# the mean of per-token losses stored in bf16 (up to 2^-8 relative each, all
+# of one sign in the worst case), and from step 2 on the two runs train
+# different weights; measured 1.0e-3 at step 1, 1.9e-3 at step 10.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 # One emulator worker: the encoder backward's float atomics then add in a fixed

@@ -1,0 +1,541 @@
+// See bf16_reference.h. Every reference follows the kernel in kernels/*.cuh
+// (file named per op): the same formula, the same bf16 rounding points, fp64
+// arithmetic. The deltas are written next to the formula they bound; `sum_err`
+// is the gamma_n bound of an n-term fp32 sum or dot product of bf16 inputs
+// (products of two bf16 are exact in fp32), `op_err` k roundings of a value.
+#include "test/backend_cuda/bf16_reference.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <sstream>
+
+#include "util/bf16.h"
+
+namespace gpt2 {
+namespace bf16ref {
+
+namespace {
+
+using Vec = std::vector<float>;
+using DVec = std::vector<double>;
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+
+double sum_err(double n, double magnitude) { return kSlack * (n + 2) * kU * magnitude; }
+double op_err(double k, double magnitude) { return kSlack * k * kU * magnitude; }
+
+Output make(const std::string& name, size_t n) { return Output{name, DVec(n, 0.0), DVec(n, 0.0)}; }
+
+// The bf16 value a kernel stores for an fp32 value within d of x: returns the
+// reference's choice round(x) and sets *width to how far the kernel's choice
+// can be from it (0 unless [x - d, x + d] straddles a rounding boundary).
+double rounded(double x, double d, double* width) {
+  const double r = round_bf16(x);
+  *width = std::max(r - round_bf16(x - d), round_bf16(x + d) - r);
+  return r;
+}
+
+// The attention scale exactly as the kernel computes it (fp32).
+double attention_scale(int hs) { return static_cast<double>(1.0f / sqrtf(static_cast<float>(hs))); }
+
+// Softmax of one causal row t (j <= t) from the scores' exact values s and
+// fp32 error bounds ds: exact p and a bound dp on the kernel's fp32 p
+// (kernels/attention.cuh causal_softmax_kernel: max, expf(s - mx), sum of t+1
+// terms, one reciprocal, one product).
+void softmax_row(const DVec& s, const DVec& ds, int t, DVec& p, DVec& dp) {
+  double mx = -INFINITY, ds_max = 0, sum = 0;
+  for (int j = 0; j <= t; j++) mx = std::max(mx, s[j]), ds_max = std::max(ds_max, ds[j]);
+  for (int j = 0; j <= t; j++) sum += (p[j] = std::exp(s[j] - mx));
+  for (int j = 0; j <= t; j++) {
+    p[j] /= sum;
+    // relative: own score error, the shift of the normaliser, s - mx, expf (2 ulp), sum, 1/x, product
+    const double rel = ds[j] + ds_max + op_err(std::fabs(s[j] - mx) + (t + 1) + 6, 1.0);
+    dp[j] = p[j] * std::expm1(rel);
+  }
+}
+
+struct Heads {  // qkv[B,T,3C] viewed per head
+  const Vec& qkv;
+  int T, C, hs;
+  double q(int b, int t, int h, int d) const { return qkv[(size_t(b) * T + t) * 3 * C + h * hs + d]; }
+  double k(int b, int t, int h, int d) const { return qkv[(size_t(b) * T + t) * 3 * C + C + h * hs + d]; }
+  double v(int b, int t, int h, int d) const { return qkv[(size_t(b) * T + t) * 3 * C + 2 * C + h * hs + d]; }
+};
+
+// Scores of query t against keys j <= t, with their fp32 error (a GEMM of hs
+// terms with alpha = scale).
+void scores_row(const Heads& H, int b, int h, int t, double scale, DVec& s, DVec& ds) {
+  for (int j = 0; j <= t; j++) {
+    double acc = 0, mag = 0;
+    for (int d = 0; d < H.hs; d++) {
+      const double x = H.q(b, t, h, d) * H.k(b, j, h, d);
+      acc += x;
+      mag += std::fabs(x);
+    }
+    s[j] = scale * acc;
+    ds[j] = sum_err(H.hs + 1, scale * mag);
+  }
+}
+
+}  // namespace
+
+float round_bf16(float x) { return bf16_bits_to_float(float_to_bf16_bits(x)); }
+double round_bf16(double x) { return round_bf16(static_cast<float>(x)); }
+
+double ulp_bf16(double x) {
+  x = std::fabs(x);
+  if (!(x >= 0x1p-126)) return 0x1p-133;  // subnormal (and NaN)
+  int e;
+  std::frexp(x, &e);  // x = m 2^e, m in [0.5, 1)
+  return std::ldexp(1.0, e - 8);
+}
+
+// ---- encoder (kernels/encoder.cuh) ------------------------------------------------------------
+std::vector<Output> encoder_forward(const std::vector<int32_t>& tokens, const Vec& wte, const Vec& wpe, int B,
+                                    int T, int C) {
+  const int V = static_cast<int>(wte.size() / C);
+  Output out = make("out", size_t(B) * T * C);
+  for (int bt = 0; bt < B * T; bt++) {
+    const int tok = tokens[bt], t = bt % T;
+    for (int c = 0; c < C; c++) {
+      const size_t i = size_t(bt) * C + c;
+      if (tok < 0 || tok >= V) {
+        out.value[i] = kNaN;
+        continue;
+      }
+      out.value[i] = double(wte[size_t(tok) * C + c]) + wpe[size_t(t) * C + c];
+      out.delta[i] = op_err(1, std::fabs(out.value[i]));  // one fp32 addition
+    }
+  }
+  return {out};
+}
+
+std::vector<Output> encoder_backward(const Vec& dwte_old, const Vec& dwpe_old, const Vec& dout,
+                                     const std::vector<int32_t>& tokens, int B, int T, int C) {
+  const int V = static_cast<int>(dwte_old.size() / C);
+  Output dwte = make("dwte", dwte_old.size()), dwpe = make("dwpe", dwpe_old.size());
+  DVec wte_mag(dwte_old.size()), wpe_mag(dwpe_old.size());
+  for (size_t i = 0; i < dwte_old.size(); i++) dwte.value[i] = dwte_old[i], wte_mag[i] = std::fabs(dwte_old[i]);
+  for (size_t i = 0; i < dwpe_old.size(); i++) dwpe.value[i] = dwpe_old[i], wpe_mag[i] = std::fabs(dwpe_old[i]);
+  std::vector<int> count(V, 0);
+  for (int bt = 0; bt < B * T; bt++) {
+    const int tok = tokens[bt], t = bt % T;
+    const bool valid = tok >= 0 && tok < V;
+    if (valid) count[tok]++;
+    for (int c = 0; c < C; c++) {
+      const double d = dout[size_t(bt) * C + c];
+      if (valid) dwte.value[size_t(tok) * C + c] += d, wte_mag[size_t(tok) * C + c] += std::fabs(d);
+      dwpe.value[size_t(t) * C + c] += d, wpe_mag[size_t(t) * C + c] += std::fabs(d);
+    }
+  }
+  // fp32 shadow: old + one atomicAdd per occurrence, any order; dwpe: B-term sum + old
+  for (size_t i = 0; i < dwte_old.size(); i++) dwte.delta[i] = sum_err(count[i / C] + 1, wte_mag[i]);
+  for (size_t i = 0; i < dwpe_old.size(); i++) dwpe.delta[i] = sum_err(B + 1, wpe_mag[i]);
+  return {dwte, dwpe};
+}
+
+// ---- layernorm (kernels/layernorm.cuh) -------------------------------------------------------
+std::vector<Output> layernorm_forward(const Vec& inp, const Vec& w, const Vec& b, int N, int C) {
+  const double eps = 1e-5f;  // kLayernormEps, an fp32 constant
+  Output out = make("out", size_t(N) * C), mean = make("mean", N), rstd = make("rstd", N);
+  for (int n = 0; n < N; n++) {
+    const float* x = &inp[size_t(n) * C];
+    double sum = 0, sum_abs = 0;
+    for (int c = 0; c < C; c++) sum += x[c], sum_abs += std::fabs(x[c]);
+    const double mu = sum / C;
+    const double dmu = sum_err(C, sum_abs) / C + op_err(1, std::fabs(mu));  // sum, then / C
+    double vs = 0;
+    for (int c = 0; c < C; c++) vs += (x[c] - mu) * (x[c] - mu);
+    // The kernel squares x - m with its own m: sum (x - m)^2 = vs + C (m - mu)^2, each
+    // term with 2 roundings, summed over C.
+    const double dvs = C * dmu * dmu + sum_err(C + 2, vs + C * dmu * dmu);
+    const double a = vs / C + eps, s = 1.0 / std::sqrt(a);
+    // a: dvs / C and 2 roundings; 1/sqrt(a): half of a's relative error plus 2 roundings
+    const double ds = s * (0.5 * (dvs / C / a + op_err(2, 1.0)) + op_err(2, 1.0));
+    mean.value[n] = mu, mean.delta[n] = dmu;
+    rstd.value[n] = s, rstd.delta[n] = ds;
+    for (int c = 0; c < C; c++) {
+      const size_t i = size_t(n) * C + c;
+      const double xhat = (x[c] - mu) * s;
+      out.value[i] = xhat * w[c] + b[c];
+      // (x - m) s w + b: the errors of m and s, and 4 roundings
+      out.delta[i] = std::fabs(w[c]) * (dmu * s + std::fabs(x[c] - mu) * ds) +
+                     op_err(4, std::fabs(xhat * w[c]) + std::fabs(b[c]));
+    }
+  }
+  return {out, mean, rstd};
+}
+
+std::vector<Output> layernorm_backward(const Vec& dinp_old, const Vec& dw_old, const Vec& db_old, const Vec& dout,
+                                       const Vec& inp, const Vec& w, const Vec& mean, const Vec& rstd, int N,
+                                       int C) {
+  Output dinp = make("dinp", size_t(N) * C), dw = make("dw", C), db = make("db", C);
+  DVec dw_mag(C), db_mag(C);
+  for (int c = 0; c < C; c++) {
+    dw.value[c] = dw_old[c], dw_mag[c] = std::fabs(dw_old[c]);
+    db.value[c] = db_old[c], db_mag[c] = std::fabs(db_old[c]);
+  }
+  DVec xhat(C);
+  for (int n = 0; n < N; n++) {
+    const size_t base = size_t(n) * C;
+    const double m = mean[n], s = rstd[n];  // the stored bf16 statistics, as the kernel reads them
+    double g_sum = 0, g_abs = 0, gx_sum = 0, gx_abs = 0;
+    for (int c = 0; c < C; c++) {
+      xhat[c] = (inp[base + c] - m) * s;
+      const double g = double(w[c]) * dout[base + c];  // exact in fp32
+      g_sum += g, g_abs += std::fabs(g);
+      gx_sum += g * xhat[c], gx_abs += std::fabs(g * xhat[c]);
+    }
+    const double g_mean = g_sum / C, gx_mean = gx_sum / C;
+    const double d_g_mean = sum_err(C, g_abs) / C + op_err(1, std::fabs(g_mean));
+    // xhat carries 2 roundings (x - m, * s), g * xhat one more
+    const double d_gx_mean = (sum_err(C, gx_abs) + op_err(3, gx_abs)) / C + op_err(1, std::fabs(gx_mean));
+    for (int c = 0; c < C; c++) {
+      const size_t i = base + c;
+      const double g = double(w[c]) * dout[i];
+      const double term = (g - g_mean - xhat[c] * gx_mean) * s;
+      const double d_term = s * (d_g_mean + std::fabs(xhat[c]) * d_gx_mean) +
+                            op_err(6, s * (std::fabs(g) + std::fabs(g_mean) + std::fabs(xhat[c] * gx_mean)));
+      dinp.value[i] = dinp_old[i] + term;
+      dinp.delta[i] = d_term + op_err(1, std::fabs(dinp_old[i]) + std::fabs(term));
+      const double d = dout[i];
+      dw.value[c] += d * xhat[c], dw_mag[c] += std::fabs(d * xhat[c]);
+      db.value[c] += d, db_mag[c] += std::fabs(d);
+    }
+  }
+  // Column sums: row chunks (<= 64) summed in order, then added to the old value;
+  // each dw term has 3 roundings ((x - m), * rstd, * dout).
+  for (int c = 0; c < C; c++) {
+    dw.delta[c] = sum_err(N + 64 + 3, dw_mag[c]);
+    db.delta[c] = sum_err(N + 64, db_mag[c]);
+  }
+  return {dinp, dw, db};
+}
+
+// ---- matmul (kernels/matmul.cuh) ----------------------------------------------------------------
+std::vector<Output> matmul_forward(const Vec& inp, const Vec& w, const Vec* bias, int N, int C, int OC,
+                                   bool separate_bias) {
+  Output out = make("out", size_t(N) * OC);
+  for (int n = 0; n < N; n++)
+    for (int o = 0; o < OC; o++) {
+      double acc = 0, mag = 0;
+      for (int c = 0; c < C; c++) {
+        const double x = double(inp[size_t(n) * C + c]) * w[size_t(o) * C + c];
+        acc += x, mag += std::fabs(x);
+      }
+      const size_t i = size_t(n) * OC + o;
+      if (bias == nullptr) {
+        out.value[i] = acc, out.delta[i] = sum_err(C, mag);
+      } else if (!separate_bias) {  // cuBLASLt BIAS epilogue: added to the fp32 accumulator
+        out.value[i] = acc + (*bias)[o];
+        out.delta[i] = sum_err(C + 1, mag + std::fabs((*bias)[o]));
+      } else {  // cuBLAS: the product is stored in bf16, add_bias_kernel adds in fp32 and rounds again
+        double width;
+        const double stored = rounded(acc, sum_err(C, mag), &width);
+        out.value[i] = stored + (*bias)[o];
+        out.delta[i] = width + op_err(1, std::fabs(out.value[i]));
+      }
+    }
+  return {out};
+}
+
+std::vector<Output> matmul_backward(const Vec& dw_old, const Vec* dbias_old, const Vec& dout, const Vec& inp,
+                                    const Vec& w, int N, int C, int OC) {
+  Output dinp = make("dinp", size_t(N) * C), dw = make("dw", size_t(OC) * C);
+  for (int n = 0; n < N; n++)
+    for (int c = 0; c < C; c++) {
+      double acc = 0, mag = 0;
+      for (int o = 0; o < OC; o++) {
+        const double x = double(dout[size_t(n) * OC + o]) * w[size_t(o) * C + c];
+        acc += x, mag += std::fabs(x);
+      }
+      dinp.value[size_t(n) * C + c] = acc, dinp.delta[size_t(n) * C + c] = sum_err(OC, mag);
+    }
+  for (int o = 0; o < OC; o++)
+    for (int c = 0; c < C; c++) {
+      const size_t i = size_t(o) * C + c;
+      double acc = dw_old[i], mag = std::fabs(dw_old[i]);  // beta = 1: the old value joins the fp32 sum
+      for (int n = 0; n < N; n++) {
+        const double x = double(dout[size_t(n) * OC + o]) * inp[size_t(n) * C + c];
+        acc += x, mag += std::fabs(x);
+      }
+      dw.value[i] = acc, dw.delta[i] = sum_err(N + 1, mag);
+    }
+  std::vector<Output> r = {dinp, dw};
+  if (dbias_old != nullptr) {
+    Output db = make("dbias", OC);
+    for (int o = 0; o < OC; o++) {
+      double acc = (*dbias_old)[o], mag = std::fabs(acc);
+      for (int n = 0; n < N; n++) acc += dout[size_t(n) * OC + o], mag += std::fabs(dout[size_t(n) * OC + o]);
+      // BGRADB epilogue, or <= 64 row-chunk partials summed in order; then + old
+      db.value[o] = acc, db.delta[o] = sum_err(N + 64 + 1, mag);
+    }
+    r.push_back(db);
+  }
+  return r;
+}
+
+// ---- attention (kernels/attention.cuh, bf16 instantiation) -----------------------------------------
+// forward: fp32 scores -> softmax -> P stored in bf16 -> y = P v (fp32 GEMM) stored in bf16.
+std::vector<Output> attention_forward(const Vec& qkv, int B, int T, int C, int NH) {
+  const int hs = C / NH;
+  const double scale = attention_scale(hs);
+  const Heads H{qkv, T, C, hs};
+  Output out = make("out", size_t(B) * T * C);
+  DVec s(T), ds(T), p(T), dp(T), P(T), width(T);
+  for (int b = 0; b < B; b++)
+    for (int h = 0; h < NH; h++)
+      for (int t = 0; t < T; t++) {
+        scores_row(H, b, h, t, scale, s, ds);
+        softmax_row(s, ds, t, p, dp);
+        for (int j = 0; j <= t; j++) P[j] = rounded(p[j], dp[j], &width[j]);
+        for (int d = 0; d < hs; d++) {
+          double acc = 0, mag = 0, amb = 0;
+          for (int j = 0; j <= t; j++) {
+            const double v = H.v(b, j, h, d);
+            acc += P[j] * v, mag += std::fabs(P[j] * v), amb += width[j] * std::fabs(v);
+          }
+          const size_t i = (size_t(b) * T + t) * C + h * hs + d;
+          out.value[i] = acc;
+          out.delta[i] = amb + sum_err(T, mag);  // the GEMM runs over all T keys (zeros above t)
+        }
+      }
+  return {out};
+}
+
+// backward: dP = dy v^T (fp32); P recomputed in fp32; dS = P (dP - sum P dP) scale
+// stored in bf16; dq = dS k, dk = dS^T q (fp32 GEMMs of bf16 dS) and dv = P^T dy (fp32
+// P), each stored in bf16.
+std::vector<Output> attention_backward(const Vec& dout, const Vec& qkv, int B, int T, int C, int NH) {
+  const int hs = C / NH;
+  const double scale = attention_scale(hs);
+  const Heads H{qkv, T, C, hs};
+  Output dqkv = make("dqkv", size_t(B) * T * 3 * C);
+  auto dy = [&](int b, int t, int h, int d) -> double { return dout[(size_t(b) * T + t) * C + h * hs + d]; };
+  auto at = [&](int b, int t, int part, int h, int d) { return (size_t(b) * T + t) * 3 * C + part * C + h * hs + d; };
+  std::vector<DVec> p(T, DVec(T, 0.0)), dpe(T, DVec(T, 0.0)), DS(T, DVec(T, 0.0)), wds(T, DVec(T, 0.0));
+  DVec s(T), ds(T), dP(T), ddP(T);
+  for (int b = 0; b < B; b++)
+    for (int h = 0; h < NH; h++) {
+      for (int t = 0; t < T; t++) {
+        scores_row(H, b, h, t, scale, s, ds);
+        softmax_row(s, ds, t, p[t], dpe[t]);
+        double D = 0, dD = 0, D_mag = 0;
+        for (int j = 0; j <= t; j++) {
+          double acc = 0, mag = 0;
+          for (int d = 0; d < hs; d++) {
+            const double x = dy(b, t, h, d) * H.v(b, j, h, d);
+            acc += x, mag += std::fabs(x);
+          }
+          dP[j] = acc, ddP[j] = sum_err(hs, mag);
+          D += p[t][j] * dP[j];
+          D_mag += p[t][j] * std::fabs(dP[j]);
+          dD += dpe[t][j] * std::fabs(dP[j]) + p[t][j] * ddP[j];
+        }
+        dD += sum_err(t + 2, D_mag);  // t+1 products of fp32 P and dP, summed
+        for (int j = 0; j <= t; j++) {
+          const double v = p[t][j] * (dP[j] - D) * scale;
+          const double dv = scale * (dpe[t][j] * std::fabs(dP[j] - D) + p[t][j] * (ddP[j] + dD)) +
+                            op_err(4, scale * p[t][j] * (std::fabs(dP[j]) + std::fabs(D)));
+          DS[t][j] = rounded(v, dv, &wds[t][j]);
+        }
+      }
+      for (int d = 0; d < hs; d++)
+        for (int t = 0; t < T; t++) {
+          // dq[t] = sum_j<=t dS[t][j] k[j];  dk[t] = sum_j>=t dS[j][t] q[j];  dv[t] = sum_j>=t P[j][t] dy[j]
+          double q_acc = 0, q_mag = 0, q_amb = 0, k_acc = 0, k_mag = 0, k_amb = 0, v_acc = 0, v_mag = 0, v_amb = 0;
+          for (int j = 0; j <= t; j++) {
+            const double k = H.k(b, j, h, d);
+            q_acc += DS[t][j] * k, q_mag += std::fabs(DS[t][j] * k), q_amb += wds[t][j] * std::fabs(k);
+          }
+          for (int j = t; j < T; j++) {
+            const double q = H.q(b, j, h, d), g = dy(b, j, h, d);
+            k_acc += DS[j][t] * q, k_mag += std::fabs(DS[j][t] * q), k_amb += wds[j][t] * std::fabs(q);
+            v_acc += p[j][t] * g, v_mag += p[j][t] * std::fabs(g), v_amb += dpe[j][t] * std::fabs(g);
+          }
+          dqkv.value[at(b, t, 0, h, d)] = q_acc, dqkv.delta[at(b, t, 0, h, d)] = q_amb + sum_err(T, q_mag);
+          dqkv.value[at(b, t, 1, h, d)] = k_acc, dqkv.delta[at(b, t, 1, h, d)] = k_amb + sum_err(T, k_mag);
+          // fp32 P times dy: one more rounding per product
+          dqkv.value[at(b, t, 2, h, d)] = v_acc, dqkv.delta[at(b, t, 2, h, d)] = v_amb + sum_err(T + 1, v_mag);
+        }
+    }
+  return {dqkv};
+}
+
+// ---- GELU (kernels/gelu.cuh) -------------------------------------------------------------------
+// u = sqrt(2/pi) (x + 0.044715 x^3), e = exp(-2u), s = 1/(1+e). The fp32 u has
+// ~4 roundings (and the fp32 constants), so exp(-2u) is off by 8|u| u relative plus expf's 2u.
+namespace {
+constexpr double kS2Pi = 0.7978845608028654, kA = 0.044715;
+double gelu_e_rel_err(double u) { return op_err(8 * std::fabs(u) + 2, 1.0); }
+}  // namespace
+
+std::vector<Output> gelu_forward(const Vec& inp) {
+  Output out = make("out", inp.size());
+  for (size_t i = 0; i < inp.size(); i++) {
+    const double x = inp[i], u = kS2Pi * (x + kA * x * x * x), e = std::exp(-2 * u);
+    out.value[i] = x / (1 + e);
+    if (!std::isfinite(out.value[i])) continue;
+    // x / (1 + e): e's error enters with weight e / (1 + e); then +1 and / (2 roundings)
+    const double w = std::isinf(e) ? 1.0 : e / (1 + e);
+    out.delta[i] = std::fabs(out.value[i]) * (w * gelu_e_rel_err(u) + op_err(3, 1.0));
+  }
+  return {out};
+}
+
+std::vector<Output> gelu_backward(const Vec& inp, const Vec& dout) {
+  Output dinp = make("dinp", inp.size());
+  for (size_t i = 0; i < inp.size(); i++) {
+    const double x = inp[i];
+    const double u = kS2Pi * (x + kA * x * x * x), du = kS2Pi * (1 + 3 * kA * x * x);
+    const double e = std::exp(-2 * u), s = 1 / (1 + e), oms = 1 / (1 + 1 / e);  // the kernel's 1 - s
+    const double term2 = 2 * x * du * s * oms, grad = s + term2;
+    dinp.value[i] = grad * dout[i];
+    if (!std::isfinite(dinp.value[i])) continue;
+    const double ee = gelu_e_rel_err(u);
+    // s moves by s (1 - s) ee; term2's 5 products, du and s, 1 - s each carry their errors.
+    const double d_grad = s * oms * ee + op_err(2, s) + std::fabs(term2) * (ee + op_err(10, 1.0)) +
+                          op_err(1, std::fabs(grad));
+    dinp.delta[i] = std::fabs(dout[i]) * d_grad + op_err(1, std::fabs(dinp.value[i]));
+  }
+  return {dinp};
+}
+
+// ---- residual, scale (kernels/residual.cuh): one fp32 operation ------------------------------
+std::vector<Output> residual_forward(const Vec& a, const Vec& b) {
+  Output out = make("out", a.size());
+  for (size_t i = 0; i < a.size(); i++) {
+    out.value[i] = double(a[i]) + b[i];
+    if (std::isfinite(out.value[i])) out.delta[i] = op_err(1, std::fabs(out.value[i]));
+  }
+  return {out};
+}
+
+std::vector<Output> scale(const Vec& x, float s) {
+  Output out = make("x", x.size());
+  for (size_t i = 0; i < x.size(); i++) {
+    out.value[i] = double(x[i]) * s;
+    if (std::isfinite(out.value[i])) out.delta[i] = op_err(1, std::fabs(out.value[i]));
+  }
+  return {out};
+}
+
+// ---- classifier (kernels/classifier.cuh) ---------------------------------------------------------
+// S = sum_j expf(l_j - m) in fp64; loss = log S + m - l_t (fp64, then fp32, then bf16);
+// dlogits_j = expf(l_j - m) * fp32(dloss / S) - dloss [j == t], padded columns 0.
+std::vector<Output> classifier(const Vec& logits, const std::vector<int32_t>& targets, int N, int V, int Vp,
+                               float dloss) {
+  Output dl = make("logits", logits.size()), losses = make("losses", N);
+  for (size_t i = 0; i < logits.size(); i++) dl.value[i] = logits[i];  // dloss == 0: untouched
+  DVec p(V);
+  for (int n = 0; n < N; n++) {
+    const float* row = &logits[size_t(n) * Vp];
+    const int tgt = targets[n];
+    bool nan = false;
+    double mx = -INFINITY;
+    for (int j = 0; j < V; j++) {
+      nan |= std::isnan(row[j]);
+      if (row[j] > mx) mx = row[j];
+    }
+    double sum = 0;
+    for (int j = 0; j < V; j++) sum += (p[j] = std::exp(row[j] - mx));
+    // S: each term off by l_j - m's rounding and expf's 2 ulp (fp64 sum: exact enough)
+    double eps_s = 0;
+    for (int j = 0; j < V; j++) eps_s += p[j] / sum * op_err(std::fabs(row[j] - mx) + 3, 1.0);
+    const double loss = std::log(sum) + mx - row[tgt];
+    losses.value[n] = nan ? kNaN : loss;
+    losses.delta[n] = eps_s + op_err(1, std::fabs(loss));
+    if (dloss == 0.0f) continue;
+    for (int j = 0; j < Vp; j++) {
+      const size_t i = size_t(n) * Vp + j;
+      if (j >= V) {
+        dl.value[i] = 0.0, dl.delta[i] = 0.0;
+        continue;
+      }
+      const double a = p[j] / sum * dloss, g = a - (j == tgt ? double(dloss) : 0.0);
+      dl.value[i] = nan ? kNaN : g;
+      // expf(l - m), fp32(dloss / S), the product, the subtraction
+      dl.delta[i] = std::fabs(a) * (eps_s + op_err(std::fabs(row[j] - mx) + 5, 1.0)) + op_err(1, std::fabs(g));
+    }
+  }
+  return {dl, losses};
+}
+
+// ---- the check ---------------------------------------------------------------------------------
+double check_element(double got, double value, double delta) {
+  constexpr double kInf = std::numeric_limits<double>::infinity();
+  if (std::isnan(value)) return std::isnan(got) ? 0.0 : kInf;
+  if (std::isinf(value)) return got == value ? 0.0 : kInf;
+  if (!std::isfinite(got)) return kInf;
+  return std::fabs(got - value) / (delta + 0.5 * ulp_bf16(std::fabs(value) + delta));
+}
+
+void Stats::add(const Stats& o) {
+  elements += o.elements, failures += o.failures, flips += o.flips;
+  worst_ratio = std::max(worst_ratio, o.worst_ratio);
+  worst_ulps = std::max(worst_ulps, o.worst_ulps);
+}
+
+Stats compare(const Vec& got, const Output& ref, const std::string& what, std::string* problems, int max_reports) {
+  Stats st;
+  if (got.size() != ref.value.size()) {
+    st.failures = 1;
+    if (problems) *problems += "  " + what + ": size mismatch\n";
+    return st;
+  }
+  st.elements = got.size();
+  int reported = 0;
+  for (size_t i = 0; i < got.size(); i++) {
+    const double v = ref.value[i], ratio = check_element(got[i], v, ref.delta[i]);
+    if (std::isfinite(v) && std::isfinite(ratio)) {
+      st.worst_ratio = std::max(st.worst_ratio, ratio);
+      const double r = round_bf16(v);
+      if (double(got[i]) != r) st.flips++;
+      st.worst_ulps = std::max(st.worst_ulps, std::fabs(got[i] - r) / ulp_bf16(v));
+    }
+    if (ratio > 1.0) {
+      st.failures++;
+      if (problems && reported++ < max_reports) {
+        std::ostringstream s;
+        s.precision(9);
+        s << "  " << what << "[" << i << "]: got " << got[i] << ", reference " << v << " (bf16 "
+          << round_bf16(v) << ", fp32 allowance " << ref.delta[i] << ", ulp " << ulp_bf16(v) << "): " << ratio
+          << "x the bound\n";
+        *problems += s.str();
+      }
+    }
+  }
+  return st;
+}
+
+size_t old_bound_failures(const Vec& got, const Vec& want) {
+  double sum2 = 0;
+  size_t finite = 0;
+  for (float w : want)
+    if (std::isfinite(w)) sum2 += double(w) * w, finite++;
+  const double rms = finite ? std::sqrt(sum2 / finite) : 0.0;
+  size_t bad = 0;
+  for (size_t i = 0; i < got.size(); i++) {
+    const double g = got[i], w = want[i];
+    if (std::isnan(w)) bad += !std::isnan(g);
+    else if (std::isinf(w)) bad += g != w;
+    else bad += !std::isfinite(g) || std::fabs(g - w) > 1e-2 * std::fabs(w) + 1e-2 * rms;
+  }
+  return bad;
+}
+
+size_t perturb_smallest(Vec& v) {
+  std::vector<size_t> idx;
+  for (size_t i = 0; i < v.size(); i++)
+    if (std::isfinite(v[i]) && v[i] != 0.0f) idx.push_back(i);
+  const size_t k = std::max<size_t>(1, idx.size() / 100);
+  if (idx.empty()) return 0;
+  std::nth_element(idx.begin(), idx.begin() + (k - 1), idx.end(),
+                   [&](size_t a, size_t b) { return std::fabs(v[a]) < std::fabs(v[b]); });
+  for (size_t n = 0; n < k; n++) v[idx[n]] = round_bf16(v[idx[n]] * 1.1f);
+  return k;
+}
+
+}  // namespace bf16ref
+}  // namespace gpt2
