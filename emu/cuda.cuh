@@ -44,6 +44,9 @@ inline void check_launch(cudaError_t status, const char* kernel_name, const char
   extern __shared__ __align__(16) unsigned char gpt2_dynamic_smem_bytes_[];            \
   type* name = reinterpret_cast<type*>(gpt2_dynamic_smem_bytes_)
 
+// Vector helpers state the alignment they rely on; the hardware checks it (a fault).
+#define GPT2_CHECK_ALIGNED(ptr, bytes, what) static_cast<void>(0)
+
 #define GPT2_EMULATED 0
 
 #else  // emulation
@@ -64,6 +67,11 @@ using emu::check_launch;
   } while (0)
 
 #define DYNAMIC_SHARED(type, name) type* name = reinterpret_cast<type*>(::gpt2::emu::dynamic_shared_memory())
+
+// In emulation a misaligned vector access faults the launch, as on a GPU, naming the address.
+#define GPT2_CHECK_ALIGNED(ptr, bytes, what)                                                    \
+  (reinterpret_cast<uintptr_t>(ptr) % (bytes) == 0 ? static_cast<void>(0)                     \
+                                                  : ::gpt2::emu::misaligned_access((ptr), (bytes), (what)))
 
 #define GPT2_EMULATED 1
 

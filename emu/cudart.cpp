@@ -125,6 +125,8 @@ const char* cudaGetErrorName(cudaError_t error) {
     case cudaErrorAssert: return "cudaErrorAssert";
     case cudaErrorNotSupported: return "cudaErrorNotSupported";
     case cudaErrorInvalidDeviceFunction: return "cudaErrorInvalidDeviceFunction";
+    case cudaErrorLaunchOutOfResources: return "cudaErrorLaunchOutOfResources";
+    case cudaErrorMisalignedAddress: return "cudaErrorMisalignedAddress";
     default: return "cudaErrorUnknown";
   }
 }
@@ -143,6 +145,8 @@ const char* cudaGetErrorString(cudaError_t error) {
     case cudaErrorLaunchFailure: return "unspecified launch failure";
     case cudaErrorAssert: return "device-side assert triggered";
     case cudaErrorNotSupported: return "operation not supported";
+    case cudaErrorLaunchOutOfResources: return "too many resources requested for launch";
+    case cudaErrorMisalignedAddress: return "misaligned address";
     case cudaErrorInvalidDeviceFunction: return "invalid device function";
     default: return "unknown error";
   }
@@ -473,7 +477,8 @@ cudaError_t cudaFuncGetAttributes(cudaFuncAttributes* attr, const void* func) {
   if (func == nullptr) return fail(cudaErrorInvalidDeviceFunction);
   gpt2::emu::DeviceConfig d = gpt2::emu::device_config();
   std::memset(attr, 0, sizeof(*attr));
-  attr->maxThreadsPerBlock = d.max_threads_per_block;
+  const int bound = gpt2::emu::kernel_launch_bound(func);
+  attr->maxThreadsPerBlock = bound > 0 ? std::min(bound, d.max_threads_per_block) : d.max_threads_per_block;
   attr->maxDynamicSharedSizeBytes = static_cast<int>(
       std::max(d.smem_per_block, gpt2::emu::kernel_max_dynamic_smem(func)));
   attr->numRegs = 32;  // unknown in emulation; a typical value

@@ -28,9 +28,18 @@
 // one OS thread, so a static thread_local is one copy per concurrently running block.
 #undef __shared__
 #define __shared__ static thread_local
-#ifndef __launch_bounds__
-#define __launch_bounds__(...)
-#endif
+// __launch_bounds__(max_threads[, min_blocks[, max_cluster]]): on a GPU a launch of
+// a larger block fails. g++ cannot attach a value to a function that code reads
+// back, so the emulated build encodes max_threads / 32 in the kernel's machine
+// code: patchable_function_entry(N, N) puts N one-byte NOPs just before the entry
+// and records their address in the section __patchable_function_entries, which
+// the launcher reads (emu/launch_bounds.cpp). max_threads must be a multiple of 32
+// in [32, 1024]: anything else is a compile error (a negative NOP count).
+#undef __launch_bounds__
+#define __launch_bounds__(...) GPT2_EMU_LAUNCH_BOUNDS_(__VA_ARGS__, 0)
+#define GPT2_EMU_LAUNCH_BOUNDS_(max_threads, ...) \
+  __attribute__((patchable_function_entry(GPT2_EMU_BOUND_NOPS_(max_threads), GPT2_EMU_BOUND_NOPS_(max_threads))))
+#define GPT2_EMU_BOUND_NOPS_(n) (((n) % 32 == 0 && (n) >= 32 && (n) <= 1024) ? (n) / 32 : -1)
 // __noinline__ is deliberately left undefined: libstdc++ spells
 // __attribute__((__noinline__)), which a macro would break.
 #undef __forceinline__
@@ -222,16 +231,29 @@ inline int atomicOr(int* a, int v) { return __atomic_fetch_or(a, v, __ATOMIC_SEQ
 inline unsigned atomicOr(unsigned* a, unsigned v) { return __atomic_fetch_or(a, v, __ATOMIC_SEQ_CST); }
 
 // ---- load/store cache hints: plain accesses on the CPU (scalars and 16-byte vectors) ----
-template <class T> inline T __ldg(const T* p) { return *p; }
-template <class T> inline T __ldcg(const T* p) { return *p; }
-template <class T> inline T __ldca(const T* p) { return *p; }
-template <class T> inline T __ldcs(const T* p) { return *p; }
-template <class T> inline T __ldlu(const T* p) { return *p; }
-template <class T> inline T __ldcv(const T* p) { return *p; }
-template <class T> inline void __stwb(T* p, T v) { *p = v; }
-template <class T> inline void __stcg(T* p, T v) { *p = v; }
-template <class T> inline void __stcs(T* p, T v) { *p = v; }
-template <class T> inline void __stwt(T* p, T v) { *p = v; }
+// A GPU access of a T must be alignof(T)-aligned (16 bytes for float4, int4 and
+// the 128-bit packs); a misaligned one is a fatal "misaligned address" fault,
+// while a CPU carries on. These hints, and GPT2_CHECK_ALIGNED in the project's
+// vector helpers, fault the launch instead, naming the address.
+namespace gpt2 {
+namespace emu {
+template <class T>
+inline const T* aligned_for_access(const T* p, const char* what) {
+  if (reinterpret_cast<uintptr_t>(p) % alignof(T) != 0) misaligned_access(p, alignof(T), what);
+  return p;
+}
+}  // namespace emu
+}  // namespace gpt2
+template <class T> inline T __ldg(const T* p) { return *gpt2::emu::aligned_for_access(p, "__ldg"); }
+template <class T> inline T __ldcg(const T* p) { return *gpt2::emu::aligned_for_access(p, "__ldcg"); }
+template <class T> inline T __ldca(const T* p) { return *gpt2::emu::aligned_for_access(p, "__ldca"); }
+template <class T> inline T __ldcs(const T* p) { return *gpt2::emu::aligned_for_access(p, "__ldcs"); }
+template <class T> inline T __ldlu(const T* p) { return *gpt2::emu::aligned_for_access(p, "__ldlu"); }
+template <class T> inline T __ldcv(const T* p) { return *gpt2::emu::aligned_for_access(p, "__ldcv"); }
+template <class T> inline void __stwb(T* p, T v) { *const_cast<T*>(gpt2::emu::aligned_for_access<T>(p, "__stwb")) = v; }
+template <class T> inline void __stcg(T* p, T v) { *const_cast<T*>(gpt2::emu::aligned_for_access<T>(p, "__stcg")) = v; }
+template <class T> inline void __stcs(T* p, T v) { *const_cast<T*>(gpt2::emu::aligned_for_access<T>(p, "__stcs")) = v; }
+template <class T> inline void __stwt(T* p, T v) { *const_cast<T*>(gpt2::emu::aligned_for_access<T>(p, "__stwt")) = v; }
 
 // ---- math and conversion intrinsics ------------------------------------------------
 // The fast-math intrinsics are approximations on the GPU; the emulator returns the

@@ -728,6 +728,13 @@ void device_fault(const char* kind, const char* message, const char* file, int l
   fiber_worker(kind).fault_here(format("%s at %s:%d: %s", kind, file, line, message), cudaErrorLaunchFailure);
 }
 
+void misaligned_access(const void* address, size_t alignment, const char* what) {
+  fiber_worker(what).fault_here(format("misaligned address %p: %s needs %zu-byte alignment (the address is %zu "
+                                       "bytes past a boundary)", address, what, alignment,
+                                       static_cast<size_t>(reinterpret_cast<uintptr_t>(address) % alignment)),
+                                cudaErrorMisalignedAddress);
+}
+
 void device_assert_fail(const char* expr, const char* file, int line, const char* function) {
   Worker* w = tls_worker;
   if (w == nullptr || !w->in_kernel()) __assert_fail(expr, file, static_cast<unsigned>(line), function);
@@ -768,7 +775,12 @@ cudaError_t run_grid(const void* kernel_id, const char* kernel_name, dim3 grid, 
     problem = format("block (%u,%u,%u) exceeds the device limits", block.x, block.y, block.z);
   else if (grid.x > 2147483647u || grid.y > 65535 || grid.z > 65535)
     problem = format("grid (%u,%u,%u) exceeds the device limits", grid.x, grid.y, grid.z);
-  else {
+  else if (int bound = kernel_launch_bound(kernel_id); bound > 0 && threads > static_cast<uint64_t>(bound)) {
+    // The driver refuses a block larger than the kernel's maxThreadsPerBlock.
+    problem = format("a block of %llu threads exceeds the kernel's __launch_bounds__(%d)",
+                     static_cast<unsigned long long>(threads), bound);
+    code = cudaErrorLaunchOutOfResources;
+  } else {
     size_t limit = std::max(dev.smem_per_block, kernel_max_dynamic_smem(kernel_id));
     if (dynamic_smem > limit) {
       problem = format("%zu bytes of dynamic shared memory exceed the %zu allowed (opt in with "

@@ -55,6 +55,8 @@ uint64_t warp_rendezvous(WarpOp op, unsigned mask, uint64_t value, ShuffleMode m
                          int width, const char* file, int line);
 unsigned active_mask();  // lanes of this warp that have not exited
 [[noreturn]] void device_fault(const char* kind, const char* message, const char* file, int line);
+// A `bytes`-wide access at a misaligned address: cudaErrorMisalignedAddress for the launch.
+[[noreturn]] void misaligned_access(const void* address, size_t alignment, const char* what);
 void device_assert_fail(const char* expr, const char* file, int line, const char* function);
 
 // ---- launching -------------------------------------------------------------

@@ -9,7 +9,7 @@
 #   emulation:  objects get  CPPFLAGS += $(EMU_CUDA_INC)  (the .cu -> build/X.cu.o rule
 #               of the top-level Makefile compiles them as C++), link $(EMU_LIB) $(EMU_LIBS)
 #   ASan:       build/asan/X.o / build/asan/X.cu.o from X.cpp / X.cu (rules below),
-#               link with -fsanitize=address $(EMU_ASAN_LIB) $(EMU_LIBS)
+#               link with $(EMU_SANITIZE) $(EMU_ASAN_LIB) $(EMU_LIBS)
 #   nvcc:       build/nvcc/sm_80/X.o and build/nvcc/sm_90/X.o from X.cu; the
 #               --resource-usage report lands next to the object as X.resource.txt
 
@@ -17,7 +17,11 @@ EMU_CUDA_INC   := -isystem $(CUDA_HOME)/include
 EMU_MPI_CFLAGS := $(patsubst -I%,-isystem %,$(shell mpicxx --showme:compile 2>/dev/null)) -DOMPI_SKIP_MPICXX=1
 EMU_MPI_LIBS   := $(shell mpicxx --showme:link 2>/dev/null)
 EMU_LIBS       := -lboost_context -lopenblas
-EMU_ASAN_FLAGS := -O1 -g -fsanitize=address -fno-omit-frame-pointer
+# ASan plus UBSan's alignment check, fatal: a misaligned raw access (a float4 through
+# reinterpret_cast 8 bytes past a 16-byte boundary) is reported with file:line, as a
+# GPU would fault on it, instead of running.
+EMU_SANITIZE   := -fsanitize=address,alignment -fno-sanitize-recover=alignment
+EMU_ASAN_FLAGS := -O1 -g $(EMU_SANITIZE) -fno-omit-frame-pointer
 EMU_NVCC_FLAGS := -std=c++17 -O3 --resource-usage -I.
 EMU_NVCC_ARCHS := sm_80 sm_90
 
@@ -25,7 +29,7 @@ EMU_LIB      := $(BUILD)/libemu.a
 EMU_ASAN_LIB := $(BUILD)/asan/libemu.a
 EMU_NCCL_LIB := $(BUILD)/libemu_nccl.a
 
-EMU_SRCS      := emu/exec.cpp emu/cudart.cpp emu/cublas.cpp
+EMU_SRCS      := emu/exec.cpp emu/cudart.cpp emu/cublas.cpp emu/launch_bounds.cpp
 EMU_OBJS      := $(EMU_SRCS:%.cpp=$(BUILD)/%.o)
 EMU_ASAN_OBJS := $(EMU_SRCS:%.cpp=$(BUILD)/asan/%.o)
 
@@ -90,12 +94,18 @@ $(BUILD)/test/emu/emu_test: $(EMU_TEST_OBJS) $(EMU_LIB)
 
 $(BUILD)/test/emu/emu_asan_test: $(EMU_TEST_ASAN_OBJS) $(EMU_ASAN_LIB)
 	@mkdir -p $(@D)
-	$(CXX) -fsanitize=address $(LDFLAGS) $^ $(EMU_LIBS) -lgtest -lgtest_main -o $@
+	$(CXX) $(EMU_SANITIZE) $(LDFLAGS) $^ $(EMU_LIBS) -lgtest -lgtest_main -o $@
 
 # A kernel that writes one element past its allocation: ASan must name the line.
 $(BUILD)/test/emu/emu_oob_asan: $(BUILD)/asan/test/emu/oob_kernel.cu.o $(EMU_ASAN_LIB)
 	@mkdir -p $(@D)
-	$(CXX) -fsanitize=address $(LDFLAGS) $^ $(EMU_LIBS) -o $@
+	$(CXX) $(EMU_SANITIZE) $(LDFLAGS) $^ $(EMU_LIBS) -o $@
+
+# Misaligned 128-bit loads, raw (UBSan must name the line) and through kern::load128
+# (a launch error naming the kernel and address): test/emu/misaligned_access_test.sh.
+$(BUILD)/test/emu/emu_misaligned_asan: $(BUILD)/asan/test/emu/misaligned_kernel.cu.o $(EMU_ASAN_LIB)
+	@mkdir -p $(@D)
+	$(CXX) $(EMU_SANITIZE) $(LDFLAGS) $^ $(EMU_LIBS) -o $@
 
 # NCCL over MPI: run by test/emu/nccl_mpi_test.sh under mpirun -np 2.
 $(BUILD)/test/emu/nccl_test: $(BUILD)/test/emu/nccl_test.o $(EMU_NCCL_LIB) $(EMU_LIB)
@@ -103,8 +113,9 @@ $(BUILD)/test/emu/nccl_test: $(BUILD)/test/emu/nccl_test.o $(EMU_NCCL_LIB) $(EMU
 	$(CXX) $(LDFLAGS) $^ $(EMU_LIBS) $(EMU_MPI_LIBS) -lgtest -o $@
 
 TESTS        += $(BUILD)/test/emu/emu_test $(BUILD)/test/emu/emu_asan_test
-TEST_SCRIPTS += test/emu/nccl_mpi_test.sh test/emu/asan_oob_test.sh test/emu/nvcc_compile_test.sh
-TEST_PREREQS += $(BUILD)/test/emu/nccl_test $(BUILD)/test/emu/emu_oob_asan
+TEST_SCRIPTS += test/emu/nccl_mpi_test.sh test/emu/asan_oob_test.sh test/emu/nvcc_compile_test.sh \
+                test/emu/misaligned_access_test.sh
+TEST_PREREQS += $(BUILD)/test/emu/nccl_test $(BUILD)/test/emu/emu_oob_asan $(BUILD)/test/emu/emu_misaligned_asan
 
 # ---- throughput benchmark -------------------------------------------------------------------------
 $(BUILD)/dev/emu/bench_emu: $(BUILD)/dev/emu/bench_emu.o $(EMU_LIB)

@@ -15,6 +15,8 @@ namespace emu {
 void record_error(cudaError_t status);
 // Opt-in dynamic shared memory set with cudaFuncSetAttribute (0 when never set).
 size_t kernel_max_dynamic_smem(const void* kernel);
+// max_threads of the kernel's __launch_bounds__ (emu/launch_bounds.cpp); 0 without one.
+int kernel_launch_bound(const void* kernel);
 // Fault text of the last failed launch (shared with check_launch).
 void set_kernel_fault(const std::string& message);
 

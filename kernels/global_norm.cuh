@@ -20,7 +20,8 @@ constexpr int kNormMaxBlocks = 1024;
 constexpr int kNormFinishBlock = 1024;
 
 inline int global_norm_blocks(size_t n) {
-  const size_t wanted = (n + kNormBlock * 8 - 1) / (kNormBlock * 8);  // >= 8 elements per thread
+  constexpr size_t kPerBlock = size_t{kNormBlock} * 8;  // >= 8 elements per thread
+  const size_t wanted = (n + kPerBlock - 1) / kPerBlock;
   return wanted < 1 ? 1 : (wanted > kNormMaxBlocks ? kNormMaxBlocks : static_cast<int>(wanted));
 }
 

@@ -34,10 +34,11 @@ $(KCUDA_TEST): $(KCUDA_TEST_SRCS:%.cpp=$(BUILD)/%.o) $(KCUDA_HARNESS:%.cpp=$(BUI
 $(KCUDA_ASAN_TEST): $(KCUDA_TEST_SRCS:%.cpp=$(BUILD)/asan/%.o) $(KCUDA_HARNESS:%.cpp=$(BUILD)/asan/%.o) \
                     $(BUILD)/asan/kernels/cuda_backend.cu.o $(BUILD)/libmodel.a $(BACKEND_CPU_LIB) $(EMU_ASAN_LIB)
 	@mkdir -p $(@D)
-	$(CXX) -fsanitize=address $(LDFLAGS) $^ $(EMU_LIBS) $(BACKEND_CPU_LDLIBS) -lgtest -lgtest_main -o $@
+	$(CXX) $(EMU_SANITIZE) $(LDFLAGS) $^ $(EMU_LIBS) $(BACKEND_CPU_LDLIBS) -lgtest -lgtest_main -o $@
 
 TESTS        += $(KCUDA_TEST) $(KCUDA_ASAN_TEST)
-TEST_SCRIPTS += test/backend_cuda/random_order_test.sh test/backend_cuda/nvcc_compile_test.sh
+TEST_SCRIPTS += test/backend_cuda/random_order_test.sh test/backend_cuda/nvcc_compile_test.sh \
+                test/backend_cuda/index_width_test.sh
 
 # ---- nvcc compile check: one translation unit holds every kernel, one invocation per arch -------
 KERNELS_NVCC_OBJS := $(foreach arch,$(EMU_NVCC_ARCHS),$(BUILD)/nvcc/$(arch)/kernels/cuda_backend.o)

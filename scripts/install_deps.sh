@@ -5,7 +5,7 @@
 # trainer without it, and the CUDA targets need /usr/local/cuda.
 set -euo pipefail
 packages=(
-  build-essential g++ clang libclang-rt-14-dev make pkg-config   # compilers; clang for libFuzzer
+  build-essential g++ clang clang-tidy libclang-rt-14-dev make pkg-config  # compilers; libFuzzer; index-width check
   libgtest-dev                                                    # tests
   libopenblas-dev                                                 # CPU backend GEMMs
   libpcre2-dev                                                    # tokenizer pre-tokenizer regex

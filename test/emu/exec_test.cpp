@@ -8,6 +8,7 @@
 #include <random>
 #include <stdexcept>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include <cuda_bf16.h>
@@ -362,6 +363,68 @@ TEST(Workers, ManyBlocksOnSeveralThreadsGiveTheSameResult) {
   std::vector<float> four = emu_test::block_sums(in, 256);
   emu::set_worker_threads(2);
   EXPECT_EQ(one, four);
+}
+
+
+// ---- hardware rules the emulator enforces like a GPU -----------------------------------
+
+TEST(LaunchBounds, BlockWithinTheBoundRuns) {
+  EXPECT_EQ(emu_test::run_bounded_kernel(256, 256), 256);
+  EXPECT_EQ(emu_test::run_bounded_kernel(256, 64), 64);
+  EXPECT_EQ(emu_test::run_bounded_kernel(128, 128), 3 * 128);
+}
+
+TEST(LaunchBounds, BlockOverTheBoundIsRefusedNamingTheKernel) {
+  for (auto [bound, block, name] : {std::tuple<int, int, const char*>{256, 512, "bounded_256_kernel"},
+                                    {256, 288, "bounded_256_kernel"},
+                                    {128, 160, "bounded_128_kernel"}}) {
+    try {
+      emu_test::run_bounded_kernel(bound, block);
+      ADD_FAILURE() << name << " ran with " << block << " threads over __launch_bounds__(" << bound << ")";
+    } catch (const std::runtime_error& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find(name), std::string::npos) << what;
+      EXPECT_NE(what.find("too many resources requested for launch"), std::string::npos) << what;
+      EXPECT_NE(what.find("exceeds the kernel's __launch_bounds__(" + std::to_string(bound) + ")"),
+                std::string::npos) << what;
+    }
+    EXPECT_EQ(cudaGetLastError(), cudaSuccess);  // check_launch consumed the error
+  }
+}
+
+TEST(LaunchBounds, FuncAttributesReportTheBound) {
+  EXPECT_EQ(emu_test::bounded_kernel_max_threads(256), 256);
+  EXPECT_EQ(emu_test::bounded_kernel_max_threads(128), 128);
+}
+
+TEST(Alignment, AlignedPacksSumRawAndThroughTheHelper) {
+  std::vector<float> in = random_floats(4 * 70 + 4, 21);
+  for (int offset : {0, 4}) {
+    for (bool helper : {false, true}) {
+      std::vector<float> out = emu_test::pack_sums(in, offset, helper);
+      ASSERT_EQ(out.size(), (in.size() - offset) / 4);
+      for (size_t i = 0; i < out.size(); i++) {
+        const float* p = &in[offset + 4 * i];
+        EXPECT_EQ(out[i], ((p[0] + p[1]) + p[2]) + p[3]) << "offset " << offset << " pack " << i;
+      }
+    }
+  }
+}
+
+TEST(Alignment, MisalignedHelperLoadIsALaunchErrorNamingKernelAndAddress) {
+  std::vector<float> in = random_floats(4 * 70 + 4, 22);
+  for (int offset : {1, 2, 3}) {  // 4, 8, 12 bytes past a 16-byte boundary
+    try {
+      emu_test::pack_sums(in, offset, true);
+      ADD_FAILURE() << "a load128 " << 4 * offset << " bytes past a 16-byte boundary ran";
+    } catch (const std::runtime_error& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find("pack_sums_kernel"), std::string::npos) << what;
+      EXPECT_NE(what.find("misaligned address 0x"), std::string::npos) << what;
+      EXPECT_NE(what.find("load128 needs 16-byte alignment (the address is " + std::to_string(4 * offset) +
+                          " bytes past a boundary)"), std::string::npos) << what;
+    }
+  }
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 #include "test/emu/kernels.h"
 
 #include "emu/cuda.cuh"
+#include "kernels/pack128.cuh"
 
 #include <cstring>
 #include <type_traits>
@@ -227,6 +228,31 @@ __global__ void vector_hints_kernel(const float* in, float* out, int n4) {
                        __float_as_int(__int_as_float(v.z) * 2.0f + 1.0f), __float_as_int(__int_as_float(v.w) * 2.0f + 1.0f));
     __stcg(reinterpret_cast<int4*>(out) + i, r);
   }
+}
+
+// __launch_bounds__ written both ways nvcc accepts; each thread 0 reports its block size.
+__global__ void __launch_bounds__(256) bounded_256_kernel(int* out) {
+  if (threadIdx.x == 0) out[blockIdx.x] = static_cast<int>(blockDim.x);
+}
+template <int kScale>
+__global__ __launch_bounds__(128, 2) void bounded_128_kernel(int* out) {
+  if (threadIdx.x == 0) out[blockIdx.x] = kScale * static_cast<int>(blockDim.x);
+}
+
+// Sums of 4-float packs read from `in` + offset: raw float4 loads (a misaligned one
+// is undefined behaviour the CPU forgives) or the project's load128 (checked).
+__global__ void pack_sums_kernel(const float* in, float* out, int packs, bool helper) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= packs) return;
+  float s = 0.0f;
+  if (helper) {
+    kern::Pack128<float> v = kern::load128(in + 4 * i);
+    for (int k = 0; k < 4; k++) s += v[k];
+  } else {
+    float4 v = reinterpret_cast<const float4*>(in)[i];
+    s = v.x + v.y + v.z + v.w;
+  }
+  out[i] = s;
 }
 
 constexpr int kMathProbes = 8;
@@ -485,6 +511,28 @@ float read_uninitialised_shared() {
   DeviceBuffer<float> d_out(1);
   LAUNCH_KERNEL(read_shared_kernel, 1, 1, 64, 0, d_out.get());
   return d_out.download()[0];
+}
+
+int run_bounded_kernel(int bound, int block_size) {
+  DeviceBuffer<int> d_out(1);
+  if (bound == 256) LAUNCH_KERNEL(bounded_256_kernel, 1, block_size, 0, 0, d_out.get());
+  else LAUNCH_KERNEL(bounded_128_kernel<3>, 1, block_size, 0, 0, d_out.get());
+  return d_out.download()[0];
+}
+
+int bounded_kernel_max_threads(int bound) {
+  cudaFuncAttributes attr;
+  if (bound == 256) CUDA_CHECK(cudaFuncGetAttributes(&attr, reinterpret_cast<const void*>(bounded_256_kernel)));
+  else CUDA_CHECK(cudaFuncGetAttributes(&attr, reinterpret_cast<const void*>(bounded_128_kernel<3>)));
+  return attr.maxThreadsPerBlock;
+}
+
+std::vector<float> pack_sums(const std::vector<float>& in, int offset_floats, bool helper) {
+  int packs = (static_cast<int>(in.size()) - offset_floats) / 4;
+  DeviceBuffer<float> d_in(in), d_out(packs);
+  LAUNCH_KERNEL(pack_sums_kernel, ceil_div(packs, 64), 64, 0, 0, d_in.get() + offset_floats, d_out.get(), packs,
+                helper);
+  return d_out.download();
 }
 
 }  // namespace emu_test

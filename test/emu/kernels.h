@@ -65,6 +65,15 @@ void launch_device_assert(int bad_index);
 // emulation, which poisons it).
 float read_uninitialised_shared();
 
+// Launches a kernel declared __launch_bounds__(256) (bound 256) or
+// __launch_bounds__(128, 2) (bound 128) with `block_size` threads; returns the
+// block size the kernel saw. Throws when the launch is refused.
+int run_bounded_kernel(int bound, int block_size);
+// cudaFuncGetAttributes(...).maxThreadsPerBlock of those kernels.
+int bounded_kernel_max_threads(int bound);
+// Per 4-float pack sums of in[offset_floats...]: raw float4 loads or kern::load128.
+std::vector<float> pack_sums(const std::vector<float>& in, int offset_floats, bool helper);
+
 }  // namespace emu_test
 }  // namespace gpt2
 
