@@ -9,8 +9,13 @@
 # the mean of per-token losses stored in bf16 (up to 2^-8 relative each, all
 # of one sign in the worst case), and from step 2 on the two runs train
 # different weights; measured 1.0e-3 at step 1, 1.9e-3 at step 10.
+# scripts/gpu_check.sh runs it on a real GPU with CUDA_TRAINER, CPU_TRAINER and
+# PYTHON (the Python with torch) pointing at the kit's programs.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+cuda_trainer=${CUDA_TRAINER:-build/train_gpt2cu_emu}
+cpu_trainer=${CPU_TRAINER:-./train_gpt2cu}
+python=${PYTHON:-/usr/bin/python3}
 # One emulator worker: the encoder backward's float atomics then add in a fixed
 # order, so the resumed bf16 run can be compared exactly (on a GPU that order,
 # and so the last bits, may vary).
@@ -18,23 +23,23 @@ export GPT2_EMU_THREADS=1
 mkdir -p build/test/e2e
 work=$(mktemp -d build/test/e2e/cuda_emu.XXXXXX)
 trap 'rm -rf "$work"' EXIT
-/usr/bin/python3 test/e2e/torch_reference.py --out "$work" --steps 10 > "$work/ref.log"
+"$python" test/e2e/torch_reference.py --out "$work" --steps 10 > "$work/ref.log"
 args=(--model "$work/model.bin" --train-data "$work/train.bin" --no-shuffle -B 2 -T 8 --lr 1e-2
       --lr-schedule constant --weight-decay 0.1 --max-steps 10 --val-every 0 --sample-every 0)
-./train_gpt2cu --device cpu "${args[@]}" --log-jsonl "$work/cpu.jsonl" > "$work/cpu.log" 2>&1
-build/train_gpt2cu_emu --device cuda "${args[@]}" --log-jsonl "$work/cuda.jsonl" > "$work/cuda.log" 2>&1 \
+"$cpu_trainer" --device cpu "${args[@]}" --log-jsonl "$work/cpu.jsonl" > "$work/cpu.log" 2>&1
+"$cuda_trainer" --device cuda "${args[@]}" --log-jsonl "$work/cuda.jsonl" > "$work/cuda.log" 2>&1 \
   || { cat "$work/cuda.log"; exit 1; }
 grep -q "backend      cuda" "$work/cuda.log" || { echo "FAIL: the emulated run did not use the CUDA backend"; exit 1; }
-build/train_gpt2cu_emu --device cuda --dtype bf16 "${args[@]}" --log-jsonl "$work/bf16.jsonl" \
+"$cuda_trainer" --device cuda --dtype bf16 "${args[@]}" --log-jsonl "$work/bf16.jsonl" \
   --output-dir "$work/ck" --checkpoint-every 5 > "$work/bf16.log" 2>&1 || { cat "$work/bf16.log"; exit 1; }
 # Resume the bf16 run from its step-5 checkpoint (fp32 master weights in the
 # state file): steps 6..10 must repeat the uninterrupted run's losses.
 rm "$work/ck/DONE_00000010"
-build/train_gpt2cu_emu --device cuda --dtype bf16 "${args[@]}" --log-jsonl "$work/bf16_resumed.jsonl" \
+"$cuda_trainer" --device cuda --dtype bf16 "${args[@]}" --log-jsonl "$work/bf16_resumed.jsonl" \
   --output-dir "$work/ck" --checkpoint-every 5 --resume > "$work/bf16_resumed.log" 2>&1 \
   || { cat "$work/bf16_resumed.log"; exit 1; }
 grep -q "resumed from .*model_00000005.bin at step 5" "$work/bf16_resumed.log" || { echo "FAIL: no resume at step 5"; exit 1; }
-/usr/bin/python3 - "$work" <<'PY'
+"$python" - "$work" <<'PY'
 import json, sys
 w = sys.argv[1]
 def losses(name):
