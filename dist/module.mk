@@ -43,8 +43,10 @@ $(DIST_UNIT_TEST): $(DIST_UNIT_OBJS) $(DIST_LIB)
 	@mkdir -p $(@D)
 	$(CXX) $(LDFLAGS) -o $@ $(DIST_UNIT_OBJS) $(DIST_LDLIBS) -lgtest -lgtest_main
 
-# Collectives: run standalone by `make test` (world 1) and under mpirun with 2
-# and 3 ranks by test/dist/comm_mpirun_test.sh.
+# Collectives: the suite CommTest.* runs under mpirun with 2 and 3 ranks
+# (test/dist/comm_mpirun_test.sh); standalone, as `make test` runs it, the
+# binary runs only the world-1 cases CommWorldOne.* (every collective is a
+# copy there), so the suite is not counted again as copies.
 DIST_COMM_TEST := $(BUILD)/test/dist/comm_test
 $(DIST_COMM_TEST): $(BUILD)/test/dist/comm_test.o $(DIST_LIB)
 	@mkdir -p $(@D)

@@ -28,9 +28,10 @@ double Rng::normal() {
 int Rng::below(int n) { return static_cast<int>(next() % static_cast<uint64_t>(n)); }
 
 std::vector<BackendUnderTest> backends_under_test() {
-  // The CPU backend with the OpenMP default thread count is the reference; the
-  // single-threaded one checks that results do not depend on the thread split.
-  // The emulated CUDA backend plugs in here.
+  // One backend at two thread counts: the OpenMP default is what the other is
+  // compared with, the single-threaded one checks that results do not depend
+  // on the thread split. A second backend would plug in here; the CUDA
+  // backend is compared with this one by test/backend_cuda/cuda_ops_test.cpp.
   return {
       {"cpu", [] { return make_cpu_backend(0); }},
       {"cpu-1thread", [] { return make_cpu_backend(1); }},

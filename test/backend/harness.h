@@ -6,7 +6,10 @@
 // every backend in backends_under_test() with guard bytes around every buffer
 // and compares:
 //   eval  backend output vs the fp64 reference, and every backend after the
-//         first vs the first (the CPU backend) on the same inputs;
+//         first vs the first on the same inputs (today both are the CPU
+//         backend, at its default thread count and at one thread, so this is
+//         a thread-count consistency check; CUDA vs CPU is compared by
+//         test/backend_cuda/cuda_ops_test.cpp);
 //   perf  time per op and shape, reported as GFLOP/s or GB/s (--perf).
 // The gradient mode (finite differences on the fp64 instantiation of the op
 // code) lives in grad_test.cpp, since it runs the templates, not a Backend.
@@ -47,8 +50,9 @@ class Rng {
   uint64_t state_;
 };
 
-// A backend the harness runs every case on. The first entry is the reference
-// backend for cross-backend comparison (the CPU backend).
+// A backend the harness runs every case on. The first entry is the one the
+// others are compared with: the CPU backend at its default thread count (the
+// others today: the same backend at one thread).
 struct BackendUnderTest {
   std::string name;
   std::function<std::unique_ptr<Backend>()> make;

@@ -1,5 +1,10 @@
 // Eval mode of the op harness (one test per op: every case on every backend
 // under test), exact sum_squares, memory ops, error handling and vexp accuracy.
+// The backends under test are today one backend, the CPU one, at its default
+// thread count and at one thread: comparing the two is a thread-count
+// consistency check, and the tests are named for that. The comparison of two
+// different backends (CUDA, executed by the emulator, against CPU) is
+// test/backend_cuda/cuda_ops_test.cpp.
 // `backend_ops_test --perf [OP]` runs the perf mode (ops whose name contains
 // OP, default all) instead of the tests.
 #include <gtest/gtest.h>
@@ -25,7 +30,9 @@ using optest::Rng;
 
 class OpEval : public ::testing::TestWithParam<std::string> {};
 
-TEST_P(OpEval, MatchesReferenceOnEveryBackend) {
+// Every case against its fp64 reference at the default thread count and at
+// one thread, and the one-thread outputs against the default-thread ones.
+TEST_P(OpEval, MatchesReferenceAtDefaultAndOneThread) {
   const std::string op = GetParam();
   const auto backends = optest::backends_under_test();
   // Same seed for every backend: identical inputs.

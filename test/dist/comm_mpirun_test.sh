@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Multi-rank tests of dist/ under mpirun (run by `make test` from the repo root):
-#   1. the communicator test suite with 2 and 3 ranks (3: uneven ZeRO shards);
+#   1. the communicator test suite (CommTest.*) with 2 and 3 ranks (3: uneven
+#      ZeRO shards), every test of it run and passed (`make test` runs only the
+#      world-1 cases, CommWorldOne.*, standalone);
 #   2. dist_selfcheck's layout lines under mpirun;
 #   3. preemption: SIGUSR1 sent to ONE rank stops every rank at the same step
 #      boundary with exit status 75, and --resume finishes the run from there.
@@ -22,11 +24,16 @@ trap cleanup EXIT
 fail=0
 note() { printf '%s\n' "$*"; }
 
+# comm_test picks CommTest.* itself at world > 1; the count guards that choice.
+n_suite=$(timeout -k 10 60 "$COMM_TEST" --gtest_filter='CommTest.*' --gtest_list_tests | grep -c '^  ')
+[ "$n_suite" -gt 0 ] || { note "FAIL comm_test lists no CommTest.* tests"; fail=1; }
 for np in 2 3; do
-  if timeout -k 10 120 "${MPIRUN[@]}" -np "$np" "$COMM_TEST" --gtest_color=no >"$WORK/comm_$np.log" 2>&1; then
-    note "PASS comm_test -np $np: $(grep -E '^\[  PASSED  \]' "$WORK/comm_$np.log")"
+  log=$WORK/comm_$np.log
+  if timeout -k 10 120 "${MPIRUN[@]}" -np "$np" "$COMM_TEST" --gtest_color=no >"$log" 2>&1 &&
+     grep -qE "^\[  PASSED  \] $n_suite tests?\.$" "$log" && ! grep -q 'SKIPPED' "$log"; then
+    note "PASS comm_test -np $np: $(grep -E '^\[  PASSED  \]' "$log") (all $n_suite of CommTest.*)"
   else
-    note "FAIL comm_test -np $np"; tail -n 40 "$WORK/comm_$np.log"; fail=1
+    note "FAIL comm_test -np $np (want all $n_suite CommTest.* tests run and passed)"; tail -n 40 "$log"; fail=1
   fi
 done
 

@@ -1,15 +1,25 @@
-// Collectives of the MPI communicator on host memory, at any world size:
-// `make test` runs this standalone (world 1), test/dist/comm_mpirun_test.sh
-// with mpirun -np 2 and -np 3. Inputs are small integers and quarters so
-// every sum is exact in float, whatever order MPI adds in; expectations are
-// closed forms in rank and world.
+// Collectives of the MPI communicator on host memory.
+//   CommTest.*      the collectives at any world size above 1: run under
+//                   mpirun -np 2 and -np 3 by test/dist/comm_mpirun_test.sh
+//                   (3: uneven ZeRO shards). Inputs are small integers and
+//                   quarters so every sum is exact in float, whatever order
+//                   MPI adds in; expectations are closed forms in rank and world.
+//   CommWorldOne.*  the degenerate world of one process, which `make test`
+//                   runs standalone: every collective is the identity (a copy
+//                   out of place, nothing in place), with no bytes sent.
+// main() picks the suite from the world size unless --gtest_filter (or
+// GTEST_FILTER) names the tests, so neither suite is counted at the other's
+// world size.
 #include <gtest/gtest.h>
 
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <memory>
 #include <numeric>
 #include <stdexcept>
+#include <string>
+#include <vector>
 
 #include "dist/comm.h"
 #include "dist/context.h"
@@ -270,6 +280,104 @@ TEST_F(CommTest, ZeroPlanExchangesMatchAllReduce) {
   EXPECT_EQ(buf, reference);
 }
 
+// ---- world 1 ----------------------------------------------------------------
+
+class CommWorldOne : public CommTest {
+ protected:
+  void SetUp() override {
+    CommTest::SetUp();
+    if (world != 1) GTEST_SKIP() << "a world-1 case; this process has world " << world;
+  }
+};
+
+// Awkward bit patterns: -0, a subnormal, the largest float, a NaN with a
+// payload. A copy keeps every bit; any arithmetic pass (a sum, a division by
+// the world size) would be allowed to change some of them.
+std::vector<float> odd_floats(size_t n) {
+  const uint32_t nan_bits = 0x7FC01234u;
+  float nan_payload;
+  std::memcpy(&nan_payload, &nan_bits, sizeof nan_payload);
+  const float pattern[] = {-0.0f, 1e-40f, 3.4028235e38f, nan_payload, 0.1f, -7.25f};
+  std::vector<float> v(n);
+  for (size_t i = 0; i < n; ++i) v[i] = pattern[i % 6];
+  return v;
+}
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+TEST_F(CommWorldOne, LayoutIsOneProcess) {
+  const DistContext& ctx = g_runtime->context();
+  EXPECT_EQ(comm->world(), 1);
+  EXPECT_EQ(comm->rank(), 0);
+  EXPECT_EQ(ctx.world, 1);
+  EXPECT_EQ(ctx.local_rank, 0);
+  EXPECT_EQ(ctx.local_world, 1);
+  EXPECT_EQ(ctx.node, 0);
+  EXPECT_EQ(ctx.num_nodes, 1);
+}
+
+TEST_F(CommWorldOne, ReductionsCopyBitForBit) {
+  const std::vector<float> send = odd_floats(13);
+  for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg}) {
+    std::vector<float> recv(send.size(), 5.0f), inplace(send);
+    comm->all_reduce(send.data(), recv.data(), send.size(), DataType::kFloat32, op);
+    EXPECT_TRUE(same_bits(recv, send));
+    all_reduce(*comm, inplace.data(), inplace.size(), op);
+    EXPECT_TRUE(same_bits(inplace, send));
+    std::vector<float> block(send.size(), 5.0f);
+    comm->reduce_scatter(send.data(), block.data(), send.size(), DataType::kFloat32, op);
+    EXPECT_TRUE(same_bits(block, send));
+    std::vector<float> piece(send.size(), 5.0f);
+    comm->reduce_scatter_v(send.data(), piece.data(), {send.size()}, DataType::kFloat32, op);
+    EXPECT_TRUE(same_bits(piece, send));
+  }
+  std::vector<float> inplace(send);
+  comm->reduce_scatter(inplace.data(), inplace.data(), inplace.size(), DataType::kFloat32,
+                       ReduceOp::kAvg);
+  EXPECT_TRUE(same_bits(inplace, send));
+  double third = 1.0 / 3.0;
+  all_reduce(*comm, &third, 1, ReduceOp::kAvg);
+  EXPECT_EQ(third, 1.0 / 3.0);
+  int32_t flag = -3;
+  comm->all_reduce(&flag, &flag, 1, DataType::kInt32, ReduceOp::kMax);
+  EXPECT_EQ(flag, -3);
+  // An empty block of reduce_scatter_v needs no receive buffer.
+  comm->reduce_scatter_v(send.data(), nullptr, {0}, DataType::kFloat32, ReduceOp::kSum);
+}
+
+TEST_F(CommWorldOne, GatherAndBroadcastLeaveTheData) {
+  const std::vector<float> mine = odd_floats(9);
+  std::vector<float> all(mine.size(), 5.0f), inplace(mine);
+  comm->all_gather(mine.data(), all.data(), mine.size(), DataType::kFloat32);
+  EXPECT_TRUE(same_bits(all, mine));
+  comm->all_gather(inplace.data(), inplace.data(), inplace.size(), DataType::kFloat32);
+  EXPECT_TRUE(same_bits(inplace, mine));
+  char msg[16] = "only rank";
+  comm->broadcast(msg, sizeof msg, 0);
+  EXPECT_EQ(std::string(msg), "only rank");
+  EXPECT_THROW(comm->broadcast(msg, sizeof msg, 1), std::runtime_error);  // no rank 1
+  comm->barrier();
+}
+
+TEST_F(CommWorldOne, TrafficCountsPayloadButSendsNothing) {
+  std::vector<float> v(24), piece(24);
+  comm->reset_stats();
+  comm->all_reduce(v.data(), v.data(), v.size(), DataType::kFloat32, ReduceOp::kSum);
+  comm->reduce_scatter(v.data(), v.data(), v.size(), DataType::kFloat32, ReduceOp::kSum);
+  comm->reduce_scatter_v(v.data(), piece.data(), {v.size()}, DataType::kFloat32, ReduceOp::kSum);
+  comm->all_gather(v.data(), v.data(), v.size(), DataType::kFloat32);
+  comm->broadcast(v.data(), 8, 0);
+  for (CommCall call : {CommCall::kAllReduce, CommCall::kReduceScatter, CommCall::kReduceScatterV,
+                        CommCall::kAllGather, CommCall::kBroadcast}) {
+    const CommTraffic& t = comm->traffic(call);
+    EXPECT_EQ(t.calls, 1u) << comm_call_name(call);
+    EXPECT_EQ(t.sent_bytes, 0u) << comm_call_name(call);
+  }
+  EXPECT_EQ(comm->traffic(CommCall::kAllReduce).payload_bytes, 96u);
+  EXPECT_EQ(comm->traffic(CommCall::kBroadcast).payload_bytes, 8u);
+}
+
 }  // namespace
 }  // namespace gpt2
 
@@ -293,6 +401,9 @@ int main(int argc, char** argv) {
     gpt2::g_runtime = &runtime;
     ::testing::InitGoogleTest(&argc, argv);
     const gpt2::DistContext& ctx = runtime.context();
+    // No filter given: the suite for this world size (see the top of the file).
+    if (std::string(GTEST_FLAG_GET(filter)) == "*")
+      GTEST_FLAG_SET(filter, ctx.world == 1 ? "CommWorldOne.*" : "CommTest.*");
     if (ctx.rank != 0) {
       auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
       delete listeners.Release(listeners.default_result_printer());

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The trainer binary from outside: --help, bad flags, bad data, bad config,
-# NaN handling (--on-nan stop keeps checkpoints and fails; skip continues),
-# atomic checkpoints and pruning.
+# --device cuda/auto on this machine (with or without a GPU), NaN handling
+# (--on-nan stop keeps checkpoints and fails; skip continues), atomic
+# checkpoints and pruning.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 mkdir -p build/test/e2e
@@ -17,6 +18,36 @@ check() {  # check NAME EXPECTED_RC GREP_PATTERN -- command...
     echo "ok   $name: $(grep -E -m1 -- "$pat" "$work/out" | cut -c1-110)"
   fi
 }
+# What --device cuda and --device auto must do depends on the binary and the
+# machine, told apart without asking the binary: a CUDA build carries the
+# message "no CUDA device is visible", a CPU-only build "built without the
+# CUDA backend" instead; a GPU is visible when nvidia-smi lists one and
+# CUDA_VISIBLE_DEVICES does not hide them all. With a GPU, --device cuda trains.
+gpu_visible() {
+  local list  # not piped into grep -q: with pipefail, an early grep exit fails the pipe
+  list=$(nvidia-smi -L 2>/dev/null) && grep -q '^GPU ' <<<"$list" || return 1
+  case "${CUDA_VISIBLE_DEVICES-all}" in "" | -1* | none | NoDevFiles) return 1 ;; esac
+}
+check_cuda_device() {
+  local no_gpu_msg="no CUDA device is visible" cpu_only_msg="built without the CUDA backend"
+  local with_cuda=0
+  grep -qaF "$no_gpu_msg" ./train_gpt2cu && with_cuda=1
+  if [ "$with_cuda" = "$(grep -qaF "$cpu_only_msg" ./train_gpt2cu && echo 1 || echo 0)" ]; then
+    echo "FAIL cuda: ./train_gpt2cu holds both or neither --device cuda error; update this test"
+    fails=$((fails + 1)); return
+  fi
+  if [ "$with_cuda" = 0 ]; then
+    check cuda-cpu-only-build 1 "--device cuda: this binary was $cpu_only_msg" -- ./train_gpt2cu "${tiny[@]}" --device cuda
+    check auto-cpu-only-build 0 "^\| backend +cpu," -- ./train_gpt2cu "${tiny[@]}" --device auto --max-steps 1
+  elif gpu_visible; then
+    check cuda-with-gpu 0 "^\| backend +cuda," -- ./train_gpt2cu "${tiny[@]}" --device cuda --max-steps 1
+    check auto-with-gpu 0 "^\| backend +cuda," -- ./train_gpt2cu "${tiny[@]}" --device auto --max-steps 1
+  else
+    check cuda-no-gpu 1 "--device cuda: $no_gpu_msg" -- ./train_gpt2cu "${tiny[@]}" --device cuda
+    check auto-no-gpu 0 "^\| backend +cpu," -- ./train_gpt2cu "${tiny[@]}" --device auto --max-steps 1
+  fi
+}
+
 # A small uint16 shard of random ids < 256 (llm.c format), and a tiny config.
 /usr/bin/python3 - "$work/tok.bin" <<'PY'
 import random, struct, sys
@@ -42,7 +73,7 @@ check no-data 1 "nonexistent.*(no file|match)" -- ./train_gpt2cu "${tiny[@]}" --
 check ids-out-of-range 1 "tok.bin" -- ./train_gpt2cu "${tiny[@]/vocab_size=256/vocab_size=100}"
 check batch-not-multiple 1 "not a multiple of B\*T\*world" -- ./train_gpt2cu "${tiny[@]}" --total-batch-tokens 100
 check seq-over-max 0 "capped to the model's max_seq 32" -- ./train_gpt2cu "${tiny[@]}" -T 64 --max-steps 1
-check cuda-unavailable 1 "--device cuda: (no CUDA device is visible|this binary was built without the CUDA backend)" -- ./train_gpt2cu "${tiny[@]}" --device cuda
+check_cuda_device
 check model-missing 1 "missing.bin: cannot open" -- ./train_gpt2cu --device cpu --model "$work/missing.bin" --train-data "$work/tok.bin"
 
 # Checkpoints: every 2 steps, keep 2, final model.bin; no temp files left.
