@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 
 namespace gpt2 {
@@ -70,6 +71,58 @@ struct ExecStats {
   uint64_t warp_syncs = 0;     // warp rendezvous completions
 };
 ExecStats exec_stats();
+
+}  // namespace emu
+}  // namespace gpt2
+
+// ---- several emulated devices, and NCCL fault injection (appended) ----------------------------
+struct ncclComm;  // nccl.h's communicator (ncclComm_t)
+
+namespace gpt2 {
+namespace emu {
+
+// Number of emulated devices (default 1; env GPT2_EMU_DEVICE_COUNT=n). cudaGetDeviceCount
+// reports it and cudaSetDevice accepts 0..n-1 (current device per host thread, as in
+// CUDA), so the processes of one emulated node can each select their own device:
+// NCCL refuses two ranks on one device. All devices share the one DeviceConfig and
+// one host memory.
+void set_device_count(int count);
+int device_count();
+
+// NCCL (build/libemu_nccl.a) test hook: the next collective run on `comm` fails
+// while it runs, as a lost peer or network error does on a GPU cluster: the call
+// returns ncclSuccess, its receive buffer is poisoned (0xFF), ncclCommGetAsyncError
+// then reports `result` (an ncclResult_t, e.g. ncclRemoteError), later calls on the
+// communicator return it and ncclGetLastError names `reason`. Env
+// GPT2_EMU_NCCL_FAIL_AT=N does the same (ncclRemoteError) for the N-th collective
+// of every communicator of a process.
+void nccl_inject_async_error(ncclComm* comm, int result, const std::string& reason);
+
+// The emulated cuBLASLt (emu/cublaslt.cpp). kStrict, the default, enforces
+// cublasLt.h's rules (alignment promises of the MIN_ALIGNMENT preferences, 16-byte
+// bias and aux vectors of D's type, ...) and offers one algorithm when they hold.
+// The other modes model a cuBLASLt with no kernel at all, so that callers'
+// fallbacks run: the heuristic returns CUBLAS_STATUS_SUCCESS with zero results
+// (kNoAlgorithm), CUBLAS_STATUS_NOT_SUPPORTED (kNotSupported), or one result whose
+// .state is CUBLAS_STATUS_NOT_SUPPORTED (kBadState); cublasLtMatmul then returns
+// CUBLAS_STATUS_NOT_SUPPORTED. Unless set_cublaslt_mode gave one, the mode comes
+// from env GPT2_EMU_CUBLASLT=strict|refuse|not_supported|bad_state (read at every
+// heuristic and matmul call). std::nullopt hands the choice back to the env.
+enum class CublasLtMode { kStrict, kNoAlgorithm, kNotSupported, kBadState };
+void set_cublaslt_mode(std::optional<CublasLtMode> mode);
+std::optional<CublasLtMode> cublaslt_mode_override();
+CublasLtMode cublaslt_mode();
+
+class ScopedCublasLtMode {
+ public:
+  explicit ScopedCublasLtMode(CublasLtMode mode) : previous_(cublaslt_mode_override()) { set_cublaslt_mode(mode); }
+  ~ScopedCublasLtMode() { set_cublaslt_mode(previous_); }
+  ScopedCublasLtMode(const ScopedCublasLtMode&) = delete;
+  ScopedCublasLtMode& operator=(const ScopedCublasLtMode&) = delete;
+
+ private:
+  std::optional<CublasLtMode> previous_;
+};
 
 }  // namespace emu
 }  // namespace gpt2

@@ -8,6 +8,7 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -87,6 +88,33 @@ void record_error(cudaError_t status) {
   if (status != cudaSuccess) tls_last_error = status;
 }
 
+namespace {
+
+int initial_device_count() {
+  const char* s = std::getenv("GPT2_EMU_DEVICE_COUNT");
+  if (s == nullptr) return 1;
+  int n = std::atoi(s);
+  if (n >= 1 && n <= 64) return n;
+  std::fprintf(stderr, "emu: ignoring GPT2_EMU_DEVICE_COUNT=%s (1..64)\n", s);
+  return 1;
+}
+
+std::atomic<int>& device_count_setting() {
+  static std::atomic<int> count{initial_device_count()};
+  return count;
+}
+
+// cudaSetDevice is per host thread in CUDA; a new thread starts on device 0.
+thread_local int tls_current_device = 0;
+
+bool valid_device(int device) { return device >= 0 && device < device_count(); }
+
+}  // namespace
+
+void set_device_count(int count) { device_count_setting() = std::max(1, count); }
+
+int device_count() { return device_count_setting().load(); }
+
 size_t kernel_max_dynamic_smem(const void* kernel) {
   DeviceState& s = state();
   std::lock_guard<std::mutex> lock(s.mutex);
@@ -154,24 +182,25 @@ const char* cudaGetErrorString(cudaError_t error) {
 
 cudaError_t cudaGetDeviceCount(int* count) {
   if (count == nullptr) return fail(cudaErrorInvalidValue);
-  *count = 1;
+  *count = gpt2::emu::device_count();
   return cudaSuccess;
 }
 
 cudaError_t cudaSetDevice(int device) {
-  if (device != 0) return fail(cudaErrorInvalidDevice);
+  if (!gpt2::emu::valid_device(device)) return fail(cudaErrorInvalidDevice);
+  gpt2::emu::tls_current_device = device;
   return cudaSuccess;
 }
 
 cudaError_t cudaGetDevice(int* device) {
   if (device == nullptr) return fail(cudaErrorInvalidValue);
-  *device = 0;
+  *device = gpt2::emu::tls_current_device;
   return cudaSuccess;
 }
 
 cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device) {
   if (prop == nullptr) return fail(cudaErrorInvalidValue);
-  if (device != 0) return fail(cudaErrorInvalidDevice);
+  if (!gpt2::emu::valid_device(device)) return fail(cudaErrorInvalidDevice);
   gpt2::emu::DeviceConfig d = gpt2::emu::device_config();
   std::memset(prop, 0, sizeof(*prop));
   std::snprintf(prop->name, sizeof prop->name, "%s", d.name.c_str());
@@ -205,7 +234,7 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device) {
 
 cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int device) {
   if (value == nullptr) return fail(cudaErrorInvalidValue);
-  if (device != 0) return fail(cudaErrorInvalidDevice);
+  if (!gpt2::emu::valid_device(device)) return fail(cudaErrorInvalidDevice);
   gpt2::emu::DeviceConfig d = gpt2::emu::device_config();
   switch (attr) {
     case cudaDevAttrMultiProcessorCount: *value = d.sm_count; break;

@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <memory>
 #include <sstream>
 #include <stdexcept>
@@ -20,6 +21,7 @@
 #include "tokenizer/tokenizer.h"
 #include "train/checkpoint.h"
 #include "train/data_parallel.h"
+#include "train/device_choice.h"
 #include "train/logger.h"
 #include "train/lr_schedule.h"
 #include "train/optimizer.h"
@@ -39,18 +41,19 @@ double seconds_since(Clock::time_point t0) {
 
 // --device: cpu; cuda (an error without a GPU); auto = CUDA when this binary
 // has the CUDA backend and a GPU is visible, else CPU. Each rank takes the GPU
-// of its local rank.
+// of its local rank; more ranks on a node than GPUs is refused, never wrapped.
 std::unique_ptr<Backend> make_backend(const TrainOptions& o, const DistContext& dist) {
   if (o.device == "cpu") return make_cpu_backend(o.threads);
 #ifdef GPT2_WITH_CUDA
   const int gpus = cuda_device_count();
   if (gpus > 0) {
+    const int device = cuda_device_for_rank(dist, gpus, std::getenv("CUDA_VISIBLE_DEVICES"));
     if (dist.world > 1)
       throw std::runtime_error("multi-rank training on the CUDA backend needs the NCCL communicator, which is "
                                "not implemented yet (use --device cpu for multi-rank runs)");
     CudaBackendOptions co;
     co.bf16 = o.dtype == "bf16";
-    return make_cuda_backend(dist.local_rank % gpus, co);
+    return make_cuda_backend(device, co);
   }
   if (o.device == "cuda") throw std::runtime_error("--device cuda: no CUDA device is visible");
 #else
