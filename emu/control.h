@@ -64,6 +64,16 @@ void set_worker_threads(int count);
 // empty when the last launch succeeded.
 std::string last_kernel_fault();
 
+// Device faults as a GPU has them (emu/faults.cpp). With sticky faults on (env
+// GPT2_EMU_STICKY_FAULTS=1), the first fault inside a kernel makes every later
+// launch, copy, memset and synchronisation fail with its code, until
+// cudaDeviceReset; launch configuration errors stay non-sticky, as on a GPU.
+// inject_fault("SUBSTRING[@N]") (env GPT2_EMU_INJECT_FAULT) turns them on and
+// makes the N-th launch (default 1) of a kernel whose name contains SUBSTRING
+// fault with cudaErrorIllegalAddress.
+void set_sticky_faults(bool on);
+void inject_fault(const std::string& spec);
+
 // Counters for the throughput benchmark.
 struct ExecStats {
   uint64_t threads_run = 0;    // emulated CUDA threads completed

@@ -58,6 +58,13 @@ cudaError_t fail(cudaError_t e) {
   return e;
 }
 
+// After a sticky device fault (emu/faults.cpp) every call that waits for or
+// moves device data fails with it, as a GPU context does until the process ends.
+#define RETURN_IF_STICKY_FAULT()                                                     \
+  do {                                                                               \
+    if (cudaError_t sticky_ = ::gpt2::emu::sticky_fault(); sticky_ != cudaSuccess) return fail(sticky_); \
+  } while (0)
+
 // True when [p, p+bytes) lies inside one cudaMalloc allocation.
 bool is_device_range(const void* p, size_t bytes) {
   DeviceState& s = state();
@@ -131,12 +138,16 @@ using gpt2::emu::state;
 extern "C" {
 
 cudaError_t cudaGetLastError(void) {
+  if (cudaError_t sticky = gpt2::emu::sticky_fault(); sticky != cudaSuccess) return sticky;  // cannot be cleared
   cudaError_t e = gpt2::emu::tls_last_error;
   gpt2::emu::tls_last_error = cudaSuccess;
   return e;
 }
 
-cudaError_t cudaPeekAtLastError(void) { return gpt2::emu::tls_last_error; }
+cudaError_t cudaPeekAtLastError(void) {
+  cudaError_t sticky = gpt2::emu::sticky_fault();
+  return sticky != cudaSuccess ? sticky : gpt2::emu::tls_last_error;
+}
 
 const char* cudaGetErrorName(cudaError_t error) {
   switch (error) {
@@ -155,6 +166,7 @@ const char* cudaGetErrorName(cudaError_t error) {
     case cudaErrorInvalidDeviceFunction: return "cudaErrorInvalidDeviceFunction";
     case cudaErrorLaunchOutOfResources: return "cudaErrorLaunchOutOfResources";
     case cudaErrorMisalignedAddress: return "cudaErrorMisalignedAddress";
+    case cudaErrorIllegalAddress: return "cudaErrorIllegalAddress";
     default: return "cudaErrorUnknown";
   }
 }
@@ -175,6 +187,7 @@ const char* cudaGetErrorString(cudaError_t error) {
     case cudaErrorNotSupported: return "operation not supported";
     case cudaErrorLaunchOutOfResources: return "too many resources requested for launch";
     case cudaErrorMisalignedAddress: return "misaligned address";
+    case cudaErrorIllegalAddress: return "an illegal memory access was encountered";
     case cudaErrorInvalidDeviceFunction: return "invalid device function";
     default: return "unknown error";
   }
@@ -264,9 +277,17 @@ cudaError_t cudaRuntimeGetVersion(int* version) {
   return cudaSuccess;
 }
 
-cudaError_t cudaDeviceSynchronize(void) { return cudaSuccess; }
+cudaError_t cudaDeviceSynchronize(void) {
+  RETURN_IF_STICKY_FAULT();
+  return cudaSuccess;
+}
 
-cudaError_t cudaDeviceReset(void) { return cudaSuccess; }
+// A new context: the only way out of a sticky fault (allocations survive in emulation).
+cudaError_t cudaDeviceReset(void) {
+  gpt2::emu::clear_sticky_fault();
+  gpt2::emu::tls_last_error = cudaSuccess;
+  return cudaSuccess;
+}
 
 // ---- memory -----------------------------------------------------------------------------
 cudaError_t cudaMalloc(void** ptr, size_t size) {
@@ -354,6 +375,7 @@ cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total_bytes) {
 }
 
 cudaError_t cudaMemcpy(void* dst, const void* src, size_t count, cudaMemcpyKind kind) {
+  RETURN_IF_STICKY_FAULT();
   if (count == 0) return cudaSuccess;
   if (dst == nullptr || src == nullptr) return fail(cudaErrorInvalidValue);
   // With an explicit direction the device side must be inside one cudaMalloc block.
@@ -373,6 +395,7 @@ cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t count, cudaMemcpy
 }
 
 cudaError_t cudaMemset(void* dst, int value, size_t count) {
+  RETURN_IF_STICKY_FAULT();
   if (count == 0) return cudaSuccess;
   if (!gpt2::emu::is_device_range(dst, count)) return fail(cudaErrorInvalidValue);
   std::memset(dst, value, count);
@@ -431,6 +454,7 @@ cudaError_t cudaStreamDestroy(cudaStream_t stream) {
 }
 
 cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
+  RETURN_IF_STICKY_FAULT();
   return gpt2::emu::valid_stream(stream) ? cudaSuccess : fail(cudaErrorInvalidResourceHandle);
 }
 
@@ -469,6 +493,7 @@ cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
 }
 
 cudaError_t cudaEventSynchronize(cudaEvent_t event) {
+  RETURN_IF_STICKY_FAULT();
   return gpt2::emu::valid_event(event) ? cudaSuccess : fail(cudaErrorInvalidResourceHandle);
 }
 

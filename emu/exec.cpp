@@ -789,10 +789,23 @@ cudaError_t run_grid(const void* kernel_id, const char* kernel_name, dim3 grid, 
       code = cudaErrorInvalidValue;
     }
   }
-  if (!problem.empty()) {
+  if (!problem.empty()) {  // configuration errors are not sticky, as on a GPU
     record_error(code);
     set_kernel_fault(std::string("kernel ") + kernel_name + ": " + problem);
     return code;
+  }
+  std::string fault;
+  if (cudaError_t sticky = sticky_fault(&fault); sticky != cudaSuccess) {
+    record_error(sticky);
+    set_kernel_fault(std::string("kernel ") + kernel_name + " not run: " + fault);
+    return sticky;
+  }
+  if (injected_fault(kernel_name, &fault)) {
+    fault = std::string("kernel ") + kernel_name + ": " + fault;
+    note_kernel_fault(cudaErrorIllegalAddress, fault);
+    record_error(cudaErrorIllegalAddress);
+    set_kernel_fault(fault);
+    return cudaErrorIllegalAddress;
   }
   launch.body = body;
   launch.grid = grid;
@@ -820,6 +833,7 @@ cudaError_t run_grid(const void* kernel_id, const char* kernel_name, dim3 grid, 
     e.pool->run(launch);
   }
   if (launch.faulted.load()) {
+    note_kernel_fault(launch.fault_code, launch.fault);
     record_error(launch.fault_code);
     set_kernel_fault(launch.fault);
     return launch.fault_code;

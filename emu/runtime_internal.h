@@ -17,6 +17,13 @@ void record_error(cudaError_t status);
 size_t kernel_max_dynamic_smem(const void* kernel);
 // max_threads of the kernel's __launch_bounds__ (emu/launch_bounds.cpp); 0 without one.
 int kernel_launch_bound(const void* kernel);
+// Faults (emu/faults.cpp): whether this launch is the injected fault (and its
+// message); a kernel fault to remember when sticky faults are on; the sticky
+// fault (cudaSuccess when none) with its message; cudaDeviceReset's clearing.
+bool injected_fault(const char* kernel_name, std::string* message);
+void note_kernel_fault(cudaError_t code, const std::string& message);
+cudaError_t sticky_fault(std::string* message = nullptr);
+void clear_sticky_fault();
 // Fault text of the last failed launch (shared with check_launch).
 void set_kernel_fault(const std::string& message);
 

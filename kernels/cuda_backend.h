@@ -13,11 +13,14 @@ namespace gpt2 {
 
 struct CudaBackendOptions {
   // cuBLASLt with the BIAS / BGRADB epilogues for the linear layers; false
-  // selects the plain cuBLAS path (bias and bias gradient by kernels).
+  // selects the plain cuBLAS path (bias and bias gradient by kernels). Any call
+  // cuBLASLt refuses (no algorithm, e.g. for operands under 16-byte alignment)
+  // falls back to cuBLAS plus kernels computing the same (kernels/matmul.cuh).
   bool use_cublaslt = true;
-  // With cuBLASLt: the bias gradient from the BGRADB epilogue of the dw GEMM;
-  // false computes it with the column-sum kernels (also the automatic
-  // fallback when cuBLASLt has no BGRADB algorithm).
+  // With cuBLASLt and fp32 storage: the bias gradient from the BGRADB epilogue
+  // of the dw GEMM; false computes it with the column-sum kernels (also the
+  // automatic fallback, and always the bf16 path: BGRADB's vector would be bf16
+  // and round the sum before it is added to dbias).
   bool cublaslt_bias_grad = true;
   // Storage precision of parameters, gradients and activations: fp32, or bf16
   // with fp32 arithmetic (optimizer moments, master weights, scratch, token

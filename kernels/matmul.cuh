@@ -8,25 +8,49 @@
 //
 // Two paths, selected per backend (CudaBackendOptions::use_cublaslt):
 //   cuBLASLt (default)  forward: one cublasLtMatmul with the BIAS epilogue (bias
-//                       added in the GEMM's epilogue, no extra pass over out).
-//                       backward: dinp = dout @ w (beta 0); dw += dout^T @ inp
-//                       (beta 1) with the BGRADB epilogue, which writes the
-//                       column sums of dout (the reduction over the GEMM's k =
-//                       N) to a scratch vector; a small kernel adds it to dbias
-//                       (the epilogue overwrites, the API promises "+="). If
-//                       cuBLASLt offers no BGRADB algorithm (or lt_bias_grad is
-//                       off) dbias comes from the fallback's column-sum kernels.
-//   cuBLAS fallback     cublasGemmEx for the products; bias added by a kernel
-//                       (one read + write of out); dbias by a deterministic
-//                       two-stage column sum (fixed row chunks, partials summed
-//                       in chunk order).
+//                       added to the fp32 accumulator, one rounding, no extra
+//                       pass over out). backward: dinp = dout @ w (beta 0);
+//                       dw += dout^T @ inp (beta 1), in fp32 with the BGRADB
+//                       epilogue writing the column sums of dout (the reduction
+//                       over the GEMM's k = N) to an fp32 scratch vector that a
+//                       small kernel adds to dbias (the epilogue overwrites, the
+//                       API promises "+="). bf16 takes dbias from the column-sum
+//                       kernels: BGRADB's vector must have D's type (bf16), i.e.
+//                       the sum would be rounded before the "+=" rounds again.
+//                       Every cuBLASLt call has a fallback computing the same:
+//                       cuBLASLt may refuse any call (no algorithm, or one whose
+//                       state is not success) and refuses an operand less
+//                       aligned than its promise, so each call declares the real
+//                       alignments (CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_*) and a
+//                       refusal takes cuBLAS plus kernels: a bias is broadcast
+//                       into out and the GEMM adds the product with beta 1 (the
+//                       BIAS epilogue's arithmetic exactly), the bias gradient
+//                       comes from the column-sum kernels. The heuristic runs
+//                       once per problem and alignment (BlasContext::lt_plans).
+//   cuBLAS              cublasGemmEx for the products; bias added by a kernel
+//                       (one read + write of out, a second rounding in bf16);
+//                       dbias by a deterministic two-stage column sum (fixed row
+//                       chunks, partials summed in chunk order).
 #ifndef KERNELS_MATMUL_CUH
 #define KERNELS_MATMUL_CUH
+
+#include <array>
+#include <cstdint>
+#include <map>
+#include <utility>
 
 #include "kernels/common.cuh"
 
 namespace gpt2 {
 namespace kern {
+
+// cuBLASLt's answer for one problem: an algorithm, or a refusal (usable false).
+struct LtPlan {
+  bool usable = false;
+  cublasLtMatmulAlgo_t algo{};
+};
+// type, transposes, m, n, k, leading dimensions, epilogue, alignments of A, B, D, bias
+using LtKey = std::array<int64_t, 14>;
 
 struct BlasContext {
   cublasHandle_t blas = nullptr;
@@ -35,7 +59,9 @@ struct BlasContext {
   size_t lt_workspace_bytes = 0;
   cudaStream_t stream = nullptr;
   bool use_lt = true;
-  bool lt_bias_grad = true;  // BGRADB epilogue for dbias (else the column-sum kernels)
+  bool lt_bias_grad = true;  // fp32: BGRADB epilogue for dbias (else the column-sum kernels)
+  // The heuristic's answers, so that it runs once per problem, not per call.
+  mutable std::map<LtKey, LtPlan> lt_plans;
 };
 
 template <class T>
@@ -43,6 +69,15 @@ __global__ void add_bias_kernel(T* out, const T* bias, int N, int OC) {
   const size_t idx = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (idx >= static_cast<size_t>(N) * OC) return;
   out[idx] = from_float<T>(to_float(out[idx]) + to_float(bias[idx % OC]));
+}
+
+// out[n][o] = bias[o]: the C operand through which the cuBLAS fallback of the
+// BIAS epilogue adds the bias inside the GEMM (beta 1).
+template <class T>
+__global__ void broadcast_bias_kernel(T* out, const T* bias, int N, int OC) {
+  const size_t idx = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (idx >= static_cast<size_t>(N) * OC) return;
+  out[idx] = bias[idx % OC];
 }
 
 // partials[chunk][OC]: column sums of rows [chunk*rows_per_chunk, ...) of x[N,OC].
@@ -73,6 +108,7 @@ inline size_t matmul_backward_scratch_floats(int N, int OC) {
   return static_cast<size_t>(column_sum_chunks(N)) * OC;
 }
 
+// ---- cuBLASLt ---------------------------------------------------------------------------------
 // Owns the cuBLASLt descriptors of one call (released on every exit path).
 class LtCall {
  public:
@@ -91,16 +127,24 @@ class LtCall {
   cublasLtMatmulPreference_t pref = nullptr;
 };
 
-// Column-major D[m,n] = op(A)[m,k] op(B)[k,n] + beta D, all of type `type`,
-// fp32 compute, with an epilogue whose vector (bias, or the bias gradient) is
-// `bias` of type `bias_type`. With `may_refuse`, returns false instead of
-// throwing when cuBLASLt has no algorithm for the epilogue (not every epilogue
-// exists for every type/transpose on every GPU).
-inline bool lt_matmul(const BlasContext& ctx, cudaDataType_t type, bool trans_a, bool trans_b,
-                      int m, int n, int k, const void* A, int lda, const void* B, int ldb,
-                      void* D, int ldd, float beta, cublasLtEpilogue_t epilogue,
-                      const void* bias, cudaDataType_t bias_type, bool may_refuse = false) {
-  LtCall call;
+// The largest power of two <= 256 (cuBLASLt's default promise) dividing x.
+inline uint32_t pow2_alignment(uint64_t x) {
+  uint32_t a = 256;
+  while (a > 1 && x % a != 0) a /= 2;
+  return a;
+}
+// What can be promised about a column-major matrix: its pointer and every column start.
+inline uint32_t matrix_alignment(const void* p, int ld, size_t elem) {
+  const uint32_t ptr = pow2_alignment(reinterpret_cast<uintptr_t>(p));
+  const uint32_t col = pow2_alignment(static_cast<uint64_t>(ld) * elem);
+  return ptr < col ? ptr : col;
+}
+
+// Descriptors of D[m,n] = op(A)[m,k] op(B)[k,n] (+ beta D), fp32 compute. The bias
+// vector's type is left at its default, D's type: the only one cuBLASLt supports
+// here (cublasLt.h, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE).
+inline void lt_describe(LtCall& call, cudaDataType_t type, bool trans_a, bool trans_b, int m, int n, int k,
+                        int lda, int ldb, int ldd, cublasLtEpilogue_t epilogue, const void* bias) {
   CUBLAS_CHECK(cublasLtMatmulDescCreate(&call.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
   const cublasOperation_t ta = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
   const cublasOperation_t tb = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
@@ -108,40 +152,72 @@ inline bool lt_matmul(const BlasContext& ctx, cudaDataType_t type, bool trans_a,
   CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(call.op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
   CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(call.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue,
                                               sizeof epilogue));
-  if (bias != nullptr) {
+  if (epilogue != CUBLASLT_EPILOGUE_DEFAULT)
     CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(call.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
                                                 sizeof bias));
-    const int32_t bias_type_value = bias_type;
-    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(call.op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
-                                                &bias_type_value, sizeof bias_type_value));
-  }
   CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&call.a, type, trans_a ? k : m, trans_a ? m : k, lda));
   CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&call.b, type, trans_b ? n : k, trans_b ? k : n, ldb));
   CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&call.d, type, m, n, ldd));
+}
+
+// One algorithm from the heuristic, promised the operands' real alignments (C is D).
+// Every refusal the header allows -- CUBLAS_STATUS_NOT_SUPPORTED, zero results, a
+// result whose state is not success -- gives an unusable plan; other errors throw.
+inline LtPlan lt_query(const BlasContext& ctx, LtCall& call, uint32_t align_a, uint32_t align_b,
+                       uint32_t align_d) {
   CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&call.pref));
   const uint64_t ws = ctx.lt_workspace_bytes;
   CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
       call.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
-  cublasLtMatmulHeuristicResult_t heuristic{};
+  const std::pair<cublasLtMatmulPreferenceAttributes_t, uint32_t> promises[] = {
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, align_a},
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, align_b},
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, align_d},
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, align_d}};
+  for (const auto& p : promises)
+    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(call.pref, p.first, &p.second, sizeof p.second));
+  cublasLtMatmulHeuristicResult_t result{};
   int found = 0;
   const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(
-      ctx.lt, call.op, call.a, call.b, call.d, call.d, call.pref, 1, &heuristic, &found);
-  if (may_refuse &&
-      (status == CUBLAS_STATUS_NOT_SUPPORTED || (status == CUBLAS_STATUS_SUCCESS && found == 0)))
-    return false;
+      ctx.lt, call.op, call.a, call.b, call.d, call.d, call.pref, 1, &result, &found);
+  if (status == CUBLAS_STATUS_NOT_SUPPORTED) return LtPlan{};
   CUBLAS_CHECK(status);
-  if (found == 0)
-    throw std::runtime_error("kernels/matmul.cuh: cuBLASLt has no algorithm for m=" +
-                             std::to_string(m) + " n=" + std::to_string(n) + " k=" +
-                             std::to_string(k) + " epilogue=" + std::to_string(epilogue));
+  if (found == 0 || result.state != CUBLAS_STATUS_SUCCESS) return LtPlan{};
+  return LtPlan{true, result.algo};
+}
+
+// Column-major D[m,n] = op(A)[m,k] op(B)[k,n] + beta D, all of type `type`, fp32
+// compute, with `epilogue` (DEFAULT, BIAS or BGRADB) whose vector `bias` has D's
+// type. Returns false, having queued nothing, when cuBLASLt offers no algorithm;
+// the caller then computes the same with cuBLAS and kernels.
+inline bool lt_matmul(const BlasContext& ctx, cudaDataType_t type, bool trans_a, bool trans_b,
+                      int m, int n, int k, const void* A, int lda, const void* B, int ldb,
+                      void* D, int ldd, float beta, cublasLtEpilogue_t epilogue, const void* bias) {
+  const size_t elem = type == CUDA_R_32F ? 4 : 2;
+  const uint32_t align_a = matrix_alignment(A, lda, elem), align_b = matrix_alignment(B, ldb, elem);
+  const uint32_t align_d = matrix_alignment(D, ldd, elem);
+  const uint32_t align_bias = pow2_alignment(reinterpret_cast<uintptr_t>(bias));
+  // A bias vector under 16 bytes makes the GPU kernel fault (misaligned address);
+  // the heuristic does not judge it, so this must.
+  if (epilogue != CUBLASLT_EPILOGUE_DEFAULT && align_bias < 16) return false;
+  const LtKey key{type, trans_a, trans_b, m, n, k, lda, ldb, ldd, epilogue,
+                  align_a, align_b, align_d, align_bias};
+  auto plan = ctx.lt_plans.find(key);
+  if (plan != ctx.lt_plans.end() && !plan->second.usable) return false;
+  LtCall call;
+  lt_describe(call, type, trans_a, trans_b, m, n, k, lda, ldb, ldd, epilogue, bias);
+  if (plan == ctx.lt_plans.end())
+    plan = ctx.lt_plans.emplace(key, lt_query(ctx, call, align_a, align_b, align_d)).first;
+  if (!plan->second.usable) return false;
   const float alpha = 1.0f;
   CUBLAS_CHECK(cublasLtMatmul(ctx.lt, call.op, &alpha, A, call.a, B, call.b, &beta, D, call.d, D,
-                              call.d, &heuristic.algo, ctx.lt_workspace, ctx.lt_workspace_bytes,
+                              call.d, &plan->second.algo, ctx.lt_workspace, ctx.lt_workspace_bytes,
                               ctx.stream));
   return true;
 }
 
-// cuBLAS fallback: column-major C = op(A) op(B) + beta C, type T, fp32 compute.
+// ---- cuBLAS and kernels -----------------------------------------------------------------------
+// Column-major C = op(A) op(B) + beta C, type T, fp32 compute.
 template <class T>
 void gemm_ex(const BlasContext& ctx, bool trans_a, bool trans_b, int m, int n, int k, const T* A,
              int lda, const T* B, int ldb, float beta, T* C, int ldc) {
@@ -153,58 +229,68 @@ void gemm_ex(const BlasContext& ctx, bool trans_a, bool trans_b, int m, int n, i
                             CUBLAS_GEMM_DEFAULT));
 }
 
+constexpr int kMatmulBlock = 256;
+
+template <class T>
+void launch_bias_kernel(const BlasContext& ctx, bool broadcast, T* out, const T* bias, int N, int OC) {
+  auto kernel = broadcast ? broadcast_bias_kernel<T> : add_bias_kernel<T>;
+  LAUNCH_KERNEL(kernel, ceil_div(static_cast<size_t>(N) * OC, kMatmulBlock), kMatmulBlock, 0,
+                ctx.stream, out, bias, N, OC);
+}
+
+// dbias[OC] += column sums of dout[N,OC] (fixed row chunks, partials in order).
+template <class T>
+void column_sums_into(const BlasContext& ctx, T* dbias, float* scratch, const T* dout, int N, int OC) {
+  const int chunks = column_sum_chunks(N);
+  const int rows_per_chunk = static_cast<int>(ceil_div(N, chunks));
+  auto partials_kernel = column_sum_partials_kernel<T>;
+  auto accumulate_kernel = accumulate_partials_kernel<T>;
+  LAUNCH_KERNEL(partials_kernel, dim3(ceil_div(OC, kMatmulBlock), chunks), kMatmulBlock, 0,
+                ctx.stream, scratch, dout, N, OC, rows_per_chunk);
+  LAUNCH_KERNEL(accumulate_kernel, ceil_div(OC, kMatmulBlock), kMatmulBlock, 0, ctx.stream, dbias,
+                scratch, chunks, OC);
+}
+
 template <class T>
 void matmul_forward(const BlasContext& ctx, T* out, const T* inp, const T* w, const T* bias,
                     int N, int C, int OC) {
   const cudaDataType_t type = cuda_data_type<T>();
   if (ctx.use_lt) {
-    lt_matmul(ctx, type, true, false, OC, N, C, w, C, inp, C, out, OC, 0.0f,
-              bias != nullptr ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT, bias, type);
-    return;
+    if (lt_matmul(ctx, type, true, false, OC, N, C, w, C, inp, C, out, OC, 0.0f,
+                  bias != nullptr ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT, bias))
+      return;
+    if (bias != nullptr) {  // refused: the BIAS epilogue's arithmetic from cuBLAS, beta 1
+      launch_bias_kernel<T>(ctx, true, out, bias, N, OC);
+      gemm_ex<T>(ctx, true, false, OC, N, C, w, C, inp, C, 1.0f, out, OC);
+      return;
+    }
   }
   gemm_ex<T>(ctx, true, false, OC, N, C, w, C, inp, C, 0.0f, out, OC);
-  if (bias != nullptr) {
-    const int block = 256;
-    auto bias_kernel = add_bias_kernel<T>;
-    LAUNCH_KERNEL(bias_kernel, ceil_div(static_cast<size_t>(N) * OC, block), block, 0, ctx.stream,
-                  out, bias, N, OC);
-  }
+  if (bias != nullptr) launch_bias_kernel<T>(ctx, false, out, bias, N, OC);
 }
 
 // scratch: matmul_backward_scratch_floats(N, OC) floats (used only with dbias)
 template <class T>
 void matmul_backward(const BlasContext& ctx, T* dinp, T* dw, T* dbias, float* scratch,
                      const T* dout, const T* inp, const T* w, int N, int C, int OC) {
-  const int block = 256;
   const cudaDataType_t type = cuda_data_type<T>();
-  auto accumulate_kernel = accumulate_partials_kernel<T>;
-  if (ctx.use_lt) {
-    // dinp^T[C,N] = w^T[C,OC] dout^T[OC,N]
-    lt_matmul(ctx, type, false, false, C, N, OC, w, C, dout, OC, dinp, C, 0.0f,
-              CUBLASLT_EPILOGUE_DEFAULT, nullptr, type);
-    // dw^T[C,OC] += inp^T[C,N] (dout^T)^T[N,OC]; BGRADB: scratch[OC] = sum over N of dout (fp32)
-    if (dbias != nullptr && ctx.lt_bias_grad &&
-        lt_matmul(ctx, type, false, true, C, OC, N, inp, C, dout, OC, dw, C, 1.0f,
-                  CUBLASLT_EPILOGUE_BGRADB, scratch, CUDA_R_32F, true)) {
-      LAUNCH_KERNEL(accumulate_kernel, ceil_div(OC, block), block, 0, ctx.stream, dbias, scratch,
-                    1, OC);
-      return;
-    }
-    lt_matmul(ctx, type, false, true, C, OC, N, inp, C, dout, OC, dw, C, 1.0f,
-              CUBLASLT_EPILOGUE_DEFAULT, nullptr, type);
-  } else {
+  // dinp^T[C,N] = w^T[C,OC] dout^T[OC,N]
+  if (!ctx.use_lt || !lt_matmul(ctx, type, false, false, C, N, OC, w, C, dout, OC, dinp, C, 0.0f,
+                                CUBLASLT_EPILOGUE_DEFAULT, nullptr))
     gemm_ex<T>(ctx, false, false, C, N, OC, w, C, dout, OC, 0.0f, dinp, C);
+  // dw^T[C,OC] += inp^T[C,N] (dout^T)^T[N,OC]; in fp32 BGRADB: scratch[OC] = column sums of dout
+  const bool bgradb = dbias != nullptr && ctx.use_lt && ctx.lt_bias_grad && type == CUDA_R_32F;
+  if (bgradb && lt_matmul(ctx, type, false, true, C, OC, N, inp, C, dout, OC, dw, C, 1.0f,
+                          CUBLASLT_EPILOGUE_BGRADB, scratch)) {
+    auto accumulate_kernel = accumulate_partials_kernel<T>;
+    LAUNCH_KERNEL(accumulate_kernel, ceil_div(OC, kMatmulBlock), kMatmulBlock, 0, ctx.stream,
+                  dbias, scratch, 1, OC);
+    return;
+  }
+  if (!ctx.use_lt || !lt_matmul(ctx, type, false, true, C, OC, N, inp, C, dout, OC, dw, C, 1.0f,
+                                CUBLASLT_EPILOGUE_DEFAULT, nullptr))
     gemm_ex<T>(ctx, false, true, C, OC, N, inp, C, dout, OC, 1.0f, dw, C);
-  }
-  if (dbias != nullptr) {
-    const int chunks = column_sum_chunks(N);
-    const int rows_per_chunk = static_cast<int>(ceil_div(N, chunks));
-    auto partials_kernel = column_sum_partials_kernel<T>;
-    LAUNCH_KERNEL(partials_kernel, dim3(ceil_div(OC, block), chunks), block, 0, ctx.stream,
-                  scratch, dout, N, OC, rows_per_chunk);
-    LAUNCH_KERNEL(accumulate_kernel, ceil_div(OC, block), block, 0, ctx.stream, dbias, scratch,
-                  chunks, OC);
-  }
+  if (dbias != nullptr) column_sums_into<T>(ctx, dbias, scratch, dout, N, OC);
 }
 
 }  // namespace kern

@@ -1,10 +1,16 @@
 // cuBLAS / cuBLASLt emulation against a naive double-precision reference:
 // every transpose combination, padded leading dimensions, strided batches, fp32
-// and bf16, every supported cuBLASLt epilogue, and the documented error codes.
+// and bf16, every supported cuBLASLt epilogue, and the documented error codes;
+// cuBLASLt's documented restrictions (alignment promises, 16-byte bias, bias type)
+// each shown by a planted violation that is refused and its twin that is accepted,
+// and the switch that makes the heuristic refuse everything.
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <random>
 #include <vector>
 
@@ -12,6 +18,8 @@
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime_api.h>
+
+#include "emu/control.h"
 
 namespace gpt2 {
 namespace {
@@ -28,10 +36,12 @@ struct HostMatrix {
 
 float round_to(cudaDataType t, float x) { return t == CUDA_R_16BF ? __bfloat162float(__float2bfloat16(x)) : x; }
 
-HostMatrix random_matrix(int rows, int cols, int pad, int batch, cudaDataType type, uint32_t seed) {
+// Batches are not packed: stride_pad elements between them (and after the last).
+HostMatrix random_matrix(int rows, int cols, int pad, int batch, cudaDataType type, uint32_t seed,
+                         int stride_pad = 5) {
   HostMatrix m;
   m.rows = rows, m.cols = cols, m.ld = rows + pad, m.batch = batch, m.type = type;
-  m.stride = static_cast<long long>(m.ld) * cols + 5;  // batches are not packed
+  m.stride = static_cast<long long>(m.ld) * cols + stride_pad;
   m.v.assign(static_cast<size_t>(m.stride * batch), 0.0f);
   std::mt19937 rng(seed);
   std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
@@ -211,6 +221,13 @@ double gelu_grad(double x) {
   return 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * std::sqrt(2.0 / M_PI) * (1.0 + 3.0 * 0.044715 * x * x);
 }
 
+// A padded layout cuBLASLt accepts (cuBLAS accepts any): every column and batch
+// entry starts 16-byte aligned, i.e. ld and batch stride are multiples of 8 elements.
+HostMatrix lt_matrix(int rows, int cols, int batch, cudaDataType type, uint32_t seed) {
+  const int ld = (rows + 1 + 7) / 8 * 8;
+  return random_matrix(rows, cols, ld - rows, batch, type, seed, 8);
+}
+
 struct LtCase {
   cublasOperation_t op_a, op_b;
   cudaDataType type;
@@ -224,9 +241,9 @@ TEST_P(LtTest, MatmulWithEpilogueMatchesReference) {
   const LtCase p = GetParam();
   const int m = 16, n = 6, k = 11;
   bool ta = p.op_a == CUBLAS_OP_T, tb = p.op_b == CUBLAS_OP_T;
-  HostMatrix a = random_matrix(ta ? k : m, ta ? m : k, 2, p.batch, p.type, 11);
-  HostMatrix b = random_matrix(tb ? n : k, tb ? k : n, 1, p.batch, p.type, 12);
-  HostMatrix c = random_matrix(m, n, 3, p.batch, p.type, 13);
+  HostMatrix a = lt_matrix(ta ? k : m, ta ? m : k, p.batch, p.type, 11);
+  HostMatrix b = lt_matrix(tb ? n : k, tb ? k : n, p.batch, p.type, 12);
+  HostMatrix c = lt_matrix(m, n, p.batch, p.type, 13);
   HostMatrix aux = random_matrix(m, n, 8 - m % 8 == 8 ? 0 : 8 - m % 8, p.batch, p.type, 14);  // ld multiple of 8
   aux.ld = 16;
   aux.stride = 16 * n + 8;  // batch stride multiple of 8
@@ -235,7 +252,7 @@ TEST_P(LtTest, MatmulWithEpilogueMatchesReference) {
   std::uniform_real_distribution<float> dist(-2.0f, 2.0f);
   for (float& x : aux.v) x = round_to(p.type, dist(rng));
   const int bias_len = p.epilogue == CUBLASLT_EPILOGUE_BGRADB ? n : m;
-  const long long bias_stride = bias_len + 4;
+  const long long bias_stride = (bias_len + 7) / 8 * 8 + 8;  // each batch's vector 16-byte aligned
   std::vector<float> bias(static_cast<size_t>(bias_stride * p.batch));
   for (float& x : bias) x = round_to(p.type, dist(rng));
 
@@ -402,6 +419,313 @@ TEST(CublasLt, HeuristicRejectsUnsupportedOrInvalidProblems) {
   cublasLtMatmulPreferenceDestroy(pref);
   cublasLtMatmulDescDestroy(desc);
   cublasLtDestroy(lt);
+}
+
+// ---- cuBLASLt's documented restrictions: each planted violation refused, its twin accepted ----
+enum Operand { kA, kB, kC, kD };
+const char* const kOperandName[] = {"A", "B", "C", "D"};
+const cublasLtMatmulPreferenceAttributes_t kMinAlignment[] = {
+    CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+    CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
+using Offsets = std::array<size_t, 4>;  // bytes added to the A, B, C, D pointers
+
+// One small problem, D[m,n] = A[m,k] B[k,n] + 0.5 C (+ epilogue), on buffers with
+// spare elements after each matrix, so that any pointer can be offset to plant an
+// under-aligned one (cudaMalloc itself is 256-byte aligned).
+struct LtProbe {
+  static constexpr int m = 16, n = 8, k = 8, spare = 64;
+  cudaDataType type;
+  HostMatrix host[4];
+  std::unique_ptr<DeviceMatrix> dev[4], bias;
+  std::vector<float> bias_host;
+  cublasLtHandle_t lt = nullptr;
+  cublasLtMatmulDesc_t desc = nullptr;
+  cublasLtMatmulPreference_t pref = nullptr;
+  cublasLtMatrixLayout_t layouts[4] = {};
+
+  explicit LtProbe(cudaDataType t) : type(t) {
+    const int rows[4] = {m, k, m, m}, cols[4] = {k, n, n, n};
+    for (int i = 0; i < 4; ++i) {
+      host[i] = random_matrix(rows[i], cols[i], 0, 1, t, 40 + i, spare);
+      dev[i] = std::make_unique<DeviceMatrix>(host[i]);
+    }
+    bias_host.resize(m + spare);
+    std::mt19937 rng(50);
+    std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+    for (float& x : bias_host) x = round_to(t, dist(rng));
+    bias = std::make_unique<DeviceMatrix>(bias_host.size(), t);
+    bias->upload(bias_host);
+    EXPECT_EQ(cublasLtCreate(&lt), CUBLAS_STATUS_SUCCESS);
+    EXPECT_EQ(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), CUBLAS_STATUS_SUCCESS);
+    EXPECT_EQ(cublasLtMatmulPreferenceCreate(&pref), CUBLAS_STATUS_SUCCESS);
+    for (int i = 0; i < 4; ++i) set_ld(static_cast<Operand>(i), host[i].ld);
+  }
+  ~LtProbe() {
+    for (auto l : layouts) cublasLtMatrixLayoutDestroy(l);
+    cublasLtMatmulPreferenceDestroy(pref);
+    cublasLtMatmulDescDestroy(desc);
+    cublasLtDestroy(lt);
+  }
+  void set_ld(Operand o, int64_t ld) {
+    if (layouts[o] != nullptr) cublasLtMatrixLayoutDestroy(layouts[o]);
+    EXPECT_EQ(cublasLtMatrixLayoutCreate(&layouts[o], type, host[o].rows, host[o].cols, ld), CUBLAS_STATUS_SUCCESS);
+  }
+  void set_epilogue(cublasLtEpilogue_t e) {
+    EXPECT_EQ(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &e, sizeof e), CUBLAS_STATUS_SUCCESS);
+  }
+  void set_bias(size_t offset_bytes) {
+    const void* p = static_cast<const char*>(bias->ptr) + offset_bytes;
+    EXPECT_EQ(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &p, sizeof p), CUBLAS_STATUS_SUCCESS);
+  }
+  void set_bias_type(cudaDataType t) {
+    const int32_t v = t;
+    EXPECT_EQ(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &v, sizeof v), CUBLAS_STATUS_SUCCESS);
+  }
+  void prefer_alignment(Operand o, uint32_t bytes) {
+    EXPECT_EQ(cublasLtMatmulPreferenceSetAttribute(pref, kMinAlignment[o], &bytes, sizeof bytes), CUBLAS_STATUS_SUCCESS);
+  }
+  cublasStatus_t heuristic(int* returned, cublasLtMatmulHeuristicResult_t* r) {
+    *returned = -1;
+    return cublasLtMatmulAlgoGetHeuristic(lt, desc, layouts[kA], layouts[kB], layouts[kC], layouts[kD], pref, 1, r,
+                                          returned);
+  }
+  // The heuristic's algorithm, or a failure naming what it returned instead.
+  ::testing::AssertionResult one_algorithm(cublasLtMatmulAlgo_t* algo) {
+    int returned;
+    cublasLtMatmulHeuristicResult_t r;
+    const cublasStatus_t s = heuristic(&returned, &r);
+    if (s != CUBLAS_STATUS_SUCCESS || returned != 1 || r.state != CUBLAS_STATUS_SUCCESS)
+      return ::testing::AssertionFailure() << "status " << s << ", " << returned << " results";
+    *algo = r.algo;
+    return ::testing::AssertionSuccess();
+  }
+  void* at(Operand o, size_t offset) const { return static_cast<char*>(dev[o]->ptr) + offset; }
+  cublasStatus_t run(const cublasLtMatmulAlgo_t* algo, Offsets off = {}) {
+    const float alpha = 1.0f, beta = 0.5f;
+    return cublasLtMatmul(lt, desc, &alpha, at(kA, off[kA]), layouts[kA], at(kB, off[kB]), layouts[kB], &beta,
+                          at(kC, off[kC]), layouts[kC], at(kD, off[kD]), layouts[kD], algo, nullptr, 0, 0);
+  }
+  // D as run() with `off` must have computed it (plus the bias at bias_offset bytes).
+  void expect_product(Offsets off, long bias_offset = -1) const {
+    const size_t e = type == CUDA_R_32F ? 4 : 2;
+    const std::vector<float> got = dev[kD]->download();
+    auto el = [&](Operand o, int r, int c) { return host[o].v[off[o] / e + r + c * host[o].ld]; };
+    for (int i = 0; i < m; ++i)
+      for (int j = 0; j < n; ++j) {
+        double ref = 0.5 * el(kC, i, j);
+        for (int p = 0; p < k; ++p) ref += double(el(kA, i, p)) * el(kB, p, j);
+        if (bias_offset >= 0) ref += bias_host[bias_offset / e + i];
+        EXPECT_NEAR(got[off[kD] / e + i + j * host[kD].ld], ref, tolerance(type, ref)) << i << "," << j;
+      }
+  }
+};
+
+std::vector<cudaDataType> lt_types() { return {CUDA_R_32F, CUDA_R_16BF}; }
+
+// No MIN_ALIGNMENT preference: cuBLASLt assumes 256-byte-aligned A, B, C, D, so an
+// operand sliced at 16 bytes (enough for the kernel) breaks the promise.
+TEST(CublasLtStrict, DefaultPreferencePromises256Bytes) {
+  for (cudaDataType t : lt_types()) {
+    LtProbe probe(t);
+    cublasLtMatmulAlgo_t algo;
+    ASSERT_TRUE(probe.one_algorithm(&algo));
+    ASSERT_EQ(probe.run(&algo), CUBLAS_STATUS_SUCCESS);  // twin: cudaMalloc pointers
+    probe.expect_product({});
+    ASSERT_EQ(probe.run(nullptr), CUBLAS_STATUS_SUCCESS);  // implicit heuristic, same promise
+    for (int o = kA; o <= kD; ++o) {
+      Offsets off{};
+      off[o] = 16;
+      EXPECT_EQ(probe.run(&algo, off), CUBLAS_STATUS_NOT_SUPPORTED) << kOperandName[o];  // planted
+      EXPECT_EQ(probe.run(nullptr, off), CUBLAS_STATUS_NOT_SUPPORTED) << kOperandName[o];
+    }
+  }
+}
+
+// A preference below 16 bytes leaves no algorithm (SUCCESS with zero results, as
+// the header documents for a query that finds nothing); 16 is enough, and then
+// cublasLtMatmul holds the pointer to it.
+TEST(CublasLtStrict, UnderAlignedOperandRefusedByTheHeuristic) {
+  for (cudaDataType t : lt_types()) {
+    for (int o = kA; o <= kD; ++o) {
+      LtProbe probe(t);
+      const Operand op = static_cast<Operand>(o);
+      int returned;
+      cublasLtMatmulHeuristicResult_t r;
+      probe.prefer_alignment(op, 8);  // planted: an 8-byte-aligned slice, declared honestly
+      EXPECT_EQ(probe.heuristic(&returned, &r), CUBLAS_STATUS_SUCCESS);
+      EXPECT_EQ(returned, 0) << kOperandName[o];
+      probe.prefer_alignment(op, 16);  // twin
+      cublasLtMatmulAlgo_t algo;
+      ASSERT_TRUE(probe.one_algorithm(&algo)) << kOperandName[o];
+      Offsets off{};
+      off[o] = 16;
+      ASSERT_EQ(probe.run(&algo, off), CUBLAS_STATUS_SUCCESS) << kOperandName[o];
+      probe.expect_product(off);
+      off[o] = 8;  // planted: the pointer breaks the 16-byte promise
+      EXPECT_EQ(probe.run(&algo, off), CUBLAS_STATUS_NOT_SUPPORTED) << kOperandName[o];
+    }
+  }
+}
+
+// The promise covers every column: ld (and the batch stride) in bytes must keep
+// each column start 16-byte aligned.
+TEST(CublasLtStrict, LeadingDimensionKeepsColumnsAligned) {
+  for (cudaDataType t : lt_types()) {
+    const int64_t elems_per_16_bytes = t == CUDA_R_32F ? 4 : 8;
+    LtProbe probe(t);
+    int returned;
+    cublasLtMatmulHeuristicResult_t r;
+    probe.set_ld(kA, LtProbe::m + elems_per_16_bytes / 2);  // planted: columns 8 bytes apart from aligned
+    EXPECT_EQ(probe.heuristic(&returned, &r), CUBLAS_STATUS_SUCCESS);
+    EXPECT_EQ(returned, 0);
+    probe.set_ld(kA, LtProbe::m + elems_per_16_bytes);  // twin
+    cublasLtMatmulAlgo_t algo;
+    EXPECT_TRUE(probe.one_algorithm(&algo));
+    const int32_t batches = 2;
+    for (auto* l : probe.layouts)
+      ASSERT_EQ(cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &batches, sizeof batches),
+                CUBLAS_STATUS_SUCCESS);
+    auto set_stride = [&](int64_t stride) {
+      ASSERT_EQ(cublasLtMatrixLayoutSetAttribute(probe.layouts[kB], CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET,
+                                                 &stride, sizeof stride),
+                CUBLAS_STATUS_SUCCESS);
+    };
+    set_stride(LtProbe::k * LtProbe::n + elems_per_16_bytes / 2);  // planted: misaligned second batch of B
+    EXPECT_EQ(probe.heuristic(&returned, &r), CUBLAS_STATUS_SUCCESS);
+    EXPECT_EQ(returned, 0);
+    set_stride(LtProbe::k * LtProbe::n + elems_per_16_bytes);  // twin
+    EXPECT_TRUE(probe.one_algorithm(&algo));
+  }
+}
+
+// The heuristic does not judge the bias pointer; a GPU kernel faults on one that is
+// not 16-byte aligned, so cublasLtMatmul fails (EXECUTION_FAILED, and the thread's
+// last CUDA error is cudaErrorMisalignedAddress). Bias and bias gradient alike.
+TEST(CublasLtStrict, BiasPointerMustBe16ByteAligned) {
+  for (cudaDataType t : lt_types()) {
+    for (cublasLtEpilogue_t e : {CUBLASLT_EPILOGUE_BIAS, CUBLASLT_EPILOGUE_BGRADB}) {
+      LtProbe probe(t);
+      probe.set_epilogue(e);
+      probe.set_bias(8);  // planted
+      cublasLtMatmulAlgo_t algo;
+      ASSERT_TRUE(probe.one_algorithm(&algo));
+      EXPECT_EQ(probe.run(&algo), CUBLAS_STATUS_EXECUTION_FAILED) << e;
+      EXPECT_EQ(cudaGetLastError(), cudaErrorMisalignedAddress);
+      probe.set_bias(16);  // twin
+      ASSERT_EQ(probe.run(&algo), CUBLAS_STATUS_SUCCESS) << e;
+      if (e == CUBLASLT_EPILOGUE_BIAS) probe.expect_product({}, 16);
+    }
+  }
+}
+
+// Bias and bias-gradient vectors have D's type (BIAS_DATA_TYPE; the IMMA/FP8
+// exceptions are not emulated); an aux matrix too (AUX_DATA_TYPE, INVALID_VALUE).
+TEST(CublasLtStrict, BiasVectorHasDsType) {
+  for (cudaDataType t : lt_types()) {
+    const cudaDataType other = t == CUDA_R_32F ? CUDA_R_16BF : CUDA_R_32F;
+    for (cublasLtEpilogue_t e : {CUBLASLT_EPILOGUE_BIAS, CUBLASLT_EPILOGUE_BGRADB}) {
+      LtProbe probe(t);
+      probe.set_epilogue(e);
+      probe.set_bias(0);
+      probe.set_bias_type(other);  // planted (bf16 D with an fp32 BGRADB vector: the old backend's call)
+      int returned;
+      cublasLtMatmulHeuristicResult_t r;
+      EXPECT_EQ(probe.heuristic(&returned, &r), CUBLAS_STATUS_NOT_SUPPORTED) << e;
+      EXPECT_EQ(returned, 0);
+      EXPECT_EQ(probe.run(nullptr), CUBLAS_STATUS_NOT_SUPPORTED) << e;
+      probe.set_bias_type(t);  // twin
+      cublasLtMatmulAlgo_t algo;
+      ASSERT_TRUE(probe.one_algorithm(&algo));
+      EXPECT_EQ(probe.run(&algo), CUBLAS_STATUS_SUCCESS) << e;
+    }
+    LtProbe probe(t);  // GELU aux: D's type, and 16-byte aligned like the bias
+    probe.set_epilogue(CUBLASLT_EPILOGUE_GELU_AUX);
+    DeviceMatrix aux(LtProbe::m * LtProbe::n + 8, t);
+    const int64_t aux_ld = LtProbe::m;
+    const int32_t bad_type = other;
+    void* aux_ptr = static_cast<char*>(aux.ptr) + 8;  // planted
+    ASSERT_EQ(cublasLtMatmulDescSetAttribute(probe.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &aux_ld, sizeof aux_ld),
+              CUBLAS_STATUS_SUCCESS);
+    ASSERT_EQ(cublasLtMatmulDescSetAttribute(probe.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux_ptr,
+                                             sizeof aux_ptr),
+              CUBLAS_STATUS_SUCCESS);
+    cublasLtMatmulAlgo_t algo;
+    ASSERT_TRUE(probe.one_algorithm(&algo));
+    EXPECT_EQ(probe.run(&algo), CUBLAS_STATUS_EXECUTION_FAILED);
+    EXPECT_EQ(cudaGetLastError(), cudaErrorMisalignedAddress);
+    aux_ptr = aux.ptr;  // twin
+    ASSERT_EQ(cublasLtMatmulDescSetAttribute(probe.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux_ptr,
+                                             sizeof aux_ptr),
+              CUBLAS_STATUS_SUCCESS);
+    EXPECT_EQ(probe.run(&algo), CUBLAS_STATUS_SUCCESS);
+    ASSERT_EQ(cublasLtMatmulDescSetAttribute(probe.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE, &bad_type,
+                                             sizeof bad_type),
+              CUBLAS_STATUS_SUCCESS);  // planted
+    EXPECT_EQ(probe.run(&algo), CUBLAS_STATUS_INVALID_VALUE);
+  }
+}
+
+// The switch: each refusing mode refuses in its own documented way, and
+// cublasLtMatmul has no kernel then (a strict-mode algorithm included); strict
+// mode is the twin.
+TEST(CublasLtSwitch, EachRefusalModeRefusesAndStrictAccepts) {
+  using emu::CublasLtMode;
+  LtProbe probe(CUDA_R_32F);
+  cublasLtMatmulAlgo_t strict_algo;
+  ASSERT_TRUE(probe.one_algorithm(&strict_algo));
+  for (CublasLtMode mode : {CublasLtMode::kNoAlgorithm, CublasLtMode::kNotSupported, CublasLtMode::kBadState}) {
+    emu::ScopedCublasLtMode scoped(mode);
+    int returned;
+    cublasLtMatmulHeuristicResult_t r;
+    const cublasStatus_t s = probe.heuristic(&returned, &r);
+    if (mode == CublasLtMode::kNotSupported) {
+      EXPECT_EQ(s, CUBLAS_STATUS_NOT_SUPPORTED);
+      EXPECT_EQ(returned, 0);
+    } else {
+      EXPECT_EQ(s, CUBLAS_STATUS_SUCCESS);
+      EXPECT_EQ(returned, mode == CublasLtMode::kBadState ? 1 : 0);
+    }
+    if (mode == CublasLtMode::kBadState) {
+      EXPECT_EQ(r.state, CUBLAS_STATUS_NOT_SUPPORTED);
+      EXPECT_EQ(probe.run(&r.algo), CUBLAS_STATUS_NOT_SUPPORTED);  // a caller that ignores .state
+    }
+    EXPECT_EQ(probe.run(nullptr), CUBLAS_STATUS_NOT_SUPPORTED);
+    EXPECT_EQ(probe.run(&strict_algo), CUBLAS_STATUS_NOT_SUPPORTED);
+  }
+  ASSERT_TRUE(probe.one_algorithm(&strict_algo));  // twin: back to strict
+  EXPECT_EQ(probe.run(&strict_algo), CUBLAS_STATUS_SUCCESS);
+  cublasLtMatmulAlgo_t forged;
+  std::memset(&forged, 0, sizeof forged);
+  EXPECT_EQ(probe.run(&forged), CUBLAS_STATUS_INVALID_VALUE);  // not from the heuristic
+}
+
+// GPT2_EMU_CUBLASLT selects the mode unless set_cublaslt_mode did.
+TEST(CublasLtSwitch, EnvironmentVariableSelectsTheMode) {
+  using emu::CublasLtMode;
+  const auto saved = emu::cublaslt_mode_override();
+  emu::set_cublaslt_mode(std::nullopt);
+  LtProbe probe(CUDA_R_32F);
+  int returned;
+  cublasLtMatmulHeuristicResult_t r;
+  setenv("GPT2_EMU_CUBLASLT", "refuse", 1);
+  EXPECT_EQ(emu::cublaslt_mode(), CublasLtMode::kNoAlgorithm);
+  EXPECT_EQ(probe.heuristic(&returned, &r), CUBLAS_STATUS_SUCCESS);
+  EXPECT_EQ(returned, 0);
+  setenv("GPT2_EMU_CUBLASLT", "not_supported", 1);
+  EXPECT_EQ(probe.heuristic(&returned, &r), CUBLAS_STATUS_NOT_SUPPORTED);
+  setenv("GPT2_EMU_CUBLASLT", "bad_state", 1);
+  EXPECT_EQ(emu::cublaslt_mode(), CublasLtMode::kBadState);
+  {
+    emu::ScopedCublasLtMode strict(CublasLtMode::kStrict);  // the override wins
+    EXPECT_EQ(emu::cublaslt_mode(), CublasLtMode::kStrict);
+  }
+  EXPECT_EQ(emu::cublaslt_mode(), CublasLtMode::kBadState);
+  setenv("GPT2_EMU_CUBLASLT", "strict", 1);
+  cublasLtMatmulAlgo_t algo;
+  EXPECT_TRUE(probe.one_algorithm(&algo));
+  unsetenv("GPT2_EMU_CUBLASLT");
+  EXPECT_EQ(emu::cublaslt_mode(), CublasLtMode::kStrict);
+  emu::set_cublaslt_mode(saved);
 }
 
 }  // namespace

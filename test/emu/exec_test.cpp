@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <initializer_list>
 #include <random>
 #include <stdexcept>
 #include <string>
@@ -425,6 +426,46 @@ TEST(Alignment, MisalignedHelperLoadIsALaunchErrorNamingKernelAndAddress) {
                           " bytes past a boundary)"), std::string::npos) << what;
     }
   }
+}
+
+
+// Throws unless `call` throws a std::runtime_error whose text holds every `parts`.
+template <class F>
+void expect_error(F&& call, std::initializer_list<const char*> parts) {
+  try {
+    call();
+    ADD_FAILURE() << "no error";
+  } catch (const std::runtime_error& e) {
+    for (const char* part : parts) EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << e.what();
+  }
+}
+
+TEST(Faults, InjectedFaultIsStickyUntilDeviceReset) {
+  std::vector<float> in = random_floats(64, 23);
+  emu::inject_fault("pack_sums_kernel@2");
+  EXPECT_EQ(emu_test::pack_sums(in, 0, true).size(), 16u);  // the first launch runs
+  expect_error([&] { emu_test::pack_sums(in, 0, true); },
+               {"pack_sums_kernel", "an illegal memory access was encountered", "injected fault"});
+  // As on a GPU, the context is now unusable: other kernels, copies and synchronisation fail too.
+  expect_error([] { emu_test::run_bounded_kernel(256, 64); }, {"an illegal memory access was encountered"});
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaErrorIllegalAddress);
+  EXPECT_EQ(cudaGetLastError(), cudaErrorIllegalAddress);
+  EXPECT_EQ(cudaGetLastError(), cudaErrorIllegalAddress);  // not cleared by reading it
+  EXPECT_EQ(cudaDeviceReset(), cudaSuccess);
+  emu::set_sticky_faults(false);
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+  EXPECT_EQ(emu_test::run_bounded_kernel(256, 64), 64);
+}
+
+TEST(Faults, StickyModeKeepsARealFaultButNotAConfigurationError) {
+  emu::set_sticky_faults(true);
+  expect_error([] { emu_test::run_bounded_kernel(256, 512); }, {"too many resources requested for launch"});
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);  // a refused launch leaves the context usable
+  expect_error([] { emu_test::launch_device_assert(7); }, {"device-side assert triggered"});
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaErrorAssert);
+  EXPECT_EQ(cudaDeviceReset(), cudaSuccess);
+  emu::set_sticky_faults(false);
+  EXPECT_EQ(emu_test::run_bounded_kernel(256, 64), 64);
 }
 
 }  // namespace
