@@ -62,7 +62,7 @@ cudaError_t fail(cudaError_t e) {
 // moves device data fails with it, as a GPU context does until the process ends.
 #define RETURN_IF_STICKY_FAULT()                                                     \
   do {                                                                               \
-    if (cudaError_t sticky_ = ::gpt2::emu::sticky_fault(); sticky_ != cudaSuccess) return fail(sticky_); \
+    if (cudaError_t sticky_ = ::gpt2::emu::surface_fault(); sticky_ != cudaSuccess) return fail(sticky_); \
   } while (0)
 
 // True when [p, p+bytes) lies inside one cudaMalloc allocation.

@@ -20,6 +20,7 @@
 #include <cstdarg>
 #include <cstdio>
 #include <cstdlib>
+#include <map>
 #include <mutex>
 #include <random>
 #include <stdexcept>
@@ -748,12 +749,38 @@ void device_assert_fail(const char* expr, const char* file, int line, const char
                 cudaErrorAssert);
 }
 
+// "token (symbol)" when the launch named an alias of the kernel, e.g.
+// "kernel (gpt2::kern::classifier_kernel<float>)": fault messages and injection use it.
+static std::string make_kernel_label(const void* kernel_id, const char* kernel_name) {
+  std::string symbol = kernel_symbol_name(kernel_id);
+  for (size_t at; (at = symbol.find("(anonymous namespace)::")) != std::string::npos;) symbol.erase(at, 23);
+  symbol = symbol.substr(0, symbol.find('('));  // drop the parameter list
+  if (symbol.compare(0, 5, "void ") == 0) symbol.erase(0, 5);  // a template's return type
+  if (symbol.empty() || symbol == kernel_name) return kernel_name;
+  const size_t colon = symbol.rfind("::", symbol.find('<'));
+  const std::string base = symbol.substr(colon == std::string::npos ? 0 : colon + 2);
+  return base.compare(0, std::strlen(kernel_name), kernel_name) == 0 ? symbol
+                                                                      : std::string(kernel_name) + " (" + symbol + ")";
+}
+
+// Cached per kernel and launch-site name (the symbol lookup and demangling run once).
+static const std::string& kernel_label(const void* kernel_id, const char* kernel_name) {
+  static std::mutex mutex;
+  static std::map<std::pair<const void*, std::string>, std::string> labels;
+  std::lock_guard<std::mutex> lock(mutex);
+  auto key = std::make_pair(kernel_id, std::string(kernel_name));
+  auto it = labels.find(key);
+  if (it == labels.end()) it = labels.emplace(key, make_kernel_label(kernel_id, kernel_name)).first;
+  return it->second;  // std::map nodes are stable
+}
+
 cudaError_t run_grid(const void* kernel_id, const char* kernel_name, dim3 grid, dim3 block, size_t dynamic_smem,
                      cudaStream_t stream, KernelInvoker body) {
+  const std::string& label = kernel_label(kernel_id, kernel_name);
   (void)stream;  // streams complete every operation before it returns
   if (tls_current_thread != nullptr) {
     record_error(cudaErrorNotSupported);
-    set_kernel_fault(std::string("kernel ") + kernel_name + ": launching from device code is not supported");
+    set_kernel_fault("kernel " + label + ": launching from device code is not supported");
     return cudaErrorNotSupported;
   }
   Settings& s = settings();
@@ -791,27 +818,21 @@ cudaError_t run_grid(const void* kernel_id, const char* kernel_name, dim3 grid, 
   }
   if (!problem.empty()) {  // configuration errors are not sticky, as on a GPU
     record_error(code);
-    set_kernel_fault(std::string("kernel ") + kernel_name + ": " + problem);
+    set_kernel_fault("kernel " + label + ": " + problem);
     return code;
   }
   std::string fault;
-  if (cudaError_t sticky = sticky_fault(&fault); sticky != cudaSuccess) {
+  if (cudaError_t sticky = surface_fault(&fault); sticky != cudaSuccess) {
     record_error(sticky);
-    set_kernel_fault(std::string("kernel ") + kernel_name + " not run: " + fault);
+    set_kernel_fault("kernel " + label + " not run: " + fault);
     return sticky;
   }
-  if (injected_fault(kernel_name, &fault)) {
-    fault = std::string("kernel ") + kernel_name + ": " + fault;
-    note_kernel_fault(cudaErrorIllegalAddress, fault);
-    record_error(cudaErrorIllegalAddress);
-    set_kernel_fault(fault);
-    return cudaErrorIllegalAddress;
-  }
+  if (injected_fault(label, &fault)) return cudaSuccess;  // asynchronous: surfaces at the next launch or sync
   launch.body = body;
   launch.grid = grid;
   launch.block = block;
   launch.smem = dynamic_smem;
-  launch.name = kernel_name;
+  launch.name = label.c_str();
   launch.num_blocks = uint64_t(grid.x) * grid.y * grid.z;
 
   Engine& e = engine();

@@ -8,7 +8,9 @@
 // synchronising or copying cudart call fails with the first fault's code too,
 // until cudaDeviceReset. GPT2_EMU_INJECT_FAULT=SUBSTRING[@N] makes the N-th
 // launch (default the first) of a kernel whose name contains SUBSTRING fault
-// with cudaErrorIllegalAddress, so tests can drive the trainer through a fault.
+// with cudaErrorIllegalAddress, asynchronously as on a GPU: that launch returns
+// success without running, and the fault surfaces at the next launch or
+// synchronising call, so tests can drive the trainer through a fault.
 #include <cstdio>
 #include <cstdlib>
 #include <mutex>
@@ -26,6 +28,7 @@ struct FaultState {
   bool sticky_mode = false;
   cudaError_t sticky = cudaSuccess;
   std::string sticky_message;
+  std::string pending;  // an injected fault not yet surfaced
   std::string inject_pattern;  // empty: no injection
   int inject_nth = 1;
   int inject_seen = 0;
@@ -60,13 +63,15 @@ void inject_fault(const std::string& spec) {
   faults().arm(spec);
 }
 
-bool injected_fault(const char* kernel_name, std::string* message) {
+bool injected_fault(const std::string& kernel, std::string* message) {
   FaultState& f = faults();
   std::lock_guard<std::mutex> lock(f.mutex);
-  if (f.inject_pattern.empty() || std::string(kernel_name).find(f.inject_pattern) == std::string::npos) return false;
+  if (f.inject_pattern.empty() || kernel.find(f.inject_pattern) == std::string::npos) return false;
   if (++f.inject_seen != f.inject_nth) return false;
-  *message = "injected fault (GPT2_EMU_INJECT_FAULT=" + f.inject_pattern + "@" + std::to_string(f.inject_nth) +
-             "): an illegal memory access was encountered";
+  *message = "kernel " + kernel + ": injected fault (GPT2_EMU_INJECT_FAULT=" + f.inject_pattern + "@" +
+             std::to_string(f.inject_nth) + "): an illegal memory access was encountered";
+  f.pending = *message;
+  std::fprintf(stderr, "emu: %s; it surfaces at the next launch or synchronisation\n", message->c_str());
   return true;
 }
 
@@ -78,18 +83,36 @@ void note_kernel_fault(cudaError_t code, const std::string& message) {
   f.sticky_message = message;
 }
 
-cudaError_t sticky_fault(std::string* message) {
-  FaultState& f = faults();
-  std::lock_guard<std::mutex> lock(f.mutex);
+namespace {
+cudaError_t sticky_locked(FaultState& f, std::string* message) {
   if (message != nullptr && f.sticky != cudaSuccess)
     *message = "the context is unusable after an earlier device fault: " + f.sticky_message;
   return f.sticky;
+}
+}  // namespace
+
+cudaError_t sticky_fault(std::string* message) {
+  FaultState& f = faults();
+  std::lock_guard<std::mutex> lock(f.mutex);
+  return sticky_locked(f, message);
+}
+
+cudaError_t surface_fault(std::string* message) {
+  FaultState& f = faults();
+  std::lock_guard<std::mutex> lock(f.mutex);
+  if (!f.pending.empty() && f.sticky == cudaSuccess) {
+    f.sticky = cudaErrorIllegalAddress;
+    f.sticky_message = f.pending;
+  }
+  f.pending.clear();
+  return sticky_locked(f, message);
 }
 
 void clear_sticky_fault() {
   std::lock_guard<std::mutex> lock(faults().mutex);
   faults().sticky = cudaSuccess;
   faults().sticky_message.clear();
+  faults().pending.clear();
 }
 
 }  // namespace emu

@@ -17,13 +17,20 @@ void record_error(cudaError_t status);
 size_t kernel_max_dynamic_smem(const void* kernel);
 // max_threads of the kernel's __launch_bounds__ (emu/launch_bounds.cpp); 0 without one.
 int kernel_launch_bound(const void* kernel);
-// Faults (emu/faults.cpp): whether this launch is the injected fault (and its
-// message); a kernel fault to remember when sticky faults are on; the sticky
-// fault (cudaSuccess when none) with its message; cudaDeviceReset's clearing.
-bool injected_fault(const char* kernel_name, std::string* message);
+// Faults (emu/faults.cpp). injected_fault: whether this launch of `kernel` is the
+// injected, asynchronous fault (then it does not run and the fault is pending);
+// note_kernel_fault: a fault inside a kernel, remembered when sticky faults are
+// on; surface_fault: turns a pending fault into the sticky one (launches and
+// synchronising calls) and returns the sticky fault, cudaSuccess when none;
+// sticky_fault: the same without surfacing (cudaGetLastError); clear_sticky_fault:
+// cudaDeviceReset.
+bool injected_fault(const std::string& kernel, std::string* message);
 void note_kernel_fault(cudaError_t code, const std::string& message);
+cudaError_t surface_fault(std::string* message = nullptr);
 cudaError_t sticky_fault(std::string* message = nullptr);
 void clear_sticky_fault();
+// The demangled name of the function at `kernel` (emu/symbols.cpp); empty if unknown.
+std::string kernel_symbol_name(const void* kernel);
 // Fault text of the last failed launch (shared with check_launch).
 void set_kernel_fault(const std::string& message);
 

@@ -20,6 +20,7 @@
 // bf16 mode the encoder's fp32 dwte shadow). Growing frees the old buffer,
 // which waits for queued work (cudaFree synchronises).
 #include <cstdint>
+#include <cstdlib>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -50,10 +51,16 @@ const int* i32(Tensor t) { return static_cast<const int*>(t.ptr); }
 
 
 
+// CUDA_LAUNCH_BLOCKING=1, the CUDA debugging convention: also synchronise after every op.
+bool launch_blocking_env() {
+  const char* v = std::getenv("CUDA_LAUNCH_BLOCKING");
+  return v != nullptr && std::string(v) == "1";
+}
+
 class CudaBackend final : public Backend {
  public:
   CudaBackend(int device, const CudaBackendOptions& options)
-      : bf16_(options.bf16), storage_bytes_(options.bf16 ? 2 : 4) {
+      : bf16_(options.bf16), sync_ops_(options.sync_after_ops || launch_blocking_env()), storage_bytes_(options.bf16 ? 2 : 4) {
     int count = 0;
     CUDA_CHECK(cudaGetDeviceCount(&count));
     if (device < 0 || device >= count)
@@ -136,7 +143,14 @@ class CudaBackend final : public Backend {
     need(src, dst.numel, "copy", "src", dst.elem_bytes);
     CUDA_CHECK(cudaMemcpyAsync(dst.ptr, src.ptr, dst.bytes(), cudaMemcpyDeviceToDevice, stream_));
   }
-  void synchronize() override { CUDA_CHECK(cudaStreamSynchronize(stream_)); }
+  // A device fault of any earlier op surfaces here on a GPU (asynchronous, sticky).
+  void synchronize() override {
+    const cudaError_t status = cudaStreamSynchronize(stream_);
+    if (status != cudaSuccess)
+      throw std::runtime_error(std::string("backend/cuda: device fault found at synchronisation: ") +
+                               cudaGetErrorString(status) +
+                               " (the device is unusable; rerun with CUDA_LAUNCH_BLOCKING=1 to name the op)");
+  }
 
   // ---- ops ----------------------------------------------------------------
   // Every op checks its tensors (element counts and sizes), then runs the
@@ -145,7 +159,7 @@ class CudaBackend final : public Backend {
   void encoder_forward(Tensor out, Tensor tokens, Tensor wte, Tensor wpe, int B, int T,
                        int C) override {
     checks_.encoder("encoder_forward", out, tokens, wte, wpe, B, T, C);
-    dispatch([&](auto tag) {
+    dispatch("encoder_forward", [&](auto tag) {
       using X = decltype(tag);
       kern::encoder_forward<X>(as<X>(out), i32(tokens), as<X>(wte), as<X>(wpe), B, T, C,
                                rows(wte, C), stream_);
@@ -155,7 +169,7 @@ class CudaBackend final : public Backend {
                         int C) override {
     checks_.encoder("encoder_backward", dout, tokens, dwte, dwpe, B, T, C);
     float* shadow = bf16_ ? workspace(static_cast<size_t>(rows(dwte, C)) * C) : nullptr;
-    dispatch([&](auto tag) {
+    dispatch("encoder_backward", [&](auto tag) {
       using X = decltype(tag);
       kern::encoder_backward<X>(as<X>(dwte), as<X>(dwpe), shadow, as<X>(dout), i32(tokens), B, T,
                                 C, rows(dwte, C), stream_);
@@ -165,7 +179,7 @@ class CudaBackend final : public Backend {
   void layernorm_forward(Tensor out, Tensor mean, Tensor rstd, Tensor inp, Tensor w, Tensor b,
                          int N, int C) override {
     checks_.layernorm_forward(out, mean, rstd, inp, w, b, N, C);
-    dispatch([&](auto tag) {
+    dispatch("layernorm_forward", [&](auto tag) {
       using X = decltype(tag);
       kern::layernorm_forward<X>(as<X>(out), as<X>(mean), as<X>(rstd), as<X>(inp), as<X>(w),
                                  as<X>(b), N, C, stream_);
@@ -175,7 +189,7 @@ class CudaBackend final : public Backend {
                           Tensor mean, Tensor rstd, int N, int C) override {
     checks_.layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, N, C);
     float* scratch = workspace(kern::layernorm_backward_scratch_floats(N, C));
-    dispatch([&](auto tag) {
+    dispatch("layernorm_backward", [&](auto tag) {
       using X = decltype(tag);
       kern::layernorm_backward<X>(as<X>(dinp), as<X>(dw), as<X>(db), scratch, as<X>(dout),
                                   as<X>(inp), as<X>(w), as<X>(mean), as<X>(rstd), N, C, stream_);
@@ -185,7 +199,7 @@ class CudaBackend final : public Backend {
   void matmul_forward(Tensor out, Tensor inp, Tensor w, Tensor bias, int N, int C,
                       int OC) override {
     checks_.matmul_forward(out, inp, w, bias, N, C, OC);
-    dispatch([&](auto tag) {
+    dispatch("matmul_forward", [&](auto tag) {
       using X = decltype(tag);
       kern::matmul_forward<X>(blas_, as<X>(out), as<X>(inp), as<X>(w),
                               bias.empty() ? nullptr : as<X>(bias), N, C, OC);
@@ -195,7 +209,7 @@ class CudaBackend final : public Backend {
                        int N, int C, int OC) override {
     checks_.matmul_backward(dinp, dw, dbias, dout, inp, w, N, C, OC);
     float* scratch = dbias.empty() ? nullptr : workspace(kern::matmul_backward_scratch_floats(N, OC));
-    dispatch([&](auto tag) {
+    dispatch("matmul_backward", [&](auto tag) {
       using X = decltype(tag);
       kern::matmul_backward<X>(blas_, as<X>(dinp), as<X>(dw),
                                dbias.empty() ? nullptr : as<X>(dbias), scratch, as<X>(dout),
@@ -211,7 +225,7 @@ class CudaBackend final : public Backend {
     checks_.attention_forward(out, saved, kern::attention_saved_elems(B, T, NH), qkv, B, T, C, NH);
     float* ws = workspace(bf16_ ? kern::attention_forward_workspace_floats<__nv_bfloat16>(B, T, C, NH)
                                 : kern::attention_forward_workspace_floats<float>(B, T, C, NH));
-    dispatch([&](auto tag) {
+    dispatch("attention_forward", [&](auto tag) {
       using X = decltype(tag);
       kern::attention_forward<X>(blas_.blas, as<X>(out), as<X>(saved), ws, as<X>(qkv), B, T, C,
                                  NH, stream_);
@@ -227,7 +241,7 @@ class CudaBackend final : public Backend {
                                kern::attention_saved_elems(B, T, NH), B, T, C, NH);
     float* ws = workspace(bf16_ ? kern::attention_backward_workspace_floats<__nv_bfloat16>(B, T, C, NH)
                                 : kern::attention_backward_workspace_floats<float>(B, T, C, NH));
-    dispatch([&](auto tag) {
+    dispatch("attention_backward", [&](auto tag) {
       using X = decltype(tag);
       kern::attention_backward<X>(blas_.blas, as<X>(dqkv), as<float>(scratch), ws, as<X>(dout),
                                   as<X>(qkv), as<X>(saved), B, T, C, NH, stream_);
@@ -237,7 +251,7 @@ class CudaBackend final : public Backend {
   void gelu_forward(Tensor out, Tensor inp, size_t n) override {
     if (n == 0) return;
     checks_.gelu_forward(out, inp, n);
-    dispatch([&](auto tag) {
+    dispatch("gelu_forward", [&](auto tag) {
       using X = decltype(tag);
       kern::gelu_forward<X>(as<X>(out), as<X>(inp), n, stream_);
     });
@@ -245,7 +259,7 @@ class CudaBackend final : public Backend {
   void gelu_backward(Tensor dinp, Tensor inp, Tensor dout, size_t n) override {
     if (n == 0) return;
     checks_.gelu_backward(dinp, inp, dout, n);
-    dispatch([&](auto tag) {
+    dispatch("gelu_backward", [&](auto tag) {
       using X = decltype(tag);
       kern::gelu_backward<X>(as<X>(dinp), as<X>(inp), as<X>(dout), n, stream_);
     });
@@ -253,7 +267,7 @@ class CudaBackend final : public Backend {
   void residual_forward(Tensor out, Tensor a, Tensor b, size_t n) override {
     if (n == 0) return;
     checks_.residual_forward(out, a, b, n);
-    dispatch([&](auto tag) {
+    dispatch("residual_forward", [&](auto tag) {
       using X = decltype(tag);
       kern::residual_forward<X>(as<X>(out), as<X>(a), as<X>(b), n, stream_);
     });
@@ -262,7 +276,7 @@ class CudaBackend final : public Backend {
   void classifier_forward_backward(Tensor logits, Tensor losses, Tensor targets, int N, int V,
                                    int Vp, float dloss) override {
     checks_.classifier(logits, losses, targets, N, V, Vp);
-    dispatch([&](auto tag) {
+    dispatch("classifier_forward_backward", [&](auto tag) {
       using X = decltype(tag);
       kern::classifier_forward_backward<X>(as<X>(logits), as<X>(losses), i32(targets), N, V, Vp,
                                            dloss, stream_);
@@ -273,7 +287,7 @@ class CudaBackend final : public Backend {
   double sum_squares(Tensor g) override {
     if (g.numel == 0) return 0.0;
     need_x(g, g.numel, "sum_squares", "g");
-    dispatch([&](auto tag) {
+    dispatch("sum_squares", [&](auto tag) {
       using X = decltype(tag);
       kern::sum_squares<X>(norm_partials_, as<X>(g), g.numel, stream_);
     });
@@ -291,7 +305,7 @@ class CudaBackend final : public Backend {
     if (n == 0) return;
     const kern::AdamWScalars s =
         kern::adamw_scalars(lr, beta1, beta2, eps, weight_decay, grad_scale, t);
-    dispatch([&](auto tag) {
+    dispatch("adamw_update", [&](auto tag) {
       using X = decltype(tag);
       kern::adamw_update<X>(as<X>(params), master.empty() ? nullptr : as<float>(master),
                             as<X>(grads), as<float>(m), as<float>(v), n, s, stream_);
@@ -300,7 +314,7 @@ class CudaBackend final : public Backend {
   void scale(Tensor x, float s) override {
     if (x.numel == 0) return;
     need_x(x, x.numel, "scale", "x");
-    dispatch([&](auto tag) {
+    dispatch("scale", [&](auto tag) {
       using X = decltype(tag);
       kern::scale<X>(as<X>(x), s, x.numel, stream_);
     });
@@ -309,12 +323,24 @@ class CudaBackend final : public Backend {
  private:
   static int rows(const Tensor& table, int C) { return static_cast<int>(table.numel / C); }
 
+  // Runs op `name` for the storage type. Errors name the op; with sync_ops_
+  // (CUDA_LAUNCH_BLOCKING=1) the stream is drained after it, so a device fault,
+  // which a GPU reports only at a later synchronisation, is charged to this op.
   template <class F>
-  void dispatch(F&& f) {
-    if (bf16_)
-      f(__nv_bfloat16{});
-    else
-      f(float{});
+  void dispatch(const char* name, F&& f) {
+    try {
+      if (bf16_)
+        f(__nv_bfloat16{});
+      else
+        f(float{});
+    } catch (const std::exception& e) {
+      throw std::runtime_error(std::string("backend/cuda: ") + name + ": " + e.what());
+    }
+    if (!sync_ops_) return;
+    const cudaError_t status = cudaStreamSynchronize(stream_);
+    if (status != cudaSuccess)
+      throw std::runtime_error(std::string("backend/cuda: ") + name + ": device fault: " + cudaGetErrorString(status) +
+                               " (found by the synchronisation after the op, CUDA_LAUNCH_BLOCKING=1)");
   }
   // A parameter / gradient / activation argument: the storage element size.
   void need_x(const Tensor& t, size_t numel, const char* op, const char* arg) const {
@@ -358,6 +384,7 @@ class CudaBackend final : public Backend {
   }
 
   bool bf16_ = false;
+  bool sync_ops_ = false;  // drain the stream after every op (fault attribution)
   uint32_t storage_bytes_ = 4;  // element size of params, grads, activations
   OpChecks checks_{"backend/cuda", storage_bytes_};
   cudaStream_t stream_ = nullptr;

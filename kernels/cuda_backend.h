@@ -27,6 +27,9 @@ struct CudaBackendOptions {
   // ids stay 4-byte). With bf16, pass an fp32 (kOptimizer) `master` to
   // adamw_update so the weights do not lose the small updates to rounding.
   bool bf16 = false;
+  // Synchronise and check the stream after every op, so a device fault names
+  // the op that caused it (slow; for debugging). Also on with CUDA_LAUNCH_BLOCKING=1.
+  bool sync_after_ops = false;
   // cuBLASLt workspace.
   size_t cublaslt_workspace_bytes = size_t{32} << 20;
 };

@@ -63,7 +63,8 @@ $(TORCH_COMPARE_TEST): $(BUILD)/test/e2e/torch_compare_test.o $(TRAINER_LIBS)
 	$(CXX) $(LDFLAGS) -o $@ $< $(TRAINER_LIBS) $(TRAINER_LDLIBS) -lgtest -lgtest_main
 
 TESTS += $(TRAIN_UNIT_TEST) $(TORCH_COMPARE_TEST)
-TEST_SCRIPTS += test/e2e/resume_test.sh test/e2e/trainer_cli_test.sh test/e2e/cuda_emu_train_test.sh
+TEST_SCRIPTS += test/e2e/resume_test.sh test/e2e/trainer_cli_test.sh test/e2e/cuda_emu_train_test.sh \
+                test/e2e/device_fault_test.sh
 TEST_PREREQS += train_gpt2cu $(TRAINER_EMU)
 
 # ---- benchmark: `make bench` (dev/train/bench.sh: ours vs PyTorch, MFU) ------------

@@ -268,6 +268,9 @@ int run_training(const TrainOptions& opts, const DistContext& dist, Communicator
   };
   auto save_checkpoint = [&](int step) {
     if (!ckpt) return;
+    // A device fault (asynchronous on a GPU) throws here, before any file of this
+    // checkpoint exists: a faulted context never writes one.
+    backend->synchronize();
     const auto t0 = Clock::now();
     std::vector<float> params = model.get_parameters();
     if (main_rank)

@@ -440,14 +440,15 @@ void expect_error(F&& call, std::initializer_list<const char*> parts) {
   }
 }
 
-TEST(Faults, InjectedFaultIsStickyUntilDeviceReset) {
+TEST(Faults, InjectedFaultIsAsynchronousAndStickyUntilDeviceReset) {
   std::vector<float> in = random_floats(64, 23);
   emu::inject_fault("pack_sums_kernel@2");
   EXPECT_EQ(emu_test::pack_sums(in, 0, true).size(), 16u);  // the first launch runs
-  expect_error([&] { emu_test::pack_sums(in, 0, true); },
-               {"pack_sums_kernel", "an illegal memory access was encountered", "injected fault"});
-  // As on a GPU, the context is now unusable: other kernels, copies and synchronisation fail too.
-  expect_error([] { emu_test::run_bounded_kernel(256, 64); }, {"an illegal memory access was encountered"});
+  // The faulting launch itself succeeds, as on a GPU; the copy of its result finds the fault.
+  expect_error([&] { emu_test::pack_sums(in, 0, true); }, {"cudaMemcpy", "an illegal memory access was encountered"});
+  // The context is now unusable: other kernels and synchronisation fail too, naming the first fault.
+  expect_error([] { emu_test::run_bounded_kernel(256, 64); },
+               {"bounded_256_kernel not run", "earlier device fault", "pack_sums_kernel: injected fault"});
   EXPECT_EQ(cudaDeviceSynchronize(), cudaErrorIllegalAddress);
   EXPECT_EQ(cudaGetLastError(), cudaErrorIllegalAddress);
   EXPECT_EQ(cudaGetLastError(), cudaErrorIllegalAddress);  // not cleared by reading it
@@ -455,6 +456,12 @@ TEST(Faults, InjectedFaultIsStickyUntilDeviceReset) {
   emu::set_sticky_faults(false);
   EXPECT_EQ(cudaGetLastError(), cudaSuccess);
   EXPECT_EQ(emu_test::run_bounded_kernel(256, 64), 64);
+}
+
+TEST(Faults, AliasedKernelsAreNamedBySymbol) {
+  // bounded_128_kernel<3> is launched through `auto* kernel = ...`: the message names both.
+  expect_error([] { emu_test::run_bounded_kernel(128, 160); },
+               {"launch of kernel failed", "kernel (gpt2::emu_test::bounded_128_kernel<3>)"});
 }
 
 TEST(Faults, StickyModeKeepsARealFaultButNotAConfigurationError) {
