@@ -6,9 +6,9 @@
 #include <exception>
 #include <memory>
 
-#include "dist/comm.h"
-#include "dist/context.h"
-#include "dist/preempt.h"
+#include "distributed/comm.h"
+#include "distributed/context.h"
+#include "distributed/preempt.h"
 #include "train/options.h"
 #include "train/trainer.h"
 

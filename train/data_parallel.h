@@ -22,8 +22,8 @@
 #include <memory>
 
 #include "backend/backend.h"
-#include "dist/comm.h"
-#include "dist/zero_plan.h"
+#include "distributed/comm.h"
+#include "distributed/zero_plan.h"
 #include "model/gpt2.h"
 
 namespace gpt2 {

@@ -6,7 +6,7 @@
 #ifndef TRAIN_DEVICE_CHOICE_H
 #define TRAIN_DEVICE_CHOICE_H
 
-#include "dist/context.h"
+#include "distributed/context.h"
 
 namespace gpt2 {
 

@@ -8,7 +8,7 @@ $(TRAIN_LIB): $(TRAIN_SRCS:%.cpp=$(BUILD)/%.o)
 	$(AR) rcs $@ $^
 
 # Everything the trainer links, in dependency order.
-TRAINER_LIBS := $(TRAIN_LIB) $(MODEL_LIB) $(BACKEND_CPU_LIB) $(DATALOADER_LIB) $(TOKENIZER_LIB) $(DIST_LIB)
+TRAINER_LIBS := $(TRAIN_LIB) $(MODEL_LIB) $(BACKEND_CPU_LIB) $(DATALOADER_LIB) $(TOKENIZER_LIB) $(DISTRIBUTED_LIB)
 TRAINER_LDLIBS := $(BACKEND_CPU_LDLIBS) $(TOKENIZER_LDLIBS) $(MPI_LDLIBS)
 
 # With nvcc present, train_gpt2cu also carries the CUDA backend (kernels/, fat

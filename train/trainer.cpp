@@ -14,8 +14,8 @@
 #include "kernels/cuda_backend.h"
 #endif
 #include "dataloader/dataloader.h"
-#include "dist/comm.h"
-#include "dist/preempt.h"
+#include "distributed/comm.h"
+#include "distributed/preempt.h"
 #include "model/gpt2.h"
 #include "model/model_file.h"
 #include "tokenizer/tokenizer.h"

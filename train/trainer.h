@@ -2,8 +2,8 @@
 #ifndef TRAIN_TRAINER_H
 #define TRAIN_TRAINER_H
 
-#include "dist/comm.h"
-#include "dist/context.h"
+#include "distributed/comm.h"
+#include "distributed/context.h"
 #include "train/options.h"
 
 namespace gpt2 {

@@ -14,7 +14,7 @@
 #     GPT2_TRAIN_ARGS adds arguments before the ones given here.
 set -u
 BIN=${GPT2_TRAIN_BIN:-./train_gpt2cu}
-PREEMPTED=75  # kPreemptedExitCode in dist/preempt.h
+PREEMPTED=75  # kPreemptedExitCode in distributed/preempt.h
 read -r -a extra <<<"${GPT2_TRAIN_ARGS:-}"
 resume=()
 [ "${SLURM_RESTART_COUNT:-0}" -gt 0 ] && resume=(--resume)

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# slurm_smoke_test.sh - dist/ under a real Slurm cluster on loopback (munged,
+# slurm_smoke_test.sh - distributed/ under a real Slurm cluster on loopback (munged,
 # slurmctld, two slurmd nodes; test/slurm/local_slurm_start.sh), with the
-# project's MPI self-check program (build/dist/dist_selfcheck):
+# project's MPI self-check program (build/distributed/dist_selfcheck):
 #   1. srun -N 2 -n 2 and srun -N 2 -n 4: rank, world, local rank, node and
 #      hostname of every rank as Slurm placed them;
 #   2. an sbatch job running it standalone, with srun and with mpirun;
@@ -19,8 +19,8 @@
 # Everything lives in a temp dir; the cluster and its jobs are stopped on exit.
 set -u
 cd "$(dirname "$0")/../.."
-SELFCHECK=$PWD/build/dist/dist_selfcheck
-[ -x "$SELFCHECK" ] || { echo "FAIL: $SELFCHECK not built (make build/dist/dist_selfcheck)"; exit 1; }
+SELFCHECK=$PWD/build/distributed/dist_selfcheck
+[ -x "$SELFCHECK" ] || { echo "FAIL: $SELFCHECK not built (make build/distributed/dist_selfcheck)"; exit 1; }
 BASE=$(mktemp -d "${TMPDIR:-/tmp}/gpt2_slurm.XXXXXX")
 W=$BASE/work
 mkdir -p "$W"
@@ -173,8 +173,8 @@ fi
 
 # --- 5. training: srun and a preempted, requeued sbatch job vs mpirun ---------------
 if [ -x ./train_gpt2cu ]; then
-  . test/dist/compare_lib.sh
-  python3 test/dist/synthetic_shard.py "$W/train.bin" 40000 512
+  . test/distributed/compare_lib.sh
+  python3 test/distributed/synthetic_shard.py "$W/train.bin" 40000 512
   common=(--device cpu --model d16 --config n_embd=64,n_head=2,max_seq=64,vocab_size=512,padded_vocab_size=512
           -B 4 -T 32 --total-batch-tokens 256 --lr 1e-3 --warmup-steps 2 --weight-decay 0.1 --threads 1
           --val-every 0 --sample-every 0 --no-shuffle --train-data "$W/train.bin" --max-steps 40 --zero-stage 1)

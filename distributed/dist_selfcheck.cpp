@@ -7,9 +7,9 @@
 // every step boundary, a "checkpoint" (the step number, written by rank 0 in
 // --output-dir, atomically) and exit status 75 when stopped, --resume to go on.
 //
-//   ./build/dist/dist_selfcheck
-//   mpirun -np 2 ./build/dist/dist_selfcheck
-//   srun -N 2 -n 2 ./build/dist/dist_selfcheck --max-steps 50 --step-ms 100 --output-dir out
+//   ./build/distributed/dist_selfcheck
+//   mpirun -np 2 ./build/distributed/dist_selfcheck
+//   srun -N 2 -n 2 ./build/distributed/dist_selfcheck --max-steps 50 --step-ms 100 --output-dir out
 #include <unistd.h>
 
 #include <chrono>
@@ -22,9 +22,9 @@
 #include <thread>
 #include <vector>
 
-#include "dist/comm.h"
-#include "dist/context.h"
-#include "dist/preempt.h"
+#include "distributed/comm.h"
+#include "distributed/context.h"
+#include "distributed/preempt.h"
 
 namespace gpt2 {
 namespace {

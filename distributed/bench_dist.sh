@@ -3,7 +3,7 @@
 # ZeRO stages 0/1/2 at 1 and 2 ranks on this machine (CPU backend, MPI).
 #   step ms   - mean trainer step (./train_gpt2cu, JSONL "ms", first step excluded);
 #               same global batch everywhere: 1 rank = 2 micro-batches of accumulation
-#   comm ms   - the step's collectives alone, replayed by build/dist/dist_bench
+#   comm ms   - the step's collectives alone, replayed by build/distributed/dist_bench
 #   MB sent   - bytes one rank sends per step (ring-model counters of the comm layer)
 # Knobs: BENCH_LAYERS (6), BENCH_CHANNELS (384), BENCH_STEPS (6).
 set -u
@@ -13,7 +13,7 @@ T=64 B=4 V=512
 W=$(mktemp -d "${TMPDIR:-/tmp}/bench_dist.XXXXXX")
 trap 'rm -rf "$W"' EXIT
 MPIRUN=(timeout -k 10 600 mpirun --allow-run-as-root --oversubscribe)
-python3 test/dist/synthetic_shard.py "$W/train.bin" 200000 "$V"
+python3 test/distributed/synthetic_shard.py "$W/train.bin" 200000 "$V"
 cores=$(nproc)
 args=(--device cpu --model "d$L" --config "n_embd=$C,n_head=$((C / 64)),max_seq=$T,vocab_size=$V,padded_vocab_size=$V"
       -B $B -T $T --total-batch-tokens $((2 * B * T)) --max-steps "$STEPS" --val-every 0 --sample-every 0
@@ -24,7 +24,7 @@ step_ms() {  # mean "ms" of the JSONL train records after the first
 echo "model d$L: n_embd $C, vocab $V, B=$B T=$T, global batch $((2 * B * T)) tokens; $cores cores split over the ranks"
 printf '%-6s %-6s %10s %10s %14s\n' stage ranks "step ms" "comm ms" "MB sent/rank"
 for np in 1 2; do
-  "${MPIRUN[@]}" -np $np build/dist/dist_bench --layers "$L" --channels "$C" --vocab "$V" --seq "$T" \
+  "${MPIRUN[@]}" -np $np build/distributed/dist_bench --layers "$L" --channels "$C" --vocab "$V" --seq "$T" \
     --steps 20 >"$W/comm_$np.txt" 2>&1 || { cat "$W/comm_$np.txt"; exit 1; }
   for z in 0 1 2; do
     threads=$(( cores / np > 0 ? cores / np : 1 ))

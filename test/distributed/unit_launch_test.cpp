@@ -4,7 +4,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "dist/context.h"
+#include "distributed/context.h"
 
 namespace gpt2 {
 namespace {

@@ -14,8 +14,8 @@
 set -u
 cd "$(dirname "$0")/../.."
 [ -x ./train_gpt2cu ] || { echo "FAIL: ./train_gpt2cu not built"; exit 1; }
-mkdir -p build/test/dist
-W=$(mktemp -d build/test/dist/zero_train.XXXXXX)
+mkdir -p build/test/distributed
+W=$(mktemp -d build/test/distributed/zero_train.XXXXXX)
 bg=""
 cleanup() { [ -n "$bg" ] && kill -9 "$bg" 2>/dev/null; [ -n "${KEEP:-}" ] || rm -rf "$W"; }
 trap cleanup EXIT
@@ -25,7 +25,7 @@ bad() { echo "FAIL $*"; fail=1; }
 MPIRUN=(timeout -k 10 120 mpirun --allow-run-as-root --oversubscribe)
 ONE=(timeout -k 10 120)
 
-/usr/bin/env python3 test/dist/synthetic_shard.py "$W/train.bin" 40000 512
+/usr/bin/env python3 test/distributed/synthetic_shard.py "$W/train.bin" 40000 512
 [ -s "$W/train.bin" ] || { echo "FAIL: could not write the synthetic shard"; exit 1; }
 
 # 16 thin layers: each backward unit is small next to the model, as in real
@@ -35,7 +35,7 @@ common=(--device cpu --model d$L --config n_embd=$C,n_head=2,max_seq=$TMAX,vocab
         -B 4 -T 32 --total-batch-tokens 256 --lr 1e-3 --warmup-steps 2 --weight-decay 0.1 --threads 1
         --val-every 0 --sample-every 0 --no-shuffle --train-data "$W/train.bin")
 
-. test/dist/compare_lib.sh  # losses, same_losses, same_weights
+. test/distributed/compare_lib.sh  # losses, same_losses, same_weights
 
 # pids of this test's trainer processes writing to DIR (not mpirun, not other tests')
 rank_pids() {

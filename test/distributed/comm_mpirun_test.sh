@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Multi-rank tests of dist/ under mpirun (run by `make test` from the repo root):
+# Multi-rank tests of distributed/ under mpirun (run by `make test` from the repo root):
 #   1. the communicator test suite (CommTest.*) with 2 and 3 ranks (3: uneven
 #      ZeRO shards), every test of it run and passed (`make test` runs only the
 #      world-1 cases, CommWorldOne.*, standalone);
@@ -8,8 +8,8 @@
 #      boundary with exit status 75, and --resume finishes the run from there.
 # Every launch has a timeout; the temp dir is removed on exit.
 set -u
-COMM_TEST=${COMM_TEST:-build/test/dist/comm_test}
-SELFCHECK=${SELFCHECK:-build/dist/dist_selfcheck}
+COMM_TEST=${COMM_TEST:-build/test/distributed/comm_test}
+SELFCHECK=${SELFCHECK:-build/distributed/dist_selfcheck}
 for b in "$COMM_TEST" "$SELFCHECK"; do
   [ -x "$b" ] || { echo "FAIL: $b not built (make $b)"; exit 1; }
 done

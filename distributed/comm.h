@@ -1,7 +1,7 @@
 // The collectives data-parallel training needs, behind one small interface.
 //
 // Implementations:
-//   * MPI, host memory (make_mpi_communicator, dist/comm_mpi.cpp) - the CPU
+//   * MPI, host memory (make_mpi_communicator, distributed/comm_mpi.cpp) - the CPU
 //     backend, and the bootstrap channel of every other implementation.
 //   * NCCL, device memory (planned, with the CUDA backend): rank 0 calls
 //     ncclGetUniqueId, the 128-byte id travels to every rank with this
@@ -20,8 +20,8 @@
 //   * kAvg is the sum divided by world(); kMax only for the stop check and
 //     integer flags; integer types do not support kAvg;
 //   * errors throw std::runtime_error prefixed with "rank R/W (host): ".
-#ifndef DIST_COMM_H
-#define DIST_COMM_H
+#ifndef DISTRIBUTED_COMM_H
+#define DISTRIBUTED_COMM_H
 
 #include <array>
 #include <cstddef>
@@ -30,7 +30,7 @@
 #include <string>
 #include <vector>
 
-#include "dist/context.h"
+#include "distributed/context.h"
 
 namespace gpt2 {
 
@@ -87,7 +87,7 @@ class Communicator {
   void reduce_scatter(const void* send, void* recv, size_t recv_count, DataType type,
                       ReduceOp op);
 
-  // Uneven blocks (the ZeRO-2 per-layer hand-off, see dist/zero_plan.h):
+  // Uneven blocks (the ZeRO-2 per-layer hand-off, see distributed/zero_plan.h):
   // send holds sum(counts) elements, block r (counts[r] elements, blocks
   // consecutive in rank order, zero allowed) is reduced over ranks and lands in
   // rank r's recv (counts[rank()] elements; recv may be null when that is 0).
@@ -158,4 +158,4 @@ std::unique_ptr<Communicator> make_mpi_communicator(const DistRuntime& runtime,
 
 }  // namespace gpt2
 
-#endif  // DIST_COMM_H
+#endif  // DISTRIBUTED_COMM_H

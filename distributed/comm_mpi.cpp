@@ -5,7 +5,7 @@
 #include <cstring>
 #include <stdexcept>
 
-#include "dist/comm.h"
+#include "distributed/comm.h"
 
 namespace gpt2 {
 namespace {
@@ -183,7 +183,7 @@ class MpiCommunicator final : public Communicator {
     char text[MPI_MAX_ERROR_STRING];
     int len = 0;
     MPI_Error_string(rc, text, &len);
-    throw std::runtime_error(prefix_ + "dist/comm_mpi.cpp: " + what + " failed: " +
+    throw std::runtime_error(prefix_ + "distributed/comm_mpi.cpp: " + what + " failed: " +
                              std::string(text, static_cast<size_t>(len)));
   }
 

@@ -8,8 +8,8 @@
 // signal, and the trainer calls should_stop() once per step boundary: a
 // collective max over ranks, so all ranks take the same decision at the same
 // step (a rank that saw no signal yet still stops with the others).
-#ifndef DIST_PREEMPT_H
-#define DIST_PREEMPT_H
+#ifndef DISTRIBUTED_PREEMPT_H
+#define DISTRIBUTED_PREEMPT_H
 
 #include <string>
 #include <vector>
@@ -47,4 +47,4 @@ bool should_stop(Communicator& comm);
 
 }  // namespace gpt2
 
-#endif  // DIST_PREEMPT_H
+#endif  // DISTRIBUTED_PREEMPT_H

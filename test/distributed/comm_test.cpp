@@ -1,6 +1,6 @@
 // Collectives of the MPI communicator on host memory.
 //   CommTest.*      the collectives at any world size above 1: run under
-//                   mpirun -np 2 and -np 3 by test/dist/comm_mpirun_test.sh
+//                   mpirun -np 2 and -np 3 by test/distributed/comm_mpirun_test.sh
 //                   (3: uneven ZeRO shards). Inputs are small integers and
 //                   quarters so every sum is exact in float, whatever order
 //                   MPI adds in; expectations are closed forms in rank and world.
@@ -21,10 +21,10 @@
 #include <string>
 #include <vector>
 
-#include "dist/comm.h"
-#include "dist/context.h"
-#include "dist/preempt.h"
-#include "dist/zero_plan.h"
+#include "distributed/comm.h"
+#include "distributed/context.h"
+#include "distributed/preempt.h"
+#include "distributed/zero_plan.h"
 
 namespace gpt2 {
 namespace {

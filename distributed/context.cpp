@@ -1,4 +1,4 @@
-#include "dist/context.h"
+#include "distributed/context.h"
 
 #include <mpi.h>
 #include <unistd.h>
@@ -21,7 +21,7 @@ void check_mpi(int rc, const char* what) {
   char text[MPI_MAX_ERROR_STRING];
   int len = 0;
   MPI_Error_string(rc, text, &len);
-  throw std::runtime_error(std::string("dist/context.cpp: ") + what + " failed: " +
+  throw std::runtime_error(std::string("distributed/context.cpp: ") + what + " failed: " +
                            std::string(text, len));
 }
 

@@ -8,8 +8,8 @@
 //
 // This header does not include <mpi.h>, so code that only needs the rank
 // layout compiles without the MPI include path.
-#ifndef DIST_CONTEXT_H
-#define DIST_CONTEXT_H
+#ifndef DISTRIBUTED_CONTEXT_H
+#define DISTRIBUTED_CONTEXT_H
 
 #include <map>
 #include <memory>
@@ -45,7 +45,7 @@ struct DistContext {
 };
 
 // `message` with ctx.prefix() in front, unless it already starts with it (errors
-// thrown by dist/ carry it already). For the "error: ..." line at main.
+// thrown by distributed/ carry it already). For the "error: ..." line at main.
 std::string with_rank_prefix(const DistContext& ctx, const std::string& message);
 
 // Launch mode from the environment of this process (see LaunchMode).
@@ -87,4 +87,4 @@ class DistRuntime {
 
 }  // namespace gpt2
 
-#endif  // DIST_CONTEXT_H
+#endif  // DISTRIBUTED_CONTEXT_H

@@ -1,4 +1,4 @@
-#include "dist/preempt.h"
+#include "distributed/preempt.h"
 
 #include <signal.h>
 
@@ -9,7 +9,7 @@
 #include <cstring>
 #include <stdexcept>
 
-#include "dist/comm.h"
+#include "distributed/comm.h"
 
 namespace gpt2 {
 namespace {
@@ -27,7 +27,7 @@ extern "C" void record_stop_signal(int signum) { g_stop_signal = signum; }
 void install_stop_handlers(const std::vector<int>& signals) {
   for (int signum : signals) {
     if (signum == SIGKILL || signum == SIGSTOP || signum <= 0 || signum >= NSIG)
-      throw std::runtime_error("dist/preempt.cpp: cannot handle signal " +
+      throw std::runtime_error("distributed/preempt.cpp: cannot handle signal " +
                                std::to_string(signum));
     struct sigaction action;
     std::memset(&action, 0, sizeof action);
@@ -35,7 +35,7 @@ void install_stop_handlers(const std::vector<int>& signals) {
     sigemptyset(&action.sa_mask);
     action.sa_flags = SA_RESTART;
     if (sigaction(signum, &action, nullptr) != 0)
-      throw std::runtime_error("dist/preempt.cpp: sigaction(" + std::to_string(signum) +
+      throw std::runtime_error("distributed/preempt.cpp: sigaction(" + std::to_string(signum) +
                                ") failed: " + std::strerror(errno));
   }
 }

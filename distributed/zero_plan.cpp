@@ -1,4 +1,4 @@
-#include "dist/zero_plan.h"
+#include "distributed/zero_plan.h"
 
 #include <algorithm>
 #include <sstream>
@@ -9,21 +9,21 @@ namespace gpt2 {
 ZeroPlan::ZeroPlan(std::vector<ParamTensorSpec> tensors, int world, size_t shard_alignment)
     : tensors_(std::move(tensors)), world_(world) {
   if (world < 1)
-    throw std::runtime_error("dist/zero_plan.cpp: world size " + std::to_string(world) +
+    throw std::runtime_error("distributed/zero_plan.cpp: world size " + std::to_string(world) +
                              " (must be >= 1)");
   if (shard_alignment < 1)
-    throw std::runtime_error("dist/zero_plan.cpp: shard alignment must be >= 1");
+    throw std::runtime_error("distributed/zero_plan.cpp: shard alignment must be >= 1");
   for (const ParamTensorSpec& t : tensors_) {
     if (t.num_layers < 0)
-      throw std::runtime_error("dist/zero_plan.cpp: tensor " + t.name + " has " +
+      throw std::runtime_error("distributed/zero_plan.cpp: tensor " + t.name + " has " +
                                std::to_string(t.num_layers) + " layers");
     if (t.num_layers > 0) {
       if (t.numel % static_cast<size_t>(t.num_layers) != 0)
-        throw std::runtime_error("dist/zero_plan.cpp: tensor " + t.name + " has " +
+        throw std::runtime_error("distributed/zero_plan.cpp: tensor " + t.name + " has " +
                                  std::to_string(t.numel) + " elements, not divisible by its " +
                                  std::to_string(t.num_layers) + " layers");
       if (num_layers_ != 0 && num_layers_ != t.num_layers)
-        throw std::runtime_error("dist/zero_plan.cpp: tensor " + t.name + " is stacked over " +
+        throw std::runtime_error("distributed/zero_plan.cpp: tensor " + t.name + " is stacked over " +
                                  std::to_string(t.num_layers) + " layers, others over " +
                                  std::to_string(num_layers_));
       num_layers_ = t.num_layers;
@@ -89,7 +89,7 @@ ZeroPlan::ZeroPlan(std::vector<ParamTensorSpec> tensors, int world, size_t shard
 
 ElemRange ZeroPlan::shard(int rank) const {
   if (rank < 0 || rank >= world_)
-    throw std::runtime_error("dist/zero_plan.cpp: rank " + std::to_string(rank) +
+    throw std::runtime_error("distributed/zero_plan.cpp: rank " + std::to_string(rank) +
                              " outside world of " + std::to_string(world_));
   const size_t b = shard_size_ * static_cast<size_t>(rank);
   return {b, b + shard_size_};
@@ -97,21 +97,21 @@ ElemRange ZeroPlan::shard(int rank) const {
 
 int ZeroPlan::owner_of(size_t element) const {
   if (element >= padded_size())
-    throw std::runtime_error("dist/zero_plan.cpp: element " + std::to_string(element) +
+    throw std::runtime_error("distributed/zero_plan.cpp: element " + std::to_string(element) +
                              " outside padded size " + std::to_string(padded_size()));
   return static_cast<int>(element / shard_size_);
 }
 
 ElemRange ZeroPlan::tensor_range(size_t i) const {
   if (i >= tensors_.size())
-    throw std::runtime_error("dist/zero_plan.cpp: tensor index " + std::to_string(i) +
+    throw std::runtime_error("distributed/zero_plan.cpp: tensor index " + std::to_string(i) +
                              " out of " + std::to_string(tensors_.size()));
   return {offsets_[i], offsets_[i] + tensors_[i].numel};
 }
 
 const UnitExchange& ZeroPlan::unit(int u) const {
   if (u < 0 || u >= num_units())
-    throw std::runtime_error("dist/zero_plan.cpp: unit " + std::to_string(u) + " out of " +
+    throw std::runtime_error("distributed/zero_plan.cpp: unit " + std::to_string(u) + " out of " +
                              std::to_string(num_units()));
   return units_[static_cast<size_t>(u)];
 }

@@ -7,7 +7,7 @@
 // plus what every stage does: the loss average, the grad-norm sum (stages 1/2)
 // and the preemption check. Prints one line per stage: time per step and the
 // bytes this rank sends (the interface's ring-model counters).
-//   mpirun -np 2 ./build/dist/dist_bench --layers 12 --channels 768 --vocab 50304 --seq 1024
+//   mpirun -np 2 ./build/distributed/dist_bench --layers 12 --channels 768 --vocab 50304 --seq 1024
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -15,10 +15,10 @@
 #include <string>
 #include <vector>
 
-#include "dist/comm.h"
-#include "dist/context.h"
-#include "dist/preempt.h"
-#include "dist/zero_plan.h"
+#include "distributed/comm.h"
+#include "distributed/context.h"
+#include "distributed/preempt.h"
+#include "distributed/zero_plan.h"
 
 namespace gpt2 {
 namespace {

@@ -23,8 +23,8 @@
 //     ascending order (pack_offset = position in that concatenation). A
 //     staging buffer holding the unit's gradients in flat order needs no
 //     packing copy.
-#ifndef DIST_ZERO_PLAN_H
-#define DIST_ZERO_PLAN_H
+#ifndef DISTRIBUTED_ZERO_PLAN_H
+#define DISTRIBUTED_ZERO_PLAN_H
 
 #include <cstddef>
 #include <string>
@@ -110,4 +110,4 @@ std::string describe_plan(const ZeroPlan& plan);
 
 }  // namespace gpt2
 
-#endif  // DIST_ZERO_PLAN_H
+#endif  // DISTRIBUTED_ZERO_PLAN_H

@@ -5,7 +5,7 @@
 #include <random>
 #include <stdexcept>
 
-#include "dist/zero_plan.h"
+#include "distributed/zero_plan.h"
 
 namespace gpt2 {
 namespace {

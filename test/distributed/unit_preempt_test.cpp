@@ -6,7 +6,7 @@
 
 #include <stdexcept>
 
-#include "dist/preempt.h"
+#include "distributed/preempt.h"
 
 namespace gpt2 {
 namespace {
