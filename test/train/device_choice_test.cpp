@@ -5,7 +5,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "dist/context.h"
+#include "distributed/context.h"
 #include "train/device_choice.h"
 
 namespace gpt2 {
