@@ -1,4 +1,4 @@
-# distributed/: MPI bootstrap, communicator, ZeRO plan, preemption -> build/libdist.a
+# distributed/: MPI bootstrap, communicator, ZeRO plan, preemption -> build/libdistributed.a
 # Also builds the dist tests (test/distributed/) and the Slurm harness test (test/slurm/).
 #
 # For programs using distributed/ (train_gpt2cu): link  $(DISTRIBUTED_LDLIBS)  (the library and
@@ -11,7 +11,7 @@ MPI_LDLIBS := $(addprefix -L,$(MPI_LIBDIRS)) -lmpi
 
 DISTRIBUTED_SRCS := distributed/context.cpp distributed/comm.cpp distributed/comm_mpi.cpp distributed/zero_plan.cpp distributed/preempt.cpp
 DISTRIBUTED_OBJS := $(DISTRIBUTED_SRCS:%.cpp=$(BUILD)/%.o)
-DISTRIBUTED_LIB := $(BUILD)/libdist.a
+DISTRIBUTED_LIB := $(BUILD)/libdistributed.a
 DISTRIBUTED_LDLIBS := $(DISTRIBUTED_LIB) $(MPI_LDLIBS)
 
 $(BUILD)/distributed/%.o: CPPFLAGS += $(MPI_CPPFLAGS)
