@@ -1,0 +1,34 @@
+// The NCCL communicator: Communicator over device memory (the CUDA backend's
+// buffers), one GPU per rank, bootstrapped by MPI: rank 0 calls ncclGetUniqueId,
+// the 128-byte id travels to every rank through `bootstrap` (the MPI
+// communicator: host memory), then every rank calls ncclCommInitRank on its
+// device. Every collective is enqueued on `cuda_stream` (the backend's compute
+// stream) and returns without waiting: "complete" in comm.h's sense means
+// ordered before later work on that stream. barrier() synchronises the stream.
+//
+// The same object file links against the real NCCL (-lnccl, train_gpt2cu) or
+// the emulator's NCCL over MPI (build/libemu_nccl.a, train_gpt2cu_emu): only
+// the C API of <nccl.h> and <cuda_runtime_api.h> is used.
+//
+// Host scalars (loss, gradient norm, stop flags, barriers between file writes)
+// do not go through this communicator: the trainer keeps the MPI one for them.
+#ifndef DISTRIBUTED_COMM_NCCL_H
+#define DISTRIBUTED_COMM_NCCL_H
+
+#include <memory>
+
+#include "distributed/comm.h"
+
+namespace gpt2 {
+
+// `bootstrap` must be a host-memory communicator over the same ranks (MPI); it
+// must outlive the returned communicator only during this call. `cuda_device`
+// is this rank's device (already chosen by the caller, e.g. train/device_choice.h),
+// `cuda_stream` a cudaStream_t on it (nullptr: the legacy default stream).
+// Throws std::runtime_error, rank-prefixed, naming the NCCL error.
+std::unique_ptr<Communicator> make_nccl_communicator(Communicator& bootstrap, int cuda_device,
+                                                     void* cuda_stream);
+
+}  // namespace gpt2
+
+#endif  // DISTRIBUTED_COMM_NCCL_H
