@@ -76,13 +76,21 @@ unpack_kit() {
   echo "$work/kit/gpu-kit"
 }
 
-# Adds the CUDA toolkit's library folder (cuBLAS, cuBLASLt, cudart: the kit carries none) to the search path.
+# The folders holding the CUDA libraries the kit does not carry (cuBLAS, cuBLASLt,
+# cudart, NCCL), joined by ':': the toolkit's lib64, the loader's cache, and the
+# nvidia-* Python wheels PyTorch brings (NCCL may live only there).
 cuda_library_path() {
-  local d
-  for d in "${CUDA_HOME:-}/lib64" /usr/local/cuda/lib64 "$(dirname "$(command -v nvcc 2>/dev/null || echo /x/x)")/../lib64"; do
-    [ -e "$d/libcublasLt.so.13" ] && { echo "$d"; return; }
+  local d dirs=() lib
+  for lib in libcublasLt.so.13 libnccl.so.2; do
+    for d in "${CUDA_HOME:-}/lib64" /usr/local/cuda/lib64 \
+             "$(dirname "$(command -v nvcc 2>/dev/null || echo /x/x)")/../lib64" \
+             "$(ldconfig -p | awk -v l="$lib" '$1 == l {print $NF; exit}' | xargs -r dirname)" \
+             "$("$PY" -c 'import nvidia.nccl, os; print(os.path.join(list(nvidia.nccl.__path__)[0], "lib"))' 2>/dev/null)"; do
+      [ -n "$d" ] && [ -e "$d/$lib" ] && { dirs+=("$d"); break; }
+    done
   done
-  ldconfig -p | awk '/libcublasLt.so.13 /{print $NF; exit}' | xargs -r dirname
+  local IFS=:
+  echo "${dirs[*]}"
 }
 
 phase_binaries() {
@@ -117,6 +125,7 @@ EOF
   if [ $krc -eq 0 ] && grep -q "gpu archs.*sm_$cc" "$root/MANIFEST.txt"; then
     metric binaries "kit ($(sed -n 's/^commit *//p' "$root/MANIFEST.txt"))"
     source "$root/env.sh"
+    pick_python
     local libs; libs=$(cuda_library_path)
     [ -n "$libs" ] && export LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$libs"
     if ldd "$root/bin/"* | grep 'not found'; then echo "gpu_check: libraries missing (above)"; return 1; fi

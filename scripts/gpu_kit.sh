@@ -50,9 +50,10 @@ cp -a "$ompi_pkglib" "$root/openmpi$(dirname "$ompi_pkglib")/"
 cp -a "$ompi_pkgdata" "$root/openmpi$(dirname "$ompi_pkgdata")/"
 
 # Every shared library the binaries and components load, except the C library
-# family (the target's own, ABI-stable) and CUDA's (the target's toolkit, which
-# must match its driver).
-is_system_lib() { [[ $1 =~ ^(linux-vdso|ld-linux|libc\.|libm\.|libpthread|libdl\.|librt\.|libresolv|libcu|libnv) ]]; }
+# family (the target's own, ABI-stable) and CUDA's: cuBLAS, cudart and NCCL come
+# from the target's toolkit, which must match its driver (and libnccl alone is
+# over 200 MiB).
+is_system_lib() { [[ $1 =~ ^(linux-vdso|ld-linux|libc\.|libm\.|libpthread|libdl\.|librt\.|libresolv|libcu|libnv|libnccl) ]]; }
 {
   ldd "$root"/bin/* ; find "$root/openmpi" -name '*.so' -exec ldd {} \;
 } | awk '$2 == "=>" && $3 ~ /^\// {print $1, $3}' | sort -u | while read -r soname path; do

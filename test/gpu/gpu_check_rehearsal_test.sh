@@ -33,7 +33,7 @@ grep -q "^gpu archs *sm_80 sm_90" "$root/MANIFEST.txt" && ok "manifest: $(grep '
 
 # 2. self-containment: libraries resolve into the kit, glibc or CUDA's lib64.
 outside=$( (source "$root/env.sh"; ldd "$root"/bin/* "$root"/lib/*.so*) | awk '$2 == "=>" {print $3}' | sort -u \
-  | grep -vE "^$root/lib/|/(libc|libm|libpthread|libdl|librt|libresolv|ld-linux-x86-64)\.so|/usr/local/cuda[^/]*/(targets/[^/]+/)?lib(64)?/libcu")
+  | grep -vE "^$root/lib/|/(libc|libm|libpthread|libdl|librt|libresolv|ld-linux-x86-64)\.so|/usr/local/cuda[^/]*/(targets/[^/]+/)?lib(64)?/lib(cu|nccl)")
 if [ -z "$outside" ]; then ok "every library of the kit's binaries resolves into the kit, glibc or CUDA"
 else bad "libraries from outside the kit: $outside"; fi
 if unshare -m true 2>/dev/null; then
