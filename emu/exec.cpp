@@ -30,13 +30,11 @@
 
 #include "emu/control.h"
 #include "emu/runtime_internal.h"
+#include "emu/settings.h"
 
-#if defined(__SANITIZE_ADDRESS__)
+#if EMU_ASAN  // emu/settings.h
 #include <sanitizer/asan_interface.h>
 #include <sanitizer/common_interface_defs.h>
-#define EMU_ASAN 1
-#else
-#define EMU_ASAN 0
 #endif
 
 extern "C" void __assert_fail(const char* assertion, const char* file, unsigned int line, const char* function) noexcept;
@@ -49,72 +47,6 @@ thread_local ThreadContext* tls_current_thread = nullptr;
 namespace {
 
 namespace bctx = boost::context::detail;
-
-std::string format(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
-std::string format(const char* fmt, ...) {
-  char buf[1024];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(buf, sizeof buf, fmt, ap);
-  va_end(ap);
-  return buf;
-}
-
-// ---- process-wide emulator settings (the emulated device itself) ---------------------
-struct Settings {
-  std::mutex mutex;
-  RunOrder order = RunOrder::kForward;
-  uint64_t seed = 1;
-  DeviceConfig device;
-  int workers = 1;
-  size_t stack_bytes = 0;
-  std::string last_fault;
-  std::atomic<uint64_t> threads_run{0}, barriers{0}, warp_syncs{0};
-
-  Settings() {
-    const char* order_env = std::getenv("GPT2_EMU_ORDER");
-    if (order_env != nullptr) {
-      std::string o = order_env;
-      if (o == "forward") order = RunOrder::kForward;
-      else if (o == "reverse") order = RunOrder::kReverse;
-      else if (o == "random") order = RunOrder::kRandom;
-      else std::fprintf(stderr, "emu: ignoring GPT2_EMU_ORDER=%s (expected forward|reverse|random)\n", order_env);
-    }
-    if (const char* s = std::getenv("GPT2_EMU_SEED")) seed = std::strtoull(s, nullptr, 10);
-    unsigned hw = std::thread::hardware_concurrency();
-    workers = hw == 0 ? 1 : static_cast<int>(hw);
-    if (const char* s = std::getenv("GPT2_EMU_THREADS")) workers = std::max(1, std::atoi(s));
-    // Kernels keep register arrays on the fiber stack; ASan frames are much larger.
-    stack_bytes = (EMU_ASAN ? 256 : 64) * 1024;
-    if (const char* s = std::getenv("GPT2_EMU_STACK_KB")) stack_bytes = std::max(16, std::atoi(s)) * size_t(1024);
-    if (const char* s = std::getenv("GPT2_EMU_DEVICE")) parse_device(s);
-  }
-
-  // "name=...,sms=N,smem_optin=BYTES,smem=BYTES,mem_gb=N,cc=MAJOR.MINOR"
-  void parse_device(const std::string& spec) {
-    size_t pos = 0;
-    while (pos < spec.size()) {
-      size_t end = spec.find(',', pos);
-      if (end == std::string::npos) end = spec.size();
-      std::string item = spec.substr(pos, end - pos);
-      size_t eq = item.find('=');
-      std::string key = item.substr(0, eq), value = eq == std::string::npos ? "" : item.substr(eq + 1);
-      if (key == "name") device.name = value;
-      else if (key == "sms") device.sm_count = std::atoi(value.c_str());
-      else if (key == "smem_optin") device.smem_per_block_optin = std::strtoull(value.c_str(), nullptr, 10);
-      else if (key == "smem") device.smem_per_block = std::strtoull(value.c_str(), nullptr, 10);
-      else if (key == "mem_gb") device.total_global_mem = std::strtoull(value.c_str(), nullptr, 10) << 30;
-      else if (key == "cc") std::sscanf(value.c_str(), "%d.%d", &device.major, &device.minor);
-      else std::fprintf(stderr, "emu: ignoring GPT2_EMU_DEVICE key '%s'\n", key.c_str());
-      pos = end + 1;
-    }
-  }
-};
-
-Settings& settings() {
-  static Settings instance;
-  return instance;
-}
 
 // ---- fiber stacks: mmap'd, each with a PROT_NONE guard page below it ---------------
 class StackPool {
@@ -749,31 +681,6 @@ void device_assert_fail(const char* expr, const char* file, int line, const char
                 cudaErrorAssert);
 }
 
-// "token (symbol)" when the launch named an alias of the kernel, e.g.
-// "kernel (gpt2::kern::classifier_kernel<float>)": fault messages and injection use it.
-static std::string make_kernel_label(const void* kernel_id, const char* kernel_name) {
-  std::string symbol = kernel_symbol_name(kernel_id);
-  for (size_t at; (at = symbol.find("(anonymous namespace)::")) != std::string::npos;) symbol.erase(at, 23);
-  symbol = symbol.substr(0, symbol.find('('));  // drop the parameter list
-  if (symbol.compare(0, 5, "void ") == 0) symbol.erase(0, 5);  // a template's return type
-  if (symbol.empty() || symbol == kernel_name) return kernel_name;
-  const size_t colon = symbol.rfind("::", symbol.find('<'));
-  const std::string base = symbol.substr(colon == std::string::npos ? 0 : colon + 2);
-  return base.compare(0, std::strlen(kernel_name), kernel_name) == 0 ? symbol
-                                                                      : std::string(kernel_name) + " (" + symbol + ")";
-}
-
-// Cached per kernel and launch-site name (the symbol lookup and demangling run once).
-static const std::string& kernel_label(const void* kernel_id, const char* kernel_name) {
-  static std::mutex mutex;
-  static std::map<std::pair<const void*, std::string>, std::string> labels;
-  std::lock_guard<std::mutex> lock(mutex);
-  auto key = std::make_pair(kernel_id, std::string(kernel_name));
-  auto it = labels.find(key);
-  if (it == labels.end()) it = labels.emplace(key, make_kernel_label(kernel_id, kernel_name)).first;
-  return it->second;  // std::map nodes are stable
-}
-
 cudaError_t run_grid(const void* kernel_id, const char* kernel_name, dim3 grid, dim3 block, size_t dynamic_smem,
                      cudaStream_t stream, KernelInvoker body) {
   const std::string& label = kernel_label(kernel_id, kernel_name);
@@ -861,49 +768,6 @@ cudaError_t run_grid(const void* kernel_id, const char* kernel_name, dim3 grid, 
   }
   set_kernel_fault("");
   return cudaSuccess;
-}
-
-// ---- control API ------------------------------------------------------------------------
-void set_run_order(RunOrder order, uint64_t seed) {
-  std::lock_guard<std::mutex> lock(settings().mutex);
-  settings().order = order;
-  settings().seed = seed;
-}
-RunOrder run_order() {
-  std::lock_guard<std::mutex> lock(settings().mutex);
-  return settings().order;
-}
-void set_device_config(const DeviceConfig& config) {
-  std::lock_guard<std::mutex> lock(settings().mutex);
-  settings().device = config;
-}
-DeviceConfig device_config() {
-  std::lock_guard<std::mutex> lock(settings().mutex);
-  return settings().device;
-}
-void set_worker_threads(int count) {
-  std::lock_guard<std::mutex> lock(settings().mutex);
-  settings().workers = std::max(1, count);
-}
-void set_kernel_fault(const std::string& message) {
-  std::lock_guard<std::mutex> lock(settings().mutex);
-  settings().last_fault = message;
-}
-std::string last_kernel_fault() {
-  std::lock_guard<std::mutex> lock(settings().mutex);
-  return settings().last_fault;
-}
-ExecStats exec_stats() {
-  Settings& s = settings();
-  return ExecStats{s.threads_run.load(), s.barriers.load(), s.warp_syncs.load()};
-}
-
-void check_launch(cudaError_t status, const char* kernel_name, const char* file, int line) {
-  if (status == cudaSuccess) return;
-  cudaGetLastError();  // the failure is reported here; do not leave it for an unrelated call
-  std::string fault = last_kernel_fault();
-  throw std::runtime_error(format("%s:%d: launch of %s failed: %s%s%s", file, line, kernel_name,
-                                  cudaGetErrorString(status), fault.empty() ? "" : ": ", fault.c_str()));
 }
 
 }  // namespace emu

@@ -31,6 +31,9 @@ cudaError_t sticky_fault(std::string* message = nullptr);
 void clear_sticky_fault();
 // The demangled name of the function at `kernel` (emu/symbols.cpp); empty if unknown.
 std::string kernel_symbol_name(const void* kernel);
+// The name a launch is reported under: LAUNCH_KERNEL's token, plus the symbol when
+// the token was an alias ("kernel (gpt2::kern::classifier_kernel<float>)"). Cached.
+const std::string& kernel_label(const void* kernel_id, const char* kernel_name);
 // Fault text of the last failed launch (shared with check_launch).
 void set_kernel_fault(const std::string& message);
 

@@ -1,5 +1,5 @@
-// The demangled name of a kernel from its address, for fault messages and fault
-// injection: LAUNCH_KERNEL only knows the token it was given, and launchers often
+// The demangled name of a kernel from its address, and the label launches are
+// reported under, for fault messages and fault injection: LAUNCH_KERNEL only knows the token it was given, and launchers often
 // pass an alias (`auto kernel = classifier_kernel<T>;`). Read from the symbol
 // table of the running executable (every emulated kernel is linked into it);
 // empty when the table is missing (a stripped binary).
@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <mutex>
 #include <string>
 #include <unordered_map>
@@ -75,6 +76,32 @@ std::string kernel_symbol_name(const void* kernel) {
   std::call_once(once, [] { table = read_function_symbols(); });
   auto it = table.find(reinterpret_cast<uintptr_t>(kernel));
   return it == table.end() ? std::string() : demangle(it->second.c_str());
+}
+
+
+// "token (symbol)" when the launch named an alias of the kernel, e.g.
+// "kernel (gpt2::kern::classifier_kernel<float>)": fault messages and injection use it.
+static std::string make_kernel_label(const void* kernel_id, const char* kernel_name) {
+  std::string symbol = kernel_symbol_name(kernel_id);
+  for (size_t at; (at = symbol.find("(anonymous namespace)::")) != std::string::npos;) symbol.erase(at, 23);
+  symbol = symbol.substr(0, symbol.find('('));  // drop the parameter list
+  if (symbol.compare(0, 5, "void ") == 0) symbol.erase(0, 5);  // a template's return type
+  if (symbol.empty() || symbol == kernel_name) return kernel_name;
+  const size_t colon = symbol.rfind("::", symbol.find('<'));
+  const std::string base = symbol.substr(colon == std::string::npos ? 0 : colon + 2);
+  return base.compare(0, std::strlen(kernel_name), kernel_name) == 0 ? symbol
+                                                                      : std::string(kernel_name) + " (" + symbol + ")";
+}
+
+// Cached per kernel and launch-site name (the symbol lookup and demangling run once).
+const std::string& kernel_label(const void* kernel_id, const char* kernel_name) {
+  static std::mutex mutex;
+  static std::map<std::pair<const void*, std::string>, std::string> labels;
+  std::lock_guard<std::mutex> lock(mutex);
+  auto key = std::make_pair(kernel_id, std::string(kernel_name));
+  auto it = labels.find(key);
+  if (it == labels.end()) it = labels.emplace(key, make_kernel_label(kernel_id, kernel_name)).first;
+  return it->second;  // std::map nodes are stable
 }
 
 }  // namespace emu
