@@ -60,7 +60,8 @@ inputs:
 outputs:
   --out-prefix PATH        output path prefix (required); directories are created
   --shard-tokens N         tokens per train shard (default 100M); 0 = unlimited (one train shard)
-  --val-tokens N           tokens in the val split (default: --shard-tokens; 0 = no val shard)
+  --val-tokens N           tokens in the val split (default: 10% of the corpus, estimated at
+                           4 bytes a token, at least 1K and at most --shard-tokens; 0 = no val shard)
   --no-shard-index         name the outputs PATH_val.bin and PATH_train.bin (error if the train
                            split needs more than one shard)
   --token-width W          u16 (default) or u32
@@ -184,10 +185,8 @@ Options parse_args(int argc, char** argv, bool& help) {
     throw std::runtime_error("--progress: expected auto, bar, lines or none, got '" + o.progress + "'");
   }
   if (o.chunk_bytes < 1024) throw std::runtime_error("--chunk-bytes: at least 1024");
-  if (!o.val_tokens_set) {
-    if (o.shard_tokens == 0) throw std::runtime_error("--shard-tokens 0 needs an explicit --val-tokens");
-    o.val_tokens = o.shard_tokens;
-  }
+  if (!o.val_tokens_set && o.shard_tokens == 0)
+    throw std::runtime_error("--shard-tokens 0 needs an explicit --val-tokens");
   if (o.threads == 0) o.threads = std::max(1u, std::thread::hardware_concurrency());
   return o;
 }
@@ -638,9 +637,30 @@ void remove_stale_shards(const std::string& prefix, const std::vector<std::strin
   }
 }
 
+// Without --val-tokens: a tenth of the corpus (estimated from its size at GPT-2's
+// ~4 bytes per English token) so that a small corpus still gets train tokens,
+// at most one shard so that a large one keeps llm.c's one-shard val split.
+uint64_t default_val_tokens(uint64_t input_bytes, uint64_t shard_tokens) {
+  const uint64_t tenth = input_bytes / 4 / 10;
+  return std::min(shard_tokens, std::max<uint64_t>(1000, tenth));
+}
+
+// What went where, always (even with --progress none): a split with no train
+// tokens is the mistake this guards against.
+void report_split(const Options& opt, const ShardSink& sink) {
+  const uint64_t total = sink.total();
+  const uint64_t val = std::min(total, opt.val_tokens);
+  std::fprintf(stderr, "split: %s val tokens%s, %s train tokens in %zu train shard(s)\n", with_commas(val).c_str(),
+               opt.val_tokens_set ? "" : " (default: a tenth of the corpus)", with_commas(total - val).c_str(),
+               sink.written().size() - (val > 0 ? 1 : 0));
+  if (total > 0 && total <= opt.val_tokens)
+    std::fprintf(stderr, "warning: all %s tokens went to the validation shard and no train shard was written; "
+                 "pass a smaller --val-tokens\n", with_commas(total).c_str());
+}
+
 int run(int argc, char** argv) {
   bool help = false;
-  const Options opt = parse_args(argc, argv, help);
+  Options opt = parse_args(argc, argv, help);
   if (help) {
     std::fputs(kUsage, stdout);
     return 0;
@@ -652,6 +672,7 @@ int run(int argc, char** argv) {
     if (S_ISDIR(st.st_mode)) throw std::runtime_error(in + ": is a directory");
     total_bytes += static_cast<uint64_t>(st.st_size);
   }
+  if (!opt.val_tokens_set) opt.val_tokens = default_val_tokens(total_bytes, opt.shard_tokens);
   const Tokenizer tok = opt.vocab_dir.empty()
                             ? Tokenizer::from_default_location()
                             : Tokenizer::from_files(opt.vocab_dir + "/encoder.json", opt.vocab_dir + "/vocab.bpe");
@@ -711,6 +732,7 @@ int run(int argc, char** argv) {
                  elapsed > 0 ? bytes_done / elapsed / 1e6 : 0.0, opt.threads, usage.ru_maxrss / 1024);
     if (sink.total() == 0) std::fprintf(stderr, "note: the inputs hold no documents; no shard was written\n");
   }
+  report_split(opt, sink);
   return 0;
 }
 

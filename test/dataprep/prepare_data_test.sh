@@ -84,8 +84,19 @@ grep -q "^progress: .*tok/s" "$tmp/progress.log" && grep -q "^done: 1 documents,
 for i in $(seq 27); do cat data/tinyshakespeare/input.txt; done > "$tmp/big.txt"
 rss_mb=$($prep --threads 2 --chunk-bytes 64K --progress lines --out-prefix "$tmp/big/x" "$tmp/big.txt" 2>&1 |
   sed -n 's/^done: .*peak RSS \([0-9]*\) MB.*/\1/p')
-[ "$(header "$tmp/big/x_val_000000.bin")" = "20240520 1 9126676 0" ] && ok "30 MB document: 1 + 27 x 338,025 tokens" \
-  || fail "big run header $(header "$tmp/big/x_val_000000.bin")"
+# 1 + 27 x 338,025 tokens; the default val split is a tenth of the 30,115,638 bytes at 4 bytes a token.
+[ "$(header "$tmp/big/x_val_000000.bin") $(header "$tmp/big/x_train_000001.bin")" = "20240520 1 752890 0 20240520 1 8373786 0" ] \
+  && ok "30 MB document: 9,126,676 tokens, default split 752,890 val + 8,373,786 train" \
+  || fail "big run headers $(header "$tmp/big/x_val_000000.bin") / $(header "$tmp/big/x_train_000001.bin")"
+
+# 6b. a small corpus without --val-tokens still gets train tokens, and the split is reported;
+# an explicit val split that swallows everything is warned about.
+$prep --progress none --out-prefix "$tmp/small/x" data/tinyshakespeare/input.txt 2> "$tmp/small.log"
+grep -q "^split: 27,884 val tokens (default: a tenth of the corpus), 310,142 train tokens in 1 train shard(s)$" \
+  "$tmp/small.log" && ok "small corpus: $(cat "$tmp/small.log")" || fail "small corpus split: $(cat "$tmp/small.log")"
+$prep --progress none --val-tokens 1M --out-prefix "$tmp/small2/x" data/tinyshakespeare/input.txt 2> "$tmp/small2.log"
+grep -q "^warning: all 338,026 tokens went to the validation shard" "$tmp/small2.log" \
+  && ok "val swallowing the corpus is warned about" || fail "no warning: $(cat "$tmp/small2.log")"
 [ -n "$rss_mb" ] && [ "$rss_mb" -lt 100 ] && ok "peak RSS ${rss_mb} MB for a 30 MB input" \
   || fail "peak RSS '${rss_mb}' MB (expected < 100 MB)"
 rm -rf "$tmp/big.txt" "$tmp/big"
