@@ -171,6 +171,19 @@ else
   grep -v '^selfcheck: step' "$log" | sed 's/^/  | /'
 fi
 
+# --- 4b. the time limit: a 1-minute job with the sbatch scripts' --signal=USR1@T
+# warning (T=50 here) checkpoints and requeues itself before Slurm kills it.
+GPT2_TRAIN_ARGS="--max-steps 100000 --step-ms 25 --output-dir $W/timelimit"
+mkdir -p "$W/timelimit"
+jid=$(timeout 30 sbatch --parsable --time=1 --signal=USR1@50 "$W/preempt.sbatch")
+log=$W/preempt-$jid.out
+if wait_for 'requeueing job' 1 90 && grep -qE '^selfcheck: stop \(rank 0 saw signal 10\), saved step [0-9]+, exiting 75$' "$log"; then
+  pass "time limit: $(grep -m1 '^selfcheck: stop' "$log" | sed 's/^selfcheck: //'), requeued before the kill"
+else
+  bad "time limit: no checkpoint and requeue before the 1-minute limit"; sed 's/^/  | /' "$log" | grep -v 'selfcheck: step'
+fi
+timeout 10 scancel "$jid" 2>/dev/null
+
 # --- 5. training: srun and a preempted, requeued sbatch job vs mpirun ---------------
 if [ -x ./train_gpt2cu ]; then
   . test/distributed/compare_lib.sh
