@@ -1,5 +1,6 @@
 #include "distributed/comm.h"
 
+#include <cstdint>
 #include <numeric>
 #include <stdexcept>
 
@@ -10,6 +11,7 @@ size_t data_type_bytes(DataType type) {
     case DataType::kFloat32: return 4;
     case DataType::kFloat64: return 8;
     case DataType::kInt32: return 4;
+    case DataType::kBFloat16: return 2;
   }
   return 0;
 }
@@ -44,11 +46,33 @@ uint64_t ring_share(uint64_t bytes, int world) {
 }
 }  // namespace
 
+void Communicator::check_type(const char* call, DataType type) const {
+  if (const char* why = type_refusal(type))
+    throw std::runtime_error(error_prefix() + call + ": " + why);
+}
+
+void Communicator::check_reduction(const char* call, DataType type, ReduceOp op) const {
+  check_type(call, type);
+  if (type == DataType::kInt32 && op == ReduceOp::kAvg)
+    throw std::runtime_error(error_prefix() + call + ": average of int32 is not supported");
+}
+
+// Pointers are compared as addresses only, so this works for device pointers too.
+void Communicator::check_disjoint(const char* call, const void* send, size_t send_bytes,
+                                  const void* recv, size_t recv_bytes) const {
+  if (send_bytes == 0 || recv_bytes == 0) return;
+  const auto s = reinterpret_cast<uintptr_t>(send), r = reinterpret_cast<uintptr_t>(recv);
+  if (s < r + recv_bytes && r < s + send_bytes)
+    throw std::runtime_error(error_prefix() + call +
+                             ": send and receive buffers overlap (only the documented "
+                             "in-place form is allowed)");
+}
+
 void Communicator::all_reduce(const void* send, void* recv, size_t count, DataType type,
                               ReduceOp op) {
-  if (type == DataType::kInt32 && op == ReduceOp::kAvg)
-    throw std::runtime_error(error_prefix() + "all_reduce: average of int32 is not supported");
+  check_reduction("all_reduce", type, op);
   const uint64_t bytes = count * data_type_bytes(type);
+  if (send != recv) check_disjoint("all_reduce", send, bytes, recv, bytes);
   this->count(CommCall::kAllReduce, bytes, 2 * ring_share(bytes, world()));
   if (count == 0) return;
   do_all_reduce(send, recv, count, type, op);
@@ -56,10 +80,11 @@ void Communicator::all_reduce(const void* send, void* recv, size_t count, DataTy
 
 void Communicator::reduce_scatter(const void* send, void* recv, size_t recv_count,
                                   DataType type, ReduceOp op) {
-  if (type == DataType::kInt32 && op == ReduceOp::kAvg)
-    throw std::runtime_error(error_prefix() +
-                             "reduce_scatter: average of int32 is not supported");
-  const uint64_t bytes = recv_count * data_type_bytes(type) * static_cast<uint64_t>(world());
+  check_reduction("reduce_scatter", type, op);
+  const size_t block = recv_count * data_type_bytes(type);
+  const uint64_t bytes = block * static_cast<uint64_t>(world());
+  const bool in_place = recv == static_cast<const char*>(send) + block * static_cast<size_t>(rank());
+  if (!in_place) check_disjoint("reduce_scatter", send, bytes, recv, block);
   this->count(CommCall::kReduceScatter, bytes, ring_share(bytes, world()));
   if (recv_count == 0) return;
   do_reduce_scatter(send, recv, recv_count, type, op);
@@ -72,21 +97,25 @@ void Communicator::reduce_scatter_v(const void* send, void* recv,
     throw std::runtime_error(error_prefix() + "reduce_scatter_v: " +
                              std::to_string(counts.size()) + " block counts for world size " +
                              std::to_string(world()));
-  if (type == DataType::kInt32 && op == ReduceOp::kAvg)
-    throw std::runtime_error(error_prefix() +
-                             "reduce_scatter_v: average of int32 is not supported");
+  check_reduction("reduce_scatter_v", type, op);
   const size_t total = std::accumulate(counts.begin(), counts.end(), size_t{0});
+  const size_t mine = counts[static_cast<size_t>(rank())];
   const uint64_t bytes = total * data_type_bytes(type);
+  if (mine > 0 && recv == nullptr)
+    throw std::runtime_error(error_prefix() + "reduce_scatter_v: null receive buffer for " +
+                             std::to_string(mine) + " elements");
+  check_disjoint("reduce_scatter_v", send, bytes, recv, mine * data_type_bytes(type));
   this->count(CommCall::kReduceScatterV, bytes, ring_share(bytes, world()));
   if (total == 0) return;
-  if (counts[static_cast<size_t>(rank())] > 0 && recv == nullptr)
-    throw std::runtime_error(error_prefix() + "reduce_scatter_v: null receive buffer for " +
-                             std::to_string(counts[static_cast<size_t>(rank())]) + " elements");
   do_reduce_scatter_v(send, recv, counts, type, op);
 }
 
 void Communicator::all_gather(const void* send, void* recv, size_t send_count, DataType type) {
-  const uint64_t bytes = send_count * data_type_bytes(type) * static_cast<uint64_t>(world());
+  check_type("all_gather", type);
+  const size_t block = send_count * data_type_bytes(type);
+  const uint64_t bytes = block * static_cast<uint64_t>(world());
+  const bool in_place = send == static_cast<const char*>(recv) + block * static_cast<size_t>(rank());
+  if (!in_place) check_disjoint("all_gather", send, block, recv, bytes);
   this->count(CommCall::kAllGather, bytes, ring_share(bytes, world()));
   if (send_count == 0) return;
   do_all_gather(send, recv, send_count, type);

@@ -3,14 +3,14 @@
 // Implementations:
 //   * MPI, host memory (make_mpi_communicator, distributed/comm_mpi.cpp) - the CPU
 //     backend, and the bootstrap channel of every other implementation.
-//   * NCCL, device memory (planned, with the CUDA backend): rank 0 calls
-//     ncclGetUniqueId, the 128-byte id travels to every rank with this
+//   * NCCL, device memory (make_nccl_communicator, distributed/comm_nccl.h): rank 0
+//     calls ncclGetUniqueId, the 128-byte id travels to every rank with this
 //     interface's broadcast() on the MPI communicator, then every rank calls
-//     ncclCommInitRank(world, id, rank) after cudaSetDevice(local_rank). Each
-//     entry below maps to one NCCL call on the communicator's stream (noted per
-//     entry); "complete when the call returns" then means "ordered before any
-//     later work on that stream", which is what the trainer relies on as long
-//     as it launches its kernels on the same stream.
+//     ncclCommInitRank(world, id, rank) on its device. Each entry below maps to
+//     NCCL calls on the communicator's stream (noted per entry); "complete when
+//     the call returns" then means "ordered before any later work on that
+//     stream", which is what the trainer relies on as long as it launches its
+//     kernels on the same stream.
 //
 // Conventions for every entry:
 //   * `count` is in elements of `type`, buffers are in the memory kind the
@@ -18,7 +18,17 @@
 //   * every rank calls the same entries in the same order with the same counts
 //     (a collective), except where an argument is documented as per-rank;
 //   * kAvg is the sum divided by world(); kMax only for the stop check and
-//     integer flags; integer types do not support kAvg;
+//     integer flags; integer types do not support kAvg. NCCL's average
+//     (ncclAvg) multiplies every input by 1/world() rounded to the type and
+//     then sums, so where 1/world() is not exact (world not a power of two) it
+//     may differ from sum-then-divide in the last bits, and two calls that add
+//     in different orders (all-reduce vs reduce-scatter) need not agree bit
+//     for bit;
+//   * kBFloat16 (bf16: fp32's upper 16 bits) is a device type: reductions run
+//     in bf16 arithmetic on the GPU. The MPI communicator refuses it;
+//   * send and receive buffers do not overlap, except in the in-place forms
+//     documented per entry (anything else throws: a GPU would compute garbage);
+//   * at world() == 1 every entry is a copy at most, with no transport call;
 //   * errors throw std::runtime_error prefixed with "rank R/W (host): ".
 #ifndef DISTRIBUTED_COMM_H
 #define DISTRIBUTED_COMM_H
@@ -34,7 +44,7 @@
 
 namespace gpt2 {
 
-enum class DataType : uint8_t { kFloat32, kFloat64, kInt32 };
+enum class DataType : uint8_t { kFloat32, kFloat64, kInt32, kBFloat16 };
 enum class ReduceOp : uint8_t { kSum, kAvg, kMax };
 size_t data_type_bytes(DataType type);
 
@@ -104,8 +114,9 @@ class Communicator {
   // buf (bytes) of rank `root` is copied to every rank's buf. NCCL: ncclBroadcast.
   void broadcast(void* buf, size_t bytes, int root);
 
-  // Returns once every rank has entered. NCCL has no barrier: an implementation
-  // does a 1-element all-reduce and synchronizes its stream.
+  // Returns once every rank has entered. NCCL has no barrier: its implementation
+  // does a 1-element all-reduce and synchronizes its stream (so for NCCL it also
+  // waits for the work queued before it on that stream).
   void barrier();
 
   const CommStats& stats() const { return stats_; }
@@ -131,8 +142,16 @@ class Communicator {
   // "rank R/W (host): " for error messages.
   virtual std::string error_prefix() const = 0;
 
+  // Why this implementation cannot communicate `type` (nullptr: it can). The
+  // entries check it before counting or calling the transport.
+  virtual const char* type_refusal(DataType type) const { return nullptr; }
+
  private:
   void count(CommCall call, uint64_t payload, uint64_t sent);
+  void check_type(const char* call, DataType type) const;
+  void check_reduction(const char* call, DataType type, ReduceOp op) const;
+  void check_disjoint(const char* call, const void* send, size_t send_bytes, const void* recv,
+                      size_t recv_bytes) const;
   CommStats stats_{};
 };
 

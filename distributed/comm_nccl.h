@@ -26,6 +26,16 @@ namespace gpt2 {
 // is this rank's device (already chosen by the caller, e.g. train/device_choice.h),
 // `cuda_stream` a cudaStream_t on it (nullptr: the legacy default stream).
 // Throws std::runtime_error, rank-prefixed, naming the NCCL error.
+//
+// Collective: every rank of `bootstrap` calls it. It makes `cuda_device` the
+// calling thread's current device (cudaSetDevice), and uses the bootstrap for
+// the unique id (broadcast) and to agree that every rank's set-up succeeded
+// (all_reduce), so a failure on one rank is an error on all, not a hang.
+// The communicator checks every NCCL result and, after every call, NCCL's
+// asynchronous error state: a collective that failed while running is reported
+// by the first call that sees it (at the latest barrier(), which waits for the
+// stream). After an error it can only be destroyed (then with ncclCommAbort).
+// Linking needs cudart as well as NCCL (cudaSetDevice, cudaMalloc, ...).
 std::unique_ptr<Communicator> make_nccl_communicator(Communicator& bootstrap, int cuda_device,
                                                      void* cuda_stream);
 

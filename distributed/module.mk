@@ -20,6 +20,24 @@ $(DISTRIBUTED_LIB): $(DISTRIBUTED_OBJS)
 	@mkdir -p $(@D)
 	rm -f $@ && ar rcs $@ $^
 
+# The NCCL communicator (distributed/comm_nccl.cpp) -> build/libdistributed_nccl.a, built only
+# where the CUDA toolkit's headers (with nccl.h) are. One object for both links:
+#   train_gpt2cu (real GPU):     $(DISTRIBUTED_NCCL_LIB) $(DISTRIBUTED_LDLIBS) ... -lnccl (+ cudart)
+#   train_gpt2cu_emu (emulator): $(DISTRIBUTED_NCCL_LIB) $(DISTRIBUTED_LDLIBS) ...
+#                                $(EMU_NCCL_LIB) $(EMU_LIB) $(EMU_LIBS) $(EMU_MPI_LIBS)
+# DISTRIBUTED_NCCL_LIB is empty without the headers. The include path is spelled out:
+# $(EMU_CUDA_INC) is defined later (emu/module.mk) and a target-specific `+=` onto the
+# simply-expanded CPPFLAGS expands its value here, at parse time.
+DISTRIBUTED_HAVE_NCCL_H := $(wildcard $(CUDA_HOME)/include/nccl.h)
+DISTRIBUTED_NCCL_LIB :=
+ifneq ($(DISTRIBUTED_HAVE_NCCL_H),)
+DISTRIBUTED_NCCL_LIB := $(BUILD)/libdistributed_nccl.a
+$(BUILD)/distributed/comm_nccl.o: CPPFLAGS += -isystem $(CUDA_HOME)/include
+$(DISTRIBUTED_NCCL_LIB): $(BUILD)/distributed/comm_nccl.o
+	@mkdir -p $(@D)
+	rm -f $@ && ar rcs $@ $^
+endif
+
 # Launch check: every rank prints its layout after checking each collective.
 DISTRIBUTED_SELFCHECK := $(BUILD)/distributed/dist_selfcheck
 $(DISTRIBUTED_SELFCHECK): $(BUILD)/distributed/dist_selfcheck.o $(DISTRIBUTED_LIB)
@@ -53,6 +71,29 @@ $(DISTRIBUTED_COMM_TEST): $(BUILD)/test/distributed/comm_test.o $(DISTRIBUTED_LI
 	$(CXX) $(LDFLAGS) -o $@ $< $(DISTRIBUTED_LDLIBS) -lgtest
 
 TESTS += $(DISTRIBUTED_UNIT_TEST) $(DISTRIBUTED_COMM_TEST)
+
+# The same suite against the NCCL communicator on device buffers, executed by the
+# emulated NCCL (one emulated device per rank), plus its own cases
+# (test/distributed/comm_nccl_test.cpp: bf16, traffic equal to MPI's, NCCL errors).
+# comm_test.cpp is compiled a second time with GPT2_COMM_TEST_NCCL. Prerequisites
+# expand at parse time, before emu/module.mk defines EMU_*_LIB: the libraries are
+# spelled out there, the recipe uses the variables.
+ifneq ($(DISTRIBUTED_NCCL_LIB),)
+DISTRIBUTED_COMM_NCCL_TEST := $(BUILD)/test/distributed/comm_nccl_test
+DISTRIBUTED_COMM_NCCL_OBJS := $(BUILD)/test/distributed/comm_test_nccl_build.o \
+                              $(BUILD)/test/distributed/comm_nccl_test.o
+$(DISTRIBUTED_COMM_NCCL_OBJS): CPPFLAGS += -isystem $(CUDA_HOME)/include -DGPT2_COMM_TEST_NCCL
+$(BUILD)/test/distributed/comm_test_nccl_build.o: test/distributed/comm_test.cpp
+	@mkdir -p $(@D)
+	$(CXX) $(CPPFLAGS) $(CXXFLAGS) -c $< -o $@
+$(DISTRIBUTED_COMM_NCCL_TEST): $(DISTRIBUTED_COMM_NCCL_OBJS) $(DISTRIBUTED_NCCL_LIB) $(DISTRIBUTED_LIB) \
+                               $(BUILD)/libemu_nccl.a $(BUILD)/libemu.a
+	@mkdir -p $(@D)
+	$(CXX) $(LDFLAGS) -o $@ $(DISTRIBUTED_COMM_NCCL_OBJS) $(DISTRIBUTED_NCCL_LIB) $(DISTRIBUTED_LDLIBS) \
+	  $(EMU_NCCL_LIB) $(EMU_LIB) $(EMU_LIBS) $(EMU_MPI_LIBS) -lgtest
+TESTS += $(DISTRIBUTED_COMM_NCCL_TEST)
+TEST_PREREQS += $(DISTRIBUTED_COMM_NCCL_TEST)
+endif
 # zero_train_test.sh and the Slurm test's training part also need ./train_gpt2cu
 # (a TEST_PREREQ of train/module.mk).
 TEST_SCRIPTS += test/distributed/comm_mpirun_test.sh test/distributed/zero_train_test.sh test/slurm/slurm_smoke_test.sh

@@ -2,13 +2,17 @@
 # Multi-rank tests of distributed/ under mpirun (run by `make test` from the repo root):
 #   1. the communicator test suite (CommTest.*) with 2 and 3 ranks (3: uneven
 #      ZeRO shards), every test of it run and passed (`make test` runs only the
-#      world-1 cases, CommWorldOne.*, standalone);
+#      world-1 cases, CommWorldOne.*, standalone); then the same suite against
+#      the NCCL communicator on emulated devices, with its own cases (CommNccl.*),
+#      and a collective failing while it runs (CommNcclFault.*, planted by
+#      GPT2_EMU_NCCL_FAIL_AT=2), where the CUDA headers let comm_nccl_test build;
 #   2. dist_selfcheck's layout lines under mpirun;
 #   3. preemption: SIGUSR1 sent to ONE rank stops every rank at the same step
 #      boundary with exit status 75, and --resume finishes the run from there.
 # Every launch has a timeout; the temp dir is removed on exit.
 set -u
 COMM_TEST=${COMM_TEST:-build/test/distributed/comm_test}
+COMM_NCCL_TEST=${COMM_NCCL_TEST:-build/test/distributed/comm_nccl_test}
 SELFCHECK=${SELFCHECK:-build/distributed/dist_selfcheck}
 for b in "$COMM_TEST" "$SELFCHECK"; do
   [ -x "$b" ] || { echo "FAIL: $b not built (make $b)"; exit 1; }
@@ -24,18 +28,40 @@ trap cleanup EXIT
 fail=0
 note() { printf '%s\n' "$*"; }
 
-# comm_test picks CommTest.* itself at world > 1; the count guards that choice.
-n_suite=$(timeout -k 10 60 "$COMM_TEST" --gtest_filter='CommTest.*' --gtest_list_tests | grep -c '^  ')
-[ "$n_suite" -gt 0 ] || { note "FAIL comm_test lists no CommTest.* tests"; fail=1; }
-for np in 2 3; do
-  log=$WORK/comm_$np.log
-  if timeout -k 10 120 "${MPIRUN[@]}" -np "$np" "$COMM_TEST" --gtest_color=no >"$log" 2>&1 &&
-     grep -qE "^\[  PASSED  \] $n_suite tests?\.$" "$log" && ! grep -q 'SKIPPED' "$log"; then
-    note "PASS comm_test -np $np: $(grep -E '^\[  PASSED  \]' "$log") (all $n_suite of CommTest.*)"
-  else
-    note "FAIL comm_test -np $np (want all $n_suite CommTest.* tests run and passed)"; tail -n 40 "$log"; fail=1
+# run_suite NAME BINARY FILTER [VAR=VALUE]: the binary under mpirun -np 2 and 3.
+# Without VAR it gets no filter: it picks its suites itself at world > 1, and
+# FILTER (listed beforehand) guards that choice. With VAR it runs FILTER with VAR
+# exported to every rank. Every listed test must run and pass; mpirun's status
+# covers the failures of every rank (only rank 0 prints the summary).
+run_suite() {
+  local name=$1 bin=$2 filter=$3 var=${4:-} n np log
+  local launch=("${MPIRUN[@]}") test_args=(--gtest_color=no)
+  n=$(timeout -k 10 60 "$bin" --gtest_filter="$filter" --gtest_list_tests | grep -c '^  ')
+  [ "$n" -gt 0 ] || { note "FAIL $name lists no $filter tests"; fail=1; return; }
+  if [ -n "$var" ]; then
+    launch=(env "$var" "${MPIRUN[@]}" -x "${var%%=*}")
+    test_args+=(--gtest_filter="$filter")
   fi
-done
+  for np in 2 3; do
+    log=$WORK/${name}_$np.log
+    if timeout -k 10 120 "${launch[@]}" -np "$np" "$bin" "${test_args[@]}" >"$log" 2>&1 &&
+       grep -qE "^\[  PASSED  \] $n tests?\.$" "$log" && ! grep -q 'SKIPPED' "$log"; then
+      note "PASS $name -np $np: $(grep -E '^\[  PASSED  \]' "$log") (all $n of $filter${var:+ with $var})"
+    else
+      note "FAIL $name -np $np (want all $n $filter tests run and passed${var:+ with $var})"
+      tail -n 40 "$log"; fail=1
+    fi
+  done
+}
+run_suite comm_test "$COMM_TEST" 'CommTest.*'
+if [ -x "$COMM_NCCL_TEST" ]; then
+  run_suite comm_nccl_test "$COMM_NCCL_TEST" 'CommTest.*:CommNccl.*'
+  run_suite comm_nccl_fault "$COMM_NCCL_TEST" 'CommNcclFault.*' GPT2_EMU_NCCL_FAIL_AT=2
+elif [ -f "${CUDA_HOME:-/usr/local/cuda}/include/nccl.h" ]; then
+  note "FAIL $COMM_NCCL_TEST not built (make $COMM_NCCL_TEST)"; fail=1
+else
+  note "SKIP comm_nccl_test: no CUDA headers with nccl.h, the NCCL communicator is not built"
+fi
 
 # Layout: 3 ranks on this one machine -> ranks 0..2, local ranks 0..2, one node.
 out=$(timeout -k 10 60 "${MPIRUN[@]}" -np 3 "$SELFCHECK" 2>&1); rc=$?

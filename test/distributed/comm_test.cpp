@@ -1,30 +1,43 @@
-// Collectives of the MPI communicator on host memory.
+// The communicator suite, built twice:
+//   build/test/distributed/comm_test       the MPI communicator on host memory;
+//   build/test/distributed/comm_nccl_test  (with GPT2_COMM_TEST_NCCL) the NCCL
+//       communicator on device buffers, executed by the emulated NCCL with one
+//       emulated device per rank, plus test/distributed/comm_nccl_test.cpp.
+// Suites:
 //   CommTest.*      the collectives at any world size above 1: run under
 //                   mpirun -np 2 and -np 3 by test/distributed/comm_mpirun_test.sh
 //                   (3: uneven ZeRO shards). Inputs are small integers and
 //                   quarters so every sum is exact in float, whatever order
-//                   MPI adds in; expectations are closed forms in rank and world.
+//                   the transport adds in; expectations are closed forms in rank
+//                   and world.
 //   CommWorldOne.*  the degenerate world of one process, which `make test`
 //                   runs standalone: every collective is the identity (a copy
 //                   out of place, nothing in place), with no bytes sent.
-// main() picks the suite from the world size unless --gtest_filter (or
-// GTEST_FILTER) names the tests, so neither suite is counted at the other's
-// world size.
+// main() picks the suites from the world size unless --gtest_filter (or
+// GTEST_FILTER) names the tests, so neither is counted at the other's world size.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <limits>
 #include <memory>
 #include <numeric>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "distributed/comm.h"
 #include "distributed/context.h"
 #include "distributed/preempt.h"
 #include "distributed/zero_plan.h"
+
+#ifdef GPT2_COMM_TEST_NCCL
+#include "emu/control.h"
+#include "test/distributed/comm_nccl_test.h"
+#endif
 
 namespace gpt2 {
 namespace {
@@ -33,10 +46,34 @@ namespace {
 // per process, so no fixture can own it, and gtest fixtures get no arguments.
 const DistRuntime* g_runtime = nullptr;
 
+// ---- the communicator under test and its memory ------------------------------
+// Tests fill and check Buffer<T>::host and hand the collectives ptr(); put()
+// and get() move the data to and from the communicator's memory.
+#ifdef GPT2_COMM_TEST_NCCL
+constexpr bool kNccl = true;
+template <class T>
+using Buffer = DeviceBuffer<T>;
+std::unique_ptr<Communicator> make_test_communicator() { return make_nccl_test_communicator(); }
+#else
+constexpr bool kNccl = false;
+// Host memory: ptr() is the host data itself, nothing to move.
+template <class T>
+class Buffer {
+ public:
+  explicit Buffer(std::vector<T> values) : host(std::move(values)) {}
+  explicit Buffer(size_t n, T fill = T()) : host(n, fill) {}
+  T* ptr() { return host.data(); }
+  void put() {}
+  std::vector<T>& get() { return host; }
+  std::vector<T> host;
+};
+std::unique_ptr<Communicator> make_test_communicator() { return make_mpi_communicator(*g_runtime); }
+#endif
+
 class CommTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    comm = make_mpi_communicator(*g_runtime);
+    comm = make_test_communicator();
     rank = comm->rank();
     world = comm->world();
   }
@@ -49,10 +86,29 @@ float contrib(int r, size_t i) { return static_cast<float>(i % 97) * 0.25f + sta
 double sum_over_ranks(size_t i, int world) {
   return static_cast<double>(i % 97) * 0.25 * world + world * (world - 1) / 2.0;
 }
-// The float average as the communicator computes it: exact float sum / world.
-float float_avg(size_t i, int world) {
-  return static_cast<float>(sum_over_ranks(i, world)) / static_cast<float>(world);
+
+// kAvg of inputs >= 0 whose exact sum is `sum`. MPI divides the (exact) sum
+// once: T(sum) / world exactly. NCCL's ncclAvg multiplies every input by
+// T(1/world) and then adds rank after rank: exact too where 1/world is (a power
+// of two), otherwise off by the multiply's and the world-1 additions' rounding,
+// each at most the unit roundoff u of the partial sum: (world + 1) u sum / world,
+// doubled here for second-order terms (a few ulps).
+bool avg_is_exact(int world) { return !kNccl || (world & (world - 1)) == 0; }
+
+template <class T>
+::testing::AssertionResult is_average(T got, double sum, int world) {
+  const T exact = static_cast<T>(static_cast<T>(sum) / static_cast<T>(world));
+  const double u = std::numeric_limits<T>::epsilon() / 2;
+  const double tol = avg_is_exact(world) ? 0.0 : 2.0 * (world + 1) * u * sum / world;
+  const double err = std::fabs(static_cast<double>(got) - (avg_is_exact(world) ? exact : sum / world));
+  if (err <= tol) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << "average " << got << " of sum " << sum << " over " << world
+                                       << " ranks: off by " << err << ", allowed " << tol;
 }
+
+// For comparing two reductions bit for bit: kAvg where every call gives the same
+// bits whatever order it adds in, kSum (exact on these inputs) where not.
+ReduceOp order_free_avg(int world) { return avg_is_exact(world) ? ReduceOp::kAvg : ReduceOp::kSum; }
 
 TEST_F(CommTest, LayoutMatchesCommunicator) {
   const DistContext& ctx = g_runtime->context();
@@ -62,120 +118,215 @@ TEST_F(CommTest, LayoutMatchesCommunicator) {
   EXPECT_LT(ctx.local_rank, ctx.local_world);
   EXPECT_LT(ctx.node, ctx.num_nodes);
   // Every rank on one machine here: one node holding everyone.
-  int nodes = ctx.num_nodes, local_sum = ctx.local_world;
-  comm->all_reduce(&local_sum, &local_sum, 1, DataType::kInt32, ReduceOp::kMax);
-  comm->all_reduce(&nodes, &nodes, 1, DataType::kInt32, ReduceOp::kMax);
-  EXPECT_EQ(nodes, 1);
-  EXPECT_EQ(local_sum, world);
+  Buffer<int32_t> layout(2);
+  layout.host = {ctx.num_nodes, ctx.local_world};
+  layout.put();
+  comm->all_reduce(layout.ptr(), layout.ptr(), 2, DataType::kInt32, ReduceOp::kMax);
+  EXPECT_EQ(layout.get(), (std::vector<int32_t>{1, world}));
   EXPECT_EQ(ctx.local_rank, rank);
-  EXPECT_FALSE(comm->is_device_memory());
-  EXPECT_EQ(comm->name(), "mpi");
+  EXPECT_EQ(comm->is_device_memory(), kNccl);
+  EXPECT_EQ(comm->name(), kNccl ? "nccl" : "mpi");
 }
 
 TEST_F(CommTest, AllReduceFloatSumAvgInAndOutOfPlace) {
   for (size_t n : {size_t{1}, size_t{7}, size_t{1001}}) {
-    std::vector<float> send(n), recv(n, -1.0f), inplace(n);
-    for (size_t i = 0; i < n; ++i) send[i] = inplace[i] = contrib(rank, i);
-    comm->all_reduce(send.data(), recv.data(), n, DataType::kFloat32, ReduceOp::kSum);
-    all_reduce(*comm, inplace.data(), n, ReduceOp::kAvg);
+    Buffer<float> send(n), recv(n, -1.0f), inplace(n);
+    for (size_t i = 0; i < n; ++i) send.host[i] = inplace.host[i] = contrib(rank, i);
+    send.put(), inplace.put();
+    comm->all_reduce(send.ptr(), recv.ptr(), n, DataType::kFloat32, ReduceOp::kSum);
+    all_reduce(*comm, inplace.ptr(), n, ReduceOp::kAvg);
+    recv.get(), inplace.get(), send.get();
     for (size_t i = 0; i < n; ++i) {
-      ASSERT_EQ(recv[i], static_cast<float>(sum_over_ranks(i, world))) << "i=" << i;
-      ASSERT_EQ(inplace[i], float_avg(i, world)) << "i=" << i;
-      ASSERT_EQ(send[i], contrib(rank, i));  // input untouched out of place
+      ASSERT_EQ(recv.host[i], static_cast<float>(sum_over_ranks(i, world))) << "i=" << i;
+      ASSERT_TRUE(is_average(inplace.host[i], sum_over_ranks(i, world), world)) << "i=" << i;
+      ASSERT_EQ(send.host[i], contrib(rank, i));  // input untouched out of place
     }
   }
 }
 
 TEST_F(CommTest, AllReduceDoubleAndMax) {
-  std::vector<double> d(5);
-  for (size_t i = 0; i < d.size(); ++i) d[i] = 1e-3 * (rank + 1) * (i + 1);
-  all_reduce(*comm, d.data(), d.size(), ReduceOp::kSum);
-  for (size_t i = 0; i < d.size(); ++i)
-    EXPECT_NEAR(d[i], 1e-3 * (i + 1) * world * (world + 1) / 2.0, 1e-15);
-  EXPECT_EQ(all_reduce_value(*comm, 3.0 * rank, ReduceOp::kMax), 3.0 * (world - 1));
-  int32_t flag = rank == world - 1 ? 7 : 0;
-  comm->all_reduce(&flag, &flag, 1, DataType::kInt32, ReduceOp::kMax);
-  EXPECT_EQ(flag, 7);
-  int32_t x = 1;
-  EXPECT_THROW(comm->all_reduce(&x, &x, 1, DataType::kInt32, ReduceOp::kAvg), std::runtime_error);
+  Buffer<double> d(5);
+  for (size_t i = 0; i < d.host.size(); ++i) d.host[i] = 1e-3 * (rank + 1) * (i + 1);
+  d.put();
+  all_reduce(*comm, d.ptr(), d.host.size(), ReduceOp::kSum);
+  d.get();
+  for (size_t i = 0; i < d.host.size(); ++i)
+    EXPECT_NEAR(d.host[i], 1e-3 * (i + 1) * world * (world + 1) / 2.0, 1e-15);
+  Buffer<double> top(1, 3.0 * rank);
+  comm->all_reduce(top.ptr(), top.ptr(), 1, DataType::kFloat64, ReduceOp::kMax);
+  EXPECT_EQ(top.get()[0], 3.0 * (world - 1));
+  Buffer<int32_t> flag(1, rank == world - 1 ? 7 : 0);
+  comm->all_reduce(flag.ptr(), flag.ptr(), 1, DataType::kInt32, ReduceOp::kMax);
+  EXPECT_EQ(flag.get()[0], 7);
+  EXPECT_THROW(comm->all_reduce(flag.ptr(), flag.ptr(), 1, DataType::kInt32, ReduceOp::kAvg),
+               std::runtime_error);
 }
 
 TEST_F(CommTest, ReduceScatterEqualBlocks) {
   for (size_t block : {size_t{1}, size_t{5}, size_t{333}}) {
     const size_t n = block * static_cast<size_t>(world);
-    std::vector<float> send(n), recv(block, -1.0f);
-    for (size_t i = 0; i < n; ++i) send[i] = contrib(rank, i);
-    comm->reduce_scatter(send.data(), recv.data(), block, DataType::kFloat32, ReduceOp::kSum);
+    Buffer<float> send(n), recv(block, -1.0f);
+    for (size_t i = 0; i < n; ++i) send.host[i] = contrib(rank, i);
+    send.put();
+    comm->reduce_scatter(send.ptr(), recv.ptr(), block, DataType::kFloat32, ReduceOp::kSum);
+    recv.get();
     for (size_t k = 0; k < block; ++k)
-      ASSERT_EQ(recv[k], static_cast<float>(sum_over_ranks(rank * block + k, world)));
+      ASSERT_EQ(recv.host[k], static_cast<float>(sum_over_ranks(rank * block + k, world)));
     // In place, NCCL's convention: my block ends up at my offset of the buffer.
-    std::vector<float> buf(send);
-    float* mine = buf.data() + rank * block;
-    comm->reduce_scatter(buf.data(), mine, block, DataType::kFloat32, ReduceOp::kAvg);
+    float* mine = send.ptr() + rank * block;
+    comm->reduce_scatter(send.ptr(), mine, block, DataType::kFloat32, ReduceOp::kAvg);
+    send.get();
     for (size_t k = 0; k < block; ++k)
-      ASSERT_EQ(mine[k], float_avg(rank * block + k, world));
+      ASSERT_TRUE(is_average(send.host[rank * block + k], sum_over_ranks(rank * block + k, world), world));
   }
 }
 
 TEST_F(CommTest, ReduceScatterUnevenBlocks) {
-  // Blocks of 0, 3, 1, 4, ... elements: some ranks receive nothing.
+  // Blocks of 0, 3, 1, 4, ... elements: some ranks receive nothing, and pass null.
   std::vector<size_t> counts(static_cast<size_t>(world));
-  for (int r = 0; r < world; ++r) counts[static_cast<size_t>(r)] = (r * 3 + (world > 1 ? 0 : 2)) % 5;
+  for (int r = 0; r < world; ++r) counts[static_cast<size_t>(r)] = (r * 3) % 5;
   const size_t total = std::accumulate(counts.begin(), counts.end(), size_t{0});
-  const size_t begin =
-      std::accumulate(counts.begin(), counts.begin() + rank, size_t{0});
+  const size_t begin = std::accumulate(counts.begin(), counts.begin() + rank, size_t{0});
   const size_t mine = counts[static_cast<size_t>(rank)];
-  std::vector<double> send(total);
-  for (size_t i = 0; i < total; ++i) send[i] = contrib(rank, i);
-  std::vector<double> recv(mine, -1.0);
-  comm->reduce_scatter_v(send.data(), mine ? recv.data() : nullptr, counts, DataType::kFloat64,
+  Buffer<double> send(total), recv(mine, -1.0);
+  for (size_t i = 0; i < total; ++i) send.host[i] = contrib(rank, i);
+  send.put();
+  comm->reduce_scatter_v(send.ptr(), mine ? recv.ptr() : nullptr, counts, DataType::kFloat64,
                          ReduceOp::kAvg);
+  recv.get();
   for (size_t k = 0; k < mine; ++k)
-    EXPECT_EQ(recv[k], sum_over_ranks(begin + k, world) / world);
+    EXPECT_TRUE(is_average(recv.host[k], sum_over_ranks(begin + k, world), world)) << "k=" << k;
   // One count per rank, no more, no less.
   std::vector<size_t> wrong(static_cast<size_t>(world) + 1, 0);
-  EXPECT_THROW(comm->reduce_scatter_v(send.data(), recv.data(), wrong, DataType::kFloat64,
+  EXPECT_THROW(comm->reduce_scatter_v(send.ptr(), recv.ptr(), wrong, DataType::kFloat64,
                                       ReduceOp::kSum),
                std::runtime_error);
 }
 
 TEST_F(CommTest, AllGatherInAndOutOfPlace) {
   const size_t block = 11;
-  std::vector<float> mine(block), all(block * world, -1.0f);
-  for (size_t k = 0; k < block; ++k) mine[k] = static_cast<float>(100 * rank + k);
-  comm->all_gather(mine.data(), all.data(), block, DataType::kFloat32);
+  Buffer<float> mine(block), all(block * world, -1.0f);
+  for (size_t k = 0; k < block; ++k) mine.host[k] = static_cast<float>(100 * rank + k);
+  mine.put();
+  comm->all_gather(mine.ptr(), all.ptr(), block, DataType::kFloat32);
+  all.get();
   for (int r = 0; r < world; ++r)
     for (size_t k = 0; k < block; ++k)
-      ASSERT_EQ(all[r * block + k], static_cast<float>(100 * r + k));
-  std::vector<float> buf(block * world, -1.0f);
-  std::memcpy(buf.data() + rank * block, mine.data(), block * sizeof(float));
-  comm->all_gather(buf.data() + rank * block, buf.data(), block, DataType::kFloat32);
-  EXPECT_EQ(buf, all);
+      ASSERT_EQ(all.host[r * block + k], static_cast<float>(100 * r + k));
+  Buffer<float> buf(block * world, -1.0f);
+  std::memcpy(buf.host.data() + rank * block, mine.host.data(), block * sizeof(float));
+  buf.put();
+  comm->all_gather(buf.ptr() + rank * block, buf.ptr(), block, DataType::kFloat32);
+  EXPECT_EQ(buf.get(), all.host);
 }
 
 TEST_F(CommTest, OverlappingBuffersAreRejected) {
-  std::vector<float> buf(4 * world + 1);
+  Buffer<float> buf(4 * world + 1);
+  float* p = buf.ptr();
   if (world > 1) {
     // Receive block overlapping the send buffer somewhere other than my own block.
-    float* wrong = buf.data() + ((rank + 1) % world) * 4;
-    EXPECT_THROW(comm->reduce_scatter(buf.data(), wrong, 4, DataType::kFloat32, ReduceOp::kSum),
+    float* wrong = p + ((rank + 1) % world) * 4;
+    EXPECT_THROW(comm->reduce_scatter(p, wrong, 4, DataType::kFloat32, ReduceOp::kSum),
                  std::runtime_error);
   }
   // A shifted all-gather input inside the output is not the in-place form.
-  EXPECT_THROW(comm->all_gather(buf.data() + rank * 4 + 1, buf.data(), 4, DataType::kFloat32),
+  EXPECT_THROW(comm->all_gather(p + rank * 4 + 1, p, 4, DataType::kFloat32), std::runtime_error);
+  // Nor is a half-overlapping all-reduce, or a receive block inside the send of
+  // reduce_scatter_v (which has no in-place form).
+  EXPECT_THROW(comm->all_reduce(p, p + 1, 4, DataType::kFloat32, ReduceOp::kSum),
                std::runtime_error);
+  EXPECT_THROW(comm->reduce_scatter_v(p, p + 1, std::vector<size_t>(world, 1), DataType::kFloat32,
+                                      ReduceOp::kSum),
+               std::runtime_error);
+  // None of them was counted or sent: every rank is still in step.
+  EXPECT_EQ(comm->traffic(CommCall::kReduceScatter).calls, 0u);
+  EXPECT_EQ(comm->traffic(CommCall::kAllGather).calls, 0u);
+  comm->barrier();
 }
 
 TEST_F(CommTest, BroadcastFromEveryRoot) {
   for (int root = 0; root < world; ++root) {
-    char msg[32] = {};
-    if (rank == root) std::snprintf(msg, sizeof msg, "hello from %d", root);
-    comm->broadcast(msg, sizeof msg, root);
-    EXPECT_EQ(std::string(msg), "hello from " + std::to_string(root));
+    Buffer<char> msg(32, '\0');
+    if (rank == root) std::snprintf(msg.host.data(), msg.host.size(), "hello from %d", root);
+    msg.put();
+    comm->broadcast(msg.ptr(), msg.host.size(), root);
+    EXPECT_EQ(std::string(msg.get().data()), "hello from " + std::to_string(root));
   }
-  char c = 0;
-  EXPECT_THROW(comm->broadcast(&c, 1, world), std::runtime_error);
+  Buffer<char> c(1);
+  EXPECT_THROW(comm->broadcast(c.ptr(), 1, world), std::runtime_error);
 }
+
+TEST_F(CommTest, TrafficCountersFollowTheRingModel) {
+  const uint64_t w = static_cast<uint64_t>(world);
+  Buffer<float> v(12 * world);
+  comm->reset_stats();
+  comm->all_reduce(v.ptr(), v.ptr(), v.host.size(), DataType::kFloat32, ReduceOp::kSum);
+  comm->all_reduce(v.ptr(), v.ptr(), v.host.size(), DataType::kFloat32, ReduceOp::kSum);
+  comm->reduce_scatter(v.ptr(), v.ptr() + rank * 12, 12, DataType::kFloat32, ReduceOp::kSum);
+  comm->all_gather(v.ptr() + rank * 12, v.ptr(), 12, DataType::kFloat32);
+  comm->barrier();
+  const uint64_t bytes = 48 * w;  // the whole buffer
+  const CommTraffic& ar = comm->traffic(CommCall::kAllReduce);
+  EXPECT_EQ(ar.calls, 2u);
+  EXPECT_EQ(ar.payload_bytes, 2 * bytes);
+  EXPECT_EQ(ar.sent_bytes, 2 * 2 * bytes * (w - 1) / w);
+  EXPECT_EQ(comm->traffic(CommCall::kReduceScatter).sent_bytes, bytes * (w - 1) / w);
+  EXPECT_EQ(comm->traffic(CommCall::kAllGather).sent_bytes, bytes * (w - 1) / w);
+  EXPECT_EQ(comm->traffic(CommCall::kAllGather).payload_bytes, bytes);
+  EXPECT_EQ(comm->traffic(CommCall::kBarrier).calls, 1u);
+  EXPECT_EQ(comm->traffic(CommCall::kBroadcast).calls, 0u);
+  comm->reset_stats();
+  EXPECT_EQ(comm->traffic(CommCall::kAllReduce).calls, 0u);
+}
+
+// The ZeRO data flow on a random table: per-unit reduce_scatter_v of packed
+// pieces (ZeRO-2) and one reduce_scatter of the padded buffer (ZeRO-1) both
+// give each rank exactly its shard of the all-reduced gradient, and the
+// all-gather of the shards rebuilds the whole vector.
+TEST_F(CommTest, ZeroPlanExchangesMatchAllReduce) {
+  const std::vector<ParamTensorSpec> table = {
+      {"wte", 37, 0}, {"ln", 3 * 4, 3}, {"w", 3 * 9, 3}, {"b", 3 * 2, 3}, {"lnf", 5, 0}};
+  const ZeroPlan plan(table, world);
+  const size_t P = plan.num_params(), S = plan.shard_size();
+  const ReduceOp op = order_free_avg(world);
+  std::vector<float> grad(plan.padded_size(), 0.0f);  // padding stays zero
+  for (size_t i = 0; i < P; ++i) grad[i] = contrib(rank, i);
+  Buffer<float> reference(grad);
+  all_reduce(*comm, reference.ptr(), grad.size(), op);
+  reference.get();
+
+  // ZeRO-2: units in backward order, each packed by owner and exchanged once.
+  std::vector<float> shard(S, 0.0f);
+  for (int u = plan.num_units() - 1; u >= 0; --u) {
+    const UnitExchange& ex = plan.unit(u);
+    Buffer<float> packed(ex.numel), received(ex.counts[rank]);
+    for (const ExchangePiece& p : ex.pieces)
+      std::memcpy(&packed.host[p.pack_offset], &grad[p.global.begin], p.global.size() * sizeof(float));
+    packed.put();
+    comm->reduce_scatter_v(packed.ptr(), received.host.empty() ? nullptr : received.ptr(), ex.counts,
+                           DataType::kFloat32, op);
+    received.get();
+    size_t at = 0;
+    for (size_t p = ex.first_piece_of_rank[rank]; p < ex.first_piece_of_rank[rank + 1]; ++p) {
+      const ExchangePiece& piece = ex.pieces[p];
+      for (size_t k = 0; k < piece.global.size(); ++k) shard[piece.shard_offset + k] += received.host[at++];
+    }
+    EXPECT_EQ(at, received.host.size());
+  }
+  const ElemRange mine = plan.shard(rank);
+  for (size_t k = 0; k < S; ++k) ASSERT_EQ(shard[k], reference.host[mine.begin + k]) << "k=" << k;
+
+  // ZeRO-1: one reduce-scatter over the padded buffer, in place.
+  Buffer<float> buf(grad);
+  comm->reduce_scatter(buf.ptr(), buf.ptr() + mine.begin, S, DataType::kFloat32, op);
+  buf.get();
+  for (size_t k = 0; k < S; ++k) ASSERT_EQ(buf.host[mine.begin + k], shard[k]);
+  comm->all_gather(buf.ptr() + mine.begin, buf.ptr(), S, DataType::kFloat32);
+  EXPECT_EQ(buf.get(), reference.host);
+}
+
+#ifndef GPT2_COMM_TEST_NCCL
+// ---- MPI only ------------------------------------------------------------------
 
 TEST_F(CommTest, SmallMessageLimitSplitsCallsWithSameResults) {
   // 3 elements per MPI call: every chunked path (all-reduce, reduce-scatter to
@@ -185,7 +336,7 @@ TEST_F(CommTest, SmallMessageLimitSplitsCallsWithSameResults) {
   std::vector<float> send(n), recv(n);
   for (size_t i = 0; i < n; ++i) send[i] = contrib(rank, i);
   chunked->all_reduce(send.data(), recv.data(), n, DataType::kFloat32, ReduceOp::kAvg);
-  for (size_t i = 0; i < n; ++i) ASSERT_EQ(recv[i], float_avg(i, world));
+  for (size_t i = 0; i < n; ++i) ASSERT_TRUE(is_average(recv[i], sum_over_ranks(i, world), world));
   std::vector<float> buf(send);
   chunked->reduce_scatter(buf.data(), buf.data() + rank * block, block, DataType::kFloat32,
                           ReduceOp::kSum);
@@ -206,29 +357,7 @@ TEST_F(CommTest, SmallMessageLimitSplitsCallsWithSameResults) {
   for (size_t i = 0; i < bytes.size(); ++i) ASSERT_EQ(bytes[i], static_cast<char>('a' + i));
 }
 
-TEST_F(CommTest, TrafficCountersFollowTheRingModel) {
-  const uint64_t w = static_cast<uint64_t>(world);
-  std::vector<float> v(12 * world);
-  comm->reset_stats();
-  comm->all_reduce(v.data(), v.data(), v.size(), DataType::kFloat32, ReduceOp::kSum);
-  comm->all_reduce(v.data(), v.data(), v.size(), DataType::kFloat32, ReduceOp::kSum);
-  comm->reduce_scatter(v.data(), v.data() + rank * 12, 12, DataType::kFloat32, ReduceOp::kSum);
-  comm->all_gather(v.data() + rank * 12, v.data(), 12, DataType::kFloat32);
-  comm->barrier();
-  const uint64_t bytes = 48 * w;  // the whole buffer
-  const CommTraffic& ar = comm->traffic(CommCall::kAllReduce);
-  EXPECT_EQ(ar.calls, 2u);
-  EXPECT_EQ(ar.payload_bytes, 2 * bytes);
-  EXPECT_EQ(ar.sent_bytes, 2 * 2 * bytes * (w - 1) / w);
-  EXPECT_EQ(comm->traffic(CommCall::kReduceScatter).sent_bytes, bytes * (w - 1) / w);
-  EXPECT_EQ(comm->traffic(CommCall::kAllGather).sent_bytes, bytes * (w - 1) / w);
-  EXPECT_EQ(comm->traffic(CommCall::kAllGather).payload_bytes, bytes);
-  EXPECT_EQ(comm->traffic(CommCall::kBarrier).calls, 1u);
-  EXPECT_EQ(comm->traffic(CommCall::kBroadcast).calls, 0u);
-  comm->reset_stats();
-  EXPECT_EQ(comm->traffic(CommCall::kAllReduce).calls, 0u);
-}
-
+// The stop flag is a host scalar: it goes through MPI in every configuration.
 TEST_F(CommTest, StopCheckIsCollective) {
   clear_stop_signal();
   EXPECT_FALSE(should_stop(*comm));
@@ -239,46 +368,39 @@ TEST_F(CommTest, StopCheckIsCollective) {
   EXPECT_FALSE(should_stop(*comm));
 }
 
-// The ZeRO data flow on a random table: per-unit reduce_scatter_v of packed
-// pieces (ZeRO-2) and one reduce_scatter of the padded buffer (ZeRO-1) both
-// give each rank exactly its shard of the all-reduced gradient, and the
-// all-gather of the shards rebuilds the whole vector.
-TEST_F(CommTest, ZeroPlanExchangesMatchAllReduce) {
-  const std::vector<ParamTensorSpec> table = {
-      {"wte", 37, 0}, {"ln", 3 * 4, 3}, {"w", 3 * 9, 3}, {"b", 3 * 2, 3}, {"lnf", 5, 0}};
-  const ZeroPlan plan(table, world);
-  const size_t P = plan.num_params(), S = plan.shard_size();
-  std::vector<float> grad(plan.padded_size(), 0.0f);  // padding stays zero
-  for (size_t i = 0; i < P; ++i) grad[i] = contrib(rank, i);
-  std::vector<float> reference(grad);
-  all_reduce(*comm, reference.data(), reference.size(), ReduceOp::kAvg);
-
-  // ZeRO-2: units in backward order, each packed by owner and exchanged once.
-  std::vector<float> shard(S, 0.0f);
-  for (int u = plan.num_units() - 1; u >= 0; --u) {
-    const UnitExchange& ex = plan.unit(u);
-    std::vector<float> packed(ex.numel), received(ex.counts[rank]);
-    for (const ExchangePiece& p : ex.pieces)
-      std::memcpy(&packed[p.pack_offset], &grad[p.global.begin], p.global.size() * sizeof(float));
-    comm->reduce_scatter_v(packed.data(), received.empty() ? nullptr : received.data(), ex.counts,
-                           DataType::kFloat32, ReduceOp::kAvg);
-    size_t at = 0;
-    for (size_t p = ex.first_piece_of_rank[rank]; p < ex.first_piece_of_rank[rank + 1]; ++p) {
-      const ExchangePiece& piece = ex.pieces[p];
-      for (size_t k = 0; k < piece.global.size(); ++k) shard[piece.shard_offset + k] += received[at++];
+// bf16 exists only on the GPU: the host communicator refuses it on every entry
+// that takes a type, before counting, naming the rank and the way out.
+TEST_F(CommTest, BFloat16IsRefusedOnHost) {
+  std::vector<uint16_t> v(2 * world);
+  const std::string want = g_runtime->context().prefix();
+  auto expect_refused = [&](const char* call, auto&& f) {
+    try {
+      f();
+      ADD_FAILURE() << call << " accepted bf16";
+    } catch (const std::runtime_error& e) {
+      const std::string msg = e.what();
+      EXPECT_EQ(msg.rfind(want + call + ": ", 0), 0u) << msg;
+      EXPECT_NE(msg.find("bf16 buffers are device buffers: use the NCCL communicator"),
+                std::string::npos) << msg;
     }
-    EXPECT_EQ(at, received.size());
-  }
-  const ElemRange mine = plan.shard(rank);
-  for (size_t k = 0; k < S; ++k) ASSERT_EQ(shard[k], reference[mine.begin + k]) << "k=" << k;
-
-  // ZeRO-1: one reduce-scatter over the padded buffer, in place.
-  std::vector<float> buf(grad);
-  comm->reduce_scatter(buf.data(), buf.data() + mine.begin, S, DataType::kFloat32, ReduceOp::kAvg);
-  for (size_t k = 0; k < S; ++k) ASSERT_EQ(buf[mine.begin + k], shard[k]);
-  comm->all_gather(buf.data() + mine.begin, buf.data(), S, DataType::kFloat32);
-  EXPECT_EQ(buf, reference);
+  };
+  expect_refused("all_reduce", [&] {
+    comm->all_reduce(v.data(), v.data(), 2, DataType::kBFloat16, ReduceOp::kSum);
+  });
+  expect_refused("reduce_scatter", [&] {
+    comm->reduce_scatter(v.data(), v.data() + 2 * rank, 2, DataType::kBFloat16, ReduceOp::kAvg);
+  });
+  expect_refused("reduce_scatter_v", [&] {
+    comm->reduce_scatter_v(v.data(), nullptr, std::vector<size_t>(world, 0), DataType::kBFloat16,
+                           ReduceOp::kMax);
+  });
+  expect_refused("all_gather", [&] {
+    comm->all_gather(v.data() + 2 * rank, v.data(), 2, DataType::kBFloat16);
+  });
+  for (const CommTraffic& t : comm->stats()) EXPECT_EQ(t.calls, 0u);
+  EXPECT_EQ(data_type_bytes(DataType::kBFloat16), 2u);
 }
+#endif  // !GPT2_COMM_TEST_NCCL
 
 // ---- world 1 ----------------------------------------------------------------
 
@@ -318,56 +440,59 @@ TEST_F(CommWorldOne, LayoutIsOneProcess) {
 }
 
 TEST_F(CommWorldOne, ReductionsCopyBitForBit) {
-  const std::vector<float> send = odd_floats(13);
+  const std::vector<float> values = odd_floats(13);
+  const size_t n = values.size();
+  Buffer<float> send(values);
   for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg}) {
-    std::vector<float> recv(send.size(), 5.0f), inplace(send);
-    comm->all_reduce(send.data(), recv.data(), send.size(), DataType::kFloat32, op);
-    EXPECT_TRUE(same_bits(recv, send));
-    all_reduce(*comm, inplace.data(), inplace.size(), op);
-    EXPECT_TRUE(same_bits(inplace, send));
-    std::vector<float> block(send.size(), 5.0f);
-    comm->reduce_scatter(send.data(), block.data(), send.size(), DataType::kFloat32, op);
-    EXPECT_TRUE(same_bits(block, send));
-    std::vector<float> piece(send.size(), 5.0f);
-    comm->reduce_scatter_v(send.data(), piece.data(), {send.size()}, DataType::kFloat32, op);
-    EXPECT_TRUE(same_bits(piece, send));
+    Buffer<float> recv(n, 5.0f), inplace(values);
+    comm->all_reduce(send.ptr(), recv.ptr(), n, DataType::kFloat32, op);
+    EXPECT_TRUE(same_bits(recv.get(), values));
+    all_reduce(*comm, inplace.ptr(), n, op);
+    EXPECT_TRUE(same_bits(inplace.get(), values));
+    Buffer<float> block(n, 5.0f);
+    comm->reduce_scatter(send.ptr(), block.ptr(), n, DataType::kFloat32, op);
+    EXPECT_TRUE(same_bits(block.get(), values));
+    Buffer<float> piece(n, 5.0f);
+    comm->reduce_scatter_v(send.ptr(), piece.ptr(), {n}, DataType::kFloat32, op);
+    EXPECT_TRUE(same_bits(piece.get(), values));
   }
-  std::vector<float> inplace(send);
-  comm->reduce_scatter(inplace.data(), inplace.data(), inplace.size(), DataType::kFloat32,
-                       ReduceOp::kAvg);
-  EXPECT_TRUE(same_bits(inplace, send));
-  double third = 1.0 / 3.0;
-  all_reduce(*comm, &third, 1, ReduceOp::kAvg);
-  EXPECT_EQ(third, 1.0 / 3.0);
-  int32_t flag = -3;
-  comm->all_reduce(&flag, &flag, 1, DataType::kInt32, ReduceOp::kMax);
-  EXPECT_EQ(flag, -3);
+  Buffer<float> inplace(values);
+  comm->reduce_scatter(inplace.ptr(), inplace.ptr(), n, DataType::kFloat32, ReduceOp::kAvg);
+  EXPECT_TRUE(same_bits(inplace.get(), values));
+  Buffer<double> third(1, 1.0 / 3.0);
+  all_reduce(*comm, third.ptr(), 1, ReduceOp::kAvg);
+  EXPECT_EQ(third.get()[0], 1.0 / 3.0);
+  Buffer<int32_t> flag(1, -3);
+  comm->all_reduce(flag.ptr(), flag.ptr(), 1, DataType::kInt32, ReduceOp::kMax);
+  EXPECT_EQ(flag.get()[0], -3);
   // An empty block of reduce_scatter_v needs no receive buffer.
-  comm->reduce_scatter_v(send.data(), nullptr, {0}, DataType::kFloat32, ReduceOp::kSum);
+  comm->reduce_scatter_v(send.ptr(), nullptr, {0}, DataType::kFloat32, ReduceOp::kSum);
 }
 
 TEST_F(CommWorldOne, GatherAndBroadcastLeaveTheData) {
-  const std::vector<float> mine = odd_floats(9);
-  std::vector<float> all(mine.size(), 5.0f), inplace(mine);
-  comm->all_gather(mine.data(), all.data(), mine.size(), DataType::kFloat32);
-  EXPECT_TRUE(same_bits(all, mine));
-  comm->all_gather(inplace.data(), inplace.data(), inplace.size(), DataType::kFloat32);
-  EXPECT_TRUE(same_bits(inplace, mine));
-  char msg[16] = "only rank";
-  comm->broadcast(msg, sizeof msg, 0);
-  EXPECT_EQ(std::string(msg), "only rank");
-  EXPECT_THROW(comm->broadcast(msg, sizeof msg, 1), std::runtime_error);  // no rank 1
+  const std::vector<float> values = odd_floats(9);
+  Buffer<float> mine(values), all(values.size(), 5.0f), inplace(values);
+  comm->all_gather(mine.ptr(), all.ptr(), values.size(), DataType::kFloat32);
+  EXPECT_TRUE(same_bits(all.get(), values));
+  comm->all_gather(inplace.ptr(), inplace.ptr(), values.size(), DataType::kFloat32);
+  EXPECT_TRUE(same_bits(inplace.get(), values));
+  Buffer<char> msg(16, '\0');
+  std::snprintf(msg.host.data(), msg.host.size(), "only rank");
+  msg.put();
+  comm->broadcast(msg.ptr(), msg.host.size(), 0);
+  EXPECT_EQ(std::string(msg.get().data()), "only rank");
+  EXPECT_THROW(comm->broadcast(msg.ptr(), msg.host.size(), 1), std::runtime_error);  // no rank 1
   comm->barrier();
 }
 
 TEST_F(CommWorldOne, TrafficCountsPayloadButSendsNothing) {
-  std::vector<float> v(24), piece(24);
+  Buffer<float> v(24), piece(24);
   comm->reset_stats();
-  comm->all_reduce(v.data(), v.data(), v.size(), DataType::kFloat32, ReduceOp::kSum);
-  comm->reduce_scatter(v.data(), v.data(), v.size(), DataType::kFloat32, ReduceOp::kSum);
-  comm->reduce_scatter_v(v.data(), piece.data(), {v.size()}, DataType::kFloat32, ReduceOp::kSum);
-  comm->all_gather(v.data(), v.data(), v.size(), DataType::kFloat32);
-  comm->broadcast(v.data(), 8, 0);
+  comm->all_reduce(v.ptr(), v.ptr(), 24, DataType::kFloat32, ReduceOp::kSum);
+  comm->reduce_scatter(v.ptr(), v.ptr(), 24, DataType::kFloat32, ReduceOp::kSum);
+  comm->reduce_scatter_v(v.ptr(), piece.ptr(), {24}, DataType::kFloat32, ReduceOp::kSum);
+  comm->all_gather(v.ptr(), v.ptr(), 24, DataType::kFloat32);
+  comm->broadcast(v.ptr(), 8, 0);
   for (CommCall call : {CommCall::kAllReduce, CommCall::kReduceScatter, CommCall::kReduceScatterV,
                         CommCall::kAllGather, CommCall::kBroadcast}) {
     const CommTraffic& t = comm->traffic(call);
@@ -379,6 +504,11 @@ TEST_F(CommWorldOne, TrafficCountsPayloadButSendsNothing) {
 }
 
 }  // namespace
+
+#ifdef GPT2_COMM_TEST_NCCL
+const DistRuntime& test_runtime() { return *g_runtime; }
+#endif
+
 }  // namespace gpt2
 
 // Rank 0 prints the usual report; other ranks print only failures, prefixed.
@@ -401,9 +531,16 @@ int main(int argc, char** argv) {
     gpt2::g_runtime = &runtime;
     ::testing::InitGoogleTest(&argc, argv);
     const gpt2::DistContext& ctx = runtime.context();
-    // No filter given: the suite for this world size (see the top of the file).
-    if (std::string(GTEST_FLAG_GET(filter)) == "*")
-      GTEST_FLAG_SET(filter, ctx.world == 1 ? "CommWorldOne.*" : "CommTest.*");
+#ifdef GPT2_COMM_TEST_NCCL
+    // One emulated node: a device per local process, as on a GPU node with one
+    // rank per GPU; the communicator selects the local rank's.
+    gpt2::emu::set_device_count(ctx.local_world);
+    const char* suites = ctx.world == 1 ? "CommWorldOne.*" : "CommTest.*:CommNccl.*";
+#else
+    const char* suites = ctx.world == 1 ? "CommWorldOne.*" : "CommTest.*";
+#endif
+    // No filter given: the suites for this world size (see the top of the file).
+    if (std::string(GTEST_FLAG_GET(filter)) == "*") GTEST_FLAG_SET(filter, suites);
     if (ctx.rank != 0) {
       auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
       delete listeners.Release(listeners.default_result_printer());

@@ -1,0 +1,314 @@
+// The NCCL communicator (distributed/comm_nccl.h): the Communicator interface
+// over device memory, one GPU per rank. Only the C APIs of <nccl.h> and
+// <cuda_runtime_api.h> are used, so this one object links against the real NCCL
+// and cudart or against the emulator's (build/libemu_nccl.a, build/libemu.a).
+//
+// Every collective is enqueued on the communicator's stream and returns without
+// waiting. After each call the communicator's asynchronous error state is
+// polled: a collective that fails while it runs (a lost peer, ranks calling
+// different collectives) then surfaces at the next call instead of silently
+// leaving garbage in the receive buffer.
+#include "distributed/comm_nccl.h"
+
+#include <cuda_runtime_api.h>
+#include <nccl.h>
+#include <unistd.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace gpt2 {
+namespace {
+
+// ncclAvg and ncclBfloat16 appeared in NCCL 2.10.
+constexpr int kMinNcclVersion = 21000;
+
+ncclDataType_t nccl_type(DataType type) {
+  switch (type) {
+    case DataType::kFloat32: return ncclFloat32;
+    case DataType::kFloat64: return ncclFloat64;
+    case DataType::kInt32: return ncclInt32;
+    case DataType::kBFloat16: return ncclBfloat16;
+  }
+  return ncclFloat32;
+}
+
+const char* type_name(DataType type) {
+  switch (type) {
+    case DataType::kFloat32: return "fp32";
+    case DataType::kFloat64: return "fp64";
+    case DataType::kInt32: return "int32";
+    case DataType::kBFloat16: return "bf16";
+  }
+  return "?";
+}
+
+// kAvg is NCCL's own average (a pre-multiplied sum, see comm.h), not a sum
+// followed by a division: that would need a kernel launch of our own per call.
+ncclRedOp_t nccl_op(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kSum: return ncclSum;
+    case ReduceOp::kAvg: return ncclAvg;
+    case ReduceOp::kMax: return ncclMax;
+  }
+  return ncclSum;
+}
+
+// "ncclAllReduce(1001 bf16)": the call, for error messages.
+std::string call_text(const char* call, size_t count, DataType type) {
+  return std::string(call) + "(" + std::to_string(count) + " " + type_name(type) + ")";
+}
+
+const char* at(const void* base, size_t bytes) { return static_cast<const char*>(base) + bytes; }
+
+std::string host_name() {
+  char buf[256] = {};
+  if (gethostname(buf, sizeof buf - 1) != 0) return "unknown-host";
+  return buf;
+}
+
+// What the bootstrap broadcast carries from rank 0: the id and whether
+// ncclGetUniqueId succeeded, so a failure there stops every rank, not just 0.
+struct IdMessage {
+  ncclUniqueId id;
+  int32_t result;  // ncclResult_t of rank 0's ncclGetUniqueId
+};
+
+class NcclCommunicator final : public Communicator {
+ public:
+  NcclCommunicator(const Communicator& bootstrap, cudaStream_t stream)
+      : rank_(bootstrap.rank()), world_(bootstrap.world()), stream_(stream) {
+    DistContext ctx;
+    ctx.rank = rank_;
+    ctx.world = world_;
+    ctx.host = host_name();
+    prefix_ = ctx.prefix();
+  }
+
+  // A communicator that saw an error is aborted, not destroyed: ncclCommDestroy
+  // first finishes the communicator's pending work, which a failed peer never
+  // joins, so it could wait forever.
+  ~NcclCommunicator() override {
+    if (comm_ != nullptr) {
+      const ncclResult_t r = failed_ ? ncclCommAbort(comm_) : ncclCommDestroy(comm_);
+      if (r != ncclSuccess)
+        std::fprintf(stderr, "%swarning: %s\n", prefix_.c_str(),
+                     error_text(failed_ ? "ncclCommAbort" : "ncclCommDestroy", r).c_str());
+    }
+    if (barrier_word_ != nullptr) cudaFree(barrier_word_);
+  }
+
+  // Collective over the bootstrap's ranks. Each step ends with every rank
+  // learning whether all succeeded (agree), so that no rank goes on into an NCCL
+  // call which a failed peer never joins.
+  void init(Communicator& bootstrap, int cuda_device) {
+    if (bootstrap.is_device_memory())
+      throw std::runtime_error(prefix_ + "make_nccl_communicator: the bootstrap communicator must "
+                                         "work on host memory (MPI), not be '" + bootstrap.name() + "'");
+    agree(bootstrap, prepare_device(cuda_device), "preparing the CUDA device");
+    const IdMessage msg = unique_id_from_rank0(bootstrap);
+    std::string error;
+    const ncclResult_t r = ncclCommInitRank(&comm_, world_, msg.id, rank_);
+    if (r != ncclSuccess) {
+      comm_ = nullptr;
+      error = error_text("ncclCommInitRank(nranks " + std::to_string(world_) + ", rank " +
+                             std::to_string(rank_) + ", CUDA device " + std::to_string(cuda_device) +
+                             ")",
+                         r);
+    }
+    agree(bootstrap, error, "ncclCommInitRank");
+  }
+
+  int rank() const override { return rank_; }
+  int world() const override { return world_; }
+  bool is_device_memory() const override { return true; }
+  std::string name() const override { return "nccl"; }
+
+ protected:
+  std::string error_prefix() const override { return prefix_; }
+
+  void do_all_reduce(const void* send, void* recv, size_t count, DataType type,
+                     ReduceOp op) override {
+    if (world_ == 1) return copy(recv, send, count * data_type_bytes(type));
+    check(ncclAllReduce(send, recv, count, nccl_type(type), nccl_op(op), comm_, stream_),
+          call_text("ncclAllReduce", count, type));
+  }
+
+  // The interface has checked NCCL's in-place rule (recv == send + rank * block).
+  void do_reduce_scatter(const void* send, void* recv, size_t recv_count, DataType type,
+                         ReduceOp op) override {
+    if (world_ == 1) return copy(recv, send, recv_count * data_type_bytes(type));
+    check(ncclReduceScatter(send, recv, recv_count, nccl_type(type), nccl_op(op), comm_, stream_),
+          call_text("ncclReduceScatter", recv_count, type));
+  }
+
+  // ncclReduceScatter takes one count for every block, so uneven blocks are W
+  // reductions: block r is an ncclReduce to root r, to which every rank sends its
+  // block r and which only rank r receives. Inside one ncclGroupStart/End NCCL
+  // launches them together as one operation, where W separate calls would run
+  // one after another. ncclReduce reads recvbuff only on the root; the other
+  // ranks pass null, and an empty block (possibly a null recv) is skipped by all.
+  void do_reduce_scatter_v(const void* send, void* recv, const std::vector<size_t>& counts,
+                           DataType type, ReduceOp op) override {
+    const size_t eb = data_type_bytes(type);
+    if (world_ == 1) return copy(recv, send, counts[0] * eb);
+    check(ncclGroupStart(), "ncclGroupStart");
+    size_t begin = 0;  // elements of send before block r
+    for (int r = 0; r < world_; ++r) {
+      const size_t c = counts[static_cast<size_t>(r)];
+      if (c > 0) {
+        const ncclResult_t res = ncclReduce(at(send, begin * eb), r == rank_ ? recv : nullptr, c,
+                                            nccl_type(type), nccl_op(op), r, comm_, stream_);
+        if (res != ncclSuccess) {
+          ncclGroupEnd();  // close the group (NCCL drops it) before reporting
+          fail(call_text("ncclReduce", c, type) + " to root " + std::to_string(r), res);
+        }
+      }
+      begin += c;
+    }
+    check(ncclGroupEnd(), call_text("ncclGroupEnd of reduce_scatter_v", begin, type));
+  }
+
+  // The interface has checked NCCL's in-place rule (send == recv + rank * block).
+  void do_all_gather(const void* send, void* recv, size_t send_count, DataType type) override {
+    if (world_ == 1) return copy(recv, send, send_count * data_type_bytes(type));
+    check(ncclAllGather(send, recv, send_count, nccl_type(type), comm_, stream_),
+          call_text("ncclAllGather", send_count, type));
+  }
+
+  void do_broadcast(void* buf, size_t bytes, int root) override {
+    if (world_ == 1) return;
+    check(ncclBroadcast(buf, buf, bytes, ncclUint8, root, comm_, stream_),
+          "ncclBroadcast(" + std::to_string(bytes) + " bytes, root " + std::to_string(root) + ")");
+  }
+
+  // NCCL has no barrier. An all-reduce cannot complete on any rank before every
+  // rank has joined it, so waiting for a 1-element one is a barrier (its value
+  // is irrelevant). The wait also covers the work queued before it on the stream.
+  void do_barrier() override {
+    if (world_ > 1)
+      check(ncclAllReduce(barrier_word_, barrier_word_, 1, ncclInt32, ncclSum, comm_, stream_),
+            "ncclAllReduce(1 int32) of barrier");
+    check_cuda(cudaStreamSynchronize(stream_), "cudaStreamSynchronize of barrier");
+    check(ncclSuccess, "barrier");  // errors that arose while the stream ran
+  }
+
+ private:
+  // The NCCL version, the device and the barrier's word; "" or the error.
+  std::string prepare_device(int cuda_device) {
+    const std::string where = "distributed/comm_nccl.cpp: ";
+    int version = 0;
+    const ncclResult_t v = ncclGetVersion(&version);
+    if (v != ncclSuccess) return error_text("ncclGetVersion", v);
+    if (version < kMinNcclVersion)
+      return where + "NCCL " + std::to_string(version) + " is too old: ncclAvg and bf16 need NCCL " +
+             "2.10 (" + std::to_string(kMinNcclVersion) + ") or newer";
+    cudaError_t e = cudaSetDevice(cuda_device);
+    if (e != cudaSuccess)
+      return where + "cudaSetDevice(" + std::to_string(cuda_device) + ") failed: " + cudaGetErrorString(e);
+    e = cudaMalloc(&barrier_word_, sizeof(int32_t));
+    if (e == cudaSuccess) e = cudaMemset(barrier_word_, 0, sizeof(int32_t));
+    if (e != cudaSuccess) return where + "cudaMalloc of 4 bytes failed: " + cudaGetErrorString(e);
+    return {};
+  }
+
+  // Rank 0 makes the id, the bootstrap (host memory) carries it to every rank.
+  IdMessage unique_id_from_rank0(Communicator& bootstrap) {
+    IdMessage msg{};
+    if (rank_ == 0) msg.result = ncclGetUniqueId(&msg.id);
+    bootstrap.broadcast(&msg, sizeof msg, 0);
+    if (msg.result != ncclSuccess) {
+      failed_ = true;
+      throw std::runtime_error(prefix_ + (rank_ == 0 ? "" : "on rank 0: ") +
+                               error_text("ncclGetUniqueId", static_cast<ncclResult_t>(msg.result)));
+    }
+    return msg;
+  }
+
+  // Throws on every rank if any rank failed: its own error where it failed, a
+  // pointer to the others' elsewhere.
+  void agree(Communicator& bootstrap, const std::string& my_error, const char* step) {
+    int32_t any_failed = my_error.empty() ? 0 : 1;
+    bootstrap.all_reduce(&any_failed, &any_failed, 1, DataType::kInt32, ReduceOp::kMax);
+    if (any_failed == 0) return;
+    failed_ = true;
+    throw std::runtime_error(prefix_ + (my_error.empty()
+                                            ? std::string(step) + " failed on another rank (see its error)"
+                                            : my_error));
+  }
+
+  // "distributed/comm_nccl.cpp: CALL failed: <ncclGetErrorString>: <ncclGetLastError>",
+  // plus the communicator's asynchronous error when there is one: a call refused
+  // because an earlier collective failed then names that failure too.
+  std::string error_text(const std::string& what, ncclResult_t r) const {
+    std::string text = "distributed/comm_nccl.cpp: " + what + " failed: " + ncclGetErrorString(r) +
+                       last_error();
+    ncclResult_t async = ncclSuccess;
+    if (comm_ != nullptr && ncclCommGetAsyncError(comm_, &async) == ncclSuccess &&
+        async != ncclSuccess && async != ncclInProgress)
+      text += std::string(" (asynchronous error of the communicator: ") + ncclGetErrorString(async) + ")";
+    return text;
+  }
+
+  // ": <ncclGetLastError>", or nothing when NCCL left no message.
+  std::string last_error() const {
+    const char* last = ncclGetLastError(comm_);
+    return last != nullptr && *last != '\0' ? ": " + std::string(last) : std::string();
+  }
+
+  // Every error marks the communicator failed: the peers may be waiting inside
+  // the collective this rank gives up on, so it can only be aborted.
+  [[noreturn]] void fail(const std::string& what, ncclResult_t r) {
+    failed_ = true;
+    throw std::runtime_error(prefix_ + error_text(what, r));
+  }
+
+  // The call's own result, then the communicator's asynchronous error state: a
+  // collective that failed while running (this one or an earlier one) shows there.
+  void check(ncclResult_t r, const std::string& what) {
+    if (r != ncclSuccess) fail(what, r);
+    ncclResult_t async = ncclSuccess;
+    const ncclResult_t q = ncclCommGetAsyncError(comm_, &async);
+    if (q != ncclSuccess) fail("ncclCommGetAsyncError after " + what, q);
+    if (async == ncclSuccess || async == ncclInProgress) return;
+    failed_ = true;
+    throw std::runtime_error(prefix_ + "distributed/comm_nccl.cpp: a collective failed while running (" +
+                             "reported after " + what + "): " + ncclGetErrorString(async) + last_error());
+  }
+
+  void check_cuda(cudaError_t e, const std::string& what) {
+    if (e == cudaSuccess) return;
+    failed_ = true;
+    throw std::runtime_error(prefix_ + "distributed/comm_nccl.cpp: " + what + " failed: " +
+                             cudaGetErrorName(e) + ": " + cudaGetErrorString(e));
+  }
+
+  // World 1: a collective is the identity, so a copy at most and no NCCL call.
+  void copy(void* dst, const void* src, size_t bytes) {
+    if (dst == src || bytes == 0) return;
+    check_cuda(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream_),
+               "cudaMemcpyAsync (world of one)");
+  }
+
+  std::string prefix_;
+  const int rank_;
+  const int world_;
+  const cudaStream_t stream_;
+  ncclComm_t comm_ = nullptr;
+  void* barrier_word_ = nullptr;  // device int32 reduced by barrier()
+  bool failed_ = false;           // abort instead of destroy
+};
+
+}  // namespace
+
+std::unique_ptr<Communicator> make_nccl_communicator(Communicator& bootstrap, int cuda_device,
+                                                     void* cuda_stream) {
+  auto comm = std::make_unique<NcclCommunicator>(bootstrap, static_cast<cudaStream_t>(cuda_stream));
+  comm->init(bootstrap, cuda_device);  // on failure the destructor releases what was made
+  return comm;
+}
+
+}  // namespace gpt2
