@@ -91,6 +91,9 @@ bool valid_event(cudaEvent_t event) {
 
 }  // namespace
 
+// For emu/nccl.cpp: whether [p, p+bytes) is device memory (NCCL refuses host buffers).
+bool device_memory_range(const void* p, size_t bytes) { return is_device_range(p, bytes); }
+
 void record_error(cudaError_t status) {
   if (status != cudaSuccess) tls_last_error = status;
 }

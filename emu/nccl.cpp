@@ -39,6 +39,7 @@
 #include <vector>
 
 #include "emu/control.h"
+#include "emu/runtime_internal.h"
 
 struct ncclComm {
   MPI_Comm mpi;
@@ -291,6 +292,11 @@ ncclResult_t validate(const Op& o, cudaStream_t stream) {
                                          std::to_string(o.comm->nranks) + ")");
   if (o.send == nullptr && send_bytes(o) > 0) return warn(ncclInvalidArgument, name + ": sendbuff is NULL");
   if (o.recv == nullptr && recv_bytes(o) > 0) return warn(ncclInvalidArgument, name + ": recvbuff is NULL");
+  // A host pointer faults a GPU's NCCL kernel (NCCL_CHECK_POINTERS=1 refuses it up front): refuse it.
+  if (send_bytes(o) > 0 && !::gpt2::emu::device_memory_range(o.send, send_bytes(o)))
+    return warn(ncclInvalidArgument, name + ": sendbuff is not device memory (cudaMalloc)");
+  if (recv_bytes(o) > 0 && o.recv != nullptr && !::gpt2::emu::device_memory_range(o.recv, recv_bytes(o)))
+    return warn(ncclInvalidArgument, name + ": recvbuff is not device memory (cudaMalloc)");
   if (cudaStreamQuery(stream) != cudaSuccess)
     return warn(ncclUnhandledCudaError, name + ": stream is not a valid CUDA stream");
   return check_in_place(o);

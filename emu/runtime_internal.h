@@ -11,6 +11,8 @@
 namespace gpt2 {
 namespace emu {
 
+// True when [p, p+bytes) lies inside one cudaMalloc allocation (emu/cudart.cpp).
+bool device_memory_range(const void* p, size_t bytes);
 // cudaGetLastError state of the calling host thread.
 void record_error(cudaError_t status);
 // Opt-in dynamic shared memory set with cudaFuncSetAttribute (0 when never set).

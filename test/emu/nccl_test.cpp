@@ -241,6 +241,21 @@ TEST_F(NcclTest, InPlaceReduceScatterNeedsExactOffset) {
   cudaFree(buf2);
 }
 
+TEST_F(NcclTest, HostBuffersRefused) {
+  std::vector<float> h(6, 1.0f + rank_);
+  float* d = to_device(h);
+  // twin: device buffers
+  ASSERT_EQ(ncclAllReduce(d, d, h.size(), ncclFloat, ncclSum, comm_, 0), ncclSuccess);
+  // planted: a host buffer (on a GPU, an illegal-address fault inside NCCL's kernel)
+  EXPECT_EQ(ncclAllReduce(h.data(), h.data(), h.size(), ncclFloat, ncclSum, comm_, 0), ncclInvalidArgument);
+  EXPECT_NE(last_error().find("sendbuff is not device memory"), std::string::npos) << last_error();
+  EXPECT_EQ(ncclAllReduce(d, h.data(), h.size(), ncclFloat, ncclSum, comm_, 0), ncclInvalidArgument);
+  EXPECT_NE(last_error().find("recvbuff is not device memory"), std::string::npos) << last_error();
+  show("refused");
+  EXPECT_EQ(h, std::vector<float>(6, 1.0f + rank_));  // nothing ran
+  cudaFree(d);
+}
+
 TEST_F(NcclTest, InPlaceAllGatherNeedsExactOffset) {
   const int count = 6;
   std::vector<float> h(count * nranks_ + 1, -1.0f);
