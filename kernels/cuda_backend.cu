@@ -60,7 +60,10 @@ bool launch_blocking_env() {
 class CudaBackend final : public Backend {
  public:
   CudaBackend(int device, const CudaBackendOptions& options)
-      : bf16_(options.bf16), sync_ops_(options.sync_after_ops || launch_blocking_env()), storage_bytes_(options.bf16 ? 2 : 4) {
+      : device_(device),
+        bf16_(options.bf16),
+        sync_ops_(options.sync_after_ops || launch_blocking_env()),
+        storage_bytes_(options.bf16 ? 2 : 4) {
     int count = 0;
     CUDA_CHECK(cudaGetDeviceCount(&count));
     if (device < 0 || device >= count)
@@ -88,6 +91,7 @@ class CudaBackend final : public Backend {
 
   std::string name() const override { return "cuda"; }
   bool is_host_memory() const override { return false; }
+  CudaPlacement placement() const { return CudaPlacement{device_, stream_}; }
 
   // ---- memory -------------------------------------------------------------
   // kParams, kGrads, kActivations hold the storage type (fp32 or bf16);
@@ -383,6 +387,7 @@ class CudaBackend final : public Backend {
     stream_ = nullptr;
   }
 
+  int device_ = -1;
   bool bf16_ = false;
   bool sync_ops_ = false;  // drain the stream after every op (fault attribution)
   uint32_t storage_bytes_ = 4;  // element size of params, grads, activations
@@ -411,6 +416,13 @@ std::unique_ptr<Backend> make_cuda_backend(int device) {
 
 std::unique_ptr<Backend> make_cuda_backend(int device, const CudaBackendOptions& options) {
   return std::make_unique<CudaBackend>(device, options);
+}
+
+CudaPlacement cuda_placement(const Backend& backend) {
+  const auto* cuda = dynamic_cast<const CudaBackend*>(&backend);
+  if (cuda == nullptr)
+    throw std::runtime_error("cuda_placement: the " + backend.name() + " backend is not the CUDA backend");
+  return cuda->placement();
 }
 
 }  // namespace gpt2

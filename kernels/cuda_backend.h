@@ -42,6 +42,16 @@ int cuda_device_count();
 std::unique_ptr<Backend> make_cuda_backend(int device);
 std::unique_ptr<Backend> make_cuda_backend(int device, const CudaBackendOptions& options);
 
+// Where a CUDA backend works: its device index and its compute stream (a
+// cudaStream_t), on which every op is queued. The NCCL communicator enqueues
+// its collectives on that stream so they are ordered with the backend's
+// kernels. Throws std::runtime_error for any other backend.
+struct CudaPlacement {
+  int device = -1;
+  void* stream = nullptr;
+};
+CudaPlacement cuda_placement(const Backend& backend);
+
 }  // namespace gpt2
 
 #endif  // KERNELS_CUDA_BACKEND_H

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <stdexcept>
+#include <string>
 
 namespace gpt2 {
 
@@ -19,46 +20,63 @@ std::vector<ParamTensorSpec> zero_tensor_specs(const ParamLayout& layout) {
   return specs;
 }
 
-DataParallel::DataParallel(Backend& backend, Communicator& comm, const ParamLayout& layout, int zero_stage)
+DataType comm_data_type(uint32_t elem_bytes) {
+  if (elem_bytes == 4) return DataType::kFloat32;
+  if (elem_bytes == 2) return DataType::kBFloat16;
+  throw std::runtime_error("data parallel: no communicated type for " + std::to_string(elem_bytes) +
+                           "-byte buffer elements");
+}
+
+DataParallel::DataParallel(Backend& backend, Communicator& buffers, Communicator& host, const ParamLayout& layout,
+                           int zero_stage)
     : backend_(backend),
-      comm_(comm),
+      comm_(buffers),
+      host_(host),
       stage_(zero_stage),
       num_params_(layout.total),
-      plan_(zero_tensor_specs(layout), comm.world()) {
+      plan_(zero_tensor_specs(layout), buffers.world()) {
   if (zero_stage < 0 || zero_stage > 2) throw std::runtime_error("--zero-stage must be 0, 1 or 2");
-  // One rank moves no buffers through the communicator (stage 2's unit
-  // exchange still does; it is refused below for that case).
-  if (comm.world() > 1 && comm.is_device_memory() == backend.is_host_memory())
-    throw std::runtime_error("communicator (" + comm.name() + ") and backend (" + backend.name() +
-                             ") disagree on where memory lives");
+  if (buffers.world() != host.world() || buffers.rank() != host.rank())
+    throw std::runtime_error("data parallel: the " + buffers.name() + " and " + host.name() +
+                             " communicators disagree on rank/world");
+  if (host.world() > 1 && host.is_device_memory())
+    throw std::runtime_error("data parallel: host scalars need a host-memory communicator, not " + host.name());
+  // One rank moves no buffers through the communicator except stage 2's unit
+  // exchange, so only then must its memory kind match the backend's.
+  if ((buffers.world() > 1 || stage_ == 2) && buffers.is_device_memory() == backend.is_host_memory())
+    throw std::runtime_error("communicator (" + buffers.name() + ") and backend (" + backend.name() +
+                             ") disagree on where memory lives" +
+                             (stage_ == 2 && buffers.world() == 1 ? " (--zero-stage 2 exchanges buffers)" : ""));
   if (stage_ == 0) {
     opt_begin_ = 0;
     opt_end_ = num_params_;
   } else {
-    const ElemRange s = plan_.shard(comm.rank());
+    const ElemRange s = plan_.shard(buffers.rank());
     opt_begin_ = std::min(s.begin, num_params_);
     opt_end_ = std::min(s.end, num_params_);
   }
-  if (stage_ == 2 && comm.is_device_memory() == backend.is_host_memory())
-    throw std::runtime_error("--zero-stage 2 on the " + backend.name() + " backend needs a communicator for its memory");
-  if (stage_ == 2) {
-    shard_grads_ = backend_.alloc(plan_.shard_size(), BufferRole::kGrads);
-    backend_.zero(shard_grads_);
-    // The slice length must be the same on every rank (the slices are
-    // collectives), so it derives from the plan alone: the largest part any
-    // rank owns of any unit, capped.
-    size_t most = 1;
-    for (int u = 0; u < plan_.num_units(); u++)
-      for (size_t c : plan_.unit(u).counts) most = std::max(most, c);
-    // GPT2_ZERO2_SLICE_ELEMS overrides the cap (tests use it to force many slices).
-    size_t cap = kMaxExchangeSlice;
-    if (const char* env = std::getenv("GPT2_ZERO2_SLICE_ELEMS")) {
-      const long long v = std::atoll(env);
-      if (v < 1) throw std::runtime_error("GPT2_ZERO2_SLICE_ELEMS must be a positive element count");
-      cap = static_cast<size_t>(v);
-    }
-    recv_ = backend_.alloc(std::min(most, cap), BufferRole::kScratch);
+  if (stage_ == 2) allocate_stage2_buffers();
+}
+
+// Stage 2's gradient shard and receive buffer, both of the gradients' element
+// type (the receive buffer is added into the shard).
+void DataParallel::allocate_stage2_buffers() {
+  shard_grads_ = backend_.alloc(plan_.shard_size(), BufferRole::kGrads);
+  backend_.zero(shard_grads_);
+  // The slice length must be the same on every rank (the slices are
+  // collectives), so it derives from the plan alone: the largest part any
+  // rank owns of any unit, capped.
+  size_t most = 1;
+  for (int u = 0; u < plan_.num_units(); u++)
+    for (size_t c : plan_.unit(u).counts) most = std::max(most, c);
+  // GPT2_ZERO2_SLICE_ELEMS overrides the cap (tests use it to force many slices).
+  size_t cap = kMaxExchangeSlice;
+  if (const char* env = std::getenv("GPT2_ZERO2_SLICE_ELEMS")) {
+    const long long v = std::atoll(env);
+    if (v < 1) throw std::runtime_error("GPT2_ZERO2_SLICE_ELEMS must be a positive element count");
+    cap = static_cast<size_t>(v);
   }
+  recv_ = backend_.alloc(std::min(most, cap), BufferRole::kGrads);
 }
 
 DataParallel::~DataParallel() {
@@ -85,6 +103,9 @@ void DataParallel::reduce_unit(GPT2& model, int unit) {
   const size_t world = static_cast<size_t>(comm_.world()), me = static_cast<size_t>(comm_.rank());
   Tensor send = model.unit_grads(unit);
   if (send.numel != ex.numel) throw std::runtime_error("ZeRO-2: unit buffer size disagrees with the plan");
+  if (send.elem_bytes != recv_.elem_bytes)
+    throw std::runtime_error("ZeRO-2: unit gradients and the receive buffer differ in element size");
+  const DataType type = comm_data_type(send.elem_bytes);
   std::vector<size_t> start(world + 1, 0);
   for (size_t r = 0; r < world; r++) start[r + 1] = start[r] + ex.counts[r];
   std::vector<size_t> counts(world);
@@ -92,7 +113,7 @@ void DataParallel::reduce_unit(GPT2& model, int unit) {
     const size_t b = std::min(ex.numel, a + recv_.numel);
     for (size_t r = 0; r < world; r++)
       counts[r] = std::max(start[r], std::min(b, start[r + 1])) - std::max(start[r], std::min(a, start[r + 1]));
-    comm_.reduce_scatter_v(send.slice(a, b - a).ptr, counts[me] ? recv_.ptr : nullptr, counts, DataType::kFloat32,
+    comm_.reduce_scatter_v(send.slice(a, b - a).ptr, counts[me] ? recv_.ptr : nullptr, counts, type,
                            ReduceOp::kAvg);
     // Received: my packed positions [lo, hi); walk my pieces over them.
     const size_t lo = std::max(a, start[me]), hi = std::min(b, start[me + 1]);
@@ -111,12 +132,13 @@ void DataParallel::reduce_unit(GPT2& model, int unit) {
 void DataParallel::reduce_gradients(GPT2& model) {
   if (comm_.world() == 1 || stage_ == 2) return;  // stage 2 reduced during backward
   Tensor g = model.grads();
+  const DataType type = comm_data_type(g.elem_bytes);
   if (stage_ == 0) {
-    comm_.all_reduce(g.ptr, g.ptr, g.numel, DataType::kFloat32, ReduceOp::kAvg);
+    comm_.all_reduce(g.ptr, g.ptr, g.numel, type, ReduceOp::kAvg);
   } else {
     const size_t S = plan_.shard_size();
     Tensor mine = g.slice(S * static_cast<size_t>(comm_.rank()), S);  // in place: NCCL's convention
-    comm_.reduce_scatter(g.ptr, mine.ptr, S, DataType::kFloat32, ReduceOp::kAvg);
+    comm_.reduce_scatter(g.ptr, mine.ptr, S, type, ReduceOp::kAvg);
   }
 }
 
@@ -131,9 +153,7 @@ double DataParallel::grad_norm(GPT2& model) {
   // Padding elements are zero, so squaring the whole shard is exact.
   const ElemRange s = plan_.shard(comm_.rank());
   Tensor mine = stage_ == 2 ? shard_grads_ : model.grads().slice(s.begin, s.size());
-  double sq = backend_.sum_squares(mine);
-  comm_.all_reduce(&sq, &sq, 1, DataType::kFloat64, ReduceOp::kSum);
-  return std::sqrt(sq);
+  return std::sqrt(all_reduce_value(host_, backend_.sum_squares(mine), ReduceOp::kSum));
 }
 
 void DataParallel::gather_params(GPT2& model) {
@@ -141,7 +161,7 @@ void DataParallel::gather_params(GPT2& model) {
   Tensor p = model.params();
   const size_t S = plan_.shard_size();
   Tensor mine = p.slice(S * static_cast<size_t>(comm_.rank()), S);
-  comm_.all_gather(mine.ptr, p.ptr, S, DataType::kFloat32);
+  comm_.all_gather(mine.ptr, p.ptr, S, comm_data_type(p.elem_bytes));
 }
 
 size_t DataParallel::gradient_bytes(const GPT2& model) const {

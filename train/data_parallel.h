@@ -1,6 +1,11 @@
-// Data parallelism with ZeRO stages 0/1/2 over a Communicator, on whatever
-// memory the backend owns (host pointers with MPI today; device pointers with
-// NCCL when the CUDA backend arrives — the calls are the same).
+// Data parallelism with ZeRO stages 0/1/2, on whatever memory the backend
+// owns, over two communicators:
+//   * `buffers` moves the backend's tensors (gradients, parameters): the MPI
+//     communicator for host memory (CPU backend), the NCCL communicator for
+//     device memory (CUDA backend). The element type of each call follows the
+//     tensors (Tensor::elem_bytes: 4 -> kFloat32, 2 -> kBFloat16).
+//   * `host` carries host scalars (the gradient norm's partial sums): always
+//     host memory (MPI). With the CPU backend both are the same communicator.
 //
 //   stage 0: full gradients all-reduced (averaged); every rank updates every
 //            parameter with its own full optimizer state.
@@ -10,9 +15,10 @@
 //   stage 2: as 1, but no full gradient buffer exists: the model stages one
 //            layer's gradients at a time (GradMode::kStaged) and, right after
 //            each layer's backward, that unit is reduce-scattered and added into
-//            this rank's gradient shard (the structure that overlaps
-//            communication with compute on GPUs). Correct with accumulation:
-//            every micro-step adds its reduced unit into the shard.
+//            this rank's gradient shard (the structure that can overlap
+//            communication with compute on GPUs; not yet: the NCCL calls run
+//            on the compute stream). Correct with accumulation: every
+//            micro-step adds its reduced unit into the shard.
 // The global gradient norm is computed once per step: each rank squares its
 // shard (stage 0: the whole, identical everywhere) and one all-reduce sums.
 #ifndef TRAIN_DATA_PARALLEL_H
@@ -30,7 +36,10 @@ namespace gpt2 {
 
 class DataParallel {
  public:
-  DataParallel(Backend& backend, Communicator& comm, const ParamLayout& layout, int zero_stage);
+  // `buffers` and `host` span the same ranks; `host` works on host memory and
+  // `buffers` on the backend's (the same communicator for a host backend).
+  DataParallel(Backend& backend, Communicator& buffers, Communicator& host, const ParamLayout& layout,
+               int zero_stage);
   ~DataParallel();
   DataParallel(const DataParallel&) = delete;
   DataParallel& operator=(const DataParallel&) = delete;
@@ -57,10 +66,12 @@ class DataParallel {
   size_t gradient_bytes(const GPT2& model) const;
 
  private:
+  void allocate_stage2_buffers();
   void reduce_unit(GPT2& model, int unit);
 
   Backend& backend_;
-  Communicator& comm_;
+  Communicator& comm_;  // the backend's buffers
+  Communicator& host_;  // host scalars
   const int stage_;
   const size_t num_params_;
   ZeroPlan plan_;
@@ -71,6 +82,11 @@ class DataParallel {
 
 // The ZeroPlan tensor list of a model layout (names, sizes, stacking).
 std::vector<ParamTensorSpec> zero_tensor_specs(const ParamLayout& layout);
+
+// The communicated element type of a floating-point buffer of this element
+// size: 4 -> kFloat32, 2 -> kBFloat16 (the CUDA backend's bf16 storage).
+// Throws std::runtime_error for any other size.
+DataType comm_data_type(uint32_t elem_bytes);
 
 }  // namespace gpt2
 

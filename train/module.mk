@@ -23,11 +23,20 @@ TRAIN_LIB_NO_LOOP := $(BUILD)/libtrain_parts.a
 $(TRAIN_LIB_NO_LOOP): $(patsubst %.cpp,$(BUILD)/%.o,$(filter-out train/trainer.cpp,$(TRAIN_SRCS)))
 	@mkdir -p $(@D)
 	$(AR) rcs $@ $^
-TRAINER_CUDA_LIBS := $(TRAINER_CUDA_OBJ) $(TRAIN_LIB_NO_LOOP) $(filter-out $(TRAIN_LIB),$(TRAINER_LIBS))
+# The CUDA-capable trainers move device buffers between ranks with the NCCL
+# communicator (distributed/comm_nccl.h): its library goes before libdistributed.a
+# (it implements that library's Communicator), and the program links NCCL itself:
+# the real -lnccl (nvcc builds) or the emulator's NCCL over MPI (train_gpt2cu_emu).
+TRAINER_CUDA_LIBS := $(TRAINER_CUDA_OBJ) $(TRAIN_LIB_NO_LOOP) \
+                     $(filter-out $(TRAIN_LIB) $(DISTRIBUTED_LIB),$(TRAINER_LIBS)) \
+                     $(DISTRIBUTED_NCCL_LIB) $(DISTRIBUTED_LIB)
+# -lnccl is found through CUDA_LDLIBS' -L$(CUDA_HOME)/lib64 (the toolkit's NCCL) or the system paths.
+NCCL_LDLIBS := -lnccl
 
 HAVE_NVCC := $(wildcard $(NVCC))
 ifneq ($(HAVE_NVCC),)
-TRAINER_CUDA_LINK = $(CXX) $(LDFLAGS) -o $@ $< $(KERNELS_CUDA_FAT_OBJ) $(TRAINER_CUDA_LIBS) $(TRAINER_LDLIBS) $(CUDA_LDLIBS)
+TRAINER_CUDA_LINK = $(CXX) $(LDFLAGS) -o $@ $< $(KERNELS_CUDA_FAT_OBJ) $(TRAINER_CUDA_LIBS) $(TRAINER_LDLIBS) \
+                    $(CUDA_LDLIBS) $(NCCL_LDLIBS)
 train_gpt2cu: $(BUILD)/train_gpt2.cu.o $(KERNELS_CUDA_FAT_OBJ) $(TRAINER_CUDA_LIBS)
 	$(TRAINER_CUDA_LINK)
 # The same program under $(BUILD) (the GPU kit builds it with portable flags there).
@@ -45,8 +54,9 @@ endif
 # The same trainer with the CUDA backend running on the emulator: executes the
 # CUDA backend through the real training loop in tests (--device cuda).
 TRAINER_EMU := $(BUILD)/train_gpt2cu_emu
-$(TRAINER_EMU): $(BUILD)/train_gpt2.cu.o $(KERNELS_CUDA_EMU_LIB) $(TRAINER_CUDA_LIBS) $(EMU_LIB)
-	$(CXX) $(LDFLAGS) -o $@ $< $(TRAINER_CUDA_LIBS) $(KERNELS_CUDA_EMU_LIB) $(BACKEND_CPU_LIB) $(EMU_LIB) $(TRAINER_LDLIBS) $(EMU_LIBS)
+$(TRAINER_EMU): $(BUILD)/train_gpt2.cu.o $(KERNELS_CUDA_EMU_LIB) $(TRAINER_CUDA_LIBS) $(EMU_NCCL_LIB) $(EMU_LIB)
+	$(CXX) $(LDFLAGS) -o $@ $< $(TRAINER_CUDA_LIBS) $(KERNELS_CUDA_EMU_LIB) $(BACKEND_CPU_LIB) $(EMU_NCCL_LIB) \
+	  $(EMU_LIB) $(TRAINER_LDLIBS) $(EMU_LIBS) $(EMU_MPI_LIBS)
 
 BINS += train_gpt2cu
 
@@ -66,6 +76,10 @@ TESTS += $(TRAIN_UNIT_TEST) $(TORCH_COMPARE_TEST)
 TEST_SCRIPTS += test/e2e/resume_test.sh test/e2e/trainer_cli_test.sh test/e2e/cuda_emu_train_test.sh \
                 test/e2e/device_fault_test.sh
 TEST_PREREQS += train_gpt2cu $(TRAINER_EMU)
+# Multi-rank training on the CUDA backend through the NCCL communicator (emulated:
+# one device per rank), ZeRO 0/1/2, fp32 and bf16, against one rank and the CPU
+# backend; runs $(TRAINER_EMU) (--device cuda and --device cpu) under mpirun.
+TEST_SCRIPTS += test/distributed/zero_cuda_emu_test.sh
 
 # ---- benchmark: `make bench` (dev/train/bench.sh: ours vs PyTorch, MFU) ------------
 BENCH_TRAIN_STEP := $(BUILD)/dev/train/bench_train_step

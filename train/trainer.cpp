@@ -1,5 +1,6 @@
 #include "train/trainer.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -11,6 +12,7 @@
 
 #include "backend/backend.h"
 #ifdef GPT2_WITH_CUDA
+#include "distributed/comm_nccl.h"
 #include "kernels/cuda_backend.h"
 #endif
 #include "dataloader/dataloader.h"
@@ -39,6 +41,8 @@ double seconds_since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
+// ---- backend and communicators ---------------------------------------------------
+
 // --device: cpu; cuda (an error without a GPU); auto = CUDA when this binary
 // has the CUDA backend and a GPU is visible, else CPU. Each rank takes the GPU
 // of its local rank; more ranks on a node than GPUs is refused, never wrapped.
@@ -48,9 +52,6 @@ std::unique_ptr<Backend> make_backend(const TrainOptions& o, const DistContext& 
   const int gpus = cuda_device_count();
   if (gpus > 0) {
     const int device = cuda_device_for_rank(dist, gpus, std::getenv("CUDA_VISIBLE_DEVICES"));
-    if (dist.world > 1)
-      throw std::runtime_error("multi-rank training on the CUDA backend needs the NCCL communicator, which is "
-                               "not implemented yet (use --device cpu for multi-rank runs)");
     CudaBackendOptions co;
     co.bf16 = o.dtype == "bf16";
     return make_cuda_backend(device, co);
@@ -62,6 +63,54 @@ std::unique_ptr<Backend> make_backend(const TrainOptions& o, const DistContext& 
 #endif
   return make_cpu_backend(o.threads);
 }
+
+// make_backend, refusing what the chosen backend cannot do.
+std::unique_ptr<Backend> make_checked_backend(const TrainOptions& o, const DistContext& dist) {
+  std::unique_ptr<Backend> backend = make_backend(o, dist);
+  if (o.dtype == "bf16" && backend->name() == "cpu")
+    throw std::runtime_error("--dtype bf16 needs the CUDA backend (the CPU backend is the fp32 reference)");
+  return backend;
+}
+
+// The communicator for the backend's buffers when the host one (MPI) cannot
+// move them; nullptr when it can. A device backend needs one as soon as
+// buffers travel: several ranks, or ZeRO-2's unit exchange (also at one rank).
+// For the CUDA backend that is NCCL on the backend's device and compute stream,
+// bootstrapped through the host communicator.
+std::unique_ptr<Communicator> make_buffer_communicator(Backend& backend, Communicator& host, int zero_stage) {
+  if (backend.is_host_memory() || (host.world() == 1 && zero_stage != 2)) return nullptr;
+#ifdef GPT2_WITH_CUDA
+  const CudaPlacement at = cuda_placement(backend);
+  return make_nccl_communicator(host, at.device, at.stream);
+#else
+  throw std::runtime_error("the " + backend.name() + " backend needs a device communicator, which this binary lacks");
+#endif
+}
+
+// The host communicator (MPI: loss, gradient norm, stop check, barriers) and
+// the one for the backend's buffers (NCCL for device memory; else the host one).
+struct Communicators {
+  Communicator& host;
+  std::unique_ptr<Communicator> device;
+
+  Communicator& buffers() { return device ? *device : host; }
+  void reset_stats() {
+    host.reset_stats();
+    if (device) device->reset_stats();
+  }
+  uint64_t sent_bytes() const {
+    uint64_t sum = 0;
+    for (const CommTraffic& t : host.stats()) sum += t.sent_bytes;
+    if (device)
+      for (const CommTraffic& t : device->stats()) sum += t.sent_bytes;
+    return sum;
+  }
+  std::string describe() const {
+    return device ? device->name() + " (buffers), " + host.name() + " (host scalars)" : host.name();
+  }
+};
+
+// ---- configuration -------------------------------------------------------------------
 
 // The model config the options ask for (a preset plus overrides, or a file's header).
 GPT2Config requested_config(const TrainOptions& o, bool* from_file) {
@@ -78,315 +127,411 @@ GPT2Config requested_config(const TrainOptions& o, bool* from_file) {
   return read_model_config(o.model);
 }
 
+// Micro-batch B x T per rank, and the micro-batches per optimizer step.
+struct BatchShape {
+  int B = 0, T = 0;
+  int64_t total_batch = 0;  // tokens per optimizer step, all ranks
+  int grad_accum = 1;
+};
+
+BatchShape batch_shape(const TrainOptions& o, const GPT2Config& cfg, int world, TrainLogger& log) {
+  BatchShape s;
+  s.B = o.batch_size;
+  s.T = std::min(o.seq_len, cfg.max_seq_len);
+  if (o.seq_len > cfg.max_seq_len)
+    log.info("note: --seq-len " + std::to_string(o.seq_len) + " capped to the model's max_seq " +
+             std::to_string(cfg.max_seq_len));
+  const int64_t tokens_per_micro = static_cast<int64_t>(s.B) * s.T * world;
+  s.total_batch = o.total_batch_tokens < 0 ? tokens_per_micro : o.total_batch_tokens;
+  if (s.total_batch % tokens_per_micro != 0)
+    throw std::runtime_error("--total-batch-tokens " + std::to_string(s.total_batch) +
+                             " is not a multiple of B*T*world = " + std::to_string(tokens_per_micro));
+  s.grad_accum = static_cast<int>(s.total_batch / tokens_per_micro);
+  return s;
+}
+
+DataLoaderOptions train_loader_options(const TrainOptions& o, const BatchShape& s, const DistContext& dist,
+                                       int vocab_size) {
+  DataLoaderOptions lo;
+  lo.pattern = o.train_data;
+  lo.B = s.B;
+  lo.T = s.T;
+  lo.rank = dist.rank;
+  lo.world = dist.world;
+  lo.grad_accum = s.grad_accum;
+  lo.shuffle = !o.no_shuffle;
+  lo.seed = o.seed;
+  lo.vocab_size = vocab_size;
+  return lo;
+}
+
+AdamWHyper adamw_hyper(const TrainOptions& o) {
+  AdamWHyper h;
+  h.beta1 = o.beta1;
+  h.beta2 = o.beta2;
+  h.eps = o.adam_eps;
+  h.weight_decay = o.weight_decay;
+  return h;
+}
+
+LrSchedule lr_schedule(const TrainOptions& o, int total_steps) {
+  LrSchedule s;
+  s.kind = LrSchedule::parse_kind(o.lr_schedule);
+  s.max_lr = o.lr;
+  s.warmup_steps = o.warmup_steps;
+  s.total_steps = total_steps;
+  s.final_frac = o.final_lr_frac;
+  s.wsd_decay_frac = o.wsd_decay_frac;
+  return s;
+}
+
+// The GPT-2 tokenizer, for samples only: without the vocabulary samples print
+// token ids (nullptr), unless a --prompt needs encoding.
+std::unique_ptr<Tokenizer> load_tokenizer(const TrainOptions& o, TrainLogger& log) {
+  try {
+    return std::make_unique<Tokenizer>(Tokenizer::from_default_location());
+  } catch (const std::exception& e) {
+    if (!o.prompt.empty()) throw std::runtime_error(std::string("--prompt needs the GPT-2 vocabulary: ") + e.what());
+    log.info(std::string("note: no GPT-2 vocabulary (") + e.what() + "); samples print token ids");
+  }
+  return nullptr;
+}
+
 std::string join_tokens(const std::vector<int32_t>& ids) {
   std::ostringstream s;
   for (size_t i = 0; i < ids.size(); i++) s << (i ? " " : "") << ids[i];
   return s.str();
 }
 
-}  // namespace
+// ---- the run ---------------------------------------------------------------------------
 
-int run_training(const TrainOptions& opts, const DistContext& dist, Communicator& comm) {
-  const bool main_rank = dist.is_main();
-  TrainLogger log(main_rank, opts.log_jsonl);
-  const int world = dist.world, rank = dist.rank;
+// One training job on this rank, phase by phase: set-up (constructor), init
+// or resume, banner, the loop, the end (checkpoint, final model).
+class TrainingRun {
+ public:
+  TrainingRun(const TrainOptions& opts, const DistContext& dist, Communicator& host);
+  int run();
 
-  // ---- backend and model ----------------------------------------------------
-  std::unique_ptr<Backend> backend = make_backend(opts, dist);
-  if (opts.dtype == "bf16" && backend->name() == "cpu")
-    throw std::runtime_error("--dtype bf16 needs the CUDA backend (the CPU backend is the fp32 reference)");
-  bool from_file = false;
-  const GPT2Config cfg = requested_config(opts, &from_file);
-  const int B = opts.batch_size;
-  const int T = std::min(opts.seq_len, cfg.max_seq_len);
-  if (opts.seq_len > cfg.max_seq_len)
-    log.info("note: --seq-len " + std::to_string(opts.seq_len) + " capped to the model's max_seq " +
-             std::to_string(cfg.max_seq_len));
-  const int64_t tokens_per_micro = static_cast<int64_t>(B) * T * world;
-  const int64_t total_batch = opts.total_batch_tokens < 0 ? tokens_per_micro : opts.total_batch_tokens;
-  if (total_batch % tokens_per_micro != 0)
-    throw std::runtime_error("--total-batch-tokens " + std::to_string(total_batch) + " is not a multiple of B*T*world = " +
-                             std::to_string(tokens_per_micro));
-  const int grad_accum = static_cast<int>(total_batch / tokens_per_micro);
+ private:
+  void init_or_resume();
+  void resume_from(uint64_t step);
+  void log_banner();
+  bool train_step(int step);  // false: a stop was requested before the step
+  double evaluate();
+  void sample(int step);
+  void save_checkpoint(int step);
+  int finish();
 
-  const ParamLayout layout = ParamLayout::for_config(cfg);
-  const size_t P = layout.total;
-  DataParallel dp(*backend, comm, layout, opts.zero_stage);
-  GPT2 model(*backend, cfg, B, T, dp.grad_mode(), dp.param_capacity());
+  const TrainOptions& opts_;
+  const DistContext& dist_;
+  const bool main_rank_;
+  TrainLogger log_;
+  std::unique_ptr<Backend> backend_;
+  bool from_file_ = false;
+  const GPT2Config cfg_;
+  const BatchShape shape_;
+  const ParamLayout layout_;
+  Communicators comms_;
+  DataParallel dp_;
+  GPT2 model_;
+  DataLoader train_loader_;
+  std::unique_ptr<DataLoader> val_loader_;
+  int64_t steps_per_epoch_ = 0;
+  int total_steps_ = 0;
+  AdamW optimizer_;
+  const AdamWHyper hyper_;
+  LrSchedule schedule_;
+  std::unique_ptr<Tokenizer> tokenizer_;
+  std::vector<int32_t> sample_context_{static_cast<int32_t>(Tokenizer::kEndOfText)};
+  std::unique_ptr<CheckpointDir> ckpt_;
+  std::vector<uint64_t> done_;  // complete checkpoints found by --resume
+  int start_step_ = 0;
+  int last_step_done_ = 0;
+  uint64_t nan_skips_ = 0;
+  Rng sample_rng_;
+  std::vector<int32_t> inputs_, targets_;
+  double time_sum_ = 0.0;
+  int timed_steps_ = 0;
+};
 
-  // ---- data -------------------------------------------------------------------
-  DataLoaderOptions train_lo;
-  train_lo.pattern = opts.train_data;
-  train_lo.B = B;
-  train_lo.T = T;
-  train_lo.rank = rank;
-  train_lo.world = world;
-  train_lo.grad_accum = grad_accum;
-  train_lo.shuffle = !opts.no_shuffle;
-  train_lo.seed = opts.seed;
-  train_lo.vocab_size = cfg.vocab_size;
-  DataLoader train_loader(train_lo);
-  std::unique_ptr<DataLoader> val_loader;
+TrainingRun::TrainingRun(const TrainOptions& opts, const DistContext& dist, Communicator& host)
+    : opts_(opts),
+      dist_(dist),
+      main_rank_(dist.is_main()),
+      log_(main_rank_, opts.log_jsonl),
+      backend_(make_checked_backend(opts, dist)),
+      cfg_(requested_config(opts, &from_file_)),
+      shape_(batch_shape(opts, cfg_, dist.world, log_)),
+      layout_(ParamLayout::for_config(cfg_)),
+      comms_{host, make_buffer_communicator(*backend_, host, opts.zero_stage)},
+      dp_(*backend_, comms_.buffers(), comms_.host, layout_, opts.zero_stage),
+      model_(*backend_, cfg_, shape_.B, shape_.T, dp_.grad_mode(), dp_.param_capacity()),
+      train_loader_(train_loader_options(opts, shape_, dist, cfg_.vocab_size)),
+      optimizer_(*backend_, layout_, dp_.opt_begin(), dp_.opt_end()),
+      hyper_(adamw_hyper(opts)),
+      sample_rng_(opts.seed ^ 0x5A4D504C45ULL) {
   if (opts.val_every > 0) {
-    DataLoaderOptions vlo = train_lo;
+    DataLoaderOptions vlo = train_loader_options(opts, shape_, dist, cfg_.vocab_size);
     vlo.pattern = opts.val_data;
     vlo.grad_accum = 1;
     vlo.shuffle = false;
-    val_loader = std::make_unique<DataLoader>(vlo);
+    val_loader_ = std::make_unique<DataLoader>(vlo);
   }
-  const int64_t steps_per_epoch = static_cast<int64_t>(train_loader.samples_per_epoch()) / (world * grad_accum);
-  const int total_steps = opts.max_steps > 0 ? opts.max_steps : static_cast<int>(steps_per_epoch);
-  if (total_steps < 1) throw std::runtime_error(opts.train_data + ": not enough tokens for one optimizer step");
-
-  // ---- optimizer: this rank's ZeRO shard (everything at stage 0) -------------
-  AdamW optimizer(*backend, layout, dp.opt_begin(), dp.opt_end());
-  AdamWHyper hyper;
-  hyper.beta1 = opts.beta1;
-  hyper.beta2 = opts.beta2;
-  hyper.eps = opts.adam_eps;
-  hyper.weight_decay = opts.weight_decay;
-  LrSchedule schedule;
-  schedule.kind = LrSchedule::parse_kind(opts.lr_schedule);
-  schedule.max_lr = opts.lr;
-  schedule.warmup_steps = opts.warmup_steps;
-  schedule.total_steps = total_steps;
-  schedule.final_frac = opts.final_lr_frac;
-  schedule.wsd_decay_frac = opts.wsd_decay_frac;
-
-  // ---- tokenizer (sampling only) -------------------------------------------
-  std::unique_ptr<Tokenizer> tokenizer;
-  try {
-    tokenizer = std::make_unique<Tokenizer>(Tokenizer::from_default_location());
-  } catch (const std::exception& e) {
-    if (!opts.prompt.empty()) throw std::runtime_error(std::string("--prompt needs the GPT-2 vocabulary: ") + e.what());
-    log.info(std::string("note: no GPT-2 vocabulary (") + e.what() + "); samples print token ids");
-  }
-  std::vector<int32_t> sample_context{static_cast<int32_t>(Tokenizer::kEndOfText)};
+  steps_per_epoch_ = static_cast<int64_t>(train_loader_.samples_per_epoch()) / (dist.world * shape_.grad_accum);
+  total_steps_ = opts.max_steps > 0 ? opts.max_steps : static_cast<int>(steps_per_epoch_);
+  if (total_steps_ < 1) throw std::runtime_error(opts.train_data + ": not enough tokens for one optimizer step");
+  schedule_ = lr_schedule(opts, total_steps_);
+  tokenizer_ = load_tokenizer(opts, log_);
   if (!opts.prompt.empty()) {
-    sample_context.clear();
-    for (uint32_t id : tokenizer->encode(opts.prompt)) sample_context.push_back(static_cast<int32_t>(id));
+    sample_context_.clear();
+    for (uint32_t id : tokenizer_->encode(opts.prompt)) sample_context_.push_back(static_cast<int32_t>(id));
   }
+  const size_t NT = static_cast<size_t>(shape_.B) * shape_.T;
+  inputs_.resize(NT);
+  targets_.resize(NT);
+}
 
-  // ---- init or resume --------------------------------------------------------
-  std::unique_ptr<CheckpointDir> ckpt;
-  if (!opts.output_dir.empty()) {
-    if (main_rank) make_directories(opts.output_dir);
-    comm.barrier();
-    ckpt = std::make_unique<CheckpointDir>(opts.output_dir);
+// Parameters and optimizer state: from the newest complete checkpoint with
+// --resume, else from --model (a file) or a random init.
+void TrainingRun::init_or_resume() {
+  if (!opts_.output_dir.empty()) {
+    if (main_rank_) make_directories(opts_.output_dir);
+    comms_.host.barrier();
+    ckpt_ = std::make_unique<CheckpointDir>(opts_.output_dir);
   }
-  int start_step = 0;
-  uint64_t nan_skips = 0;
-  Rng sample_rng(opts.seed ^ 0x5A4D504C45ULL);
-  std::vector<uint64_t> done = ckpt && opts.resume ? ckpt->complete_steps() : std::vector<uint64_t>{};
-  if (!done.empty()) {
-    const uint64_t step = done.back();
-    uint32_t old_world = 0, old_stage = 0;
-    ckpt->read_marker(step, &old_world, &old_stage);
-    ModelFile mf = read_model_file(ckpt->model_path(step));
-    if (mf.config != cfg)
-      throw std::runtime_error("--resume: " + ckpt->model_path(step) + " has config [" + mf.config.describe() +
-                               "] but this run is configured as [" + cfg.describe() + "]");
-    TrainState st = read_state_file(ckpt->state_path(step, 0));
-    if (st.batch_size != B || st.seq_len != T || st.total_batch_tokens != total_batch)
-      throw std::runtime_error("--resume: " + ckpt->state_path(step, 0) + " was written with B=" +
-                               std::to_string(st.batch_size) + " T=" + std::to_string(st.seq_len) +
-                               " total-batch-tokens=" + std::to_string(st.total_batch_tokens) +
-                               "; this run has B=" + std::to_string(B) + " T=" + std::to_string(T) +
-                               " total-batch-tokens=" + std::to_string(total_batch));
-    model.set_parameters(mf.params);
-    std::vector<float> m, v, master;
-    load_resharded_moments(*ckpt, step, old_world, optimizer.begin(), optimizer.end(), &m, &v, &master);
-    optimizer.attach_master(model.params());
-    optimizer.set_state(m, v, master);
-    train_loader.load_state(st.loader_state);
-    sample_rng.set_state(st.sample_rng);
-    nan_skips = st.nan_skips;
-    start_step = static_cast<int>(step);
-    log.info("resumed from " + ckpt->model_path(step) + " at step " + std::to_string(step) + " (written by " +
-             std::to_string(old_world) + " rank(s))");
+  if (ckpt_ && opts_.resume) done_ = ckpt_->complete_steps();
+  if (!done_.empty()) return resume_from(done_.back());
+  if (opts_.resume) log_.info("--resume: no complete checkpoint in " + opts_.output_dir + "; starting fresh");
+  if (from_file_) {
+    model_.set_parameters(read_model_file(opts_.model).params);
   } else {
-    if (opts.resume) log.info("--resume: no complete checkpoint in " + opts.output_dir + "; starting fresh");
-    if (from_file) {
-      model.set_parameters(read_model_file(opts.model).params);
-    } else {
-      model.init_random(opts.seed);
-    }
-    optimizer.attach_master(model.params());
+    model_.init_random(opts_.seed);
   }
+  optimizer_.attach_master(model_.params());
+}
 
-  // ---- banner -----------------------------------------------------------------
-  if (main_rank) {
-    log.info("+----------------------------------------------------------------------");
-    for (const auto& kv : describe_train_options(opts)) {
-      char line[512];
-      std::snprintf(line, sizeof(line), "| %-20s %s", kv.first.c_str(), kv.second.c_str());
-      log.info(line);
-    }
-    log.info("+----------------------------------------------------------------------");
-    log.info("| model        " + cfg.describe() + (from_file ? " from " + opts.model : std::string(" (random init)")));
-    log.info("| parameters   " + std::to_string(P) + " (" + format_bytes(P * 4.0) + " fp32)");
-    log.info("| backend      " + backend->name() + ", " + dist.describe());
-    log.info("| batch        B=" + std::to_string(B) + " T=" + std::to_string(T) + " world=" + std::to_string(world) +
-             " grad_accum=" + std::to_string(grad_accum) + " -> " + std::to_string(total_batch) + " tokens/step");
-    log.info("| data         " + std::to_string(train_loader.num_shards()) + " train shard(s), " +
-             std::to_string(train_loader.total_tokens()) + " tokens, " + std::to_string(steps_per_epoch) +
-             " steps/epoch; training " + std::to_string(total_steps) + " steps");
-    log.info("| zero         stage " + std::to_string(opts.zero_stage) + ", shard of rank 0: [" +
-             std::to_string(dp.opt_begin()) + ", " + std::to_string(dp.opt_end()) + ") of " + std::to_string(P) +
-             " (+" + std::to_string(dp.plan().padding()) + " padding)");
-    log.info("| memory/rank  params " + format_bytes(model.params().bytes()) + ", grads " +
-             format_bytes(static_cast<double>(dp.gradient_bytes(model))) + ", optimizer " +
-             format_bytes(static_cast<double>(optimizer.state_bytes())) + ", activations " +
-             format_bytes(static_cast<double>(model.activation_bytes())));
-    log.info("+----------------------------------------------------------------------");
+void TrainingRun::resume_from(uint64_t step) {
+  uint32_t old_world = 0, old_stage = 0;
+  ckpt_->read_marker(step, &old_world, &old_stage);
+  ModelFile mf = read_model_file(ckpt_->model_path(step));
+  if (mf.config != cfg_)
+    throw std::runtime_error("--resume: " + ckpt_->model_path(step) + " has config [" + mf.config.describe() +
+                             "] but this run is configured as [" + cfg_.describe() + "]");
+  TrainState st = read_state_file(ckpt_->state_path(step, 0));
+  const int B = shape_.B, T = shape_.T;
+  if (st.batch_size != B || st.seq_len != T || st.total_batch_tokens != shape_.total_batch)
+    throw std::runtime_error("--resume: " + ckpt_->state_path(step, 0) + " was written with B=" +
+                             std::to_string(st.batch_size) + " T=" + std::to_string(st.seq_len) +
+                             " total-batch-tokens=" + std::to_string(st.total_batch_tokens) +
+                             "; this run has B=" + std::to_string(B) + " T=" + std::to_string(T) +
+                             " total-batch-tokens=" + std::to_string(shape_.total_batch));
+  model_.set_parameters(mf.params);
+  std::vector<float> m, v, master;
+  load_resharded_moments(*ckpt_, step, old_world, optimizer_.begin(), optimizer_.end(), &m, &v, &master);
+  optimizer_.attach_master(model_.params());
+  optimizer_.set_state(m, v, master);
+  train_loader_.load_state(st.loader_state);
+  sample_rng_.set_state(st.sample_rng);
+  nan_skips_ = st.nan_skips;
+  start_step_ = static_cast<int>(step);
+  log_.info("resumed from " + ckpt_->model_path(step) + " at step " + std::to_string(step) + " (written by " +
+            std::to_string(old_world) + " rank(s))");
+}
+
+void TrainingRun::log_banner() {
+  if (!main_rank_) return;
+  const size_t P = layout_.total;
+  log_.info("+----------------------------------------------------------------------");
+  for (const auto& kv : describe_train_options(opts_)) {
+    char line[512];
+    std::snprintf(line, sizeof(line), "| %-20s %s", kv.first.c_str(), kv.second.c_str());
+    log_.info(line);
   }
+  log_.info("+----------------------------------------------------------------------");
+  log_.info("| model        " + cfg_.describe() +
+            (from_file_ ? " from " + opts_.model : std::string(" (random init)")));
+  log_.info("| parameters   " + std::to_string(P) + " (" + format_bytes(P * 4.0) + " fp32)");
+  log_.info("| backend      " + backend_->name() + ", " + dist_.describe());
+  log_.info("| comm         " + comms_.describe());
+  log_.info("| batch        B=" + std::to_string(shape_.B) + " T=" + std::to_string(shape_.T) +
+            " world=" + std::to_string(dist_.world) + " grad_accum=" + std::to_string(shape_.grad_accum) + " -> " +
+            std::to_string(shape_.total_batch) + " tokens/step");
+  log_.info("| data         " + std::to_string(train_loader_.num_shards()) + " train shard(s), " +
+            std::to_string(train_loader_.total_tokens()) + " tokens, " + std::to_string(steps_per_epoch_) +
+            " steps/epoch; training " + std::to_string(total_steps_) + " steps");
+  log_.info("| zero         stage " + std::to_string(opts_.zero_stage) + ", shard of rank 0: [" +
+            std::to_string(dp_.opt_begin()) + ", " + std::to_string(dp_.opt_end()) + ") of " + std::to_string(P) +
+            " (+" + std::to_string(dp_.plan().padding()) + " padding)");
+  log_.info("| memory/rank  params " + format_bytes(model_.params().bytes()) + ", grads " +
+            format_bytes(static_cast<double>(dp_.gradient_bytes(model_))) + ", optimizer " +
+            format_bytes(static_cast<double>(optimizer_.state_bytes())) + ", activations " +
+            format_bytes(static_cast<double>(model_.activation_bytes())));
+  log_.info("+----------------------------------------------------------------------");
+}
 
-  // ---- helpers of the loop ------------------------------------------------------
-  const size_t NT = static_cast<size_t>(B) * T;
-  std::vector<int32_t> inputs(NT), targets(NT);
-  auto evaluate = [&]() {
-    val_loader->reset();
-    double sum = 0.0;
-    for (int i = 0; i < opts.val_steps; i++) {
-      val_loader->next_batch(inputs.data(), targets.data());
-      sum += model.forward(inputs.data(), targets.data(), B, T);
-    }
-    double mean = sum / opts.val_steps;
-    return all_reduce_value(comm, mean, ReduceOp::kAvg);
-  };
-  auto sample = [&](int step) {
-    if (!main_rank) return;  // sampling is rank 0's progress report
-    std::vector<int32_t> ids = generate(model, sample_context, opts.gen_tokens, opts.temperature, opts.top_k, sample_rng);
-    std::string text;
-    if (tokenizer) {
-      std::vector<uint32_t> u(ids.begin(), ids.end());
-      text = (opts.prompt.empty() ? "" : opts.prompt) + tokenizer->decode(u);
-    } else {
-      text = join_tokens(ids);
-    }
-    log.sample(step, text);
-  };
-  auto save_checkpoint = [&](int step) {
-    if (!ckpt) return;
-    // A device fault (asynchronous on a GPU) throws here, before any file of this
-    // checkpoint exists: a faulted context never writes one.
-    backend->synchronize();
-    const auto t0 = Clock::now();
-    std::vector<float> params = model.get_parameters();
-    if (main_rank)
-      write_model_file(ckpt->model_path(step), cfg, params,
-                       opts.save_dtype == "bf16" ? kModelVersionBf16 : kModelVersionFp32);
-    TrainState st;
-    st.step = step;
-    st.config = cfg;
-    st.world = world;
-    st.rank = rank;
-    st.zero_stage = opts.zero_stage;
-    st.shard_begin = optimizer.begin();
-    st.shard_end = optimizer.end();
-    st.num_params = P;
-    st.batch_size = B;
-    st.seq_len = T;
-    st.total_batch_tokens = total_batch;
-    st.seed = opts.seed;
-    st.sample_rng = sample_rng.state();
-    st.nan_skips = nan_skips;
-    st.loader_state = train_loader.save_state();
-    optimizer.get_state(&st.m, &st.v, &st.master);
-    write_state_file(ckpt->state_path(step, rank), st);
-    comm.barrier();  // every rank's files are durable before the marker
-    if (main_rank) {
-      ckpt->write_marker(step, world, opts.zero_stage);
-      ckpt->prune(opts.keep_checkpoints);
-    }
-    comm.barrier();
-    log.info("checkpoint step " + std::to_string(step) + " -> " + opts.output_dir + " (" +
-             std::to_string(seconds_since(t0)).substr(0, 5) + " s)");
-  };
-
-  // ---- the loop -------------------------------------------------------------------
-  const float dloss_scale = 1.0f / static_cast<float>(NT * grad_accum);
-  const bool stop_on_nan = opts.on_nan == "stop";
-  double time_sum = 0.0;
-  int timed_steps = 0;
-  int last_step_done = start_step;
-  bool preempted = false;
-  for (int step = start_step; step < total_steps; step++) {
-    if (should_stop(comm)) {
-      preempted = true;
-      break;
-    }
-    if (val_loader && step % opts.val_every == 0) log.val(step, evaluate());
-    if (opts.sample_every > 0 && step > start_step && step % opts.sample_every == 0) sample(step);
-
-    const auto t0 = Clock::now();
-    comm.reset_stats();
-    dp.begin_step();
-    model.zero_grad();
-    const auto hook = dp.backward_hook(model);
-    double loss = 0.0;
-    for (int micro = 0; micro < grad_accum; micro++) {
-      train_loader.next_batch(inputs.data(), targets.data());
-      loss += model.forward(inputs.data(), targets.data(), B, T, true, dloss_scale);
-      model.backward(hook);
-    }
-    loss = all_reduce_value(comm, loss / grad_accum, ReduceOp::kAvg);
-    dp.reduce_gradients(model);
-    const double norm = dp.grad_norm(model);
-    const float lr = schedule.at(step);
-    const bool finite = std::isfinite(loss) && std::isfinite(norm);
-    if (!finite && stop_on_nan)
-      throw std::runtime_error("non-finite " + std::string(std::isfinite(loss) ? "gradient norm" : "loss") +
-                               " at step " + std::to_string(step + 1) +
-                               " (weights not updated; last checkpoint kept; --on-nan skip to continue)");
-    if (finite) {
-      const float grad_scale = (opts.grad_clip > 0.0f && norm > opts.grad_clip) ? static_cast<float>(opts.grad_clip / norm) : 1.0f;
-      optimizer.step(model.params(), dp.shard_grads(model), lr, grad_scale, step + 1, hyper);
-      dp.gather_params(model);
-    } else {
-      nan_skips++;
-    }
-    backend->synchronize();
-    const double dt = seconds_since(t0);
-    if (step > start_step) {  // the first step warms caches and is not representative
-      time_sum += dt;
-      timed_steps++;
-    }
-    StepRecord rec;
-    rec.step = step + 1;
-    rec.total_steps = total_steps;
-    rec.loss = loss;
-    rec.grad_norm = norm;
-    rec.lr = lr;
-    rec.ms = dt * 1000.0;
-    rec.tok_per_s = total_batch / dt;
-    rec.eta_s = (timed_steps ? time_sum / timed_steps : dt) * (total_steps - step - 1);
-    rec.skipped = !finite;
-    for (const CommTraffic& t : comm.stats()) rec.comm_bytes += t.sent_bytes;
-    log.step(rec);
-    last_step_done = step + 1;
-    if (opts.checkpoint_every > 0 && last_step_done % opts.checkpoint_every == 0 && last_step_done < total_steps)
-      save_checkpoint(last_step_done);
+double TrainingRun::evaluate() {
+  val_loader_->reset();
+  double sum = 0.0;
+  for (int i = 0; i < opts_.val_steps; i++) {
+    val_loader_->next_batch(inputs_.data(), targets_.data());
+    sum += model_.forward(inputs_.data(), targets_.data(), shape_.B, shape_.T);
   }
+  return all_reduce_value(comms_.host, sum / opts_.val_steps, ReduceOp::kAvg);
+}
 
-  if (preempted) {
-    log.info("stop requested by signal " + std::to_string(local_stop_signal()) + "; checkpointing at step " +
-             std::to_string(last_step_done));
-    if (last_step_done > start_step || done.empty()) save_checkpoint(last_step_done);
-    return kPreemptedExitCode;
+void TrainingRun::sample(int step) {
+  if (!main_rank_) return;  // sampling is rank 0's progress report
+  std::vector<int32_t> ids =
+      generate(model_, sample_context_, opts_.gen_tokens, opts_.temperature, opts_.top_k, sample_rng_);
+  std::string text;
+  if (tokenizer_) {
+    std::vector<uint32_t> u(ids.begin(), ids.end());
+    text = (opts_.prompt.empty() ? "" : opts_.prompt) + tokenizer_->decode(u);
+  } else {
+    text = join_tokens(ids);
   }
-  if (val_loader) log.val(last_step_done, evaluate());
-  if (opts.sample_every > 0) sample(last_step_done);
-  if (ckpt) {
-    save_checkpoint(last_step_done);
-    if (main_rank) {
-      write_model_file(ckpt->final_model_path(), cfg, model.get_parameters(),
-                       opts.save_dtype == "bf16" ? kModelVersionBf16 : kModelVersionFp32);
-      log.info("final model -> " + ckpt->final_model_path());
+  log_.sample(step, text);
+}
+
+void TrainingRun::save_checkpoint(int step) {
+  if (!ckpt_) return;
+  // A device fault (asynchronous on a GPU) throws here, before any file of this
+  // checkpoint exists: a faulted context never writes one.
+  backend_->synchronize();
+  const auto t0 = Clock::now();
+  std::vector<float> params = model_.get_parameters();
+  if (main_rank_)
+    write_model_file(ckpt_->model_path(step), cfg_, params,
+                     opts_.save_dtype == "bf16" ? kModelVersionBf16 : kModelVersionFp32);
+  TrainState st;
+  st.step = step;
+  st.config = cfg_;
+  st.world = dist_.world;
+  st.rank = dist_.rank;
+  st.zero_stage = opts_.zero_stage;
+  st.shard_begin = optimizer_.begin();
+  st.shard_end = optimizer_.end();
+  st.num_params = layout_.total;
+  st.batch_size = shape_.B;
+  st.seq_len = shape_.T;
+  st.total_batch_tokens = shape_.total_batch;
+  st.seed = opts_.seed;
+  st.sample_rng = sample_rng_.state();
+  st.nan_skips = nan_skips_;
+  st.loader_state = train_loader_.save_state();
+  optimizer_.get_state(&st.m, &st.v, &st.master);
+  write_state_file(ckpt_->state_path(step, dist_.rank), st);
+  comms_.host.barrier();  // every rank's files are durable before the marker
+  if (main_rank_) {
+    ckpt_->write_marker(step, dist_.world, opts_.zero_stage);
+    ckpt_->prune(opts_.keep_checkpoints);
+  }
+  comms_.host.barrier();
+  log_.info("checkpoint step " + std::to_string(step) + " -> " + opts_.output_dir + " (" +
+            std::to_string(seconds_since(t0)).substr(0, 5) + " s)");
+}
+
+// One optimizer step: micro-batches forward + backward (ZeRO-2 exchanges units
+// during backward), gradient exchange, norm, AdamW on this rank's shard,
+// parameter gather. Host scalars (loss, norm) travel over the host
+// communicator, buffers over the buffer one.
+bool TrainingRun::train_step(int step) {
+  if (should_stop(comms_.host)) return false;
+  if (val_loader_ && step % opts_.val_every == 0) log_.val(step, evaluate());
+  if (opts_.sample_every > 0 && step > start_step_ && step % opts_.sample_every == 0) sample(step);
+
+  const auto t0 = Clock::now();
+  const int B = shape_.B, T = shape_.T, grad_accum = shape_.grad_accum;
+  const float dloss_scale = 1.0f / static_cast<float>(static_cast<size_t>(B) * T * grad_accum);
+  comms_.reset_stats();
+  dp_.begin_step();
+  model_.zero_grad();
+  const auto hook = dp_.backward_hook(model_);
+  double loss = 0.0;
+  for (int micro = 0; micro < grad_accum; micro++) {
+    train_loader_.next_batch(inputs_.data(), targets_.data());
+    loss += model_.forward(inputs_.data(), targets_.data(), B, T, true, dloss_scale);
+    model_.backward(hook);
+  }
+  loss = all_reduce_value(comms_.host, loss / grad_accum, ReduceOp::kAvg);
+  dp_.reduce_gradients(model_);
+  const double norm = dp_.grad_norm(model_);
+  const float lr = schedule_.at(step);
+  const bool finite = std::isfinite(loss) && std::isfinite(norm);
+  if (!finite && opts_.on_nan == "stop")
+    throw std::runtime_error("non-finite " + std::string(std::isfinite(loss) ? "gradient norm" : "loss") +
+                             " at step " + std::to_string(step + 1) +
+                             " (weights not updated; last checkpoint kept; --on-nan skip to continue)");
+  if (finite) {
+    const float grad_scale =
+        (opts_.grad_clip > 0.0f && norm > opts_.grad_clip) ? static_cast<float>(opts_.grad_clip / norm) : 1.0f;
+    optimizer_.step(model_.params(), dp_.shard_grads(model_), lr, grad_scale, step + 1, hyper_);
+    dp_.gather_params(model_);
+  } else {
+    nan_skips_++;
+  }
+  backend_->synchronize();
+  const double dt = seconds_since(t0);
+  if (step > start_step_) {  // the first step warms caches and is not representative
+    time_sum_ += dt;
+    timed_steps_++;
+  }
+  StepRecord rec;
+  rec.step = step + 1;
+  rec.total_steps = total_steps_;
+  rec.loss = loss;
+  rec.grad_norm = norm;
+  rec.lr = lr;
+  rec.ms = dt * 1000.0;
+  rec.tok_per_s = shape_.total_batch / dt;
+  rec.eta_s = (timed_steps_ ? time_sum_ / timed_steps_ : dt) * (total_steps_ - step - 1);
+  rec.skipped = !finite;
+  rec.comm_bytes = comms_.sent_bytes();
+  log_.step(rec);
+  return true;
+}
+
+// After the loop: validation, a sample, the last checkpoint and the final model.
+int TrainingRun::finish() {
+  if (val_loader_) log_.val(last_step_done_, evaluate());
+  if (opts_.sample_every > 0) sample(last_step_done_);
+  if (ckpt_) {
+    save_checkpoint(last_step_done_);
+    if (main_rank_) {
+      write_model_file(ckpt_->final_model_path(), cfg_, model_.get_parameters(),
+                       opts_.save_dtype == "bf16" ? kModelVersionBf16 : kModelVersionFp32);
+      log_.info("final model -> " + ckpt_->final_model_path());
     }
   }
-  if (nan_skips) log.info("skipped " + std::to_string(nan_skips) + " step(s) with a non-finite loss or gradient norm");
+  if (nan_skips_)
+    log_.info("skipped " + std::to_string(nan_skips_) + " step(s) with a non-finite loss or gradient norm");
   return 0;
+}
+
+int TrainingRun::run() {
+  init_or_resume();
+  log_banner();
+  last_step_done_ = start_step_;
+  for (int step = start_step_; step < total_steps_; step++) {
+    if (!train_step(step)) {
+      log_.info("stop requested by signal " + std::to_string(local_stop_signal()) + "; checkpointing at step " +
+                std::to_string(last_step_done_));
+      if (last_step_done_ > start_step_ || done_.empty()) save_checkpoint(last_step_done_);
+      return kPreemptedExitCode;
+    }
+    last_step_done_ = step + 1;
+    if (opts_.checkpoint_every > 0 && last_step_done_ % opts_.checkpoint_every == 0 &&
+        last_step_done_ < total_steps_)
+      save_checkpoint(last_step_done_);
+  }
+  return finish();
+}
+
+}  // namespace
+
+int run_training(const TrainOptions& opts, const DistContext& dist, Communicator& comm) {
+  TrainingRun run(opts, dist, comm);
+  return run.run();
 }
 
 }  // namespace gpt2

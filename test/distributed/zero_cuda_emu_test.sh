@@ -1,0 +1,213 @@
+#!/usr/bin/env bash
+# test-timeout: 300
+# Data-parallel training on the CUDA backend through the NCCL communicator,
+# executed by the emulator: build/train_gpt2cu_emu --device cuda under
+# `mpirun -np N` (N = 2, 3), one emulated GPU per rank (GPT2_EMU_DEVICE_COUNT=N),
+# NCCL (emulated over MPI) for gradients and parameters, MPI for host scalars.
+#   1. N ranks at ZeRO 0/1/2, fp32 and bf16, against 1 rank doing N
+#      micro-batches of accumulation on the same windows (--no-shuffle: the
+#      loader gives the ranks of one call consecutive windows):
+#        fp32: per-step losses within 1e-6 relative (gradient norms 2e-5: they
+#              are logged to 6 digits), final weights within 1e-5;
+#        bf16: losses within 1e-3, norms within 5e-3 relative; weights within
+#              2 x (sum of the lr steps) + 2 bf16 ulps each, 1e-4 on average
+#              (why: at the bf16 comparison below);
+#   2. ZeRO-1 and ZeRO-2 bitwise equal to ZeRO-0 (weights, losses, norms) at the
+#      same N and dtype: the emulated NCCL reduces element j of rank r's block
+#      in ring order starting at rank r+1 in every call used (all-reduce chunks
+#      = the ZeRO shards, since the buffer is padded to N equal shards;
+#      reduce-scatter; the per-block reduces of reduce_scatter_v), so every
+#      stage adds the same numbers in the same order; and ZeRO-2 with
+#      1000-element exchange slices bitwise equal to ZeRO-2. On GPUs NCCL may
+#      pick other algorithms (tree all-reduce) or chunk sizes per call, so this
+#      identity is the emulator's; there the stages agree to rounding;
+#   3. fp32 CUDA at N ranks against the CPU backend (MPI) at N ranks, ZeRO-0:
+#      losses within 1e-6, norms 2e-5, weights 1e-5;
+#   4. checkpoint and resume: the 2-rank bf16 ZeRO-2 run resumed from its
+#      step-4 checkpoint (fp32 master shards) repeats steps 5..8 bit for bit;
+#   5. one rank at ZeRO-2 (its units go through the NCCL communicator, a device
+#      copy at world 1) against one rank at ZeRO-0;
+#   6. more ranks on a node than (emulated) GPUs is refused at start-up.
+# The model is tiny (2 layers, 64 channels, vocabulary 256) and one emulator
+# worker thread per rank (GPT2_EMU_THREADS=1) keeps it cheap and deterministic.
+set -u
+cd "$(dirname "$0")/../.."
+EMU=build/train_gpt2cu_emu
+[ -x "$EMU" ] || { echo "FAIL: $EMU not built"; exit 1; }
+mkdir -p build/test/distributed
+W=$(mktemp -d build/test/distributed/zero_cuda_emu.XXXXXX)
+cleanup() { [ -n "${KEEP:-}" ] || rm -rf "$W"; }
+trap cleanup EXIT
+fail=0
+pass() { echo "PASS $*"; }
+bad() { echo "FAIL $*"; fail=1; }
+export GPT2_EMU_THREADS=1
+MPIRUN=(timeout -k 10 120 mpirun --allow-run-as-root --oversubscribe -x GPT2_EMU_THREADS -x GPT2_EMU_DEVICE_COUNT)
+ONE=(timeout -k 10 120)
+
+. test/distributed/compare_lib.sh  # same_weights
+
+/usr/bin/env python3 test/distributed/synthetic_shard.py "$W/train.bin" 20000 256
+[ -s "$W/train.bin" ] || { echo "FAIL: could not write the synthetic shard"; exit 1; }
+
+B=2 T=32 STEPS=8 LR=1e-3
+common=(--model d2 --config n_embd=64,n_head=2,max_seq=64,vocab_size=256,padded_vocab_size=256
+        -B $B -T $T --lr $LR --warmup-steps 2 --weight-decay 0.1 --max-steps $STEPS --threads 1
+        --val-every 0 --sample-every 0 --no-shuffle --train-data "$W/train.bin")
+
+# close_steps A.jsonl B.jsonl LOSS_TOL NORM_TOL: B logs A's steps, each loss and
+# gradient norm within the relative bounds (norms are logged to 6 digits).
+close_steps() {
+  /usr/bin/env python3 - "$@" <<'EOF'
+import json, sys
+def steps(p):
+    return {r["step"]: r for r in map(json.loads, open(p)) if r["type"] == "train"}
+a, b = steps(sys.argv[1]), steps(sys.argv[2])
+loss_tol, norm_tol = float(sys.argv[3]), float(sys.argv[4])
+rel = lambda x, y: abs(x - y) / abs(x) if x else abs(y)
+dl = max((rel(a[s]["loss"], b[s]["loss"]) for s in a if s in b), default=float("inf"))
+dn = max((rel(a[s]["grad_norm"], b[s]["grad_norm"]) for s in a if s in b), default=float("inf"))
+print("%d steps, max relative difference: loss %.3g (bound %g), grad norm %.3g (bound %g)"
+      % (len(b), dl, loss_tol, dn, norm_tol))
+sys.exit(0 if a.keys() == b.keys() and a and dl <= loss_tol and dn <= norm_tol else 1)
+EOF
+}
+# bf16_weights A.bin B.bin LOG.jsonl: bf16 final weights of two runs of the
+# schedule logged in LOG. Bounds: every weight within 2 x (sum of the logged lr)
+# + 2 bf16 ulps of A's value (ulp = 2^(floor(log2|a|) - 7)), mean |difference|
+# under 1e-4.
+bf16_weights() {
+  /usr/bin/env python3 - "$@" <<'EOF'
+import json, math, struct, sys
+a, b = (open(p, "rb").read() for p in sys.argv[1:3])
+lr_sum = sum(r["lr"] for r in map(json.loads, open(sys.argv[3])) if r["type"] == "train")
+if len(a) != len(b) or a[:1024] != b[:1024]:
+    print("different size or header"); sys.exit(1)
+n = (len(a) - 1024) // 4
+fa, fb = struct.unpack("<%df" % n, a[1024:]), struct.unpack("<%df" % n, b[1024:])
+ulp = lambda x: 2.0 ** (math.frexp(abs(x))[1] - 8) if x != 0 else 0.0
+diffs = [abs(x - y) for x, y in zip(fa, fb)]
+over = sum(1 for x, d in zip(fa, diffs) if d > 2 * lr_sum + 2 * ulp(x))
+mean = sum(diffs) / n
+worst = max(range(n), key=diffs.__getitem__)
+print("%.1f%% bitwise equal, max |difference| %.3g at weight %d (%.4g; bound 2 x sum(lr) = %.3g + 2 ulps), "
+      "mean %.3g (bound 1e-4), %d over the bound"
+      % (100.0 * sum(1 for d in diffs if d == 0) / n, diffs[worst], worst, fa[worst], 2 * lr_sum, mean, over))
+sys.exit(1 if over or mean > 1e-4 else 0)
+EOF
+}
+# run_one NAME ARGS...: a single-rank run into $W/NAME
+run_one() {
+  local name=$1; shift
+  "${ONE[@]}" "$EMU" "${common[@]}" "$@" --output-dir "$W/$name" --log-jsonl "$W/$name.jsonl" >"$W/$name.log" 2>&1 ||
+    { bad "$name: run failed"; tail -n 15 "$W/$name.log"; return 1; }
+}
+# run_np NAME NP ARGS...: mpirun -np NP with NP emulated devices into $W/NAME
+# (MPI_EXTRA: more mpirun options)
+MPI_EXTRA=()
+run_np() {
+  local name=$1 np=$2; shift 2
+  GPT2_EMU_DEVICE_COUNT=$np "${MPIRUN[@]}" "${MPI_EXTRA[@]}" -np "$np" "$EMU" "${common[@]}" "$@" --output-dir "$W/$name" \
+    --log-jsonl "$W/$name.jsonl" >"$W/$name.log" 2>&1 || { bad "$name: mpirun -np $np failed"; tail -n 15 "$W/$name.log"; return 1; }
+}
+
+for np in 2 3; do
+  total=$((np * B * T))
+  for dtype in fp32 bf16; do
+    ref=one_${dtype}_x$np
+    run_one "$ref" --device cuda --dtype $dtype --total-batch-tokens $total || continue
+    grep -q "grad_accum=$np" "$W/$ref.log" || bad "$ref is not $np micro-batches of accumulation"
+    for z in 0 1 2; do
+      name=np${np}_${dtype}_z$z
+      ckpt=(); [ $np$dtype$z = 2bf162 ] && ckpt=(--checkpoint-every 4)  # resumed below
+      run_np "$name" "$np" --device cuda --dtype $dtype --zero-stage $z "${ckpt[@]}" || continue
+      grep -q "^| comm         nccl (buffers), mpi (host scalars)" "$W/$name.log" ||
+        bad "$name: the run did not use the NCCL communicator for buffers"
+      what="CUDA $dtype ZeRO-$z, $np ranks vs 1 rank x $np micro-batches"
+      if [ $dtype = fp32 ]; then
+        # One rank accumulates the micro-batches inside the matmuls (beta = 1), N
+        # ranks add separately computed gradients in the all-reduce: rounding
+        # differences, which Adam amplifies only where a gradient is itself
+        # rounding noise. Bound: 1% of one lr step (as for the CPU backend).
+        if msg=$(close_steps "$W/$ref.jsonl" "$W/$name.jsonl" 1e-6 2e-5); then pass "$what: $msg"; else bad "$what: $msg"; fi
+        if msg=$(same_weights "$W/$ref/model.bin" "$W/$name/model.bin" 1e-5); then pass "$what, weights: $msg"
+        else bad "$what, weights: $msg"; fi
+      else
+        # bf16: one rank adds each micro-batch's gradient into the previous ones
+        # in bf16 (the matmul's beta = 1 rounds the sum), N ranks round each
+        # micro-batch's gradient to bf16, pre-multiply it by 1/N rounded to bf16
+        # (NCCL's average: 0.333984375 for N = 3, so the gradient and its norm
+        # come out 0.2% larger) and sum in bf16 hop by hop. Where a gradient is
+        # itself rounding noise (the key bias: analytically zero) Adam's steps
+        # then take either sign, so such a weight can end up to 2 x sum(lr)
+        # apart, plus an ulp of each run's bf16 rounding of its master weight;
+        # everywhere else the difference stays at rounding (the mean bound).
+        # Losses: means of per-token losses from bf16 logits of slightly
+        # different weights (measured 1.8e-4); norms: the 0.2% above + rounding.
+        if msg=$(close_steps "$W/$ref.jsonl" "$W/$name.jsonl" 1e-3 5e-3); then pass "$what: $msg"; else bad "$what: $msg"; fi
+        if msg=$(bf16_weights "$W/$ref/model.bin" "$W/$name/model.bin" "$W/$ref.jsonl"); then pass "$what, weights: $msg"
+        else bad "$what, weights: $msg"; fi
+      fi
+    done
+    for z in 1 2; do
+      if msg=$(same_weights "$W/np${np}_${dtype}_z0/model.bin" "$W/np${np}_${dtype}_z$z/model.bin") &&
+         lmsg=$(close_steps "$W/np${np}_${dtype}_z0.jsonl" "$W/np${np}_${dtype}_z$z.jsonl" 0 0); then
+        pass "CUDA $dtype ZeRO-$z vs ZeRO-0, $np ranks: weights $msg, $lmsg"
+      else bad "CUDA $dtype ZeRO-$z vs ZeRO-0, $np ranks: weights ${msg:-} ${lmsg:-}"; fi
+      unset msg lmsg
+    done
+  done
+  # The CPU backend over MPI at the same world size.
+  if run_np cpu_np$np "$np" --device cpu --zero-stage 0; then
+    what="CUDA fp32 vs CPU, $np ranks, ZeRO-0"
+    # Different kernels (summation orders, cuBLAS vs OpenBLAS) and NCCL's average
+    # (1/N pre-multiplied) vs MPI's (sum, then divide): rounding differences,
+    # bounded like the rank comparisons.
+    if msg=$(close_steps "$W/cpu_np$np.jsonl" "$W/np${np}_fp32_z0.jsonl" 1e-6 2e-5); then pass "$what: $msg"; else bad "$what: $msg"; fi
+    if msg=$(same_weights "$W/cpu_np$np/model.bin" "$W/np${np}_fp32_z0/model.bin" 1e-5); then pass "$what, weights: $msg"
+    else bad "$what, weights: $msg"; fi
+  fi
+done
+
+# ZeRO-2's exchange in 1000-element slices cuts units and pieces anywhere: same bits.
+export GPT2_ZERO2_SLICE_ELEMS=1000
+MPI_EXTRA=(-x GPT2_ZERO2_SLICE_ELEMS)
+if run_np np3_bf16_z2s 3 --device cuda --dtype bf16 --zero-stage 2; then
+  if msg=$(same_weights "$W/np3_bf16_z2/model.bin" "$W/np3_bf16_z2s/model.bin"); then
+    pass "CUDA bf16 ZeRO-2, 3 ranks, 1000-element slices vs default slices: $msg"
+  else bad "CUDA bf16 ZeRO-2 with 1000-element slices: $msg"; fi
+fi
+unset GPT2_ZERO2_SLICE_ELEMS
+MPI_EXTRA=()
+
+# Resume the 2-rank bf16 ZeRO-2 run from its step-4 checkpoint.
+if [ -e "$W/np2_bf16_z2/DONE_00000004" ]; then
+  cp -r "$W/np2_bf16_z2" "$W/resumed" && rm "$W/resumed/DONE_00000008" "$W/resumed/model.bin"
+  GPT2_EMU_DEVICE_COUNT=2 "${MPIRUN[@]}" -np 2 "$EMU" "${common[@]}" --device cuda --dtype bf16 --zero-stage 2 \
+    --checkpoint-every 4 --output-dir "$W/resumed" --resume --log-jsonl "$W/resumed.jsonl" >"$W/resumed.log" 2>&1
+  rc=$?
+  what="CUDA bf16 ZeRO-2, 2 ranks, resumed at step 4"
+  if [ $rc = 0 ] && grep -q "resumed from .*model_00000004.bin at step 4" "$W/resumed.log" &&
+     msg=$(close_steps <(sed -n '/"step":[5-8],/p' "$W/np2_bf16_z2.jsonl") "$W/resumed.jsonl" 0 0) &&
+     wmsg=$(same_weights "$W/np2_bf16_z2/model.bin" "$W/resumed/model.bin"); then
+    pass "$what: $msg; weights $wmsg"
+  else bad "$what: exit $rc ${msg:-} ${wmsg:-}"; tail -n 5 "$W/resumed.log"; fi
+else bad "the 2-rank bf16 ZeRO-2 run wrote no step-4 checkpoint"; fi
+
+# One rank at ZeRO-2 exchanges its units through the NCCL communicator (world 1).
+if run_one one_fp32_x2_z2 --device cuda --total-batch-tokens $((2 * B * T)) --zero-stage 2; then
+  what="CUDA fp32, 1 rank ZeRO-2 (NCCL communicator at world 1) vs ZeRO-0"
+  if msg=$(close_steps "$W/one_fp32_x2.jsonl" "$W/one_fp32_x2_z2.jsonl" 1e-6 2e-5); then pass "$what: $msg"; else bad "$what: $msg"; fi
+  if msg=$(same_weights "$W/one_fp32_x2/model.bin" "$W/one_fp32_x2_z2/model.bin" 1e-5); then pass "$what, weights: $msg"
+  else bad "$what, weights: $msg"; fi
+fi
+
+# One GPU per rank: 3 ranks on a node with 2 (emulated) GPUs stop at start-up.
+GPT2_EMU_DEVICE_COUNT=2 "${MPIRUN[@]}" -np 3 "$EMU" "${common[@]}" --device cuda >"$W/too_many.log" 2>&1
+rc=$?
+if [ $rc != 0 ] && grep -q "3 ranks on this node but only 2 visible GPUs" "$W/too_many.log"; then
+  pass "3 ranks on 2 GPUs refused: $(grep -m1 -o 'rank [0-9]/3 ([^)]*): 3 ranks on this node but only 2 visible GPUs' "$W/too_many.log")"
+else bad "3 ranks on 2 GPUs: exit $rc"; tail -n 5 "$W/too_many.log"; fi
+
+[ $fail = 0 ] && echo "zero_cuda_emu_test: all passed"
+exit $fail

@@ -1,0 +1,184 @@
+// DataParallel's routing over its two communicators: buffers (gradients,
+// parameters) through the buffer communicator in their own element type,
+// host scalars (the gradient norm) through the host one, for each ZeRO stage.
+// Two recording communicators stand in for rank 0 of 2 (every rank holding the
+// same data: reductions copy, the all-gather is in place); the numbers of a
+// real multi-rank run are checked by test/distributed/zero_train_test.sh (CPU)
+// and test/distributed/zero_cuda_emu_test.sh (CUDA on the emulator, NCCL).
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "distributed/comm.h"
+#include "model/gpt2.h"
+#include "train/data_parallel.h"
+
+namespace gpt2 {
+namespace {
+
+struct Call {
+  CommCall kind;
+  DataType type;
+  size_t count;
+};
+
+class RecordingComm final : public Communicator {
+ public:
+  RecordingComm(std::string name, int rank, int world, bool device)
+      : name_(std::move(name)), rank_(rank), world_(world), device_(device) {}
+  int rank() const override { return rank_; }
+  int world() const override { return world_; }
+  bool is_device_memory() const override { return device_; }
+  std::string name() const override { return name_; }
+  std::vector<Call> calls;
+
+ protected:
+  void do_all_reduce(const void* send, void* recv, size_t count, DataType type, ReduceOp) override {
+    calls.push_back({CommCall::kAllReduce, type, count});
+    if (send != recv) std::memcpy(recv, send, count * data_type_bytes(type));
+  }
+  void do_reduce_scatter(const void* send, void* recv, size_t recv_count, DataType type, ReduceOp) override {
+    calls.push_back({CommCall::kReduceScatter, type, recv_count});
+    const size_t block = recv_count * data_type_bytes(type);
+    if (recv != static_cast<const char*>(send) + block * rank_)
+      std::memcpy(recv, static_cast<const char*>(send) + block * rank_, block);
+  }
+  void do_reduce_scatter_v(const void* send, void* recv, const std::vector<size_t>& counts, DataType type,
+                           ReduceOp) override {
+    size_t before = 0, total = 0;
+    for (int r = 0; r < world_; r++) {
+      if (r < rank_) before += counts[r];
+      total += counts[r];
+    }
+    calls.push_back({CommCall::kReduceScatterV, type, total});
+    const size_t b = data_type_bytes(type);
+    if (counts[rank_] > 0) std::memcpy(recv, static_cast<const char*>(send) + before * b, counts[rank_] * b);
+  }
+  void do_all_gather(const void*, void*, size_t send_count, DataType type) override {
+    calls.push_back({CommCall::kAllGather, type, send_count});
+  }
+  void do_broadcast(void*, size_t bytes, int) override { calls.push_back({CommCall::kBroadcast, DataType::kInt32, bytes}); }
+  void do_barrier() override { calls.push_back({CommCall::kBarrier, DataType::kInt32, 0}); }
+  std::string error_prefix() const override { return "rank " + std::to_string(rank_) + "/" + std::to_string(world_) + ": "; }
+
+ private:
+  std::string name_;
+  int rank_, world_;
+  bool device_;
+};
+
+GPT2Config tiny_config() {
+  GPT2Config cfg;
+  cfg.max_seq_len = 8;
+  cfg.vocab_size = 32;
+  cfg.padded_vocab_size = 32;
+  cfg.num_layers = 2;
+  cfg.num_heads = 2;
+  cfg.channels = 16;
+  return cfg;
+}
+
+// One step of the trainer's protocol for `stage`; returns the gradient norm.
+double one_step(Backend& be, DataParallel& dp, GPT2& model) {
+  constexpr int B = 2, T = 8;
+  std::vector<int32_t> inputs(B * T), targets(B * T);
+  for (int i = 0; i < B * T; i++) {
+    inputs[i] = (i * 7 + 3) % 32;
+    targets[i] = (i * 11 + 5) % 32;
+  }
+  dp.begin_step();
+  model.zero_grad();
+  model.forward(inputs.data(), targets.data(), B, T, true, 1.0f / (B * T));
+  model.backward(dp.backward_hook(model));
+  dp.reduce_gradients(model);
+  const double norm = dp.grad_norm(model);
+  dp.gather_params(model);
+  return norm;
+}
+
+class DataParallelRouting : public ::testing::TestWithParam<int> {};
+
+TEST_P(DataParallelRouting, BuffersAndHostScalarsTakeTheirOwnCommunicator) {
+  const int stage = GetParam();
+  std::unique_ptr<Backend> be = make_cpu_backend(1);
+  RecordingComm buffers("buffers", 0, 2, false), host("host", 0, 2, false);
+  const GPT2Config cfg = tiny_config();
+  const ParamLayout layout = ParamLayout::for_config(cfg);
+  DataParallel dp(*be, buffers, host, layout, stage);
+  GPT2 model(*be, cfg, 2, 8, dp.grad_mode(), dp.param_capacity());
+  model.init_random(7);
+  EXPECT_GT(one_step(*be, dp, model), 0.0);
+
+  // Host scalars: stage 0 squares every gradient locally (no call); stages 1/2
+  // sum the shards' squares with one fp64 all-reduce on the host communicator.
+  if (stage == 0) {
+    EXPECT_TRUE(host.calls.empty());
+  } else {
+    ASSERT_EQ(host.calls.size(), 1u);
+    EXPECT_EQ(host.calls[0].kind, CommCall::kAllReduce);
+    EXPECT_EQ(host.calls[0].type, DataType::kFloat64);
+    EXPECT_EQ(host.calls[0].count, 1u);
+  }
+  // Buffers, all fp32 (the CPU backend's element size), on the buffer communicator.
+  ASSERT_FALSE(buffers.calls.empty());
+  for (const Call& c : buffers.calls) {
+    EXPECT_EQ(c.type, DataType::kFloat32);
+    EXPECT_NE(c.kind, CommCall::kBarrier);
+  }
+  const size_t S = dp.plan().shard_size(), padded = dp.param_capacity();
+  if (stage == 0) {
+    ASSERT_EQ(buffers.calls.size(), 1u);
+    EXPECT_EQ(buffers.calls[0].kind, CommCall::kAllReduce);
+    EXPECT_EQ(buffers.calls[0].count, padded);
+  } else if (stage == 1) {
+    ASSERT_EQ(buffers.calls.size(), 2u);
+    EXPECT_EQ(buffers.calls[0].kind, CommCall::kReduceScatter);
+    EXPECT_EQ(buffers.calls[0].count, S);
+    EXPECT_EQ(buffers.calls[1].kind, CommCall::kAllGather);
+    EXPECT_EQ(buffers.calls[1].count, S);
+  } else {
+    // At least one reduce_scatter_v per unit (a unit is exchanged in slices of
+    // at most the largest part any rank owns of a unit), then the all-gather.
+    ASSERT_GE(buffers.calls.size(), static_cast<size_t>(dp.plan().num_units()) + 1);
+    size_t exchanged = 0;
+    for (size_t i = 0; i + 1 < buffers.calls.size(); i++) {
+      EXPECT_EQ(buffers.calls[i].kind, CommCall::kReduceScatterV);
+      exchanged += buffers.calls[i].count;
+    }
+    EXPECT_EQ(exchanged, layout.total);  // every gradient once
+    EXPECT_EQ(buffers.calls.back().kind, CommCall::kAllGather);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Stages, DataParallelRouting, ::testing::Values(0, 1, 2));
+
+TEST(DataParallel, CommunicatedTypeFollowsTheElementSize) {
+  EXPECT_EQ(comm_data_type(4), DataType::kFloat32);
+  EXPECT_EQ(comm_data_type(2), DataType::kBFloat16);
+  EXPECT_THROW(comm_data_type(8), std::runtime_error);
+  EXPECT_THROW(comm_data_type(1), std::runtime_error);
+}
+
+TEST(DataParallel, RefusesMismatchedCommunicators) {
+  std::unique_ptr<Backend> be = make_cpu_backend(1);
+  const ParamLayout layout = ParamLayout::for_config(tiny_config());
+  RecordingComm two("buffers", 0, 2, false), three("host", 0, 3, false);
+  EXPECT_THROW((DataParallel{*be, two, three, layout, 0}), std::runtime_error);
+  RecordingComm device_host("host", 0, 2, true);
+  EXPECT_THROW((DataParallel{*be, two, device_host, layout, 1}), std::runtime_error);
+  // The CPU backend's host memory cannot go through a device communicator...
+  RecordingComm device_buffers("nccl", 0, 2, true), host("mpi", 0, 2, false);
+  EXPECT_THROW((DataParallel{*be, device_buffers, host, layout, 0}), std::runtime_error);
+  // ...not even at one rank when ZeRO-2 exchanges its units.
+  RecordingComm device_one("nccl", 0, 1, true), host_one("mpi", 0, 1, false);
+  EXPECT_THROW((DataParallel{*be, device_one, host_one, layout, 2}), std::runtime_error);
+  EXPECT_NO_THROW((DataParallel{*be, device_one, host_one, layout, 1}));
+}
+
+}  // namespace
+}  // namespace gpt2
