@@ -4,18 +4,48 @@
 //
 //   DIR/model_00000100.bin          llm.c model file (rank 0)
 //   DIR/state_00000100_00000.bin    rank 0's optimizer shard, loader position, RNG
-//   DIR/DONE_00000100               "step world zero_stage" — the marker
+//   DIR/DONE_00000100               the marker: "step world zero_stage", then the
+//                                   size and XXH64 of every file above (docs/formats.md)
 //   DIR/model.bin                   the final model, always written at the end
+//   DIR/.lock                       held by rank 0 for the whole run (OutputDirLock)
+//
+// --resume verifies the files of the checkpoint it picks against its marker,
+// so a corrupt file is refused by name instead of being trained on.
 #ifndef TRAIN_CHECKPOINT_H
 #define TRAIN_CHECKPOINT_H
 
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "model/config.h"
 
 namespace gpt2 {
+
+class Communicator;
+
+// Where warnings and notes go (the trainer passes its logger); may be empty.
+using Notify = std::function<void(const std::string&)>;
+
+// One file of a checkpoint as its completion marker records it.
+struct FileDigest {
+  std::string name;   // file name inside the checkpoint directory
+  uint64_t size = 0;  // bytes
+  uint64_t xxh64 = 0; // XXH64 (seed 0) of the whole file, util/checksum.h
+  bool operator==(const FileDigest& o) const { return name == o.name && size == o.size && xxh64 == o.xxh64; }
+};
+// Hashes a file on disk; `name` is its base name.
+FileDigest digest_file(const std::string& path);
+
+// A parsed completion marker. `files` is empty for markers written before
+// checksums existed (they still load, unverified).
+struct CheckpointMarker {
+  uint64_t step = 0;
+  uint32_t world = 0, zero_stage = 0;
+  std::vector<FileDigest> files;
+};
 
 constexpr uint32_t kStateFileVersion = 1;
 
@@ -36,30 +66,120 @@ struct TrainState {
   std::vector<float> master;        // fp32 master weights of the shard, empty for fp32 parameters
 };
 
-// Atomic, checksummed. Errors name the file.
-void write_state_file(const std::string& path, const TrainState& s);
+// Atomic, checksummed. Errors name the file. Returns the written file's
+// digest, hashed from memory while writing (no second read).
+FileDigest write_state_file(const std::string& path, const TrainState& s);
 TrainState read_state_file(const std::string& path);
+
+class OutputDirLock;
 
 class CheckpointDir {
  public:
-  explicit CheckpointDir(std::string dir);
+  // lock = true (rank 0 of a training run): creates DIR if needed and holds
+  // its exclusive OutputDirLock for this object's lifetime; a second run on
+  // DIR throws naming the holder. `note` gets the stale-lock warning.
+  explicit CheckpointDir(std::string dir, bool lock = false, const Notify& note = {});
+  ~CheckpointDir();
+  CheckpointDir(const CheckpointDir&) = delete;
+  CheckpointDir& operator=(const CheckpointDir&) = delete;
   const std::string& dir() const { return dir_; }
   std::string model_path(uint64_t step) const;
   std::string state_path(uint64_t step, uint32_t rank) const;
   std::string done_path(uint64_t step) const;
   std::string final_model_path() const { return dir_ + "/model.bin"; }
+  std::string lock_path() const { return dir_ + "/.lock"; }
 
   // Steps whose completion marker exists, ascending.
   std::vector<uint64_t> complete_steps() const;
-  // The marker's contents; throws when missing or malformed.
+  // The marker's contents; throws naming the marker when missing, malformed or
+  // corrupt (a marker with checksums carries one of its own text).
+  CheckpointMarker read_marker(uint64_t step) const;
   void read_marker(uint64_t step, uint32_t* world, uint32_t* zero_stage) const;
-  void write_marker(uint64_t step, uint32_t world, uint32_t zero_stage) const;
+  // `files`: the checkpoint's model file then state files of ranks 0..world-1
+  // (empty writes an old-style marker without checksums).
+  void write_marker(uint64_t step, uint32_t world, uint32_t zero_stage,
+                    const std::vector<FileDigest>& files = {}) const;
+
+  // Collective, after every rank wrote its state file (digest `my_state`) and
+  // rank 0 the model file: gathers the digests and rank 0 writes the marker.
+  // The gather doubles as the barrier "every rank's files are durable".
+  void complete_checkpoint(Communicator& comm, uint64_t step, uint32_t zero_stage,
+                           const FileDigest& my_state) const;
+
+  // Re-hashes the files the marker of `step` names. Returns "" when all match,
+  // else what is wrong, naming the file ("model_00000100.bin checksum
+  // mismatch (expected xxh64 ..., got ...)", "... is missing", "DONE_00000100
+  // is corrupt ..."). An old marker without checksums passes when its files
+  // exist, with a line in *note.
+  std::string verify(uint64_t step, std::string* note = nullptr) const;
+
+  // Collective. Rank 0 picks the checkpoint to resume from and every rank gets
+  // its step (-1: none, start fresh): the newest complete one, verified. When
+  // it fails verification, throws naming the file and the newest older
+  // checkpoint that verifies - or, with `fallback`, warns loudly through
+  // `note`, renames the markers of the failed newer checkpoints to
+  // DONE_N.corrupt (so they are neither resumed nor counted by prune) and
+  // returns that older step.
+  int64_t select_resume_step(Communicator& comm, bool fallback, const Notify& note) const;
+
   // Keeps the newest `keep` complete checkpoints (0 = all) and removes files of
   // incomplete checkpoints older than the newest complete one.
   void prune(int keep) const;
 
  private:
+  uint64_t pick_resume_step(bool fallback, const Notify& note) const;
   std::string dir_;
+  std::unique_ptr<OutputDirLock> lock_;
+};
+
+// Exclusive use of an output directory by one training run: DIR/.lock, with
+// the holder's host, PID, start time, Slurm job and a heartbeat, under
+// flock(LOCK_EX) for the life of the object; removed by the destructor (also on
+// error exits: RAII). A second run throws:
+//   "--output-dir DIR is in use by PID P on host H (started ...)..."
+// A lock left behind by a killed run is stale, and taken over with a warning, when
+//   * its holder is on this host and flock is granted (the kernel drops the
+//     lock of a dead process), or, where the filesystem has no flock, its PID
+//     no longer exists;
+//   * it is a previous incarnation of this Slurm job (same SLURM_JOB_ID, other
+//     SLURM_RESTART_COUNT: Slurm requeues only a job that has ended);
+//   * its holder is on another host and its heartbeat (rewritten every
+//     kLockHeartbeatSeconds by a thread) is older than kLockStaleSeconds: flock
+//     across nodes is not trusted (NFS/Lustre may grant it locally only).
+constexpr int kLockHeartbeatSeconds = 60;
+constexpr int kLockStaleSeconds = 600;
+
+// The lock file's contents and the staleness rules (public for the tests).
+struct LockHolder {
+  std::string host;
+  int64_t pid = 0;
+  int64_t started = 0, heartbeat = 0;  // unix seconds
+  std::string slurm_job, slurm_restart;  // empty outside Slurm
+};
+std::string format_lock(const LockHolder& h);
+bool parse_lock(const std::string& text, LockHolder* h);
+LockHolder this_process_lock_holder();
+// Why `holder` no longer holds its lock ("" when it may still be running).
+// granted: this process got flock on the file; no_flock: the filesystem has none.
+std::string stale_lock_reason(const LockHolder& holder, const LockHolder& me, bool granted, bool no_flock,
+                              int64_t now);
+
+class OutputDirLock {
+ public:
+  OutputDirLock(const std::string& dir, const Notify& note, int heartbeat_seconds = kLockHeartbeatSeconds);
+  ~OutputDirLock();
+  OutputDirLock(const OutputDirLock&) = delete;
+  OutputDirLock& operator=(const OutputDirLock&) = delete;
+  const std::string& path() const { return path_; }
+
+ private:
+  struct Heartbeat;
+  bool try_acquire(const Notify& note);
+  void write_contents();
+  std::string path_;
+  int fd_ = -1;
+  LockHolder me_;
+  std::unique_ptr<Heartbeat> heartbeat_;
 };
 
 // Gathers the AdamW moments of [begin, end) from the state files of a
