@@ -1,16 +1,35 @@
 #include "model/model_file.h"
 
+#include <sys/stat.h>
+
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <stdexcept>
 
 #include "model/gpt2.h"
+#include "model/hf_checkpoint.h"
 #include "util/bf16.h"
 #include "util/checked_io.h"
 
 namespace gpt2 {
 
 namespace {
+
+// Elements converted per chunk of a bf16 file: a bounded staging buffer, so a
+// bf16 load or save never holds a second full-size copy.
+constexpr size_t kBf16Chunk = size_t{1} << 20;
+
+// A directory is a Hugging Face checkpoint when it holds config.json; any
+// other directory is named as such (InputFile would only say "a directory").
+bool is_hf_path(const std::string& path) {
+  if (is_hf_checkpoint_dir(path)) return true;
+  struct stat st;
+  if (stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode))
+    throw std::runtime_error(path + ": a directory without config.json (expected an llm.c model file or a "
+                             "Hugging Face GPT-2 directory: config.json + model.safetensors)");
+  return false;
+}
 
 GPT2Config parse_header(InputFile& in, int* version) {
   int32_t header[256];
@@ -45,23 +64,32 @@ GPT2Config parse_header(InputFile& in, int* version) {
 }  // namespace
 
 GPT2Config read_model_config(const std::string& path) {
+  if (is_hf_path(path)) return read_hf_config(path);
   InputFile in(path);
   int version = 0;
   return parse_header(in, &version);
 }
 
 ModelFile read_model_file(const std::string& path) {
-  InputFile in(path);
   ModelFile mf;
+  if (is_hf_path(path)) {
+    mf.params = read_hf_params(path, &mf.config);  // fp32 in memory holds fp16/bf16/fp32 exactly
+    mf.version = kModelVersionFp32;
+    return mf;
+  }
+  InputFile in(path);
   mf.config = parse_header(in, &mf.version);
   const size_t n = ParamLayout::for_config(mf.config).total;
   mf.params.resize(n);
   if (mf.version == kModelVersionFp32) {
     in.read(mf.params.data(), n * sizeof(float), "parameters");
   } else {
-    std::vector<uint16_t> raw(n);
-    in.read(raw.data(), n * sizeof(uint16_t), "parameters");
-    for (size_t i = 0; i < n; i++) mf.params[i] = bf16_bits_to_float(raw[i]);
+    std::vector<uint16_t> raw(std::min(n, kBf16Chunk));
+    for (size_t i = 0; i < n; i += kBf16Chunk) {
+      const size_t m = std::min(kBf16Chunk, n - i);
+      in.read(raw.data(), m * sizeof(uint16_t), "parameters");
+      for (size_t k = 0; k < m; k++) mf.params[i + k] = bf16_bits_to_float(raw[k]);
+    }
   }
   return mf;
 }
@@ -89,9 +117,12 @@ void write_model_file(const std::string& path, const GPT2Config& cfg, const std:
   if (version == kModelVersionFp32) {
     out.write(params.data(), n * sizeof(float));
   } else {
-    std::vector<uint16_t> raw(n);
-    for (size_t i = 0; i < n; i++) raw[i] = float_to_bf16_bits(params[i]);
-    out.write(raw.data(), n * sizeof(uint16_t));
+    std::vector<uint16_t> raw(std::min(n, kBf16Chunk));
+    for (size_t i = 0; i < n; i += kBf16Chunk) {
+      const size_t m = std::min(kBf16Chunk, n - i);
+      for (size_t k = 0; k < m; k++) raw[k] = float_to_bf16_bits(params[i + k]);
+      out.write(raw.data(), m * sizeof(uint16_t));
+    }
   }
   out.commit();
 }

@@ -25,9 +25,13 @@ struct ModelFile {
 };
 
 // Reads and validates a model file: magic, version, sane config, exact size.
-// Every error names the file.
+// Every error names the file. A directory holding config.json is read as a
+// Hugging Face GPT-2 checkpoint instead (model/hf_checkpoint.h; version is
+// then kModelVersionFp32).
 ModelFile read_model_file(const std::string& path);
-GPT2Config read_model_config(const std::string& path);  // header only (still checks the size)
+// Header only (still checks the size; for a Hugging Face directory, config.json
+// and the safetensors headers).
+GPT2Config read_model_config(const std::string& path);
 // Atomic write (temp + fsync + rename). version 5 rounds to bf16 (nearest even).
 void write_model_file(const std::string& path, const GPT2Config& cfg, const std::vector<float>& params,
                       int version = kModelVersionFp32);

@@ -81,7 +81,7 @@ constexpr int64_t kBig = 1LL << 40;
 const std::vector<OptionSpec>& option_table() {
   static const std::vector<OptionSpec> table = {
       // model
-      {"model", 0, "dN|FILE", "d12 (124M), d24 (350M), d36 (774M), d48 (1558M), any dN (64N channels, N heads), or an llm.c model file (v3 fp32 / v5 bf16) [d12]", STR(model)},
+      {"model", 0, "dN|PATH", "d12 (124M), d24 (350M), d36 (774M), d48 (1558M), any dN (64N channels, N heads), an llm.c model file (v3 fp32 / v5 bf16), or a Hugging Face GPT-2 directory (config.json + model.safetensors, as save_pretrained writes it) [d12]", STR(model)},
       {"config", 0, "K=V,...", "overrides on the dN preset: n_layer, n_head, n_embd, max_seq, vocab_size, padded_vocab_size", STR(config_overrides)},
       // data
       {"train-data", 0, "GLOB", "training token shards (file, glob or comma list) [data/tinyshakespeare/tiny_shakespeare_train.bin]", STR(train_data)},
@@ -117,7 +117,9 @@ const std::vector<OptionSpec>& option_table() {
       {"checkpoint-every", 0, "N", "checkpoint every N steps (and always at the end) [0]", INT(checkpoint_every, "checkpoint-every", 0, 1 << 30)},
       {"keep-checkpoints", 0, "K", "keep the newest K checkpoints; 0 keeps all [0]", INT(keep_checkpoints, "keep-checkpoints", 0, 1 << 30)},
       {"resume", 0, nullptr, "continue from the newest complete checkpoint in --output-dir", FLAG(resume)},
+      {"resume-fallback", 0, nullptr, "--resume, and if the newest checkpoint fails its checksums, resume from the newest one that passes (warning) instead of stopping", [](TrainOptions& o, const char*) { o.resume = o.resume_fallback = true; }, [](const TrainOptions& o) { return std::string(o.resume_fallback ? "yes" : "no"); }},
       {"save-dtype", 0, "fp32|bf16", "element type of saved model files (llm.c v3 / v5) [fp32]", [](TrainOptions& o, const char* v) { o.save_dtype = choice("save-dtype", v, {"fp32", "bf16"}); }, [](const TrainOptions& o) { return o.save_dtype; }},
+      {"save-hf", 0, "DIR", "also write the final model to DIR as a Hugging Face GPT-2 directory (config.json + model.safetensors, --save-dtype; GPT2LMHeadModel.from_pretrained loads it)", STR(save_hf)},
       {"log-jsonl", 0, "PATH", "append one JSON object per step and per evaluation", STR(log_jsonl)},
       // system
       {"device", 0, "auto|cpu|cuda", "auto = CUDA when a GPU is present, else CPU [auto]", [](TrainOptions& o, const char* v) { o.device = choice("device", v, {"auto", "cpu", "cuda"}); }, [](const TrainOptions& o) { return o.device; }},

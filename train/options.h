@@ -11,7 +11,7 @@ namespace gpt2 {
 
 struct TrainOptions {
   // model
-  std::string model = "d12";          // dN preset or an llm.c model file
+  std::string model = "d12";          // dN preset, an llm.c model file or a Hugging Face GPT-2 directory
   std::string config_overrides;       // "n_layer=4,n_head=4,..."
   // data
   std::string train_data = "data/tinyshakespeare/tiny_shakespeare_train.bin";
@@ -45,7 +45,9 @@ struct TrainOptions {
   int checkpoint_every = 0;           // 0: only at the end
   int keep_checkpoints = 0;           // 0: keep all
   bool resume = false;
+  bool resume_fallback = false;       // corrupt newest checkpoint: resume from an older one
   std::string save_dtype = "fp32";    // fp32 | bf16 for model files
+  std::string save_hf;                // also write the final model here as a Hugging Face directory
   std::string log_jsonl;
   // system
   std::string device = "auto";        // auto | cpu | cuda

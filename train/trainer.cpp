@@ -19,6 +19,7 @@
 #include "distributed/comm.h"
 #include "distributed/preempt.h"
 #include "model/gpt2.h"
+#include "model/hf_checkpoint.h"
 #include "model/model_file.h"
 #include "tokenizer/tokenizer.h"
 #include "train/checkpoint.h"
@@ -294,13 +295,20 @@ TrainingRun::TrainingRun(const TrainOptions& opts, const DistContext& dist, Comm
 // Parameters and optimizer state: from the newest complete checkpoint with
 // --resume, else from --model (a file) or a random init.
 void TrainingRun::init_or_resume() {
+  const Notify info = [this](const std::string& line) { log_.info(line); };
   if (!opts_.output_dir.empty()) {
-    if (main_rank_) make_directories(opts_.output_dir);
+    // Rank 0 creates the directory and locks it for the run (a second run on it fails here).
+    if (main_rank_) ckpt_ = std::make_unique<CheckpointDir>(opts_.output_dir, /*lock=*/true, info);
     comms_.host.barrier();
-    ckpt_ = std::make_unique<CheckpointDir>(opts_.output_dir);
+    if (!main_rank_) ckpt_ = std::make_unique<CheckpointDir>(opts_.output_dir);
   }
-  if (ckpt_ && opts_.resume) done_ = ckpt_->complete_steps();
-  if (!done_.empty()) return resume_from(done_.back());
+  // The newest complete checkpoint whose files match their checksums (rank 0 verifies).
+  const int64_t resume_step =
+      ckpt_ && opts_.resume ? ckpt_->select_resume_step(comms_.host, opts_.resume_fallback, info) : -1;
+  if (resume_step >= 0) {
+    done_ = {static_cast<uint64_t>(resume_step)};
+    return resume_from(static_cast<uint64_t>(resume_step));
+  }
   if (opts_.resume) log_.info("--resume: no complete checkpoint in " + opts_.output_dir + "; starting fresh");
   if (from_file_) {
     model_.set_parameters(read_model_file(opts_.model).params);
@@ -420,12 +428,10 @@ void TrainingRun::save_checkpoint(int step) {
   st.nan_skips = nan_skips_;
   st.loader_state = train_loader_.save_state();
   optimizer_.get_state(&st.m, &st.v, &st.master);
-  write_state_file(ckpt_->state_path(step, dist_.rank), st);
-  comms_.host.barrier();  // every rank's files are durable before the marker
-  if (main_rank_) {
-    ckpt_->write_marker(step, dist_.world, opts_.zero_stage);
-    ckpt_->prune(opts_.keep_checkpoints);
-  }
+  const FileDigest state_digest = write_state_file(ckpt_->state_path(step, dist_.rank), st);
+  // Waits for every rank's files; rank 0 writes the marker with all their checksums.
+  ckpt_->complete_checkpoint(comms_.host, step, opts_.zero_stage, state_digest);
+  if (main_rank_) ckpt_->prune(opts_.keep_checkpoints);
   comms_.host.barrier();
   log_.info("checkpoint step " + std::to_string(step) + " -> " + opts_.output_dir + " (" +
             std::to_string(seconds_since(t0)).substr(0, 5) + " s)");
@@ -502,6 +508,11 @@ int TrainingRun::finish() {
                        opts_.save_dtype == "bf16" ? kModelVersionBf16 : kModelVersionFp32);
       log_.info("final model -> " + ckpt_->final_model_path());
     }
+  }
+  if (!opts_.save_hf.empty() && main_rank_) {
+    write_hf_checkpoint(opts_.save_hf, cfg_, model_.get_parameters(),
+                        opts_.save_dtype == "bf16" ? HfDtype::kBF16 : HfDtype::kF32);
+    log_.info("Hugging Face model -> " + opts_.save_hf);
   }
   if (nan_skips_)
     log_.info("skipped " + std::to_string(nan_skips_) + " step(s) with a non-finite loss or gradient norm");
