@@ -43,6 +43,8 @@ ifeq ($(wildcard $(CUDA_HOME)/include/cuda_runtime.h),)
 CUDA_HOME := /usr/local/cuda
 endif
 
+comma := ,
+
 # Filled in by the module fragments.
 BINS          :=   # programs built by `make` at the repo root
 TESTS         :=   # GoogleTest binaries run by `make test`
@@ -54,7 +56,8 @@ include $(sort $(wildcard */module.mk))
 
 all: $(BINS)
 	@if [ -n "$(wildcard $(NVCC))" ]; then \
-	  echo "built: train_gpt2cu with the CPU and CUDA backends (nvcc $(NVCC); $(CUDA_GENCODE))"; \
+	  echo "built: train_gpt2cu with the CPU and CUDA backends (nvcc $(NVCC); $(CUDA_GENCODE));" \
+	       "multi-GPU: $(if $(NCCL_INC_DIR),NCCL from $(NCCL_INC_DIR),no NCCL found (set NCCL_HOME))"; \
 	else \
 	  echo "built: train_gpt2cu with the CPU backend only: no nvcc (set NVCC=..., CUDA_HOME, or put nvcc on PATH)"; fi
 
@@ -85,7 +88,7 @@ clean:
 # What this build resolved (test/build/build_config_test.sh checks the nvcc search).
 print-build-config:
 	@echo "NVCC=$(NVCC)"; echo "CUDA_HOME=$(CUDA_HOME)"; echo "OPT=$(OPT)"
-	@echo "CUDA=$(if $(wildcard $(NVCC)),yes,no)"
+	@echo "CUDA=$(if $(wildcard $(NVCC)),yes,no)"; echo "NCCL=$(if $(NCCL_INC_DIR),$(NCCL_INC_DIR),no)"
 
 .PHONY: all test clean print-build-config
 

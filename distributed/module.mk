@@ -28,11 +28,15 @@ $(DISTRIBUTED_LIB): $(DISTRIBUTED_OBJS)
 # DISTRIBUTED_NCCL_LIB is empty without the headers. The include path is spelled out:
 # $(EMU_CUDA_INC) is defined later (emu/module.mk) and a target-specific `+=` onto the
 # simply-expanded CPPFLAGS expands its value here, at parse time.
-DISTRIBUTED_HAVE_NCCL_H := $(wildcard $(CUDA_HOME)/include/nccl.h)
+# NCCL is often not part of a cluster's CUDA module: its header is looked for in
+# $NCCL_HOME/include (`module load nccl`), the CUDA toolkit, then /usr/include.
+NCCL_HOME ?=
+NCCL_INC_DIR := $(patsubst %/nccl.h,%,$(firstword $(wildcard $(if $(NCCL_HOME),$(NCCL_HOME)/include/nccl.h) \
+                  $(CUDA_HOME)/include/nccl.h /usr/include/nccl.h)))
 DISTRIBUTED_NCCL_LIB :=
-ifneq ($(DISTRIBUTED_HAVE_NCCL_H),)
+ifneq ($(NCCL_INC_DIR),)
 DISTRIBUTED_NCCL_LIB := $(BUILD)/libdistributed_nccl.a
-$(BUILD)/distributed/comm_nccl.o: CPPFLAGS += -isystem $(CUDA_HOME)/include
+$(BUILD)/distributed/comm_nccl.o: CPPFLAGS += -isystem $(NCCL_INC_DIR) -isystem $(CUDA_HOME)/include
 $(DISTRIBUTED_NCCL_LIB): $(BUILD)/distributed/comm_nccl.o
 	@mkdir -p $(@D)
 	rm -f $@ && ar rcs $@ $^

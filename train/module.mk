@@ -18,7 +18,7 @@ TRAINER_LDLIBS := $(BACKEND_CPU_LDLIBS) $(TOKENIZER_LDLIBS) $(MPI_LDLIBS)
 TRAINER_CUDA_OBJ := $(BUILD)/with_cuda/train/trainer.o
 $(TRAINER_CUDA_OBJ): train/trainer.cpp
 	@mkdir -p $(@D)
-	$(CXX) $(CPPFLAGS) $(CXXFLAGS) -DGPT2_WITH_CUDA -c $< -o $@
+	$(CXX) $(CPPFLAGS) $(CXXFLAGS) -DGPT2_WITH_CUDA $(if $(DISTRIBUTED_NCCL_LIB),-DGPT2_WITH_NCCL) -c $< -o $@
 TRAIN_LIB_NO_LOOP := $(BUILD)/libtrain_parts.a
 $(TRAIN_LIB_NO_LOOP): $(patsubst %.cpp,$(BUILD)/%.o,$(filter-out train/trainer.cpp,$(TRAIN_SRCS)))
 	@mkdir -p $(@D)
@@ -30,8 +30,9 @@ $(TRAIN_LIB_NO_LOOP): $(patsubst %.cpp,$(BUILD)/%.o,$(filter-out train/trainer.c
 TRAINER_CUDA_LIBS := $(TRAINER_CUDA_OBJ) $(TRAIN_LIB_NO_LOOP) \
                      $(filter-out $(TRAIN_LIB) $(DISTRIBUTED_LIB),$(TRAINER_LIBS)) \
                      $(DISTRIBUTED_NCCL_LIB) $(DISTRIBUTED_LIB)
-# -lnccl is found through CUDA_LDLIBS' -L$(CUDA_HOME)/lib64 (the toolkit's NCCL) or the system paths.
-NCCL_LDLIBS := -lnccl
+# -lnccl from $NCCL_HOME/lib, CUDA_LDLIBS' -L$(CUDA_HOME)/lib64 (the toolkit's NCCL) or the
+# system paths; without nccl.h the trainer is built without NCCL and refuses multi-GPU runs.
+NCCL_LDLIBS := $(if $(DISTRIBUTED_NCCL_LIB),$(if $(NCCL_HOME),-L$(NCCL_HOME)/lib -Wl$(comma)-rpath$(comma)$(NCCL_HOME)/lib) -lnccl)
 
 HAVE_NVCC := $(wildcard $(NVCC))
 ifneq ($(HAVE_NVCC),)

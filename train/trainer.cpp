@@ -80,9 +80,13 @@ std::unique_ptr<Backend> make_checked_backend(const TrainOptions& o, const DistC
 // bootstrapped through the host communicator.
 std::unique_ptr<Communicator> make_buffer_communicator(Backend& backend, Communicator& host, int zero_stage) {
   if (backend.is_host_memory() || (host.world() == 1 && zero_stage != 2)) return nullptr;
-#ifdef GPT2_WITH_CUDA
+#if defined(GPT2_WITH_CUDA) && defined(GPT2_WITH_NCCL)
   const CudaPlacement at = cuda_placement(backend);
   return make_nccl_communicator(host, at.device, at.stream);
+#elif defined(GPT2_WITH_CUDA)
+  (void)host;
+  throw std::runtime_error("multi-GPU training and ZeRO-2 on a GPU need NCCL, which this binary was built without "
+                           "(nccl.h was not found: load NCCL, e.g. set NCCL_HOME, and rebuild)");
 #else
   throw std::runtime_error("the " + backend.name() + " backend needs a device communicator, which this binary lacks");
 #endif

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The build finds nvcc the way clusters provide it (Makefile, `make print-build-config`):
 # NVCC first, then $CUDA_HOME/bin, $CUDA_PATH/bin, then PATH (`module load cuda`),
-# then /usr/local/cuda; CUDA_HOME follows the nvcc found; the CPU flags are
-# portable unless NATIVE=1. Fake toolkits (an executable file named nvcc) stand in.
+# then /usr/local/cuda; CUDA_HOME follows the nvcc found; NCCL's header comes from
+# NCCL_HOME, the toolkit or /usr/include; the CPU flags are portable unless NATIVE=1. Fake toolkits (an executable file named nvcc) stand in.
 set -u
 cd "$(dirname "$0")/../.."
 work=$(mktemp -d "${TMPDIR:-/tmp}/build_config.XXXXXX")
@@ -26,5 +26,8 @@ expect home-before-path "NVCC=$work/home/bin/nvcc " -- CUDA_HOME="$work/home" PA
 expect portable "OPT=-O3 -march=x86-64-v3 " --
 expect native "OPT=-O3 -march=native " -- NATIVE=1
 expect missing "CUDA_HOME=/usr/local/cuda OPT=.* CUDA=no" -- NVCC=/nonexistent/nvcc
+mkdir -p "$work/nccl/include" && touch "$work/nccl/include/nccl.h"
+expect nccl-home "NCCL=$work/nccl/include" -- NCCL_HOME="$work/nccl"
+expect nccl-missing "CUDA=yes NCCL=no" -- CUDA_HOME="$work/home"
 echo "$fails failure(s)"
 [ "$fails" -eq 0 ]
