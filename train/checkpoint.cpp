@@ -100,6 +100,12 @@ FileDigest write_state_file(const std::string& path, const TrainState& s) {
   w.put(s.seed);
   w.put(s.sample_rng);
   w.put(s.nan_skips);
+  w.put(static_cast<int32_t>(s.schedule.kind));
+  w.put(s.schedule.max_lr);
+  w.put(static_cast<int32_t>(s.schedule.warmup_steps));
+  w.put(static_cast<int32_t>(s.schedule.total_steps));
+  w.put(s.schedule.final_frac);
+  w.put(s.schedule.wsd_decay_frac);
   w.put(static_cast<uint64_t>(s.master.size()));
   w.put(static_cast<uint64_t>(s.loader_state.size()));
   w.put_bytes(s.loader_state.data(), s.loader_state.size());
@@ -126,19 +132,20 @@ FileDigest write_state_file(const std::string& path, const TrainState& s) {
   return FileDigest{base_name(path), digest.total_bytes(), digest.digest()};
 }
 
-TrainState read_state_file(const std::string& path) {
+TrainState read_state_file(const std::string& path, bool header_only) {
   InputFile in(path);
   if (in.size() < 16) throw std::runtime_error(path + ": truncated state file (" + std::to_string(in.size()) + " bytes)");
-  std::vector<uint8_t> all(in.size());
+  // The fixed fields take under 200 bytes.
+  std::vector<uint8_t> all(header_only ? std::min<uint64_t>(in.size(), 512) : in.size());
   in.read(all.data(), all.size(), "state");
   ByteReader r(all, path);
   char magic[8];
   r.get_bytes(magic, 8);
   if (std::memcmp(magic, kStateMagic, 8) != 0) throw std::runtime_error(path + ": not a trainer state file (bad magic)");
   const uint32_t version = r.get<uint32_t>();
-  if (version != kStateFileVersion)
+  if (version != kStateFileVersion && version != 1)
     throw std::runtime_error(path + ": unsupported state file version " + std::to_string(version) +
-                             " (expected " + std::to_string(kStateFileVersion) + ")");
+                             " (expected 1 or " + std::to_string(kStateFileVersion) + ")");
   TrainState s;
   s.step = r.get<uint64_t>();
   int32_t cfg[6];
@@ -161,6 +168,19 @@ TrainState read_state_file(const std::string& path) {
   s.seed = r.get<uint64_t>();
   s.sample_rng = r.get<uint64_t>();
   s.nan_skips = r.get<uint64_t>();
+  if (version >= 2) {
+    const int32_t kind = r.get<int32_t>();
+    if (kind < 0 || kind > static_cast<int32_t>(LrScheduleKind::kWsd))
+      throw std::runtime_error(path + ": corrupt learning-rate schedule kind " + std::to_string(kind));
+    s.has_schedule = true;
+    s.schedule.kind = static_cast<LrScheduleKind>(kind);
+    s.schedule.max_lr = r.get<float>();
+    s.schedule.warmup_steps = r.get<int32_t>();
+    s.schedule.total_steps = r.get<int32_t>();
+    s.schedule.final_frac = r.get<float>();
+    s.schedule.wsd_decay_frac = r.get<float>();
+  }
+  if (header_only) return s;
   const uint64_t master_count = r.get<uint64_t>();
   const uint64_t loader_bytes = r.get<uint64_t>();
   if (loader_bytes > r.remaining()) throw std::runtime_error(path + ": truncated state file (loader state)");

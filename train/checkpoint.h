@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "model/config.h"
+#include "train/lr_schedule.h"
 
 namespace gpt2 {
 
@@ -47,7 +48,9 @@ struct CheckpointMarker {
   std::vector<FileDigest> files;
 };
 
-constexpr uint32_t kStateFileVersion = 1;
+// Version 2 added the learning-rate schedule; version 1 files still load
+// (has_schedule = false: the resuming run defines the schedule from its flags).
+constexpr uint32_t kStateFileVersion = 2;
 
 // Everything one rank needs, beyond the model file, to continue exactly.
 struct TrainState {
@@ -61,6 +64,10 @@ struct TrainState {
   uint64_t seed = 0;
   uint64_t sample_rng = 0;
   uint64_t nan_skips = 0;
+  // The schedule the run that wrote the file used (the original run's, kept
+  // across resumes that extend --max-steps). false: a version 1 file.
+  bool has_schedule = false;
+  LrSchedule schedule;
   std::vector<uint8_t> loader_state;
   std::vector<float> m, v;          // AdamW moments of [shard_begin, shard_end)
   std::vector<float> master;        // fp32 master weights of the shard, empty for fp32 parameters
@@ -69,7 +76,9 @@ struct TrainState {
 // Atomic, checksummed. Errors name the file. Returns the written file's
 // digest, hashed from memory while writing (no second read).
 FileDigest write_state_file(const std::string& path, const TrainState& s);
-TrainState read_state_file(const std::string& path);
+// header_only: only the fixed fields through the schedule (no loader state,
+// moments or checksum check), reading the file's first few hundred bytes.
+TrainState read_state_file(const std::string& path, bool header_only = false);
 
 class OutputDirLock;
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <sstream>
 #include <stdexcept>
 
 namespace gpt2 {
@@ -46,6 +47,40 @@ float LrSchedule::at(int step) const {
     case LrScheduleKind::kConstant: break;
   }
   return max_lr;
+}
+
+std::string LrSchedule::describe() const {
+  std::ostringstream s;
+  s << kind_name(kind) << ", peak lr " << max_lr << ", warmup " << warmup_steps << ", " << total_steps << " steps";
+  if (kind != LrScheduleKind::kConstant) s << ", final " << final_frac << " x peak";
+  if (kind == LrScheduleKind::kWsd) s << ", cooldown " << wsd_decay_frac;
+  return s.str();
+}
+
+bool LrSchedule::operator==(const LrSchedule& o) const {
+  return kind == o.kind && max_lr == o.max_lr && warmup_steps == o.warmup_steps && total_steps == o.total_steps &&
+         final_frac == o.final_frac && wsd_decay_frac == o.wsd_decay_frac;
+}
+
+LrSchedule resume_schedule(const LrSchedule& from_flags, const LrSchedule* stored, bool reset,
+                           std::string* source) {
+  if (!stored) {
+    *source = "from the flags (the checkpoint predates stored schedules)";
+    return from_flags;
+  }
+  if (reset) {
+    *source = "from the flags (--reset-schedule; the checkpoint's: " + stored->describe() + ")";
+    return from_flags;
+  }
+  if (*stored == from_flags) {
+    *source = "from the checkpoint (same as the flags)";
+  } else {
+    *source = "from the checkpoint";
+    if (stored->total_steps < from_flags.total_steps)
+      *source += "; held at its final lr after step " + std::to_string(stored->total_steps);
+    *source += "; --reset-schedule to use the flags' (" + from_flags.describe() + ")";
+  }
+  return *stored;
 }
 
 }  // namespace gpt2

@@ -20,9 +20,25 @@ struct LrSchedule {
 
   static LrScheduleKind parse_kind(const std::string& name);  // throws on unknown names
   static const char* kind_name(LrScheduleKind k);
-  // lr for 0-based optimizer step `step` (0 .. total_steps-1).
+  // lr for 0-based optimizer step `step` (0 .. total_steps-1). Past the last
+  // step (a resumed run that extends --max-steps but keeps this schedule) the
+  // lr stays at its final value: max_lr * final_frac (constant: max_lr).
   float at(int step) const;
+  // "cosine, peak lr 0.0003, warmup 10, 200 steps, final 0.1 x peak".
+  std::string describe() const;
+  bool operator==(const LrSchedule& o) const;
+  bool operator!=(const LrSchedule& o) const { return !(*this == o); }
 };
+
+// The schedule a resumed run uses, and in *source why (for the log line).
+//   stored: the schedule in the checkpoint's state file (the original run's),
+//           nullptr for a state file that predates stored schedules;
+//   from_flags: the one this run's flags define (over its --max-steps);
+//   reset: --reset-schedule.
+// The stored one wins unless reset or missing, so extending --max-steps on
+// resume continues the original schedule instead of restarting a longer one.
+LrSchedule resume_schedule(const LrSchedule& from_flags, const LrSchedule* stored, bool reset,
+                           std::string* source);
 
 }  // namespace gpt2
 

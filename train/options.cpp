@@ -81,7 +81,8 @@ constexpr int64_t kBig = 1LL << 40;
 const std::vector<OptionSpec>& option_table() {
   static const std::vector<OptionSpec> table = {
       // model
-      {"model", 0, "dN|PATH", "d12 (124M), d24 (350M), d36 (774M), d48 (1558M), any dN (64N channels, N heads), an llm.c model file (v3 fp32 / v5 bf16), or a Hugging Face GPT-2 directory (config.json + model.safetensors, as save_pretrained writes it) [d12]", STR(model)},
+      {"model", 0, "dN|PATH", "d12 (124M), d24 (350M), d36 (774M), d48 (1558M), any dN (64N channels, N heads), an llm.c model file (v3 fp32 / v5 bf16), or a Hugging Face GPT-2 directory (config.json + model.safetensors, as save_pretrained writes it) [d12]", [](TrainOptions& o, const char* v) { o.model = v; o.model_given = true; }, [](const TrainOptions& o) { return o.model; }},
+      {"init-from", 0, "PATH", "start a new run from these weights only (fresh optimizer, lr schedule and data position): an llm.c model file, a Hugging Face GPT-2 directory, or a checkpoint directory (its newest complete checkpoint's model file); not with --model", STR(init_from)},
       {"config", 0, "K=V,...", "overrides on the dN preset: n_layer, n_head, n_embd, max_seq, vocab_size, padded_vocab_size", STR(config_overrides)},
       // data
       {"train-data", 0, "GLOB", "training token shards (file, glob or comma list) [data/tinyshakespeare/tiny_shakespeare_train.bin]", STR(train_data)},
@@ -101,7 +102,7 @@ const std::vector<OptionSpec>& option_table() {
       {"beta2", 0, "X", "AdamW beta2 [0.95]", FLT(beta2, "beta2", 0.0, 0.999999)},
       {"adam-eps", 0, "X", "AdamW epsilon [1e-8]", FLT(adam_eps, "adam-eps", 0.0, 1.0)},
       {"grad-clip", 0, "X", "clip the global gradient norm to X; 0 disables [1.0]", FLT(grad_clip, "grad-clip", 0.0, 1e9)},
-      {"max-steps", 0, "N", "optimizer steps; -1 = one epoch of the training data [-1]", INT(max_steps, "max-steps", -1, 1 << 30)},
+      {"max-steps", 0, "N", "optimizer steps (in all, counting those before a --resume); -1 = one epoch of the training data [-1]", [](TrainOptions& o, const char* v) { o.max_steps = static_cast<int>(parse_int("max-steps", v, -1, 1 << 30)); if (o.max_steps == 0) throw std::runtime_error("--max-steps must be positive, or -1 for one epoch"); }, [](const TrainOptions& o) { return std::to_string(o.max_steps); }},
       {"on-nan", 0, "skip|stop", "non-finite loss or gradient norm: skip the update, or stop with an error (checkpoints kept) [stop]", [](TrainOptions& o, const char* v) { o.on_nan = choice("on-nan", v, {"skip", "stop"}); }, [](const TrainOptions& o) { return o.on_nan; }},
       {"seed", 0, "N", "seed for init, data shuffling and sampling [1337]", INT(seed, "seed", 0, kBig)},
       // evaluation and sampling
@@ -118,6 +119,7 @@ const std::vector<OptionSpec>& option_table() {
       {"keep-checkpoints", 0, "K", "keep the newest K checkpoints; 0 keeps all [0]", INT(keep_checkpoints, "keep-checkpoints", 0, 1 << 30)},
       {"resume", 0, nullptr, "continue from the newest complete checkpoint in --output-dir", FLAG(resume)},
       {"resume-fallback", 0, nullptr, "--resume, and if the newest checkpoint fails its checksums, resume from the newest one that passes (warning) instead of stopping", [](TrainOptions& o, const char*) { o.resume = o.resume_fallback = true; }, [](const TrainOptions& o) { return std::string(o.resume_fallback ? "yes" : "no"); }},
+      {"reset-schedule", 0, nullptr, "with --resume: define the lr schedule from this run's flags (--lr, --lr-schedule, --warmup-steps, --final-lr-frac, --wsd-decay-frac, --max-steps) instead of keeping the checkpoint's; the step count continues", FLAG(reset_schedule)},
       {"save-dtype", 0, "fp32|bf16", "element type of saved model files (llm.c v3 / v5) [fp32]", [](TrainOptions& o, const char* v) { o.save_dtype = choice("save-dtype", v, {"fp32", "bf16"}); }, [](const TrainOptions& o) { return o.save_dtype; }},
       {"save-hf", 0, "DIR", "also write the final model to DIR as a Hugging Face GPT-2 directory (config.json + model.safetensors, --save-dtype; GPT2LMHeadModel.from_pretrained loads it)", STR(save_hf)},
       {"log-jsonl", 0, "PATH", "append one JSON object per step and per evaluation", STR(log_jsonl)},
@@ -195,6 +197,10 @@ bool parse_train_options(int argc, char** argv, TrainOptions* opts) {
     }
     spec->apply(*opts, value);
   }
+  if (!opts->init_from.empty() && opts->model_given)
+    throw std::runtime_error("--init-from and --model both name the initial weights: give one");
+  if (!opts->init_from.empty() && !opts->config_overrides.empty())
+    throw std::runtime_error("--config applies to dN presets, not to --init-from weights");
   if (opts->resume && opts->output_dir.empty())
     throw std::runtime_error("--resume needs --output-dir (where the checkpoints are)");
   return true;

@@ -13,6 +13,8 @@ struct TrainOptions {
   // model
   std::string model = "d12";          // dN preset, an llm.c model file or a Hugging Face GPT-2 directory
   std::string config_overrides;       // "n_layer=4,n_head=4,..."
+  bool model_given = false;           // --model appeared on the command line
+  std::string init_from;              // weights only: model file, HF directory or checkpoint directory
   // data
   std::string train_data = "data/tinyshakespeare/tiny_shakespeare_train.bin";
   std::string val_data = "data/tinyshakespeare/tiny_shakespeare_val.bin";
@@ -29,7 +31,7 @@ struct TrainOptions {
   float weight_decay = 0.0f;
   float beta1 = 0.9f, beta2 = 0.95f, adam_eps = 1e-8f;
   float grad_clip = 1.0f;             // <= 0 disables clipping
-  int max_steps = -1;                 // -1: one epoch of the training data
+  int max_steps = -1;                 // -1: one epoch of the training data (0 is refused)
   std::string on_nan = "stop";        // skip | stop
   uint64_t seed = 1337;
   // evaluation and sampling
@@ -46,6 +48,7 @@ struct TrainOptions {
   int keep_checkpoints = 0;           // 0: keep all
   bool resume = false;
   bool resume_fallback = false;       // corrupt newest checkpoint: resume from an older one
+  bool reset_schedule = false;        // --resume: lr schedule from the flags, not the checkpoint
   std::string save_dtype = "fp32";    // fp32 | bf16 for model files
   std::string save_hf;                // also write the final model here as a Hugging Face directory
   std::string log_jsonl;

@@ -139,7 +139,61 @@ struct BatchShape {
   int grad_accum = 1;
 };
 
-BatchShape batch_shape(const TrainOptions& o, const GPT2Config& cfg, int world, TrainLogger& log) {
+// The rank-0 state file header of the newest complete checkpoint that --resume
+// would continue from (read before that checkpoint is verified, for the
+// defaults it carries: the global batch). false: no such checkpoint.
+bool peek_resume_state(const TrainOptions& o, TrainState* st) {
+  if (!o.resume || o.output_dir.empty()) return false;
+  const CheckpointDir dir(o.output_dir);
+  const std::vector<uint64_t> steps = dir.complete_steps();
+  for (auto it = steps.rbegin(); it != steps.rend(); ++it) {
+    try {
+      *st = read_state_file(dir.state_path(*it, 0), /*header_only=*/true);
+      return true;
+    } catch (const std::exception&) {
+      // unreadable: the verification of --resume reports it (or falls back)
+    }
+  }
+  return false;
+}
+
+// --init-from PATH as a --model path: a checkpoint directory (one with
+// completion markers) gives its newest complete checkpoint's model file, after
+// checking it against the marker's checksum; a model file or a Hugging Face
+// directory is used as it is.
+std::string resolve_init_from(const std::string& path) {
+  const CheckpointDir dir(path);
+  const std::vector<uint64_t> steps = dir.complete_steps();
+  if (steps.empty()) {
+    if (file_exists(path) || file_exists(path + "/config.json")) return path;
+    throw std::runtime_error("--init-from " + path +
+                             ": not a model file, a Hugging Face GPT-2 directory (config.json) or a checkpoint "
+                             "directory (no DONE_* marker)");
+  }
+  const uint64_t step = steps.back();
+  const std::string model = dir.model_path(step);
+  const CheckpointMarker marker = dir.read_marker(step);
+  for (const FileDigest& want : marker.files) {
+    if (want.name != model.substr(model.rfind('/') + 1)) continue;
+    if (!(digest_file(model) == want))
+      throw std::runtime_error("--init-from " + path + ": " + model + " does not match the checksum in its marker");
+  }
+  return model;
+}
+
+// The options with --init-from resolved into --model (the run loads weights
+// only from it, exactly like --model FILE|HF_DIR).
+TrainOptions effective_options(const TrainOptions& o) {
+  TrainOptions e = o;
+  if (!o.init_from.empty()) e.model = resolve_init_from(o.init_from);
+  return e;
+}
+
+// `stored`: the global batch of the checkpoint being resumed (0: none). When
+// --total-batch-tokens is not given it is the default, so a run resumed on
+// another number of ranks keeps its tokens per step (more or fewer micro-batches).
+BatchShape batch_shape(const TrainOptions& o, const GPT2Config& cfg, int world, const TrainState* stored,
+                       TrainLogger& log) {
   BatchShape s;
   s.B = o.batch_size;
   s.T = std::min(o.seq_len, cfg.max_seq_len);
@@ -148,6 +202,20 @@ BatchShape batch_shape(const TrainOptions& o, const GPT2Config& cfg, int world, 
              std::to_string(cfg.max_seq_len));
   const int64_t tokens_per_micro = static_cast<int64_t>(s.B) * s.T * world;
   s.total_batch = o.total_batch_tokens < 0 ? tokens_per_micro : o.total_batch_tokens;
+  if (o.total_batch_tokens < 0 && stored && stored->total_batch_tokens > 0) {
+    const int64_t total = stored->total_batch_tokens;
+    s.total_batch = total;
+    if (total % tokens_per_micro != 0)
+      throw std::runtime_error("--resume: the checkpoint's global batch is " + std::to_string(total) +
+                               " tokens per step, not a multiple of B*T*world = " + std::to_string(s.B) + "*" +
+                               std::to_string(s.T) + "*" + std::to_string(world) + " = " +
+                               std::to_string(tokens_per_micro) + " (the checkpoint has B=" +
+                               std::to_string(stored->batch_size) + " T=" + std::to_string(stored->seq_len) +
+                               " at world " + std::to_string(stored->world) + "; B and T must stay the same)");
+    if (total != tokens_per_micro)
+      log.info("--resume: " + std::to_string(total) + " tokens per step, as in the checkpoint (grad_accum " +
+               std::to_string(total / tokens_per_micro) + " at world " + std::to_string(world) + ")");
+  }
   if (s.total_batch % tokens_per_micro != 0)
     throw std::runtime_error("--total-batch-tokens " + std::to_string(s.total_batch) +
                              " is not a multiple of B*T*world = " + std::to_string(tokens_per_micro));
@@ -234,6 +302,8 @@ class TrainingRun {
   std::unique_ptr<Backend> backend_;
   bool from_file_ = false;
   const GPT2Config cfg_;
+  TrainState peek_;            // header of the checkpoint --resume is expected to pick
+  const bool has_peek_;
   const BatchShape shape_;
   const ParamLayout layout_;
   Communicators comms_;
@@ -246,6 +316,7 @@ class TrainingRun {
   AdamW optimizer_;
   const AdamWHyper hyper_;
   LrSchedule schedule_;
+  std::string schedule_source_ = "from the flags";
   std::unique_ptr<Tokenizer> tokenizer_;
   std::vector<int32_t> sample_context_{static_cast<int32_t>(Tokenizer::kEndOfText)};
   std::unique_ptr<CheckpointDir> ckpt_;
@@ -266,7 +337,8 @@ TrainingRun::TrainingRun(const TrainOptions& opts, const DistContext& dist, Comm
       log_(main_rank_, opts.log_jsonl),
       backend_(make_checked_backend(opts, dist)),
       cfg_(requested_config(opts, &from_file_)),
-      shape_(batch_shape(opts, cfg_, dist.world, log_)),
+      has_peek_(peek_resume_state(opts, &peek_)),
+      shape_(batch_shape(opts, cfg_, dist.world, has_peek_ ? &peek_ : nullptr, log_)),
       layout_(ParamLayout::for_config(cfg_)),
       comms_{host, make_buffer_communicator(*backend_, host, opts.zero_stage)},
       dp_(*backend_, comms_.buffers(), comms_.host, layout_, opts.zero_stage),
@@ -311,6 +383,8 @@ void TrainingRun::init_or_resume() {
       ckpt_ && opts_.resume ? ckpt_->select_resume_step(comms_.host, opts_.resume_fallback, info) : -1;
   if (resume_step >= 0) {
     done_ = {static_cast<uint64_t>(resume_step)};
+    if (!opts_.init_from.empty())
+      log_.info("--init-from " + opts_.init_from + " not used: --resume continues the run in " + opts_.output_dir);
     return resume_from(static_cast<uint64_t>(resume_step));
   }
   if (opts_.resume) log_.info("--resume: no complete checkpoint in " + opts_.output_dir + "; starting fresh");
@@ -342,6 +416,8 @@ void TrainingRun::resume_from(uint64_t step) {
   load_resharded_moments(*ckpt_, step, old_world, optimizer_.begin(), optimizer_.end(), &m, &v, &master);
   optimizer_.attach_master(model_.params());
   optimizer_.set_state(m, v, master);
+  schedule_ = resume_schedule(schedule_, st.has_schedule ? &st.schedule : nullptr, opts_.reset_schedule,
+                              &schedule_source_);
   train_loader_.load_state(st.loader_state);
   sample_rng_.set_state(st.sample_rng);
   nan_skips_ = st.nan_skips;
@@ -371,6 +447,7 @@ void TrainingRun::log_banner() {
   log_.info("| data         " + std::to_string(train_loader_.num_shards()) + " train shard(s), " +
             std::to_string(train_loader_.total_tokens()) + " tokens, " + std::to_string(steps_per_epoch_) +
             " steps/epoch; training " + std::to_string(total_steps_) + " steps");
+  log_.info("| lr schedule  " + schedule_.describe() + " (" + schedule_source_ + ")");
   log_.info("| zero         stage " + std::to_string(opts_.zero_stage) + ", shard of rank 0: [" +
             std::to_string(dp_.opt_begin()) + ", " + std::to_string(dp_.opt_end()) + ") of " + std::to_string(P) +
             " (+" + std::to_string(dp_.plan().padding()) + " padding)");
@@ -430,6 +507,8 @@ void TrainingRun::save_checkpoint(int step) {
   st.seed = opts_.seed;
   st.sample_rng = sample_rng_.state();
   st.nan_skips = nan_skips_;
+  st.has_schedule = true;
+  st.schedule = schedule_;
   st.loader_state = train_loader_.save_state();
   optimizer_.get_state(&st.m, &st.v, &st.master);
   const FileDigest state_digest = write_state_file(ckpt_->state_path(step, dist_.rank), st);
@@ -545,7 +624,8 @@ int TrainingRun::run() {
 }  // namespace
 
 int run_training(const TrainOptions& opts, const DistContext& dist, Communicator& comm) {
-  TrainingRun run(opts, dist, comm);
+  const TrainOptions effective = effective_options(opts);
+  TrainingRun run(effective, dist, comm);
   return run.run();
 }
 

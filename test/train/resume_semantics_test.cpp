@@ -1,0 +1,179 @@
+// Resume semantics (issue 13) and --init-from (issue 12): the state file keeps
+// the run's lr schedule (version 2; version 1 files still load without one),
+// a resumed run keeps that schedule unless --reset-schedule, and the options
+// that define these behaviours.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <stdexcept>
+#include <string>
+#include <unistd.h>
+#include <vector>
+
+#include "train/checkpoint.h"
+#include "train/lr_schedule.h"
+#include "train/options.h"
+#include "util/checked_io.h"
+
+namespace gpt2 {
+namespace {
+
+std::string temp_dir(const char* name) {
+  std::string d = "build/test/train/" + std::string(name) + "." + std::to_string(getpid());
+  std::system(("rm -rf " + d).c_str());
+  make_directories(d);
+  return d;
+}
+
+LrSchedule schedule(LrScheduleKind k, float lr, int warmup, int total, float final_frac = 0.1f,
+                    float wsd = 0.2f) {
+  LrSchedule s;
+  s.kind = k;
+  s.max_lr = lr;
+  s.warmup_steps = warmup;
+  s.total_steps = total;
+  s.final_frac = final_frac;
+  s.wsd_decay_frac = wsd;
+  return s;
+}
+
+TrainState small_state() {
+  TrainState s;
+  s.step = 20;
+  s.config.num_layers = 2;
+  s.num_params = 8;
+  s.shard_end = 8;
+  s.batch_size = 4;
+  s.seq_len = 32;
+  s.total_batch_tokens = 256;
+  s.loader_state = {9, 8, 7};
+  s.m.assign(8, 0.5f);
+  s.v.assign(8, 0.25f);
+  s.has_schedule = true;
+  s.schedule = schedule(LrScheduleKind::kWsd, 1e-3f, 3, 20, 0.05f, 0.3f);
+  return s;
+}
+
+TEST(StateFileV2, ScheduleAndGlobalBatchRoundTrip) {
+  const std::string d = temp_dir("state_v2");
+  const TrainState s = small_state();
+  write_state_file(d + "/s.bin", s);
+  for (bool header_only : {false, true}) {
+    TrainState r = read_state_file(d + "/s.bin", header_only);
+    EXPECT_TRUE(r.has_schedule);
+    EXPECT_EQ(r.schedule, s.schedule) << r.schedule.describe();
+    EXPECT_EQ(r.total_batch_tokens, 256);
+    EXPECT_EQ(r.step, 20u);
+    if (header_only) {
+      EXPECT_TRUE(r.m.empty());
+    } else {
+      EXPECT_EQ(r.m, s.m);
+      EXPECT_EQ(r.loader_state, s.loader_state);
+    }
+  }
+}
+
+// A version 1 file: the version 2 layout without the 24 schedule bytes that
+// follow nan_skips (offset 8 magic + 4 version + 8 step + 24 config + 12 world,
+// rank, stage + 24 shard, params + 8 B, T + 32 total, seed, rng, skips = 120).
+TEST(StateFileV2, ReadsVersionOneWithoutSchedule) {
+  const std::string d = temp_dir("state_v1");
+  const TrainState s = small_state();
+  write_state_file(d + "/s.bin", s);
+  std::string v2 = read_text_file(d + "/s.bin");
+  const size_t at = 120, n = 8 * 4 * 2;  // schedule bytes; moments of 8 parameters
+  std::string v1 = v2.substr(0, at) + v2.substr(at + 24, v2.size() - 8 - at - 24);
+  const uint32_t one = 1;
+  std::memcpy(&v1[8], &one, 4);
+  const size_t header = v1.size() - n;
+  const uint64_t sum = fnv1a64(v1.data(), header,
+                               fnv1a64(v1.data() + header, n / 2, fnv1a64(v1.data() + header + n / 2, n / 2,
+                                                                           fnv1a64(nullptr, 0))));
+  v1.append(reinterpret_cast<const char*>(&sum), 8);
+  std::ofstream(d + "/s1.bin", std::ios::binary).write(v1.data(), v1.size());
+  TrainState r = read_state_file(d + "/s1.bin");
+  EXPECT_FALSE(r.has_schedule);
+  EXPECT_EQ(r.total_batch_tokens, 256);
+  EXPECT_EQ(r.loader_state, s.loader_state);
+  EXPECT_EQ(r.m, s.m);
+  EXPECT_EQ(r.v, s.v);
+  // an unknown version is still refused
+  const uint32_t nine = 9;
+  std::memcpy(&v1[8], &nine, 4);
+  std::ofstream(d + "/s9.bin", std::ios::binary).write(v1.data(), v1.size());
+  EXPECT_THROW(read_state_file(d + "/s9.bin"), std::runtime_error);
+}
+
+TEST(ResumeSchedule, StoredScheduleWinsAndHoldsItsFinalLr) {
+  const LrSchedule original = schedule(LrScheduleKind::kCosine, 1e-3f, 2, 20);
+  const LrSchedule longer = schedule(LrScheduleKind::kCosine, 1e-3f, 2, 40);
+  std::string why;
+  const LrSchedule used = resume_schedule(longer, &original, false, &why);
+  EXPECT_EQ(used, original);
+  EXPECT_NE(why.find("from the checkpoint"), std::string::npos) << why;
+  EXPECT_NE(why.find("--reset-schedule"), std::string::npos) << why;
+  // step 21 (index 20) continues at the original's final lr instead of jumping back up
+  EXPECT_FLOAT_EQ(used.at(20), used.at(19));
+  EXPECT_NEAR(used.at(20), 1e-4, 1e-9);
+  EXPECT_NEAR(used.at(39), 1e-4, 1e-9);
+  EXPECT_GT(longer.at(20), 4e-4f);  // what the old behaviour gave
+  // --reset-schedule: the flags' schedule
+  EXPECT_EQ(resume_schedule(longer, &original, true, &why), longer);
+  EXPECT_NE(why.find("--reset-schedule"), std::string::npos) << why;
+  // a version 1 checkpoint carries none: the flags'
+  EXPECT_EQ(resume_schedule(longer, nullptr, false, &why), longer);
+  EXPECT_NE(why.find("predates"), std::string::npos) << why;
+  // unchanged flags: the same schedule either way
+  EXPECT_EQ(resume_schedule(original, &original, false, &why), original);
+  EXPECT_NE(why.find("same as the flags"), std::string::npos) << why;
+}
+
+TEST(ResumeSchedule, EveryKindHoldsPastItsEnd) {
+  for (LrScheduleKind k : {LrScheduleKind::kCosine, LrScheduleKind::kLinear, LrScheduleKind::kWsd}) {
+    const LrSchedule s = schedule(k, 1.0f, 1, 10, 0.2f);
+    EXPECT_NEAR(s.at(9), 0.2, 1e-6) << LrSchedule::kind_name(k);
+    EXPECT_FLOAT_EQ(s.at(10), s.at(9)) << LrSchedule::kind_name(k);
+    EXPECT_FLOAT_EQ(s.at(1000), s.at(9)) << LrSchedule::kind_name(k);
+  }
+  EXPECT_FLOAT_EQ(schedule(LrScheduleKind::kConstant, 1.0f, 0, 10).at(50), 1.0f);
+}
+
+// Parses a command line given as words (argv[0] added).
+TrainOptions parse(std::vector<std::string> words) {
+  words.insert(words.begin(), "train_gpt2cu");
+  std::vector<char*> argv;
+  for (auto& w : words) argv.push_back(w.data());
+  TrainOptions o;
+  parse_train_options(static_cast<int>(argv.size()), argv.data(), &o);
+  return o;
+}
+
+std::string error_of(std::vector<std::string> words) {
+  try {
+    parse(words);
+  } catch (const std::runtime_error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(ResumeOptions, MaxStepsZeroInitFromAndResetSchedule) {
+  EXPECT_NE(error_of({"--max-steps", "0"}).find("--max-steps must be positive, or -1 for one epoch"),
+            std::string::npos);
+  EXPECT_EQ(parse({"--max-steps", "-1"}).max_steps, -1);
+  EXPECT_EQ(parse({"--max-steps", "7"}).max_steps, 7);
+  TrainOptions o = parse({"--init-from", "out/run1", "--resume", "-o", "out/run2", "--reset-schedule"});
+  EXPECT_EQ(o.init_from, "out/run1");
+  EXPECT_FALSE(o.model_given);
+  EXPECT_TRUE(o.resume);
+  EXPECT_TRUE(o.reset_schedule);
+  EXPECT_TRUE(parse({"--model", "d12"}).model_given);
+  EXPECT_NE(error_of({"--init-from", "a.bin", "--model", "b.bin"}).find("--init-from and --model"),
+            std::string::npos);
+  EXPECT_NE(error_of({"--init-from", "a.bin", "--config", "n_layer=2"}).find("--config"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace gpt2
