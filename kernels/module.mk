@@ -63,8 +63,11 @@ $(KCUDA_BENCH_EMU): $(BUILD)/dev/cuda/bench_cuda_ops.o $(KCUDA_HARNESS:%.cpp=$(B
 
 # ---- real-GPU builds (nvcc; run only where a GPU is: `make bench-cuda`, scripts/gpu_check.sh) --------
 # One fat object of the backend serves the trainer, the GPU op tests and the benchmark.
-# CUDA_GENCODE picks the architectures (default sm_80 + sm_90; e.g. -arch=native on a GPU machine).
-CUDA_GENCODE ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90
+# CUDA_GENCODE picks the architectures: by default sm_80 + sm_90, plus the architecture of
+# every GPU visible at build time (nvidia-smi), so a build on a GPU node also runs there.
+CUDA_VISIBLE_ARCHS := $(sort $(shell nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null \
+                        | tr -d . | grep -E '^[0-9]+$$'))
+CUDA_GENCODE ?= $(foreach a,$(sort 80 90 $(CUDA_VISIBLE_ARCHS)),-gencode arch=compute_$(a),code=sm_$(a))
 KERNELS_CUDA_FAT_OBJ := $(BUILD)/nvcc/fat/kernels/cuda_backend.o
 CUDA_LDLIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcublas -lcudart
 $(KERNELS_CUDA_FAT_OBJ): $(KERNELS_CUDA_SRC) $(wildcard kernels/*.cuh kernels/*.h emu/cuda.cuh backend/*.h)

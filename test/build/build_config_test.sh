@@ -29,5 +29,11 @@ expect missing "CUDA_HOME=/usr/local/cuda OPT=.* CUDA=no" -- NVCC=/nonexistent/n
 mkdir -p "$work/nccl/include" && touch "$work/nccl/include/nccl.h"
 expect nccl-home "NCCL=$work/nccl/include" -- NCCL_HOME="$work/nccl"
 expect nccl-missing "CUDA=yes NCCL=no" -- CUDA_HOME="$work/home"
+# GPU architectures: sm_80 + sm_90, plus every GPU visible at build time (a fake nvidia-smi here).
+mkdir -p "$work/smi" && printf '#!/bin/sh\necho 8.6\necho 9.0\n' > "$work/smi/nvidia-smi" && chmod +x "$work/smi/nvidia-smi"
+archs=$(env -u CUDA_GENCODE PATH="$work/smi:$PATH" make --no-print-directory -s print-cuda-gencode)
+if [ "$archs" = "-gencode arch=compute_80,code=sm_80 -gencode arch=compute_86,code=sm_86 -gencode arch=compute_90,code=sm_90" ]; then
+  echo "ok   visible GPU architectures added: $archs"
+else echo "FAIL gencode with GPUs 8.6 and 9.0 visible: '$archs'"; fails=$((fails + 1)); fi
 echo "$fails failure(s)"
 [ "$fails" -eq 0 ]
