@@ -19,3 +19,4 @@ data/tinyshakespeare/input.txt:
 	@scripts/prepare_tinyshakespeare.sh --text-only
 
 TEST_SCRIPTS += test/dataprep/prepare_data_test.sh
+TEST_SCRIPTS += test/e2e/corpus_recipe_test.sh

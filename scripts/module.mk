@@ -11,3 +11,7 @@ gpu-kit:
 # The rehearsal of gpu_check.sh on the emulated builds, the kit's size and its
 # self-containment (needs the emulated test binaries, the trainers and the data).
 TEST_SCRIPTS += test/gpu/gpu_check_rehearsal_test.sh
+
+# The Apptainer definition's build steps are the scripts CI and the quick start run (a clean
+# build in a scratch copy; Apptainer itself is not installable here).
+TEST_SCRIPTS += test/e2e/apptainer_def_test.sh
