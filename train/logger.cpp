@@ -5,10 +5,15 @@
 #include <cstring>
 #include <stdexcept>
 
+#include "util/checked_io.h"
+
 namespace gpt2 {
 
 TrainLogger::TrainLogger(bool enabled, const std::string& jsonl_path) : enabled_(enabled), jsonl_path_(jsonl_path) {
   if (!enabled_ || jsonl_path.empty()) return;
+  // The log usually sits in --output-dir, which a first run has not created yet.
+  const size_t slash = jsonl_path.find_last_of('/');
+  if (slash != std::string::npos && slash > 0) make_directories(jsonl_path.substr(0, slash));
   jsonl_ = std::fopen(jsonl_path.c_str(), "a");
   if (!jsonl_) throw std::runtime_error(jsonl_path + ": cannot open log for appending: " + std::strerror(errno));
 }

@@ -83,6 +83,12 @@ got=$(cd "$work/ck" && ls | tr '\n' ' ')
 want="DONE_00000004 DONE_00000006 model.bin model_00000004.bin model_00000006.bin state_00000004_00000.bin state_00000006_00000.bin "
 if [ "$got" = "$want" ]; then echo "ok   checkpoint files: $got"; else echo "FAIL checkpoint files: '$got'"; fails=$((fails + 1)); fi
 
+# A first run's --log-jsonl inside a not yet existing --output-dir (as the sbatch scripts pass it).
+check log-in-new-output-dir 0 "final model -> " -- ./train_gpt2cu "${tiny[@]}" --max-steps 2 \
+  --output-dir "$work/fresh/run" --log-jsonl "$work/fresh/run/log.jsonl"
+n=$(grep -c '"type":"train"' "$work/fresh/run/log.jsonl" 2>/dev/null)
+if [ "$n" = 2 ]; then echo "ok   log created with its directory: 2 train records"; else echo "FAIL log records: '$n'"; fails=$((fails + 1)); fi
+
 # NaN: poison one layernorm weight of a saved model.
 /usr/bin/python3 - "$work/ck/model.bin" "$work/nan.bin" <<'PY'
 import struct, sys
