@@ -84,5 +84,21 @@ TEST(Options, DescribeCoversEveryOption) {
   EXPECT_TRUE(found);
 }
 
+TEST(ResumeOptions, MaxStepsZeroInitFromAndResetSchedule) {
+  EXPECT_NE(error_of({"--max-steps", "0"}).find("--max-steps must be positive, or -1 for one epoch"),
+            std::string::npos);
+  EXPECT_EQ(parse({"--max-steps", "-1"}).max_steps, -1);
+  EXPECT_EQ(parse({"--max-steps", "7"}).max_steps, 7);
+  TrainOptions o = parse({"--init-from", "out/run1", "--resume", "-o", "out/run2", "--reset-schedule"});
+  EXPECT_EQ(o.init_from, "out/run1");
+  EXPECT_FALSE(o.model_given);
+  EXPECT_TRUE(o.resume);
+  EXPECT_TRUE(o.reset_schedule);
+  EXPECT_TRUE(parse({"--model", "d12"}).model_given);
+  EXPECT_NE(error_of({"--init-from", "a.bin", "--model", "b.bin"}).find("--init-from and --model"),
+            std::string::npos);
+  EXPECT_NE(error_of({"--init-from", "a.bin", "--config", "n_layer=2"}).find("--config"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace gpt2

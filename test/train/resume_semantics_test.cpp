@@ -14,7 +14,6 @@
 
 #include "train/checkpoint.h"
 #include "train/lr_schedule.h"
-#include "train/options.h"
 #include "util/checked_io.h"
 
 namespace gpt2 {
@@ -138,41 +137,6 @@ TEST(ResumeSchedule, EveryKindHoldsPastItsEnd) {
     EXPECT_FLOAT_EQ(s.at(1000), s.at(9)) << LrSchedule::kind_name(k);
   }
   EXPECT_FLOAT_EQ(schedule(LrScheduleKind::kConstant, 1.0f, 0, 10).at(50), 1.0f);
-}
-
-// Parses a command line given as words (argv[0] added).
-TrainOptions parse(std::vector<std::string> words) {
-  words.insert(words.begin(), "train_gpt2cu");
-  std::vector<char*> argv;
-  for (auto& w : words) argv.push_back(w.data());
-  TrainOptions o;
-  parse_train_options(static_cast<int>(argv.size()), argv.data(), &o);
-  return o;
-}
-
-std::string error_of(std::vector<std::string> words) {
-  try {
-    parse(words);
-  } catch (const std::runtime_error& e) {
-    return e.what();
-  }
-  return "";
-}
-
-TEST(ResumeOptions, MaxStepsZeroInitFromAndResetSchedule) {
-  EXPECT_NE(error_of({"--max-steps", "0"}).find("--max-steps must be positive, or -1 for one epoch"),
-            std::string::npos);
-  EXPECT_EQ(parse({"--max-steps", "-1"}).max_steps, -1);
-  EXPECT_EQ(parse({"--max-steps", "7"}).max_steps, 7);
-  TrainOptions o = parse({"--init-from", "out/run1", "--resume", "-o", "out/run2", "--reset-schedule"});
-  EXPECT_EQ(o.init_from, "out/run1");
-  EXPECT_FALSE(o.model_given);
-  EXPECT_TRUE(o.resume);
-  EXPECT_TRUE(o.reset_schedule);
-  EXPECT_TRUE(parse({"--model", "d12"}).model_given);
-  EXPECT_NE(error_of({"--init-from", "a.bin", "--model", "b.bin"}).find("--init-from and --model"),
-            std::string::npos);
-  EXPECT_NE(error_of({"--init-from", "a.bin", "--config", "n_layer=2"}).find("--config"), std::string::npos);
 }
 
 }  // namespace
