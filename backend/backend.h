@@ -53,6 +53,9 @@ struct Tensor {
   size_t bytes() const { return numel * elem_bytes; }
 };
 
+// A target id that contributes neither loss nor gradient (classifier_forward_backward).
+constexpr int32_t kIgnoreTarget = -1;
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -120,8 +123,11 @@ class Backend {
   //   losses[n] = -log softmax(logits[n,:V])[targets[n]]
   // and when dloss != 0 the row is overwritten in place with
   //   dlogits = (softmax - onehot(target)) * dloss,  padded columns set to 0,
-  // so B*T*Vp floats are materialised once. Targets outside [0, V) are an error
-  // the caller has already excluded.
+  // so B*T*Vp floats are materialised once. A target of kIgnoreTarget (-1, like
+  // PyTorch's ignore_index) marks a row outside the loss (SFT prompt tokens,
+  // padding): its loss is exactly 0 and, with dloss != 0, its whole row of
+  // dlogits is exactly 0. Other targets outside [0, V) are an error the caller
+  // has already excluded.
   virtual void classifier_forward_backward(Tensor logits, Tensor losses, Tensor targets,
                                            int N, int V, int Vp, float dloss) = 0;
 

@@ -2,6 +2,7 @@
 
 #include <glob.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -153,8 +154,41 @@ DataLoader::DataLoader(const DataLoaderOptions& options) : options_(options) {
     samples_per_epoch_ += shard.windows / step_windows_ * step_windows_;
     shards_.push_back(shard);
   }
+  validate_loss_masks();
   buffer_.resize(tokens_per_window_ + 1);
+  if (has_mask_) mask_buffer_.resize(tokens_per_window_);
   reset();
+}
+
+// Loss-mask sidecars: all shards or none; each one's count equals its shard's and
+// its packed row length (when not 0) equals T.
+void DataLoader::validate_loss_masks() {
+  std::vector<bool> present(files_.size());
+  size_t with = files_.size(), without = files_.size();
+  for (size_t i = 0; i < files_.size(); ++i) {
+    present[i] = ::access(loss_mask_path(files_[i]).c_str(), F_OK) == 0;
+    if (present[i] && with == files_.size()) with = i;
+    if (!present[i] && without == files_.size()) without = i;
+  }
+  has_mask_ = with != files_.size();
+  if (!has_mask_) return;
+  if (without != files_.size())
+    throw std::runtime_error(files_[without] + ": shard has no loss-mask sidecar " +
+                             loss_mask_path(files_[without]) + ", but " + files_[with] + " has " +
+                             loss_mask_path(files_[with]) + " (" + where() +
+                             "; with loss masks every shard needs one)");
+  for (size_t i = 0; i < files_.size(); ++i) {
+    const LossMaskFile mask(loss_mask_path(files_[i]));
+    if (mask.count() != shards_[i].count)
+      throw std::runtime_error(mask.path() + ": loss mask has " + std::to_string(mask.count()) +
+                               " tokens but its shard " + files_[i] + " has " +
+                               std::to_string(shards_[i].count));
+    if (mask.info().T != 0 && mask.info().T != options_.T)
+      throw std::runtime_error(mask.path() + ": packed for T=" + std::to_string(mask.info().T) +
+                               " but the run uses --seq-len " + std::to_string(options_.T) +
+                               " (re-run prepare_data --sft --seq-len " + std::to_string(options_.T) +
+                               ", or train with --seq-len " + std::to_string(mask.info().T) + ")");
+  }
 }
 
 std::string DataLoader::where() const { return "dataloader '" + options_.pattern + "'"; }
@@ -190,8 +224,17 @@ void DataLoader::enter_shard() {
                                std::to_string(file.count()) + " now)");
     file_ = std::move(file);
   }
+  if (has_mask_ && (!mask_file_.is_open() || mask_file_.path() != loss_mask_path(files_[index]))) {
+    LossMaskFile mask(loss_mask_path(files_[index]));
+    if (mask.count() != shard.count)
+      throw std::runtime_error(mask.path() + ": loss mask has " + std::to_string(mask.count()) +
+                               " tokens but its shard " + files_[index] + " has " +
+                               std::to_string(shard.count) + " (changed since the loader opened it?)");
+    mask_file_ = std::move(mask);
+  }
   if (!shard.ids_checked) {
     file_.check_ids(options_.vocab_size);
+    if (has_mask_) mask_file_.check_all();
     shard.ids_checked = true;
   }
   if (options_.shuffle) {
@@ -232,6 +275,12 @@ void DataLoader::next_batch(int32_t* inputs, int32_t* targets) {
   for (size_t i = 0; i + 1 < n; ++i) {
     inputs[i] = static_cast<int32_t>(buffer_[i]);
     targets[i] = static_cast<int32_t>(buffer_[i + 1]);
+  }
+  if (has_mask_) {
+    // Target i is token first+i+1; its mask byte says whether it is supervised.
+    mask_file_.read(first + 1, n - 1, mask_buffer_.data());
+    for (size_t i = 0; i + 1 < n; ++i)
+      if (mask_buffer_[i] == 0) targets[i] = -1;
   }
   cursor_ += static_cast<uint64_t>(options_.world);
   call_in_step_ = (call_in_step_ + 1) % options_.grad_accum;

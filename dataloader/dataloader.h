@@ -8,6 +8,10 @@
 // An optimizer step (grad_accum calls) never straddles shards: at its start, if
 // fewer than world*grad_accum windows remain, the loader moves to the next shard
 // (the next epoch after the last one). Full semantics: docs/dataloader.md.
+//
+// Loss masks (SFT data, docs/sft.md): when the shards have loss-mask sidecars
+// (dataloader/loss_mask.h; all of them or none), next_batch sets targets[j] = -1
+// wherever the mask byte of that target token is 0.
 #ifndef GPT2_DATALOADER_DATALOADER_H
 #define GPT2_DATALOADER_DATALOADER_H
 
@@ -16,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "dataloader/loss_mask.h"
 #include "dataloader/shard.h"
 #include "util/rng.h"
 
@@ -46,7 +51,8 @@ class DataLoader {
  public:
   explicit DataLoader(const DataLoaderOptions& options);
 
-  // Fills B*T inputs and the B*T targets (inputs shifted by one token).
+  // Fills B*T inputs and the B*T targets (inputs shifted by one token). With loss
+  // masks, a target whose mask byte is 0 is -1 (the trainer ignores it).
   void next_batch(int32_t* inputs, int32_t* targets);
   // Back to the start of epoch 0 (validation calls this before each eval).
   void reset();
@@ -61,6 +67,8 @@ class DataLoader {
   uint64_t epoch() const { return epoch_; }
   size_t num_shards() const { return shards_.size(); }
   uint64_t total_tokens() const { return total_tokens_; }
+  // True when the shards have loss-mask sidecars (then every shard has one).
+  bool has_loss_mask() const { return has_mask_; }
   // Windows read in one epoch by all ranks together: sum over shards of
   // floor(windows / S) * S with S = world*grad_accum. Steps per epoch = this / S.
   uint64_t samples_per_epoch() const { return samples_per_epoch_; }
@@ -77,7 +85,7 @@ class DataLoader {
     uint64_t count = 0;    // tokens
     uint64_t windows = 0;  // (count-1) / (B*T)
     TokenWidth width = TokenWidth::kU16;
-    bool ids_checked = false;
+    bool ids_checked = false;   // token ids (and mask bytes) scanned once
   };
 
   void begin_epoch(uint64_t epoch);   // shard order for `epoch`
@@ -86,6 +94,7 @@ class DataLoader {
   uint64_t window_at(uint64_t i) const { return options_.shuffle ? window_order_[i] : i; }
   uint64_t fingerprint() const;
   std::string where() const;          // "dataloader 'PATTERN'" for messages
+  void validate_loss_masks();         // sets has_mask_; throws on a missing or mismatched sidecar
 
   DataLoaderOptions options_;
   uint64_t tokens_per_window_ = 0;    // B*T (a window reads one more)
@@ -105,6 +114,9 @@ class DataLoader {
   std::vector<uint64_t> window_order_;  // empty without shuffle (identity)
   ShardFile file_;
   std::vector<uint32_t> buffer_;        // one window
+  bool has_mask_ = false;
+  LossMaskFile mask_file_;              // the current shard's sidecar (with has_mask_)
+  std::vector<uint8_t> mask_buffer_;    // mask bytes of one window's targets
 };
 
 }  // namespace gpt2

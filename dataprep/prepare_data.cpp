@@ -8,7 +8,10 @@
 //   main thread    writes the results strictly in input order through ShardWriter: the first
 //                  --val-tokens tokens to the val shard, then train shards of --shard-tokens
 // At most 2 x threads + 2 items are in flight, so memory stays at a few MiB per thread.
+// --sft (instruction data -> packed shards + loss-mask sidecars) lives in dataprep/sft.cpp.
 #include "dataloader/shard.h"
+#include "dataprep/prep_common.h"
+#include "dataprep/sft.h"
 #include "tokenizer/tokenizer.h"
 
 #include <nlohmann/json.hpp>
@@ -76,6 +79,22 @@ performance and display:
                            data/gpt2, filled by `make vocab`)
   -h, --help               this help
 
+SFT mode (docs/sft.md): JSONL instruction data -> shards of packed examples + loss-mask sidecars
+(PATH_val_000000.mask next to PATH_val_000000.bin, ...); the trainer only learns the masked tokens.
+  --sft                    (or --format sft) each JSONL line is {"prompt": P, "completion": C} or
+                           {"messages": [{"role": "system"|"user"|"assistant", "content": ...}, ...]}
+  --seq-len T              block (row) length; required with --sft, must equal the training --seq-len
+  --pack                   greedy packing of whole examples into each block, in input order (default)
+  --no-pack                one example per block
+  --sft-truncate MODE      truncate (default): examples longer than T keep their first T tokens;
+                           error: stop, naming the file and line
+  --val-examples N         the first N examples go to the val shard (default 0: no val shard)
+  --prompt-field NAME      field names of the two forms (defaults prompt, completion, messages)
+  --completion-field NAME
+  --messages-field NAME
+  --shard-tokens, --no-shard-index, --token-width, --invalid-utf8, --vocab-dir apply as above
+  (--shard-tokens rounded down to whole blocks); --val-tokens, --text-field, --doc-separator do not.
+
 Numbers accept K, M, G suffixes (powers of 1000 for token counts and of 1024 for --chunk-bytes).
 )";
 
@@ -96,6 +115,9 @@ struct Options {
   std::string progress = "auto";
   double progress_interval = 10.0;
   std::string vocab_dir;
+  // --sft
+  bool sft = false, sft_flag_seen = false;
+  SftOptions sft_options;
 };
 
 uint64_t parse_count(const std::string& flag, const std::string& text, uint64_t unit) {
@@ -172,20 +194,49 @@ Options parse_args(int argc, char** argv, bool& help) {
       if (!(o.progress_interval > 0)) throw std::runtime_error("--progress-interval: expected seconds > 0, got '" + v + "'");
     }
     else if (a == "--vocab-dir") o.vocab_dir = value();
+    else if (a == "--sft") o.sft = true;
+    else if (a == "--seq-len") {
+      const uint64_t T = parse_count(a, value(), 1000);
+      if (T == 0 || T > (1u << 30)) throw std::runtime_error("--seq-len: expected 1 .. 2^30, got " + args[i]);
+      o.sft_options.T = static_cast<int>(T);
+      o.sft_flag_seen = true;
+    }
+    else if (a == "--pack") { o.sft_options.pack = true; o.sft_flag_seen = true; }
+    else if (a == "--no-pack") { o.sft_options.pack = false; o.sft_flag_seen = true; }
+    else if (a == "--sft-truncate") {
+      const std::string v = value();
+      if (v == "truncate") o.sft_options.truncate = true;
+      else if (v == "error") o.sft_options.truncate = false;
+      else throw std::runtime_error("--sft-truncate: expected truncate or error, got '" + v + "'");
+      o.sft_flag_seen = true;
+    }
+    else if (a == "--val-examples") { o.sft_options.val_examples = parse_count(a, value(), 1000); o.sft_flag_seen = true; }
+    else if (a == "--prompt-field") { o.sft_options.prompt_field = value(); o.sft_flag_seen = true; }
+    else if (a == "--completion-field") { o.sft_options.completion_field = value(); o.sft_flag_seen = true; }
+    else if (a == "--messages-field") { o.sft_options.messages_field = value(); o.sft_flag_seen = true; }
     else if (a == "--") { for (++i; i < args.size(); ++i) o.inputs.push_back(args[i]); }
     else if (a.size() > 1 && a[0] == '-') throw std::runtime_error("unknown option " + a + " (see --help)");
     else o.inputs.push_back(a);
   }
   if (o.inputs.empty()) throw std::runtime_error("no input files (see --help)");
   if (o.out_prefix.empty()) throw std::runtime_error("--out-prefix is required (see --help)");
-  if (o.format != "auto" && o.format != "text" && o.format != "jsonl") {
-    throw std::runtime_error("--format: expected auto, text or jsonl, got '" + o.format + "'");
+  if (o.format == "sft") o.sft = true;
+  else if (o.format != "auto" && o.format != "text" && o.format != "jsonl") {
+    throw std::runtime_error("--format: expected auto, text, jsonl or sft, got '" + o.format + "'");
+  }
+  if (o.sft) {
+    if (o.sft_options.T == 0) throw std::runtime_error("--sft needs --seq-len T (the training run's sequence length)");
+    if (o.val_tokens_set) throw std::runtime_error("--val-tokens does not apply to --sft; use --val-examples N");
+    if (o.format == "text") throw std::runtime_error("--sft reads JSONL; --format text does not apply");
+  } else if (o.sft_flag_seen) {
+    throw std::runtime_error("--seq-len, --pack, --no-pack, --sft-truncate, --val-examples and the field options "
+                             "need --sft (see --help)");
   }
   if (o.progress != "auto" && o.progress != "bar" && o.progress != "lines" && o.progress != "none") {
     throw std::runtime_error("--progress: expected auto, bar, lines or none, got '" + o.progress + "'");
   }
   if (o.chunk_bytes < 1024) throw std::runtime_error("--chunk-bytes: at least 1024");
-  if (!o.val_tokens_set && o.shard_tokens == 0)
+  if (!o.val_tokens_set && o.shard_tokens == 0 && !o.sft)
     throw std::runtime_error("--shard-tokens 0 needs an explicit --val-tokens");
   if (o.threads == 0) o.threads = std::max(1u, std::thread::hardware_concurrency());
   return o;
@@ -517,12 +568,6 @@ class Pipeline {
 
 // --- output: val split, then train shards ---
 
-std::string with_commas(uint64_t v) {
-  std::string s = std::to_string(v);
-  for (int i = static_cast<int>(s.size()) - 3; i > 0; i -= 3) s.insert(static_cast<size_t>(i), ",");
-  return s;
-}
-
 class ShardSink {
  public:
   explicit ShardSink(const Options& o) : opt_(o) {}
@@ -607,36 +652,6 @@ std::string human_count(double v) {
   return s;
 }
 
-void make_parent_dirs(const std::string& prefix) {
-  for (size_t i = 1; i < prefix.size(); ++i) {
-    if (prefix[i] != '/') continue;
-    const std::string dir = prefix.substr(0, i);
-    if (::mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) {
-      throw std::runtime_error(dir + ": cannot create directory (" + std::strerror(errno) + ")");
-    }
-  }
-}
-
-// A shard numbered beyond this run's last one is left over from an earlier run
-// with more shards; a training glob (PREFIX_train_*.bin) would read it, so it
-// goes once the new shards are complete.
-void remove_stale_shards(const std::string& prefix, const std::vector<std::string>& written, bool verbose) {
-  for (const char* split : {"_val_", "_train_"}) {
-    const std::string pattern = prefix + split + "[0-9][0-9][0-9][0-9][0-9][0-9].bin";
-    glob_t g{};
-    if (::glob(pattern.c_str(), 0, nullptr, &g) == 0) {
-      for (size_t i = 0; i < g.gl_pathc; i++) {
-        const std::string path = g.gl_pathv[i];
-        if (std::find(written.begin(), written.end(), path) != written.end()) continue;
-        if (std::remove(path.c_str()) != 0)
-          throw std::runtime_error(path + ": cannot remove stale shard (" + std::strerror(errno) + ")");
-        if (verbose) std::fprintf(stderr, "removed stale shard %s (not part of this run)\n", path.c_str());
-      }
-    }
-    globfree(&g);
-  }
-}
-
 // Without --val-tokens: a tenth of the corpus (estimated from its size at GPT-2's
 // ~4 bytes per English token) so that a small corpus still gets train tokens,
 // at most one shard so that a large one keeps llm.c's one-shard val split.
@@ -672,10 +687,22 @@ int run(int argc, char** argv) {
     if (S_ISDIR(st.st_mode)) throw std::runtime_error(in + ": is a directory");
     total_bytes += static_cast<uint64_t>(st.st_size);
   }
-  if (!opt.val_tokens_set) opt.val_tokens = default_val_tokens(total_bytes, opt.shard_tokens);
   const Tokenizer tok = opt.vocab_dir.empty()
                             ? Tokenizer::from_default_location()
                             : Tokenizer::from_files(opt.vocab_dir + "/encoder.json", opt.vocab_dir + "/vocab.bpe");
+  if (opt.sft) {
+    SftOptions so = opt.sft_options;
+    so.inputs = opt.inputs;
+    so.out_prefix = opt.out_prefix;
+    so.shard_tokens = opt.shard_tokens;
+    so.no_shard_index = opt.no_shard_index;
+    so.width = opt.width;
+    so.replace_invalid = opt.replace_invalid;
+    so.verbose = opt.progress != "none";
+    run_sft(so, tok);
+    return 0;
+  }
+  if (!opt.val_tokens_set) opt.val_tokens = default_val_tokens(total_bytes, opt.shard_tokens);
   make_parent_dirs(opt.out_prefix);
 
   const bool tty = isatty(2);
@@ -719,7 +746,7 @@ int run(int argc, char** argv) {
     }
   });
   sink.finish();
-  remove_stale_shards(opt.out_prefix, sink.written(), opt.progress != "none");
+  remove_stale_outputs(opt.out_prefix, sink.written(), opt.progress != "none");
   const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
   if (opt.progress != "none") {
     if (bar) std::fprintf(stderr, "\r\033[K");

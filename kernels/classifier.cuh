@@ -12,10 +12,12 @@
 // write of the row (the re-reads mostly hit L2), and no probabilities buffer.
 // dloss == 0 (evaluation) leaves the logits untouched. A NaN logit makes S,
 // the loss and the row's gradient NaN (the max skips it, the sum does not).
-// A target outside [0, V) gives a NaN loss and, with dloss != 0, a NaN row.
+// A target outside [0, V) gives a NaN loss and, with dloss != 0, a NaN row;
+// kIgnoreTarget (-1) gives loss 0 and, with dloss != 0, a zero row.
 #ifndef KERNELS_CLASSIFIER_CUH
 #define KERNELS_CLASSIFIER_CUH
 
+#include "backend/backend.h"  // kIgnoreTarget
 #include "kernels/common.cuh"
 
 namespace gpt2 {
@@ -31,6 +33,12 @@ __global__ void classifier_kernel(T* logits, T* losses, const int* targets, int 
   const int row = blockIdx.x;
   T* l = logits + static_cast<size_t>(row) * Vp;
   const int target = targets[row];
+  if (target == kIgnoreTarget) {  // outside the loss; uniform per block, so no barrier is skipped unevenly
+    if (threadIdx.x == 0) losses[row] = from_float<T>(0.0f);
+    if (dloss != 0.0f)
+      for (int j = threadIdx.x; j < Vp; j += blockDim.x) l[j] = from_float<T>(0.0f);
+    return;
+  }
   const bool valid = target >= 0 && target < V;
   const float l_target = valid ? to_float(l[target]) : NAN;
   float mx = -INFINITY;

@@ -210,10 +210,11 @@ float GPT2::forward(const int32_t* inputs, const int32_t* targets, int B, int T,
       throw std::runtime_error("forward: input token " + std::to_string(inputs[i]) + " at position " +
                                std::to_string(i) + " is outside the vocabulary [0, " +
                                std::to_string(V) + ")");
-    if (targets && (targets[i] < 0 || targets[i] >= V))
+    if (targets && targets[i] != kIgnoreTarget && (targets[i] < 0 || targets[i] >= V))
       throw std::runtime_error("forward: target token " + std::to_string(targets[i]) +
                                " at position " + std::to_string(i) + " is outside the vocabulary [0, " +
-                               std::to_string(V) + ")");
+                               std::to_string(V) + ") and is not the ignore id " +
+                               std::to_string(kIgnoreTarget));
   }
   cur_B_ = B;
   cur_T_ = T;
@@ -257,6 +258,8 @@ float GPT2::forward(const int32_t* inputs, const int32_t* targets, int B, int T,
   // lm_head is tied to wte: logits = lnf @ wte^T over the padded vocabulary.
   Tensor logits = a.logits.slice(0, N * Vp);
   be.matmul_forward(logits, lnf, param(kWte), Tensor{}, N, C, Vp);
+  loss_sum_ = 0.0;
+  loss_count_ = 0;
   if (!targets) return 0.0f;
 
   Tensor tgt = a.targets.slice(0, N);
@@ -265,9 +268,13 @@ float GPT2::forward(const int32_t* inputs, const int32_t* targets, int B, int T,
                                  prepare_backward ? dloss_scale : 0.0f);
   std::vector<float> losses(N);
   be.download(losses.data(), a.losses.slice(0, N));
-  double sum = 0.0;
-  for (float x : losses) sum += x;
-  return static_cast<float>(sum / static_cast<double>(N));
+  // Ignored targets have loss exactly 0; the mean is over the others (PyTorch's
+  // ignore_index semantics; 0 when every target is ignored, where PyTorch gives NaN).
+  for (size_t i = 0; i < N; i++) {
+    loss_sum_ += losses[i];
+    loss_count_ += targets[i] != kIgnoreTarget;
+  }
+  return loss_count_ ? static_cast<float>(loss_sum_ / static_cast<double>(loss_count_)) : 0.0f;
 }
 
 // ---------------------------------------------------------------- backward

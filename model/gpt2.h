@@ -112,11 +112,17 @@ class GPT2 {
   std::vector<float> get_parameters() const;
 
   // Forward over inputs[B*T] (B <= max_batch, T <= max_seq). With targets,
-  // computes per-token losses and returns their mean; when `prepare_backward`
-  // the logits are replaced by dlogits scaled by `dloss_scale` (the caller's
-  // 1/(B*T*micro_steps)), ready for backward(). Without targets, only logits.
+  // computes per-token losses and returns their mean over the targets that are
+  // not kIgnoreTarget (backend/backend.h: no loss, no gradient; 0 if all are);
+  // when `prepare_backward` the logits are replaced by dlogits scaled by
+  // `dloss_scale` (the caller's 1 / supervised targets of the whole step),
+  // ready for backward(). Without targets, only logits.
   float forward(const int32_t* inputs, const int32_t* targets, int B, int T,
                 bool prepare_backward = false, float dloss_scale = 0.0f);
+  // Of the last forward with targets: the sum of the per-token losses (fp64)
+  // and the number of targets that were not ignored.
+  double loss_sum() const { return loss_sum_; }
+  size_t loss_count() const { return loss_count_; }
   // Accumulates parameter gradients of the last forward(prepare_backward=true).
   // `on_layer_done(l)` runs after layer l's parameter gradients are final for
   // this micro-step (layers in reverse order; -1 for the embedding/final-LN
@@ -138,6 +144,8 @@ class GPT2 {
   ParamLayout layout_;
   int B_, T_;
   int cur_B_ = 0, cur_T_ = 0;
+  double loss_sum_ = 0.0;
+  size_t loss_count_ = 0;
   GradMode grad_mode_;
   Tensor params_, grads_;                 // grads_: kFull only
   Tensor layer_grads_, rest_grads_;       // kStaged only

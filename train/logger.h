@@ -14,6 +14,7 @@ struct StepRecord {
   int step = 0, total_steps = 0;   // 1-based step
   double loss = 0, grad_norm = 0, lr = 0, ms = 0, tok_per_s = 0, eta_s = 0;
   uint64_t comm_bytes = 0;         // bytes this rank sent in collectives during the step
+  int64_t supervised_tokens = -1;  // targets in the loss, all ranks (SFT masks); -1: plain data, all count
   bool skipped = false;            // non-finite loss/norm, update skipped
 };
 

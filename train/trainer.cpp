@@ -290,6 +290,7 @@ class TrainingRun {
   void resume_from(uint64_t step);
   void log_banner();
   bool train_step(int step);  // false: a stop was requested before the step
+  uint64_t load_step_batches();
   double evaluate();
   void sample(int step);
   void save_checkpoint(int step);
@@ -363,9 +364,10 @@ TrainingRun::TrainingRun(const TrainOptions& opts, const DistContext& dist, Comm
     sample_context_.clear();
     for (uint32_t id : tokenizer_->encode(opts.prompt)) sample_context_.push_back(static_cast<int32_t>(id));
   }
+  // One optimizer step's micro-batches (read before the first forward: see load_step_batches).
   const size_t NT = static_cast<size_t>(shape_.B) * shape_.T;
-  inputs_.resize(NT);
-  targets_.resize(NT);
+  inputs_.resize(NT * shape_.grad_accum);
+  targets_.resize(NT * shape_.grad_accum);
 }
 
 // Parameters and optimizer state: from the newest complete checkpoint with
@@ -458,14 +460,20 @@ void TrainingRun::log_banner() {
   log_.info("+----------------------------------------------------------------------");
 }
 
+// Mean loss over the supervised targets of --val-steps batches on every rank
+// (all targets for plain shards; those with mask 1 for SFT shards).
 double TrainingRun::evaluate() {
   val_loader_->reset();
-  double sum = 0.0;
+  double sums[2] = {0.0, 0.0};  // loss sum, supervised targets
   for (int i = 0; i < opts_.val_steps; i++) {
     val_loader_->next_batch(inputs_.data(), targets_.data());
-    sum += model_.forward(inputs_.data(), targets_.data(), shape_.B, shape_.T);
+    model_.forward(inputs_.data(), targets_.data(), shape_.B, shape_.T);
+    sums[0] += model_.loss_sum();
+    sums[1] += static_cast<double>(model_.loss_count());
   }
-  return all_reduce_value(comms_.host, sum / opts_.val_steps, ReduceOp::kAvg);
+  all_reduce(comms_.host, sums, 2, ReduceOp::kSum);
+  if (sums[1] == 0.0) throw std::runtime_error(opts_.val_data + ": the validation batches hold no supervised token");
+  return sums[0] / sums[1];
 }
 
 void TrainingRun::sample(int step) {
@@ -524,6 +532,23 @@ void TrainingRun::save_checkpoint(int step) {
 // during backward), gradient exchange, norm, AdamW on this rank's shard,
 // parameter gather. Host scalars (loss, norm) travel over the host
 // communicator, buffers over the buffer one.
+// Reads this rank's micro-batches of the step into inputs_/targets_ and
+// returns the supervised targets of the whole step on all ranks. The loss (and
+// so every gradient) is normalised by that count, like HF Trainer's
+// num_items_in_batch: with SFT masks it varies per step and must be known
+// before the first backward. Plain shards: every target, B*T*grad_accum*world.
+uint64_t TrainingRun::load_step_batches() {
+  const size_t NT = static_cast<size_t>(shape_.B) * shape_.T;
+  double local = 0.0;
+  for (int micro = 0; micro < shape_.grad_accum; micro++) {
+    int32_t* targets = targets_.data() + micro * NT;
+    train_loader_.next_batch(inputs_.data() + micro * NT, targets);
+    for (size_t i = 0; i < NT; i++) local += targets[i] != kIgnoreTarget;
+  }
+  if (!train_loader_.has_loss_mask()) return static_cast<uint64_t>(shape_.total_batch);
+  return static_cast<uint64_t>(all_reduce_value(comms_.host, local, ReduceOp::kSum));  // exact below 2^53
+}
+
 bool TrainingRun::train_step(int step) {
   if (should_stop(comms_.host)) return false;
   if (val_loader_ && step % opts_.val_every == 0) log_.val(step, evaluate());
@@ -531,21 +556,33 @@ bool TrainingRun::train_step(int step) {
 
   const auto t0 = Clock::now();
   const int B = shape_.B, T = shape_.T, grad_accum = shape_.grad_accum;
-  const float dloss_scale = 1.0f / static_cast<float>(static_cast<size_t>(B) * T * grad_accum);
+  const size_t NT = static_cast<size_t>(B) * T;
+  const uint64_t supervised = load_step_batches();
+  // Gradients are averaged over ranks, so each rank scales by world / count.
+  // (Plain shards: 1/(B*T*grad_accum), the same float as ever.)
+  const float dloss_scale =
+      !train_loader_.has_loss_mask() ? 1.0f / static_cast<float>(NT * grad_accum)
+      : supervised ? static_cast<float>(static_cast<double>(dist_.world) / static_cast<double>(supervised))
+                   : 0.0f;
   comms_.reset_stats();
   dp_.begin_step();
   model_.zero_grad();
   const auto hook = dp_.backward_hook(model_);
-  double loss = 0.0;
+  double loss_sum = 0.0;
   for (int micro = 0; micro < grad_accum; micro++) {
-    train_loader_.next_batch(inputs_.data(), targets_.data());
-    loss += model_.forward(inputs_.data(), targets_.data(), B, T, true, dloss_scale);
+    model_.forward(inputs_.data() + micro * NT, targets_.data() + micro * NT, B, T, true, dloss_scale);
+    loss_sum += model_.loss_sum();
     model_.backward(hook);
   }
-  loss = all_reduce_value(comms_.host, loss / grad_accum, ReduceOp::kAvg);
+  const double loss =
+      supervised ? all_reduce_value(comms_.host, loss_sum, ReduceOp::kSum) / static_cast<double>(supervised) : 0.0;
   dp_.reduce_gradients(model_);
   const double norm = dp_.grad_norm(model_);
   const float lr = schedule_.at(step);
+  if (supervised == 0) {  // every target masked: nothing to learn from, nothing to update
+    log_.info("step " + std::to_string(step + 1) + ": no supervised token in the batch; weights not updated");
+    return true;
+  }
   const bool finite = std::isfinite(loss) && std::isfinite(norm);
   if (!finite && opts_.on_nan == "stop")
     throw std::runtime_error("non-finite " + std::string(std::isfinite(loss) ? "gradient norm" : "loss") +
@@ -575,6 +612,7 @@ bool TrainingRun::train_step(int step) {
   rec.tok_per_s = shape_.total_batch / dt;
   rec.eta_s = (timed_steps_ ? time_sum_ / timed_steps_ : dt) * (total_steps_ - step - 1);
   rec.skipped = !finite;
+  rec.supervised_tokens = train_loader_.has_loss_mask() ? static_cast<int64_t>(supervised) : -1;
   rec.comm_bytes = comms_.sent_bytes();
   log_.step(rec);
   return true;

@@ -16,9 +16,11 @@
 // whatever the logit scale; the sum is fp64 (50257 terms of fp32 exps), so the
 // normaliser is exact to fp32 rounding; exp is vexp (vmath.h). Padded columns
 // are never read as inputs and always written as exact zeros. NaN/Inf in a row
-// propagate to that row's loss (the trainer's NaN guard sees them).
+// propagate to that row's loss (the trainer's NaN guard sees them). A row whose
+// target is kIgnoreTarget is skipped: loss 0 and, with a gradient, a zero row.
 #include <cmath>
 
+#include "backend/backend.h"  // kIgnoreTarget
 #include "backend/cpu/ops.h"
 #include "backend/cpu/vmath.h"
 
@@ -45,6 +47,12 @@ void classifier_forward_backward(const Exec& ex, S* logits, S* losses, const int
     for (int n = 0; n < N; n++) {
       S* l = logits + static_cast<size_t>(n) * Vp;
       const int target = targets[n];
+      if (target == kIgnoreTarget) {  // outside the loss: no loss, no gradient
+        losses[n] = 0;
+        if (want_grad)
+          for (int j = 0; j < Vp; j++) l[j] = 0;
+        continue;
+      }
       // A NaN logit is skipped by the max but turns its exp, hence the sum,
       // the loss and (through 1/sum) the whole gradient row into NaN.
       S m = -INFINITY;

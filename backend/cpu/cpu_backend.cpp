@@ -26,9 +26,11 @@ constexpr size_t kAlign = 64;
 float* f32(Tensor t) { return static_cast<float*>(t.ptr); }
 const int32_t* i32(Tensor t) { return static_cast<const int32_t*>(t.ptr); }
 
-void check_ids(const int32_t* ids, size_t n, long limit, const char* op, const char* what) {
+// Ids in [0, limit); `allowed` (e.g. kIgnoreTarget) is accepted too when given.
+void check_ids(const int32_t* ids, size_t n, long limit, const char* op, const char* what,
+               const int32_t* allowed = nullptr) {
   for (size_t i = 0; i < n; i++)
-    if (ids[i] < 0 || ids[i] >= limit)
+    if ((ids[i] < 0 || ids[i] >= limit) && !(allowed && ids[i] == *allowed))
       throw std::runtime_error(std::string("backend/cpu: ") + op + ": " + what + "[" +
                                std::to_string(i) + "] = " + std::to_string(ids[i]) +
                                " outside [0, " + std::to_string(limit) + ")");
@@ -172,7 +174,7 @@ class CpuBackend final : public Backend {
                                    int Vp, float dloss) override {
     const char* op = "classifier_forward_backward";
     checks_.classifier(logits, losses, targets, N, V, Vp);
-    check_ids(i32(targets), sz(N), V, op, "targets");
+    check_ids(i32(targets), sz(N), V, op, "targets", &kIgnoreTarget);
     cpu::classifier_forward_backward<float>(ex_, f32(logits), f32(losses), i32(targets), N, V, Vp,
                                             dloss);
   }

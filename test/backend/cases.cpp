@@ -561,7 +561,7 @@ class ResidualForward : public OpCase {
 // ---------------------------------------------------------------- classifier
 class Classifier : public OpCase {
  public:
-  enum class Kind { kNormal, kHugeLogits, kNaNRow };
+  enum class Kind { kNormal, kHugeLogits, kNaNRow, kIgnored };
   Classifier(Rng& rng, int N, int V, int Vp, float dloss, Kind kind = Kind::kNormal)
       : N_(N), V_(V), Vp_(Vp), dloss_(dloss), kind_(kind) {
     const double scale = kind == Kind::kHugeLogits ? 1e4 : 2.0;
@@ -573,6 +573,11 @@ class Classifier : public OpCase {
     std::vector<int32_t> tg(N);
     for (auto& t : tg) t = rng.below(V);
     tg[0] = V - 1;
+    if (kind == Kind::kIgnored)  // SFT: every odd row is outside the loss; its logits are loud garbage
+      for (int n = 1; n < N; n += 2) {
+        tg[n] = kIgnoreTarget;
+        for (int j = 0; j < V; j++) logits[size_t(n) * Vp + j] = 1e30f;
+      }
     tokens = {tg};
     outputs = {{"logits", logits, false}, {"losses", Vec(N), true}};
   }
@@ -582,6 +587,7 @@ class Classifier : public OpCase {
     s << "dloss=" << dloss_;
     if (kind_ == Kind::kHugeLogits) s << ",huge_logits";
     if (kind_ == Kind::kNaNRow) s << ",nan_row";
+    if (kind_ == Kind::kIgnored) s << ",ignored_rows";
     return join({{"N", N_}, {"V", V_}, {"Vp", Vp_}}, s.str().c_str());
   }
   void run(Ctx& c) override {
@@ -593,6 +599,12 @@ class Classifier : public OpCase {
     for (int n = 0; n < N_; n++) {
       const float* row = &l[size_t(n) * Vp_];
       const int tgt = tokens[0][n];
+      if (tgt == kIgnoreTarget) {  // loss 0; with a gradient, an all-zero row
+        losses[n] = 0.0;
+        if (dloss_ != 0)
+          for (int j = 0; j < Vp_; j++) dl[size_t(n) * Vp_ + j] = 0.0;
+        continue;
+      }
       bool nan = false;
       double mx = -INFINITY;
       for (int j = 0; j < V_; j++) {
@@ -799,6 +811,8 @@ std::vector<std::unique_ptr<OpCase>> eval_cases(const std::string& op, uint64_t 
     add(new Classifier(rng, 5, 37, 48, 0.0f));  // evaluation: logits untouched
     add(new Classifier(rng, 4, 1000, 1024, 0.25f, Classifier::Kind::kHugeLogits));
     add(new Classifier(rng, 4, 50, 64, 0.25f, Classifier::Kind::kNaNRow));
+    add(new Classifier(rng, 5, 50, 64, 0.25f, Classifier::Kind::kIgnored));  // SFT loss mask
+    add(new Classifier(rng, 5, 50, 64, 0.0f, Classifier::Kind::kIgnored));
     add(new Classifier(rng, 2, 50257, 50304, 0.5f));  // GPT-2's vocabulary
   } else if (op == "adamw_update") {
     add(new AdamW(rng, 1, 1, 0.0f, 1.0f));

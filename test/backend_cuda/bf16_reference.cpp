@@ -11,6 +11,7 @@
 #include <limits>
 #include <sstream>
 
+#include "backend/backend.h"  // kIgnoreTarget
 #include "util/bf16.h"
 
 namespace gpt2 {
@@ -432,6 +433,12 @@ std::vector<Output> classifier(const Vec& logits, const std::vector<int32_t>& ta
   for (int n = 0; n < N; n++) {
     const float* row = &logits[size_t(n) * Vp];
     const int tgt = targets[n];
+    if (tgt == kIgnoreTarget) {  // outside the loss: exactly 0 loss, and a zero gradient row
+      losses.value[n] = 0.0, losses.delta[n] = 0.0;
+      if (dloss != 0.0f)
+        for (int j = 0; j < Vp; j++) dl.value[size_t(n) * Vp + j] = 0.0, dl.delta[size_t(n) * Vp + j] = 0.0;
+      continue;
+    }
     bool nan = false;
     double mx = -INFINITY;
     for (int j = 0; j < V; j++) {

@@ -1,6 +1,7 @@
 // libFuzzer target for everything the dataloader parses from untrusted bytes:
 // shard headers and token ids (in memory and through the file reader and the
-// DataLoader constructor) and saved loader states. The first input byte picks
+// DataLoader constructor), saved loader states and loss-mask sidecars (header and
+// bytes, in memory and through the file reader). The first input byte picks
 // the parser. Built and run by test/dataloader/fuzz_shard.sh, which sets
 // FUZZ_SHARD_DIR to a scratch folder and FUZZ_SHARD_CORPUS to the seed folder.
 #include <cstdint>
@@ -12,6 +13,7 @@
 #include <vector>
 
 #include "dataloader/dataloader.h"
+#include "dataloader/loss_mask.h"
 #include "dataloader/shard.h"
 
 namespace {
@@ -82,13 +84,15 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
   int32_t in[8], tg[8];
   for (int k = 0; k < 5; ++k) loader.next_batch(in, tg);
   add_seed("state", 2, loader.save_state());
+  gpt2::write_loss_mask(scratch("seed.mask"), {0, 1, 1, 0, 1, 1, 1, 0}, 4, 2);
+  add_seed("mask", 3, file_bytes(scratch("seed.mask")));
   loader.reset();
   return 0;
 }
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;
-  const uint8_t mode = data[0] % 3;
+  const uint8_t mode = data[0] % 4;
   ++data;
   --size;
   int32_t in[8], tg[8];
@@ -111,6 +115,16 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       o.vocab_size = kVocab;
       gpt2::DataLoader loader(o);
       for (int k = 0; k < 3; ++k) loader.next_batch(in, tg);
+    } else if (mode == 3) {
+      const gpt2::LossMaskInfo info = gpt2::parse_loss_mask_header(data, size, size, "fuzz.mask");
+      if (gpt2::kLossMaskHeaderBytes + info.count != size || info.T < 0) std::abort();
+      gpt2::check_loss_mask_bytes(data + gpt2::kLossMaskHeaderBytes, info.count, 0, "fuzz.mask");
+      const std::string path = scratch("input.mask");
+      write_file(path, data, size);
+      const std::vector<uint8_t> mask = gpt2::read_loss_mask(path);
+      if (mask.size() != info.count) std::abort();
+      for (uint8_t b : mask)
+        if (b > 1) std::abort();
     } else {
       gpt2::DataLoader& loader = state_loader();
       const std::vector<uint8_t> before = loader.save_state();

@@ -11,7 +11,12 @@ fp32 C++ code is measured against):
     norm > clip), reading batch k from the shard at token offset k*B*T like the
     trainer's loader without shuffling.
 
-Outputs in OUT_DIR: model.bin, train.bin, reference.bin (layout in write_reference).
+The same again with an SFT loss mask (PyTorch's ignore_index): the same tokens
+as sft_train.bin with a mask sidecar sft_train.mask (docs/formats.md) marks ~60% of the targets supervised; the loss is
+the mean over supervised targets of the whole step, as the trainer normalises.
+
+Outputs in OUT_DIR: model.bin, train.bin, sft_train.bin + sft_train.mask, reference.bin and
+reference_masked.bin (layout in write_reference).
 The model is written functionally from the flat parameter list in llm.c's
 order, so the mapping to the C++ tensor table is one to one.
 """
@@ -93,6 +98,15 @@ def write_shard(path, tokens):
         f.write(np.asarray(tokens, dtype="<u2").tobytes())
 
 
+def write_mask(path, mask):
+    """Loss-mask sidecar: int32 header [20241123, 1, count lo, count hi, T=0, 0...], uint8 per token."""
+    header = np.zeros(256, dtype=np.int32)
+    header[:4] = [20241123, 1, len(mask), 0]
+    with open(path, "wb") as f:
+        f.write(header.tobytes())
+        f.write(np.asarray(mask, dtype=np.uint8).tobytes())
+
+
 def write_reference(path, cfg, B, T, logits, loss, grads, step_losses):
     """int32 header [B, T, V, Vp, num_params, steps, 0, 0], then float64:
     logits (B*T*V), loss, grads (num_params, llm.c order), step losses."""
@@ -135,16 +149,42 @@ def main():
     write_shard(os.path.join(args.out, "train.bin"), tokens)
 
     torch.set_default_dtype(torch.float64)
-    p = {n: torch.tensor(params32[n].astype(np.float64), requires_grad=True) for n in TENSOR_NAMES}
     toks = torch.tensor(tokens, dtype=torch.long)
 
     def batch(k):
         w = toks[k * B * T: k * B * T + B * T + 1]
         return w[:-1].view(B, T), w[1:].view(B, T)
 
-    x, y = batch(0)
-    logits = forward(p, x, cfg)
-    loss = torch.nn.functional.cross_entropy(logits.reshape(-1, cfg["V"]), y.reshape(-1))
+    # SFT mask: token i is a supervised target with probability 0.6 (token 0 is never a target).
+    mask = (rng.random(len(tokens)) < 0.6).astype(np.uint8)
+    mask[0] = 0
+    write_shard(os.path.join(args.out, "sft_train.bin"), tokens)  # the same tokens, with a sidecar
+    write_mask(os.path.join(args.out, "sft_train.mask"), mask)
+    labels = torch.tensor(np.where(mask == 1, tokens, -100), dtype=torch.long)
+
+    def masked_batch(k):
+        x, _ = batch(k)
+        return x, labels[k * B * T + 1: k * B * T + B * T + 1].view(B, T)
+
+    for name, get_batch in (("reference.bin", batch), ("reference_masked.bin", masked_batch)):
+        ref = run_reference(params32, cfg, B, T, get_batch, args)
+        write_reference(os.path.join(args.out, name), cfg, B, T, *ref)
+        print(f"{name}: loss {ref[1]:.8f}, {args.steps} step losses {ref[3][0]:.6f} .. {ref[3][-1]:.6f}")
+
+
+def run_reference(params32, cfg, B, T, get_batch, args):
+    """Loss, logits and gradients of batch 0, then the losses of args.steps AdamW
+    steps from the same start. Ignored targets (-100) leave the loss and the
+    gradient; the loss is the mean over the others (cross_entropy's default)."""
+    p = {n: torch.tensor(params32[n].astype(np.float64), requires_grad=True) for n in TENSOR_NAMES}
+
+    def loss_of(x, y):
+        logits = forward(p, x, cfg)
+        return logits, torch.nn.functional.cross_entropy(logits.reshape(-1, cfg["V"]), y.reshape(-1),
+                                                         ignore_index=-100)
+
+    x, y = get_batch(0)
+    logits, loss = loss_of(x, y)
     loss.backward()
     grads = {n: p[n].grad.detach().numpy().copy() for n in TENSOR_NAMES}
     ref_logits = logits.detach().numpy()
@@ -158,8 +198,7 @@ def main():
     for k in range(args.steps):
         for n in TENSOR_NAMES:
             p[n].grad = None
-        x, y = batch(k)
-        loss = torch.nn.functional.cross_entropy(forward(p, x, cfg).reshape(-1, cfg["V"]), y.reshape(-1))
+        _, loss = loss_of(*get_batch(k))
         loss.backward()
         step_losses.append(loss.item())
         norm = math.sqrt(sum(float((p[n].grad ** 2).sum()) for n in TENSOR_NAMES))
@@ -174,9 +213,7 @@ def main():
                 vhat = v[n] / (1 - beta2 ** t)
                 wd = args.weight_decay if n in DECAYED else 0.0
                 p[n].sub_(args.lr * (mhat / (vhat.sqrt() + eps) + wd * p[n]))
-
-    write_reference(os.path.join(args.out, "reference.bin"), cfg, B, T, ref_logits, ref_loss, grads, step_losses)
-    print(f"reference: loss {ref_loss:.8f}, {args.steps} step losses {step_losses[0]:.6f} .. {step_losses[-1]:.6f}")
+    return ref_logits, ref_loss, grads, step_losses
 
 
 if __name__ == "__main__":
