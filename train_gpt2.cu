@@ -1,5 +1,7 @@
 // train_gpt2cu: train GPT-2 on token shards.
 //   CLI -> distributed bootstrap -> backend -> model -> the loop (train/trainer.cpp)
+// or, with --eval-only / --generate, run trained weights (train/evaluation.cpp,
+// train/generation.cpp).
 // The same file builds with g++ (CPU backend) and, with the CUDA backend, nvcc.
 #include <csignal>
 #include <cstdio>
@@ -9,6 +11,8 @@
 #include "distributed/comm.h"
 #include "distributed/context.h"
 #include "distributed/preempt.h"
+#include "train/evaluation.h"
+#include "train/generation.h"
 #include "train/options.h"
 #include "train/trainer.h"
 
@@ -34,6 +38,8 @@ int main(int argc, char** argv) {
   const gpt2::DistContext& dist = runtime->context();
   try {
     std::unique_ptr<gpt2::Communicator> comm = gpt2::make_mpi_communicator(*runtime);
+    if (opts.eval_only) return gpt2::run_evaluation(opts, dist, *comm);
+    if (opts.generate) return gpt2::run_generation(opts, dist);
     return gpt2::run_training(opts, dist, *comm);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "error: %s\n", gpt2::with_rank_prefix(dist, e.what()).c_str());

@@ -14,13 +14,15 @@ TRAINER_LDLIBS := $(BACKEND_CPU_LDLIBS) $(TOKENIZER_LDLIBS) $(MPI_LDLIBS)
 # With nvcc present, train_gpt2cu also carries the CUDA backend (kernels/, fat
 # binary for sm_80 + sm_90) and picks it at run time when a GPU is visible
 # (--device auto); without nvcc it is the CPU trainer. The trainer source is
-# compiled a second time with GPT2_WITH_CUDA for the CUDA-capable variants.
-TRAINER_CUDA_OBJ := $(BUILD)/with_cuda/train/trainer.o
-$(TRAINER_CUDA_OBJ): train/trainer.cpp
+# compiled a second time with GPT2_WITH_CUDA for the CUDA-capable variants, and
+# so is train/run_setup.cpp (the backend choice of --eval-only and --generate).
+TRAIN_CUDA_VARIANT_SRCS := train/trainer.cpp train/run_setup.cpp
+TRAINER_CUDA_OBJ := $(TRAIN_CUDA_VARIANT_SRCS:%.cpp=$(BUILD)/with_cuda/%.o)
+$(BUILD)/with_cuda/train/%.o: train/%.cpp
 	@mkdir -p $(@D)
 	$(CXX) $(CPPFLAGS) $(CXXFLAGS) -DGPT2_WITH_CUDA $(if $(DISTRIBUTED_NCCL_LIB),-DGPT2_WITH_NCCL) -c $< -o $@
 TRAIN_LIB_NO_LOOP := $(BUILD)/libtrain_parts.a
-$(TRAIN_LIB_NO_LOOP): $(patsubst %.cpp,$(BUILD)/%.o,$(filter-out train/trainer.cpp,$(TRAIN_SRCS)))
+$(TRAIN_LIB_NO_LOOP): $(patsubst %.cpp,$(BUILD)/%.o,$(filter-out $(TRAIN_CUDA_VARIANT_SRCS),$(TRAIN_SRCS)))
 	@mkdir -p $(@D)
 	$(AR) rcs $@ $^
 # The CUDA-capable trainers move device buffers between ranks with the NCCL
@@ -76,7 +78,7 @@ $(TORCH_COMPARE_TEST): $(BUILD)/test/e2e/torch_compare_test.o $(TRAINER_LIBS)
 TESTS += $(TRAIN_UNIT_TEST) $(TORCH_COMPARE_TEST)
 TEST_SCRIPTS += test/e2e/resume_test.sh test/e2e/trainer_cli_test.sh test/e2e/cuda_emu_train_test.sh \
                 test/e2e/device_fault_test.sh test/e2e/checkpoint_integrity_test.sh \
-                test/e2e/resume_semantics_test.sh
+                test/e2e/resume_semantics_test.sh test/e2e/eval_generate_test.sh test/e2e/sft_train_test.sh
 TEST_PREREQS += train_gpt2cu $(TRAINER_EMU)
 # Multi-rank training on the CUDA backend through the NCCL communicator (emulated:
 # one device per rank), ZeRO 0/1/2, fp32 and bf16, against one rank and the CPU

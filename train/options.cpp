@@ -113,6 +113,16 @@ const std::vector<OptionSpec>& option_table() {
       {"prompt", 0, "TEXT", "sample prompt (default: start from <|endoftext|>)", STR(prompt)},
       {"temperature", 0, "X", "sampling temperature [1.0]", FLT(temperature, "temperature", 1e-6, 100.0)},
       {"top-k", 0, "N", "sample from the top k tokens; 0 = all [0]", INT(top_k, "top-k", 0, 1 << 30)},
+      {"top-p", 0, "P", "nucleus sampling: the smallest set of most probable tokens (after --temperature and --top-k) whose probability reaches P, renormalised; 1 = off [1.0]", [](TrainOptions& o, const char* v) { o.top_p = parse_float("top-p", v, -1e30, 1e30); if (!(o.top_p > 0.0f && o.top_p <= 1.0f)) bad_value("top-p", v, "a number in (0, 1]"); }, [](const TrainOptions& o) { return fmt(o.top_p); }},
+      // modes
+      {"eval-only", 0, nullptr, "no training: perplexity of --val-data with Hugging Face's strided sliding window (context --seq-len, --eval-stride) on the weights of --model FILE|HF_DIR or --init-from", FLAG(eval_only)},
+      {"eval-stride", 0, "S", "--eval-only: window stride; each window scores only the tokens after the previous window's end [--seq-len]", INT(eval_stride, "eval-stride", 1, 1 << 20)},
+      {"eval-json", 0, "PATH", "--eval-only: also write the result as JSON (rank 0)", STR(eval_json)},
+      {"generate", 0, nullptr, "no training: print --num-samples samples of --gen-tokens tokens after the prompt, from the weights of --model FILE|HF_DIR or --init-from (rank 0)", FLAG(generate)},
+      {"prompt-file", 0, "PATH", "--generate: read the prompt from PATH (- = stdin); not with --prompt", STR(prompt_file)},
+      {"max-new-tokens", 0, "N", "alias of --gen-tokens", INT(gen_tokens, "max-new-tokens", 1, 1 << 20)},
+      {"num-samples", 0, "N", "--generate: samples to print [1]", INT(num_samples, "num-samples", 1, 1 << 20)},
+      {"no-stop-at-eos", 0, nullptr, "--generate: keep sampling after <|endoftext|> (default: a sampled <|endoftext|> ends the sample, unprinted)", FLAG(no_stop_at_eos)},
       // output
       {"output-dir", 'o', "DIR", "checkpoints and the final DIR/model.bin (default: none written)", STR(output_dir)},
       {"checkpoint-every", 0, "N", "checkpoint every N steps (and always at the end) [0]", INT(checkpoint_every, "checkpoint-every", 0, 1 << 30)},
@@ -137,13 +147,31 @@ const std::vector<OptionSpec>& option_table() {
 #undef FLT
 #undef FLAG
 
+// The modes exclude each other, and flags of one mode are refused in the others.
+void check_modes(const TrainOptions& o) {
+  if (o.eval_only && o.generate) throw std::runtime_error("--eval-only and --generate are two modes: give one");
+  if (!o.eval_only && (o.eval_stride != 0 || !o.eval_json.empty()))
+    throw std::runtime_error(std::string(o.eval_stride ? "--eval-stride" : "--eval-json") + " needs --eval-only");
+  if (!o.generate && (!o.prompt_file.empty() || o.num_samples != 1 || o.no_stop_at_eos))
+    throw std::runtime_error(std::string(!o.prompt_file.empty() ? "--prompt-file"
+                                         : o.no_stop_at_eos     ? "--no-stop-at-eos"
+                                                                : "--num-samples") +
+                             " needs --generate");
+  if (!o.prompt_file.empty() && !o.prompt.empty())
+    throw std::runtime_error("--prompt and --prompt-file both give the prompt: give one");
+  if ((o.eval_only || o.generate) && o.resume)
+    throw std::runtime_error(std::string(o.eval_only ? "--eval-only" : "--generate") +
+                             " does not train: --resume has no meaning (use --init-from CHECKPOINT_DIR)");
+}
+
 }  // namespace
 
 std::string train_options_help(const char* program) {
   std::ostringstream s;
   s << "usage: " << program << " [options]\n"
     << "Train GPT-2 on token shards (CPU backend, or CUDA when built and present).\n"
-    << "Run it plainly, under mpirun -np N, or under srun: one process per GPU/rank.\n\n";
+    << "Run it plainly, under mpirun -np N, or under srun: one process per GPU/rank.\n"
+    << "--eval-only and --generate run a trained model instead of training it.\n\n";
   for (const OptionSpec& o : option_table()) {
     std::string left = "  ";
     left += o.short_name ? std::string("-") + o.short_name + ", " : std::string("    ");
@@ -203,6 +231,7 @@ bool parse_train_options(int argc, char** argv, TrainOptions* opts) {
     throw std::runtime_error("--config applies to dN presets, not to --init-from weights");
   if (opts->resume && opts->output_dir.empty())
     throw std::runtime_error("--resume needs --output-dir (where the checkpoints are)");
+  check_modes(*opts);
   return true;
 }
 

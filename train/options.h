@@ -42,6 +42,15 @@ struct TrainOptions {
   std::string prompt;
   float temperature = 1.0f;
   int top_k = 0;                      // 0: full distribution
+  float top_p = 1.0f;                 // nucleus sampling; 1: off
+  // modes other than training
+  bool eval_only = false;             // --eval-only: sliding-window perplexity of --val-data
+  int eval_stride = 0;                // 0: the context length (disjoint windows)
+  std::string eval_json;              // --eval-only: write the result here
+  bool generate = false;              // --generate: sample text from the model
+  std::string prompt_file;            // --generate: prompt from a file ("-": stdin)
+  int num_samples = 1;
+  bool no_stop_at_eos = false;        // --generate: keep sampling after <|endoftext|>
   // output
   std::string output_dir;
   int checkpoint_every = 0;           // 0: only at the end

@@ -1,4 +1,5 @@
-// Text generation from the model: temperature, top-k, a prompt or <|endoftext|>.
+// Text generation from the model: temperature, top-k, top-p (nucleus), a
+// prompt or <|endoftext|>, and an optional stop token.
 #ifndef TRAIN_SAMPLER_H
 #define TRAIN_SAMPLER_H
 
@@ -10,16 +11,25 @@
 
 namespace gpt2 {
 
-// Draws one token id from logits (V entries): softmax(logits / temperature)
-// restricted to the top_k largest (top_k <= 0: all). Deterministic in rng.
-int sample_token(const std::vector<float>& logits, float temperature, int top_k, Rng& rng);
+// Rounding slack of the nucleus: a cumulative probability within this of p
+// counts as reaching p (softmax of float logits is only that exact).
+constexpr double kTopPSlack = 1e-6;
 
-// Appends `count` sampled tokens to `context` and returns only the new ones.
-// Runs a full forward over the last max_seq() tokens per new token (no KV
-// cache: sampling is a progress check, not a serving path). Overwrites the
-// model's activations.
+// Draws one token id from logits (V entries), in this order:
+//   1. top_k > 0: keep the top_k largest logits (ties: lower id first);
+//   2. probabilities softmax(logits / temperature) over what is kept;
+//   3. top_p < 1: keep the smallest set of the most probable tokens whose
+//      cumulative probability reaches top_p (within kTopPSlack), renormalised;
+//   4. one draw of rng.uniform(). top_p = 1 and top_k = 0 leave all tokens.
+// Deterministic in rng. top_p must be in (0, 1].
+int sample_token(const std::vector<float>& logits, float temperature, int top_k, Rng& rng, float top_p = 1.0f);
+
+// Appends up to `count` sampled tokens to `context` and returns only the new
+// ones. A sampled `stop_token` (>= 0; -1: none) ends the generation and is not
+// returned. Runs a full forward over the last max_seq() tokens per new token
+// (no KV cache). Overwrites the model's activations.
 std::vector<int32_t> generate(GPT2& model, std::vector<int32_t> context, int count, float temperature, int top_k,
-                              Rng& rng);
+                              Rng& rng, float top_p = 1.0f, int32_t stop_token = -1);
 
 }  // namespace gpt2
 

@@ -24,10 +24,10 @@
 #include "tokenizer/tokenizer.h"
 #include "train/checkpoint.h"
 #include "train/data_parallel.h"
-#include "train/device_choice.h"
 #include "train/logger.h"
 #include "train/lr_schedule.h"
 #include "train/optimizer.h"
+#include "train/run_setup.h"
 #include "train/sampler.h"
 #include "util/checked_io.h"
 #include "util/rng.h"
@@ -43,35 +43,6 @@ double seconds_since(Clock::time_point t0) {
 }
 
 // ---- backend and communicators ---------------------------------------------------
-
-// --device: cpu; cuda (an error without a GPU); auto = CUDA when this binary
-// has the CUDA backend and a GPU is visible, else CPU. Each rank takes the GPU
-// of its local rank; more ranks on a node than GPUs is refused, never wrapped.
-std::unique_ptr<Backend> make_backend(const TrainOptions& o, const DistContext& dist) {
-  if (o.device == "cpu") return make_cpu_backend(o.threads);
-#ifdef GPT2_WITH_CUDA
-  const int gpus = cuda_device_count();
-  if (gpus > 0) {
-    const int device = cuda_device_for_rank(dist, gpus, std::getenv("CUDA_VISIBLE_DEVICES"));
-    CudaBackendOptions co;
-    co.bf16 = o.dtype == "bf16";
-    return make_cuda_backend(device, co);
-  }
-  if (o.device == "cuda") throw std::runtime_error("--device cuda: no CUDA device is visible");
-#else
-  if (o.device == "cuda")
-    throw std::runtime_error("--device cuda: this binary was built without the CUDA backend (nvcc not found at build time)");
-#endif
-  return make_cpu_backend(o.threads);
-}
-
-// make_backend, refusing what the chosen backend cannot do.
-std::unique_ptr<Backend> make_checked_backend(const TrainOptions& o, const DistContext& dist) {
-  std::unique_ptr<Backend> backend = make_backend(o, dist);
-  if (o.dtype == "bf16" && backend->name() == "cpu")
-    throw std::runtime_error("--dtype bf16 needs the CUDA backend (the CPU backend is the fp32 reference)");
-  return backend;
-}
 
 // The communicator for the backend's buffers when the host one (MPI) cannot
 // move them; nullptr when it can. A device backend needs one as soon as
@@ -120,8 +91,7 @@ struct Communicators {
 // The model config the options ask for (a preset plus overrides, or a file's header).
 GPT2Config requested_config(const TrainOptions& o, bool* from_file) {
   *from_file = false;
-  if (o.model.size() >= 2 && o.model[0] == 'd' && o.model.find('/') == std::string::npos &&
-      !file_exists(o.model)) {
+  if (names_preset(o.model)) {
     GPT2Config cfg = config_from_depth_name(o.model);
     if (!o.config_overrides.empty()) apply_config_overrides(cfg, o.config_overrides);
     return cfg;
@@ -155,30 +125,6 @@ bool peek_resume_state(const TrainOptions& o, TrainState* st) {
     }
   }
   return false;
-}
-
-// --init-from PATH as a --model path: a checkpoint directory (one with
-// completion markers) gives its newest complete checkpoint's model file, after
-// checking it against the marker's checksum; a model file or a Hugging Face
-// directory is used as it is.
-std::string resolve_init_from(const std::string& path) {
-  const CheckpointDir dir(path);
-  const std::vector<uint64_t> steps = dir.complete_steps();
-  if (steps.empty()) {
-    if (file_exists(path) || file_exists(path + "/config.json")) return path;
-    throw std::runtime_error("--init-from " + path +
-                             ": not a model file, a Hugging Face GPT-2 directory (config.json) or a checkpoint "
-                             "directory (no DONE_* marker)");
-  }
-  const uint64_t step = steps.back();
-  const std::string model = dir.model_path(step);
-  const CheckpointMarker marker = dir.read_marker(step);
-  for (const FileDigest& want : marker.files) {
-    if (want.name != model.substr(model.rfind('/') + 1)) continue;
-    if (!(digest_file(model) == want))
-      throw std::runtime_error("--init-from " + path + ": " + model + " does not match the checksum in its marker");
-  }
-  return model;
 }
 
 // The options with --init-from resolved into --model (the run loads weights
@@ -336,7 +282,7 @@ TrainingRun::TrainingRun(const TrainOptions& opts, const DistContext& dist, Comm
       dist_(dist),
       main_rank_(dist.is_main()),
       log_(main_rank_, opts.log_jsonl),
-      backend_(make_checked_backend(opts, dist)),
+      backend_(make_run_backend(opts, dist)),
       cfg_(requested_config(opts, &from_file_)),
       has_peek_(peek_resume_state(opts, &peek_)),
       shape_(batch_shape(opts, cfg_, dist.world, has_peek_ ? &peek_ : nullptr, log_)),
@@ -479,7 +425,7 @@ double TrainingRun::evaluate() {
 void TrainingRun::sample(int step) {
   if (!main_rank_) return;  // sampling is rank 0's progress report
   std::vector<int32_t> ids =
-      generate(model_, sample_context_, opts_.gen_tokens, opts_.temperature, opts_.top_k, sample_rng_);
+      generate(model_, sample_context_, opts_.gen_tokens, opts_.temperature, opts_.top_k, sample_rng_, opts_.top_p);
   std::string text;
   if (tokenizer_) {
     std::vector<uint32_t> u(ids.begin(), ids.end());

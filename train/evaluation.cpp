@@ -1,0 +1,286 @@
+#include "train/evaluation.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <limits>
+#include <memory>
+#include <stdexcept>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "dataloader/dataloader.h"
+#include "dataloader/shard.h"
+#include "model/model_file.h"
+#include "train/run_setup.h"
+#include "util/checked_io.h"
+
+namespace gpt2 {
+
+uint64_t count_windows(uint64_t n, int T, int S) {
+  if (n == 0) return 0;
+  if (n <= static_cast<uint64_t>(T)) return 1;
+  return 1 + (n - T + S - 1) / S;  // the first k with k*S + T >= n, plus one
+}
+
+EvalWindow window_at(uint64_t n, int T, int S, uint64_t k) {
+  EvalWindow w;
+  w.begin = k * S;
+  w.end = std::min<uint64_t>(w.begin + T, n);
+  const uint64_t prev_end = k == 0 ? 0 : std::min<uint64_t>((k - 1) * S + T, n);
+  w.score_from = std::max(prev_end, w.begin + 1);
+  return w;
+}
+
+void fill_window_row(const EvalWindow& w, const uint32_t* tokens, int T, int32_t pad, int32_t* inputs,
+                     int32_t* targets) {
+  const uint64_t len = w.end - w.begin;
+  for (int i = 0; i < T; i++) {
+    inputs[i] = static_cast<uint64_t>(i) < len ? static_cast<int32_t>(tokens[i]) : pad;
+    const uint64_t p = w.begin + i + 1;  // the position input i predicts
+    targets[i] = (p >= w.score_from && p < w.end) ? static_cast<int32_t>(tokens[p - w.begin]) : kIgnoreTarget;
+  }
+}
+
+double EvalTotals::loss() const {
+  return tokens ? nll_sum / static_cast<double>(tokens) : std::numeric_limits<double>::quiet_NaN();
+}
+
+double EvalTotals::perplexity() const { return std::exp(loss()); }
+
+namespace {
+
+// Global window numbers across the streams, in stream order.
+class WindowIndex {
+ public:
+  explicit WindowIndex(const EvalSpec& s) : spec_(s) {
+    first_.push_back(0);
+    for (uint64_t n : s.stream_tokens) first_.push_back(first_.back() + count_windows(n, s.T, s.S));
+  }
+  uint64_t total() const { return first_.back(); }
+  size_t stream_of(uint64_t g) const {
+    return static_cast<size_t>(std::upper_bound(first_.begin(), first_.end(), g) - first_.begin()) - 1;
+  }
+  EvalWindow window(size_t stream, uint64_t g) const {
+    return window_at(spec_.stream_tokens[stream], spec_.T, spec_.S, g - first_[stream]);
+  }
+  EvalWindow window(uint64_t g) const { return window(stream_of(g), g); }
+
+ private:
+  const EvalSpec& spec_;
+  std::vector<uint64_t> first_;  // first global window of each stream; the total last
+};
+
+// One forward of up to B windows; the rows past them are all ignored.
+class BatchRunner {
+ public:
+  BatchRunner(GPT2& model, const EvalSpec& spec, const TokenReader& read)
+      : model_(model), spec_(spec), read_(read),
+        pad_(std::min<int32_t>(50256, model.config().vocab_size - 1)),
+        inputs_(static_cast<size_t>(spec.B) * spec.T),
+        targets_(inputs_.size()),
+        tokens_(spec.T) {}
+
+  // NLL sums of windows [g0, g1) into out[0, g1 - g0).
+  void run(const WindowIndex& index, uint64_t g0, uint64_t g1, double* out) {
+    const int T = spec_.T;
+    std::fill(inputs_.begin(), inputs_.end(), pad_);
+    std::fill(targets_.begin(), targets_.end(), kIgnoreTarget);
+    for (uint64_t g = g0; g < g1; g++) {
+      const size_t stream = index.stream_of(g);
+      const EvalWindow w = index.window(stream, g);
+      read_(stream, w.begin, w.end - w.begin, tokens_.data());
+      const size_t row = static_cast<size_t>(g - g0) * T;
+      fill_window_row(w, tokens_.data(), T, pad_, inputs_.data() + row, targets_.data() + row);
+    }
+    model_.forward(inputs_.data(), targets_.data(), spec_.B, T);
+    const std::vector<float> losses = model_.losses();
+    for (uint64_t g = g0; g < g1; g++) {
+      const size_t row = static_cast<size_t>(g - g0) * T;
+      double nll = 0.0;
+      for (int i = 0; i < T; i++)
+        if (targets_[row + i] != kIgnoreTarget) nll += losses[row + i];
+      out[g - g0] = nll;
+    }
+  }
+
+ private:
+  GPT2& model_;
+  const EvalSpec& spec_;
+  const TokenReader& read_;
+  const int32_t pad_;
+  std::vector<int32_t> inputs_, targets_;
+  std::vector<uint32_t> tokens_;
+};
+
+void check_spec(const GPT2& model, const EvalSpec& s) {
+  if (s.T < 1 || s.S < 1 || s.S > s.T)
+    throw std::runtime_error("sliding-window evaluation: stride " + std::to_string(s.S) + " outside [1, " +
+                             std::to_string(s.T) + "] (the context length)");
+  if (s.B > model.max_batch() || s.T > model.max_seq())
+    throw std::runtime_error("sliding-window evaluation: " + std::to_string(s.B) + "x" + std::to_string(s.T) +
+                             " is larger than the model's buffers");
+  if (s.world < 1 || s.rank < 0 || s.rank >= s.world) throw std::runtime_error("sliding-window evaluation: bad rank");
+}
+
+}  // namespace
+
+EvalTotals evaluate_sliding_windows(GPT2& model, const EvalSpec& spec, const TokenReader& read, const RankSum& sum,
+                                    const std::function<void(uint64_t, uint64_t)>& progress) {
+  check_spec(model, spec);
+  const WindowIndex index(spec);
+  BatchRunner runner(model, spec, read);
+  const uint64_t total = index.total(), B = spec.B, W = spec.world;
+  const uint64_t batches = (total + B - 1) / B, rounds = (batches + W - 1) / W;
+  std::vector<double> nll(W * B);
+  EvalTotals t;
+  t.windows = total;
+  for (uint64_t r = 0; r < rounds; r++) {
+    std::fill(nll.begin(), nll.end(), 0.0);
+    const uint64_t b = r * W + spec.rank;
+    if (b < batches) runner.run(index, b * B, std::min(total, (b + 1) * B), nll.data() + spec.rank * B);
+    if (sum) sum(nll);
+    const uint64_t g0 = r * W * B, g1 = std::min(total, (r + 1) * W * B);
+    for (uint64_t g = g0; g < g1; g++) {
+      t.nll_sum += nll[g - g0];
+      t.tokens += index.window(g).scored();
+    }
+    if (progress) progress(g1, total);
+  }
+  return t;
+}
+
+// ---- --eval-only ---------------------------------------------------------------------
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// The --val-data shards, opened and length-checked; each one a stream.
+struct EvalData {
+  std::vector<ShardFile> shards;
+  std::vector<uint64_t> tokens;
+
+  explicit EvalData(const std::string& pattern) {
+    for (const std::string& path : expand_shard_pattern(pattern)) {
+      shards.emplace_back(path);
+      tokens.push_back(shards.back().count());
+    }
+  }
+  // A reader that refuses ids outside the model's vocabulary, naming the shard.
+  TokenReader reader(int vocab_size) const {
+    return [this, vocab_size](size_t s, uint64_t first, size_t n, uint32_t* out) {
+      shards[s].read(first, n, out);
+      for (size_t i = 0; i < n; i++)
+        if (out[i] >= static_cast<uint32_t>(vocab_size))
+          throw std::runtime_error(shards[s].path() + ": token " + std::to_string(first + i) + " is " +
+                                   std::to_string(out[i]) + ", outside the model's vocabulary of " +
+                                   std::to_string(vocab_size));
+    };
+  }
+};
+
+// Rank 0's progress line on stderr, at most every 10 seconds.
+std::function<void(uint64_t, uint64_t)> progress_printer(bool enabled) {
+  if (!enabled) return nullptr;
+  auto last = std::make_shared<Clock::time_point>(Clock::now());
+  return [last](uint64_t done, uint64_t total) {
+    if (std::chrono::duration<double>(Clock::now() - *last).count() < 10.0 || done == total) return;
+    *last = Clock::now();
+    std::fprintf(stderr, "eval: %llu/%llu windows\n", static_cast<unsigned long long>(done),
+                 static_cast<unsigned long long>(total));
+  };
+}
+
+struct EvalReport {
+  std::string model, data, backend, dtype;
+  int T = 0, S = 0, B = 0, world = 1;
+  size_t shards = 0;
+  EvalTotals totals;
+  double seconds = 0.0;
+};
+
+void print_report(const EvalReport& r) {
+  const EvalTotals& t = r.totals;
+  std::printf("eval model       %s\n", r.model.c_str());
+  std::printf("eval data        %s (%zu shard(s), each its own stream)\n", r.data.c_str(), r.shards);
+  std::printf("eval windows     %llu (context %d, stride %d, %d per forward per rank, %d rank(s), %s %s)\n",
+              static_cast<unsigned long long>(t.windows), r.T, r.S, r.B, r.world, r.backend.c_str(),
+              r.dtype.c_str());
+  std::printf("eval tokens      %llu scored\n", static_cast<unsigned long long>(t.tokens));
+  std::printf("eval loss        %.6f\n", t.loss());
+  std::printf("eval perplexity  %.4f\n", t.perplexity());
+  std::printf("eval time        %.2f s, %.0f tokens/s\n", r.seconds, t.tokens / std::max(r.seconds, 1e-9));
+  std::fflush(stdout);
+}
+
+void write_report_json(const std::string& path, const EvalReport& r) {
+  nlohmann::ordered_json j;
+  j["model"] = r.model;
+  j["data"] = r.data;
+  j["shards"] = r.shards;
+  j["seq_len"] = r.T;
+  j["stride"] = r.S;
+  j["batch_size"] = r.B;
+  j["windows"] = r.totals.windows;
+  j["tokens"] = r.totals.tokens;
+  j["nll_sum"] = r.totals.nll_sum;
+  j["loss"] = r.totals.loss();
+  j["perplexity"] = r.totals.perplexity();
+  j["world"] = r.world;
+  j["backend"] = r.backend;
+  j["dtype"] = r.dtype;
+  j["seconds"] = r.seconds;
+  j["tokens_per_s"] = r.totals.tokens / std::max(r.seconds, 1e-9);
+  write_text_file_atomic(path, j.dump(2) + "\n");
+}
+
+}  // namespace
+
+int run_evaluation(const TrainOptions& opts, const DistContext& dist, Communicator& comm) {
+  std::unique_ptr<Backend> backend = make_run_backend(opts, dist);
+  const std::string path = weights_path(opts, "--eval-only");
+  ModelFile mf = read_model_file(path);
+  EvalSpec spec;
+  spec.T = std::min(opts.seq_len, mf.config.max_seq_len);
+  spec.S = opts.eval_stride > 0 ? opts.eval_stride : spec.T;
+  spec.B = opts.batch_size;
+  spec.rank = dist.rank;
+  spec.world = dist.world;
+  if (spec.S > spec.T)
+    throw std::runtime_error("--eval-stride " + std::to_string(spec.S) + " is larger than the context length " +
+                             std::to_string(spec.T) + " (tokens between windows would never be scored)");
+  const EvalData data(opts.val_data);
+  spec.stream_tokens = data.tokens;
+  GPT2 model(*backend, mf.config, spec.B, spec.T);
+  model.set_parameters(mf.params);
+  mf.params = {};
+  if (dist.is_main() && opts.seq_len > spec.T)
+    std::fprintf(stderr, "note: --seq-len %d capped to the model's max_seq %d\n", opts.seq_len, spec.T);
+  comm.barrier();
+  const auto t0 = Clock::now();
+  const RankSum sum = [&comm](std::vector<double>& v) { all_reduce(comm, v.data(), v.size(), ReduceOp::kSum); };
+  EvalReport r;
+  r.totals = evaluate_sliding_windows(model, spec, data.reader(mf.config.vocab_size), sum,
+                                      progress_printer(dist.is_main()));
+  r.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  if (r.totals.tokens == 0) throw std::runtime_error(opts.val_data + ": no token to score (shards of < 2 tokens)");
+  r.model = path;
+  r.data = opts.val_data;
+  r.backend = backend->name();
+  r.dtype = opts.dtype;
+  r.T = spec.T;
+  r.S = spec.S;
+  r.B = spec.B;
+  r.world = dist.world;
+  r.shards = data.shards.size();
+  if (dist.is_main()) {
+    print_report(r);
+    if (!opts.eval_json.empty()) write_report_json(opts.eval_json, r);
+  }
+  return 0;
+}
+
+}  // namespace gpt2

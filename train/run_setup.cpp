@@ -1,0 +1,80 @@
+#include "train/run_setup.h"
+
+#include <cstdlib>
+#include <stdexcept>
+#include <vector>
+
+#ifdef GPT2_WITH_CUDA
+#include "kernels/cuda_backend.h"
+#include "train/device_choice.h"
+#endif
+#include "train/checkpoint.h"
+#include "util/checked_io.h"
+
+namespace gpt2 {
+
+namespace {
+
+std::unique_ptr<Backend> pick_backend(const TrainOptions& o, const DistContext& dist) {
+  if (o.device == "cpu") return make_cpu_backend(o.threads);
+#ifdef GPT2_WITH_CUDA
+  const int gpus = cuda_device_count();
+  if (gpus > 0) {
+    CudaBackendOptions co;
+    co.bf16 = o.dtype == "bf16";
+    return make_cuda_backend(cuda_device_for_rank(dist, gpus, std::getenv("CUDA_VISIBLE_DEVICES")), co);
+  }
+  if (o.device == "cuda") throw std::runtime_error("--device cuda: no CUDA device is visible");
+#else
+  (void)dist;
+  if (o.device == "cuda")
+    throw std::runtime_error("--device cuda: this binary was built without the CUDA backend (nvcc not found at build time)");
+#endif
+  return make_cpu_backend(o.threads);
+}
+
+}  // namespace
+
+std::string resolve_init_from(const std::string& path) {
+  const CheckpointDir dir(path);
+  const std::vector<uint64_t> steps = dir.complete_steps();
+  if (steps.empty()) {
+    if (file_exists(path) || file_exists(path + "/config.json")) return path;
+    throw std::runtime_error("--init-from " + path +
+                             ": not a model file, a Hugging Face GPT-2 directory (config.json) or a checkpoint "
+                             "directory (no DONE_* marker)");
+  }
+  const uint64_t step = steps.back();
+  const std::string model = dir.model_path(step);
+  const std::string base = model.substr(model.rfind('/') + 1);
+  for (const FileDigest& want : dir.read_marker(step).files)
+    if (want.name == base && !(digest_file(model) == want))
+      throw std::runtime_error("--init-from " + path + ": " + model + " does not match the checksum in its marker");
+  return model;
+}
+
+std::unique_ptr<Backend> make_run_backend(const TrainOptions& o, const DistContext& dist) {
+  std::unique_ptr<Backend> backend = pick_backend(o, dist);
+  if (o.dtype == "bf16" && backend->name() == "cpu")
+    throw std::runtime_error("--dtype bf16 needs the CUDA backend (the CPU backend is the fp32 reference)");
+  return backend;
+}
+
+bool names_preset(const std::string& model) {
+  return model.size() >= 2 && model[0] == 'd' && model.find('/') == std::string::npos && !file_exists(model);
+}
+
+std::string weights_path(const TrainOptions& o, const std::string& mode) {
+  if (!o.init_from.empty()) return resolve_init_from(o.init_from);
+  if (names_preset(o.model))
+    throw std::runtime_error(mode + " needs trained weights: --model FILE|HF_DIR or --init-from PATH (got the preset '" +
+                             o.model + "', which would be a random init)");
+  if (!o.config_overrides.empty()) throw std::runtime_error("--config applies to dN presets, not to " + mode);
+  return o.model;
+}
+
+ModelFile load_mode_weights(const TrainOptions& o, const std::string& mode) {
+  return read_model_file(weights_path(o, mode));
+}
+
+}  // namespace gpt2

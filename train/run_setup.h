@@ -1,0 +1,43 @@
+// Set-up shared by training and the modes that only run a trained model
+// (--eval-only, --generate): the backend chosen by --device/--dtype, and the
+// weights named by --model FILE|HF_DIR or --init-from PATH.
+// This file is compiled twice, like train/trainer.cpp: plainly (CPU-only
+// programs and tests) and with GPT2_WITH_CUDA for the CUDA-capable trainers.
+#ifndef TRAIN_RUN_SETUP_H
+#define TRAIN_RUN_SETUP_H
+
+#include <memory>
+#include <string>
+
+#include "backend/backend.h"
+#include "distributed/context.h"
+#include "model/model_file.h"
+#include "train/options.h"
+
+namespace gpt2 {
+
+// --device auto|cpu|cuda and --dtype as training picks them (each rank takes
+// the GPU of its local rank); --dtype bf16 on the CPU backend is refused.
+std::unique_ptr<Backend> make_run_backend(const TrainOptions& o, const DistContext& dist);
+
+// True when --model names a dN preset (not an existing file or directory).
+bool names_preset(const std::string& model);
+
+// --init-from PATH as a --model path: a checkpoint directory (one with
+// completion markers) gives its newest complete checkpoint's model file, after
+// checking it against the marker's checksum; a model file or a Hugging Face
+// directory is used as it is. Anything else is an error naming PATH.
+std::string resolve_init_from(const std::string& path);
+
+// The weights a model-only mode loads: --init-from PATH resolved like training
+// does (a checkpoint directory means its newest complete checkpoint's model
+// file, checked against its marker), else --model FILE|HF_DIR. A dN preset is
+// refused: `mode` ("--eval-only") names the mode in the message.
+std::string weights_path(const TrainOptions& o, const std::string& mode);
+
+// read_model_file(weights_path(o, mode)).
+ModelFile load_mode_weights(const TrainOptions& o, const std::string& mode);
+
+}  // namespace gpt2
+
+#endif  // TRAIN_RUN_SETUP_H
