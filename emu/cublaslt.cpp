@@ -365,6 +365,24 @@ std::optional<CublasLtMode> cublaslt_mode_override() {
 
 CublasLtMode cublaslt_mode() { return cublaslt_mode_override().value_or(mode_from_env()); }
 
+// Test-only call counters (process-wide, atomic), so a test can see that a caller
+// reuses its descriptors and heuristic answers instead of rebuilding them per call.
+// Not in control.h: a test declares the accessor itself (weak, so the same test
+// source links against a GPU's cuBLASLt and skips there):
+//   namespace gpt2::emu { struct CublasLtCounts { uint64_t heuristic, matmul_descs,
+//   layouts, preferences, matmuls; }; CublasLtCounts cublaslt_counts(); }
+struct CublasLtCounts {
+  uint64_t heuristic, matmul_descs, layouts, preferences, matmuls;
+};
+namespace {
+std::atomic<uint64_t> g_count_heuristic{0}, g_count_descs{0}, g_count_layouts{0}, g_count_prefs{0},
+    g_count_matmuls{0};
+}  // namespace
+CublasLtCounts cublaslt_counts() {
+  return CublasLtCounts{g_count_heuristic.load(), g_count_descs.load(), g_count_layouts.load(),
+                        g_count_prefs.load(), g_count_matmuls.load()};
+}
+
 }  // namespace emu
 }  // namespace gpt2
 
@@ -388,6 +406,7 @@ cublasStatus_t cublasLtDestroy(cublasLtHandle_t handle) {
 cublasStatus_t cublasLtMatrixLayoutCreate(cublasLtMatrixLayout_t* out, cudaDataType type, uint64_t rows, uint64_t cols,
                                           int64_t ld) {
   if (out == nullptr) return CUBLAS_STATUS_INVALID_VALUE;
+  g_count_layouts.fetch_add(1);
   auto* d = new (std::nothrow) cublasLtMatrixLayoutOpaque_t();
   if (d == nullptr) return CUBLAS_STATUS_ALLOC_FAILED;
   *layout(d) = LayoutDesc{type, rows, cols, ld, 1, 0, CUBLASLT_ORDER_COL};
@@ -441,6 +460,7 @@ cublasStatus_t cublasLtMatrixLayoutGetAttribute(cublasLtMatrixLayout_t d, cublas
 cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t* out, cublasComputeType_t compute,
                                         cudaDataType_t scale_type) {
   if (out == nullptr) return CUBLAS_STATUS_INVALID_VALUE;
+  g_count_descs.fetch_add(1);
   auto* d = new (std::nothrow) cublasLtMatmulDescOpaque_t();
   if (d == nullptr) return CUBLAS_STATUS_ALLOC_FAILED;
   *matmul(d) = MatmulDesc{compute, scale_type, CUBLASLT_POINTER_MODE_HOST, CUBLAS_OP_N, CUBLAS_OP_N, CUBLAS_OP_N,
@@ -498,6 +518,7 @@ cublasStatus_t cublasLtMatmulDescGetAttribute(cublasLtMatmulDesc_t d, cublasLtMa
 // ---- preferences ----------------------------------------------------------------------------
 cublasStatus_t cublasLtMatmulPreferenceCreate(cublasLtMatmulPreference_t* out) {
   if (out == nullptr) return CUBLAS_STATUS_INVALID_VALUE;
+  g_count_prefs.fetch_add(1);
   auto* d = new (std::nothrow) cublasLtMatmulPreferenceOpaque_t();
   if (d == nullptr) return CUBLAS_STATUS_ALLOC_FAILED;
   *preference(d) = PreferenceDesc{0, {kDefaultAlignment, kDefaultAlignment, kDefaultAlignment, kDefaultAlignment}};
@@ -533,6 +554,7 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t handle, cublasLtM
                                               cublasLtMatmulPreference_t pref, int requested,
                                               cublasLtMatmulHeuristicResult_t results[], int* returned) {
   if (handle == nullptr) return CUBLAS_STATUS_NOT_INITIALIZED;
+  g_count_heuristic.fetch_add(1);
   if (op == nullptr || Adesc == nullptr || Bdesc == nullptr || Cdesc == nullptr || Ddesc == nullptr ||
       pref == nullptr || requested <= 0 || results == nullptr || returned == nullptr)
     return CUBLAS_STATUS_INVALID_VALUE;
@@ -561,6 +583,7 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t op, 
                               size_t workspaceSizeInBytes, cudaStream_t stream) {
   (void)workspace, (void)workspaceSizeInBytes, (void)stream;
   if (handle == nullptr) return CUBLAS_STATUS_NOT_INITIALIZED;
+  g_count_matmuls.fetch_add(1);
   if (op == nullptr || Adesc == nullptr || Bdesc == nullptr || Cdesc == nullptr || Ddesc == nullptr ||
       alpha == nullptr || beta == nullptr)
     return CUBLAS_STATUS_INVALID_VALUE;

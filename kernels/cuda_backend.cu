@@ -378,6 +378,7 @@ class CudaBackend final : public Backend {
     if (workspace_ != nullptr) cudaFree(workspace_);
     if (norm_partials_ != nullptr) cudaFree(norm_partials_);
     if (blas_.lt_workspace != nullptr) cudaFree(blas_.lt_workspace);
+    blas_.lt_plans.clear();  // cached cuBLASLt descriptors, before their handle
     if (blas_.lt != nullptr) cublasLtDestroy(blas_.lt);
     if (blas_.blas != nullptr) cublasDestroy(blas_.blas);
     if (stream_ != nullptr) cudaStreamDestroy(stream_);

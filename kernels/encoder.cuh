@@ -1,7 +1,10 @@
 // Token + position embedding, forward and backward.
 //
-// forward   one thread per output element (B*T*C): out = wte[token] + wpe[t].
-//           Reads 2 floats + 1 token (cached across the row), writes 1 float.
+// forward   out = wte[token] + wpe[t]; each thread writes P consecutive columns
+//           of one position: P = kPack<T> (128-bit loads of wte/wpe, 128-bit
+//           store) when C % P == 0 and out, wte, wpe are 16-byte aligned, else
+//           P = 1 (same arithmetic, same bits). Reads 2 elements + 1 token per P
+//           elements (the token is shared by the row's threads), writes 1.
 //           A token id outside [0, V) cannot be checked on the host without a
 //           download, so the kernel writes NaN for that row instead: the loss
 //           becomes NaN and the trainer's NaN guard stops the run.
@@ -17,23 +20,30 @@
 #define KERNELS_ENCODER_CUH
 
 #include "kernels/common.cuh"
+#include "kernels/pack128.cuh"
 
 namespace gpt2 {
 namespace kern {
 
-template <class T>
+// Thread i writes out[i*P, i*P + P): P columns of one position (C % P == 0).
+template <class T, int P>
 __global__ void encoder_forward_kernel(T* out, const int* tokens, const T* wte, const T* wpe,
                                        int B, int T_, int C, int V) {
-  const size_t idx = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const size_t idx = (static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x) * P;
   if (idx >= static_cast<size_t>(B) * T_ * C) return;
   const size_t bt = idx / C;
   const int c = static_cast<int>(idx % C);
   const int t = static_cast<int>(bt % T_);
   const int token = tokens[bt];
-  out[idx] = from_float<T>((token >= 0 && token < V)
-                               ? to_float(wte[static_cast<size_t>(token) * C + c]) +
-                                     to_float(wpe[static_cast<size_t>(t) * C + c])
-                               : NAN);
+  float x[P], y[P];
+  if (token >= 0 && token < V) {
+    load_floats<P>(x, wte + static_cast<size_t>(token) * C + c);  // rows of repeated tokens: cached
+    load_floats<P>(y, wpe + static_cast<size_t>(t) * C + c);      // reused by all B sequences
+    for (int k = 0; k < P; k++) x[k] += y[k];
+  } else {
+    for (int k = 0; k < P; k++) x[k] = NAN;
+  }
+  store_floats<P>(out + idx, x);
 }
 
 template <class T>
@@ -81,8 +91,16 @@ void encoder_forward(T* out, const int* tokens, const T* wte, const T* wpe, int 
                      int V, cudaStream_t stream) {
   const int block = 256;
   const size_t n = static_cast<size_t>(B) * T_ * C;
-  auto kernel = encoder_forward_kernel<T>;
-  LAUNCH_KERNEL(kernel, ceil_div(n, block), block, 0, stream, out, tokens, wte, wpe, B, T_, C, V);
+  constexpr int P = kPack<T>;
+  if (can_pack(C, P, out, wte, wpe)) {
+    auto kernel = encoder_forward_kernel<T, P>;
+    LAUNCH_KERNEL(kernel, ceil_div(n / P, block), block, 0, stream, out, tokens, wte, wpe, B, T_,
+                  C, V);
+  } else {
+    auto kernel = encoder_forward_kernel<T, 1>;
+    LAUNCH_KERNEL(kernel, ceil_div(n, block), block, 0, stream, out, tokens, wte, wpe, B, T_, C,
+                  V);
+  }
 }
 
 // shadow: V*C floats when T is not float (else unused): the rows a bf16 dwte

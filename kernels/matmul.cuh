@@ -25,8 +25,10 @@
 //                       refusal takes cuBLAS plus kernels: a bias is broadcast
 //                       into out and the GEMM adds the product with beta 1 (the
 //                       BIAS epilogue's arithmetic exactly), the bias gradient
-//                       comes from the column-sum kernels. The heuristic runs
-//                       once per problem and alignment (BlasContext::lt_plans).
+//                       comes from the column-sum kernels. Descriptors, layouts
+//                       and the heuristic's algorithm are built once per problem
+//                       and alignment and reused (BlasContext::lt_plans); a call
+//                       then only sets the bias pointer and runs cublasLtMatmul.
 //   cuBLAS              cublasGemmEx for the products; bias added by a kernel
 //                       (one read + write of out, a second rounding in bf16);
 //                       dbias by a deterministic two-stage column sum (fixed row
@@ -37,6 +39,7 @@
 #include <array>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <utility>
 
 #include "kernels/common.cuh"
@@ -44,10 +47,31 @@
 namespace gpt2 {
 namespace kern {
 
-// cuBLASLt's answer for one problem: an algorithm, or a refusal (usable false).
+// ---- cuBLASLt plans ---------------------------------------------------------------------------
+// Owns the cuBLASLt descriptors of one problem (released with the plan).
+class LtCall {
+ public:
+  LtCall() = default;
+  LtCall(const LtCall&) = delete;
+  LtCall& operator=(const LtCall&) = delete;
+  ~LtCall() {
+    if (pref) cublasLtMatmulPreferenceDestroy(pref);
+    if (d) cublasLtMatrixLayoutDestroy(d);
+    if (b) cublasLtMatrixLayoutDestroy(b);
+    if (a) cublasLtMatrixLayoutDestroy(a);
+    if (op) cublasLtMatmulDescDestroy(op);
+  }
+  cublasLtMatmulDesc_t op = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
+  cublasLtMatmulPreference_t pref = nullptr;
+};
+
+// One problem's cached cuBLASLt state: its descriptors (the bias pointer is set per
+// call) and the heuristic's algorithm, or a refusal (usable false, no descriptors).
 struct LtPlan {
   bool usable = false;
   cublasLtMatmulAlgo_t algo{};
+  std::unique_ptr<LtCall> call;
 };
 // type, transposes, m, n, k, leading dimensions, epilogue, alignments of A, B, D, bias
 using LtKey = std::array<int64_t, 14>;
@@ -60,7 +84,7 @@ struct BlasContext {
   cudaStream_t stream = nullptr;
   bool use_lt = true;
   bool lt_bias_grad = true;  // fp32: BGRADB epilogue for dbias (else the column-sum kernels)
-  // The heuristic's answers, so that it runs once per problem, not per call.
+  // Per problem: the descriptors and the heuristic's answer, built on the first call.
   mutable std::map<LtKey, LtPlan> lt_plans;
 };
 
@@ -108,24 +132,7 @@ inline size_t matmul_backward_scratch_floats(int N, int OC) {
   return static_cast<size_t>(column_sum_chunks(N)) * OC;
 }
 
-// ---- cuBLASLt ---------------------------------------------------------------------------------
-// Owns the cuBLASLt descriptors of one call (released on every exit path).
-class LtCall {
- public:
-  LtCall() = default;
-  LtCall(const LtCall&) = delete;
-  LtCall& operator=(const LtCall&) = delete;
-  ~LtCall() {
-    if (pref) cublasLtMatmulPreferenceDestroy(pref);
-    if (d) cublasLtMatrixLayoutDestroy(d);
-    if (b) cublasLtMatrixLayoutDestroy(b);
-    if (a) cublasLtMatrixLayoutDestroy(a);
-    if (op) cublasLtMatmulDescDestroy(op);
-  }
-  cublasLtMatmulDesc_t op = nullptr;
-  cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
-  cublasLtMatmulPreference_t pref = nullptr;
-};
+
 
 // The largest power of two <= 256 (cuBLASLt's default promise) dividing x.
 inline uint32_t pow2_alignment(uint64_t x) {
@@ -142,9 +149,9 @@ inline uint32_t matrix_alignment(const void* p, int ld, size_t elem) {
 
 // Descriptors of D[m,n] = op(A)[m,k] op(B)[k,n] (+ beta D), fp32 compute. The bias
 // vector's type is left at its default, D's type: the only one cuBLASLt supports
-// here (cublasLt.h, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE).
+// here (cublasLt.h, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE); its pointer is set per call.
 inline void lt_describe(LtCall& call, cudaDataType_t type, bool trans_a, bool trans_b, int m, int n, int k,
-                        int lda, int ldb, int ldd, cublasLtEpilogue_t epilogue, const void* bias) {
+                        int lda, int ldb, int ldd, cublasLtEpilogue_t epilogue) {
   CUBLAS_CHECK(cublasLtMatmulDescCreate(&call.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
   const cublasOperation_t ta = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
   const cublasOperation_t tb = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
@@ -152,9 +159,6 @@ inline void lt_describe(LtCall& call, cudaDataType_t type, bool trans_a, bool tr
   CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(call.op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
   CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(call.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue,
                                               sizeof epilogue));
-  if (epilogue != CUBLASLT_EPILOGUE_DEFAULT)
-    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(call.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
-                                                sizeof bias));
   CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&call.a, type, trans_a ? k : m, trans_a ? m : k, lda));
   CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&call.b, type, trans_b ? n : k, trans_b ? k : n, ldb));
   CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&call.d, type, m, n, ldd));
@@ -183,7 +187,10 @@ inline LtPlan lt_query(const BlasContext& ctx, LtCall& call, uint32_t align_a, u
   if (status == CUBLAS_STATUS_NOT_SUPPORTED) return LtPlan{};
   CUBLAS_CHECK(status);
   if (found == 0 || result.state != CUBLAS_STATUS_SUCCESS) return LtPlan{};
-  return LtPlan{true, result.algo};
+  LtPlan plan;
+  plan.usable = true;
+  plan.algo = result.algo;
+  return plan;
 }
 
 // Column-major D[m,n] = op(A)[m,k] op(B)[k,n] + beta D, all of type `type`, fp32
@@ -203,12 +210,21 @@ inline bool lt_matmul(const BlasContext& ctx, cudaDataType_t type, bool trans_a,
   const LtKey key{type, trans_a, trans_b, m, n, k, lda, ldb, ldd, epilogue,
                   align_a, align_b, align_d, align_bias};
   auto plan = ctx.lt_plans.find(key);
-  if (plan != ctx.lt_plans.end() && !plan->second.usable) return false;
-  LtCall call;
-  lt_describe(call, type, trans_a, trans_b, m, n, k, lda, ldb, ldd, epilogue, bias);
-  if (plan == ctx.lt_plans.end())
-    plan = ctx.lt_plans.emplace(key, lt_query(ctx, call, align_a, align_b, align_d)).first;
+  if (plan == ctx.lt_plans.end()) {
+    LtPlan fresh;
+    fresh.call = std::make_unique<LtCall>();
+    lt_describe(*fresh.call, type, trans_a, trans_b, m, n, k, lda, ldb, ldd, epilogue);
+    const LtPlan answer = lt_query(ctx, *fresh.call, align_a, align_b, align_d);
+    fresh.usable = answer.usable;
+    fresh.algo = answer.algo;
+    if (!fresh.usable) fresh.call.reset();  // a refusal keeps no descriptors
+    plan = ctx.lt_plans.emplace(key, std::move(fresh)).first;
+  }
   if (!plan->second.usable) return false;
+  LtCall& call = *plan->second.call;
+  if (epilogue != CUBLASLT_EPILOGUE_DEFAULT)
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(call.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
+                                                sizeof bias));
   const float alpha = 1.0f;
   CUBLAS_CHECK(cublasLtMatmul(ctx.lt, call.op, &alpha, A, call.a, B, call.b, &beta, D, call.d, D,
                               call.d, &plan->second.algo, ctx.lt_workspace, ctx.lt_workspace_bytes,

@@ -9,7 +9,10 @@
 #ifndef KERNELS_PACK128_CUH
 #define KERNELS_PACK128_CUH
 
+#include <cstdint>
+
 #include "emu/cuda.cuh"
+#include "kernels/common.cuh"
 
 namespace gpt2 {
 namespace kern {
@@ -52,6 +55,50 @@ __device__ inline void store128cs(T* p, const Pack128<T>& value) {
   int4 bits;
   memcpy(&bits, &value, sizeof(bits));
   __stcs(reinterpret_cast<int4*>(p), bits);
+}
+
+
+// ---- P elements as fp32 ------------------------------------------------------------------
+// The packed kernels are templates over P, the elements one thread (or lane) moves per
+// access: P = 1 is the scalar kernel (any size, any alignment); P a multiple of
+// Pack128<T>::kSize moves them with P * sizeof(T) / 16 128-bit accesses. One source
+// gives both, so the packed and the fallback kernel compute the same formula.
+template <class T>
+constexpr int kPack = Pack128<T>::kSize;
+
+// f[0..P) = p[0..P) as fp32. kStream: evict-first (__ldcs), for data read once.
+template <int P, bool kStream = false, class T>
+__device__ inline void load_floats(float (&f)[P], const T* p) {
+  if constexpr (P % kPack<T> == 0) {
+    for (int j = 0; j < P; j += kPack<T>) {
+      const Pack128<T> v = kStream ? load128cs(p + j) : load128(p + j);
+      for (int k = 0; k < kPack<T>; k++) f[j + k] = to_float(v[k]);
+    }
+  } else {
+    for (int k = 0; k < P; k++) f[k] = to_float(p[k]);
+  }
+}
+
+// p[0..P) = f[0..P) rounded to T (nearest even). kStream: __stcs, not read again soon.
+template <int P, bool kStream = false, class T>
+__device__ inline void store_floats(T* p, const float (&f)[P]) {
+  if constexpr (P % kPack<T> == 0) {
+    for (int j = 0; j < P; j += kPack<T>) {
+      Pack128<T> v;
+      for (int k = 0; k < kPack<T>; k++) v[k] = from_float<T>(f[j + k]);
+      if constexpr (kStream) store128cs(p + j, v); else store128(p + j, v);
+    }
+  } else {
+    for (int k = 0; k < P; k++) p[k] = from_float<T>(f[k]);
+  }
+}
+
+// Host side: may a packed kernel (P elements per access) use these pointers for a
+// size (or row length) of n elements? Every pointer 16-byte aligned, n % P == 0.
+inline bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+template <class... Ptrs>
+inline bool can_pack(size_t n, size_t P, const Ptrs*... ptrs) {
+  return n % P == 0 && (aligned16(ptrs) && ...);
 }
 
 }  // namespace kern

@@ -15,3 +15,7 @@ TEST_SCRIPTS += test/gpu/gpu_check_rehearsal_test.sh
 # The Apptainer definition's build steps are the scripts CI and the quick start run (a clean
 # build in a scratch copy; Apptainer itself is not installable here).
 TEST_SCRIPTS += test/e2e/apptainer_def_test.sh
+
+# scripts/finetune.sh, the fine-tuning recipe (docs/finetuning.md): HF weights, our checkpoint
+# directory, text / a directory of documents / SFT JSONL, one process and mpirun, resume.
+TEST_SCRIPTS += test/e2e/finetune_recipe_test.sh

@@ -205,8 +205,10 @@ std::vector<Output> layernorm_backward(const Vec& dinp_old, const Vec& dw_old, c
       db.value[c] += d, db_mag[c] += std::fabs(d);
     }
   }
-  // Column sums: row chunks (<= 64) summed in order, then added to the old value;
-  // each dw term has 3 roundings ((x - m), * rstd, * dout).
+  // Column sums (single-pass kernel): each warp sums its rows in order, a block its
+  // W <= 8 warps, then the G <= 512 block partials (G <= N / 32) in order, then the old
+  // value: at most N / (G W) + W + G + 1 <= N + 64 additions per term for every N, so the
+  // old chunked bound still holds; each dw term has 3 roundings ((x - m), * rstd, * dout).
   for (int c = 0; c < C; c++) {
     dw.delta[c] = sum_err(N + 64 + 3, dw_mag[c]);
     db.delta[c] = sum_err(N + 64, db_mag[c]);
