@@ -55,7 +55,7 @@ if command -v mpirun > /dev/null; then
   if LAUNCH="mpirun --allow-run-as-root --oversubscribe -np 2" timeout -k 10 200 "${recipe[@]}" --init-from "$W/a/run" \
        --out "$W/b" --text "$W/docs" --steps 3 "${extra[@]}" > "$W/b.log" 2>&1 &&
      [ "$(json "$W/b/eval_after.json" world)" = 2 ] && grep -q 'init-from .*/a/run' "$W/b.log"; then
-    pass "b: checkpoint dir as --init-from, a directory of documents, mpirun -np 2: $(grep -m1 'finetune: perplexity' "$W/b.log")"
+    pass "b: checkpoint dir as --init-from, a directory of documents, mpirun -np 2: $(grep -m1 '^finetune: perplexity [0-9]' "$W/b.log")"
   else
     bad "b: $(tail -3 "$W/b.log")"
   fi

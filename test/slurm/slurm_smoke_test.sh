@@ -14,7 +14,8 @@
 #   5. training: `srun -N 2 -n 2 ./train_gpt2cu` logs the same losses and ends with
 #      the same weights as `mpirun -np 2`; scripts/slurm/train_cpu.sbatch (with
 #      test-sized overrides) preempted with `scancel --signal=USR1` checkpoints,
-#      requeues itself and resumes to the same losses and weights.
+#      requeues itself and resumes to the same losses and weights;
+#   6. the fine-tuning recipe (scripts/finetune.sh) with LAUNCH="srun -N 2 -n 2".
 # Needs root and: munge slurmd slurmctld slurm-client libpmix-dev openmpi-bin.
 # Everything lives in a temp dir; the cluster and its jobs are stopped on exit.
 set -u
@@ -234,6 +235,25 @@ if [ -x ./train_gpt2cu ]; then
   fi
 else
   bad "./train_gpt2cu not built: training under Slurm not tested"
+fi
+
+# --- 6. the fine-tuning recipe under srun: LAUNCH="srun -N 2 -n 2" scripts/finetune.sh ----------------
+TXT=${TINYSHAKESPEARE_TXT:-../shared/data/tinyshakespeare/input.txt}
+if [ -x ./train_gpt2cu ] && [ -x ./prepare_data ] && [ -f "$TXT" ] && [ -f data/gpt2/encoder.json ]; then
+  head -c 100000 "$TXT" > "$W/ft.txt"
+  ./prepare_data --progress none --out-prefix "$W/ftbase" --val-tokens 2000 "$W/ft.txt" >/dev/null 2>&1
+  ./train_gpt2cu --device cpu --model d2 --config n_embd=64,n_head=2,max_seq=64 -T 64 -B 2 --max-steps 1 \
+    --threads 1 --val-every 0 --sample-every 0 --train-data "$W/ftbase_train_*.bin" --save-hf "$W/ft_hf" >/dev/null 2>&1
+  if LAUNCH="srun -N 2 -n 2" timeout -k 10 240 scripts/finetune.sh --init-from "$W/ft_hf" --out "$W/ft" \
+       --text "$W/ft.txt" --doc-separator '\n\n' --seq-len 64 -B 2 --steps 3 --val-every 0 \
+       -- --threads 1 --sample-every 0 >"$W/ft.log" 2>&1 &&
+     grep -q 'launch srun' "$W/ft.log" && grep -q '"world": 2' "$W/ft/eval_after.json"; then
+    pass "fine-tuning recipe under srun -N 2 -n 2: $(grep -m1 '^finetune: perplexity [0-9]' "$W/ft.log")"
+  else
+    bad "fine-tuning recipe under srun"; tail -n 20 "$W/ft.log" | sed 's/^/  | /'
+  fi
+else
+  echo "SKIP 6: needs ./train_gpt2cu, ./prepare_data, the GPT-2 vocabulary and the tinyshakespeare text"
 fi
 
 [ $fail = 0 ] && echo "slurm_smoke_test: all passed"
