@@ -12,7 +12,8 @@
 #                      wikitext dumps; *.jsonl with a "text" field), tokenized by scripts/prepare_corpus.sh;
 #                      --doc-separator SEP splits a single file into documents (tinyshakespeare: '\n\n')
 #   --sft FILE.jsonl   instruction data ({"prompt","completion"} or {"messages"} lines, docs/sft.md):
-#                      packed rows of --seq-len tokens with a loss mask (only completions are learned)
+#                      packed rows of --seq-len tokens with a loss mask (only completions are learned);
+#                      the first 5% of the examples are the val split (its masked loss is logged)
 #   --data TRAIN VAL   shards you already have (globs)
 # options:
 #   --seq-len T        context (default 1024, capped at the model's)   -B N  micro-batch per rank (4)
@@ -79,9 +80,13 @@ case $mode in
   sft)
     [ -f "$sft" ] || die "--sft $sft: no such file"
     if ! ls "$out"/data/sft_train_*.bin >/dev/null 2>&1; then
-      "$root/prepare_data" --sft --seq-len "$T" --out-prefix "$out/data/sft" "$sft" >&2
+      # val: the first 5% of the examples (the masked val loss), none below 20 examples
+      val_examples=$(( $(grep -c . "$sft") / 20 ))
+      "$root/prepare_data" --sft --seq-len "$T" --val-examples "$val_examples" --out-prefix "$out/data/sft" \
+        "$sft" >&2
     fi
-    train_glob="$out/data/sft_train_*.bin" val_glob="$out/data/sft_val_*.bin" ;;
+    train_glob="$out/data/sft_train_*.bin" val_glob="$out/data/sft_val_*.bin"
+    ls $val_glob >/dev/null 2>&1 || { log "no val examples (fewer than 20 lines): no validation"; val_every=0; } ;;
 esac
 
 common=(--init-from "$init" -T "$T" -B "$B")

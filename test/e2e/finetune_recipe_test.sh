@@ -6,7 +6,8 @@
 #      falls, the fine-tuned Hugging Face directory written; a rerun on the same --out resumes;
 #   b. our own checkpoint directory (a's run/) as --init-from, a directory of long documents (the
 #      PG19 / wikitext recipe), under LAUNCH="mpirun -np 2": the evaluation reports world 2;
-#   c. SFT JSONL (--sft): masked training, supervised tokens in the log;
+#   c. SFT JSONL (--sft): masked training, supervised tokens in the log, a val split of 5% of the
+#      examples whose masked loss is logged;
 #   d. bad invocations fail with exit 2 and a message.
 set -u
 cd "$(dirname "$0")/../.."
@@ -67,13 +68,14 @@ fi
 /usr/bin/env python3 - "$W/qa.jsonl" <<'EOF'
 import json, sys
 with open(sys.argv[1], "w") as f:
-    for i in range(120):
+    for i in range(400):
         f.write(json.dumps({"messages": [{"role": "user", "content": f"Say {i}."},
                                           {"role": "assistant", "content": f"{i}."}]}) + "\n")
 EOF
-if timeout -k 10 150 "${recipe[@]}" --init-from "$W/hf_start" --out "$W/c" --sft "$W/qa.jsonl" --steps 3 \
-     "${extra[@]}" --val-every 0 > "$W/c.log" 2>&1 && grep -q '"supervised_tokens":' "$W/c/run/log.jsonl"; then
-  pass "c: SFT recipe, supervised tokens logged: $(grep -o '"supervised_tokens":[0-9]*' "$W/c/run/log.jsonl" | tr '\n' ' ')"
+if timeout -k 10 150 "${recipe[@]}" -B 2 --init-from "$W/hf_start" --out "$W/c" --sft "$W/qa.jsonl" --steps 3 \
+     "${extra[@]}" --val-every 2 > "$W/c.log" 2>&1 && grep -q '"supervised_tokens":' "$W/c/run/log.jsonl" &&
+   [ -f "$W/c/data/sft_val_000000.mask" ] && grep -q '"type":"val"' "$W/c/run/log.jsonl"; then
+  pass "c: SFT recipe, val split + masked val loss, supervised tokens logged: $(grep -o '"supervised_tokens":[0-9]*' "$W/c/run/log.jsonl" | tr '\n' ' ')"
 else
   bad "c: $(tail -3 "$W/c.log")"
 fi
