@@ -11,6 +11,7 @@
 #include "distributed/comm.h"
 #include "distributed/context.h"
 #include "distributed/preempt.h"
+#include "distributed/watchdog.h"
 #include "train/evaluation.h"
 #include "train/generation.h"
 #include "train/options.h"
@@ -36,8 +37,13 @@ int main(int argc, char** argv) {
     return 1;
   }
   const gpt2::DistContext& dist = runtime->context();
+  // The collective timeout: a collective that waits --comm-timeout seconds for
+  // a dead or hung peer ends the job (distributed/watchdog.h). It outlives the
+  // communicators, which hand it on to the NCCL one.
+  gpt2::CommWatchdog watchdog(opts.comm_timeout, dist.prefix());
   try {
     std::unique_ptr<gpt2::Communicator> comm = gpt2::make_mpi_communicator(*runtime);
+    comm->set_watchdog(&watchdog);
     if (opts.eval_only) return gpt2::run_evaluation(opts, dist, *comm);
     if (opts.generate) return gpt2::run_generation(opts, dist);
     return gpt2::run_training(opts, dist, *comm);

@@ -75,6 +75,7 @@ void Communicator::all_reduce(const void* send, void* recv, size_t count, DataTy
   if (send != recv) check_disjoint("all_reduce", send, bytes, recv, bytes);
   this->count(CommCall::kAllReduce, bytes, 2 * ring_share(bytes, world()));
   if (count == 0) return;
+  InFlight in_flight(slot_, comm_call_name(CommCall::kAllReduce));
   do_all_reduce(send, recv, count, type, op);
 }
 
@@ -87,6 +88,7 @@ void Communicator::reduce_scatter(const void* send, void* recv, size_t recv_coun
   if (!in_place) check_disjoint("reduce_scatter", send, bytes, recv, block);
   this->count(CommCall::kReduceScatter, bytes, ring_share(bytes, world()));
   if (recv_count == 0) return;
+  InFlight in_flight(slot_, comm_call_name(CommCall::kReduceScatter));
   do_reduce_scatter(send, recv, recv_count, type, op);
 }
 
@@ -107,6 +109,7 @@ void Communicator::reduce_scatter_v(const void* send, void* recv,
   check_disjoint("reduce_scatter_v", send, bytes, recv, mine * data_type_bytes(type));
   this->count(CommCall::kReduceScatterV, bytes, ring_share(bytes, world()));
   if (total == 0) return;
+  InFlight in_flight(slot_, comm_call_name(CommCall::kReduceScatterV));
   do_reduce_scatter_v(send, recv, counts, type, op);
 }
 
@@ -118,6 +121,7 @@ void Communicator::all_gather(const void* send, void* recv, size_t send_count, D
   if (!in_place) check_disjoint("all_gather", send, block, recv, bytes);
   this->count(CommCall::kAllGather, bytes, ring_share(bytes, world()));
   if (send_count == 0) return;
+  InFlight in_flight(slot_, comm_call_name(CommCall::kAllGather));
   do_all_gather(send, recv, send_count, type);
 }
 
@@ -127,12 +131,26 @@ void Communicator::broadcast(void* buf, size_t bytes, int root) {
                              " outside world of " + std::to_string(world()));
   this->count(CommCall::kBroadcast, bytes, ring_share(bytes, world()));
   if (bytes == 0) return;
+  InFlight in_flight(slot_, comm_call_name(CommCall::kBroadcast));
   do_broadcast(buf, bytes, root);
 }
 
 void Communicator::barrier() {
   this->count(CommCall::kBarrier, 0, 0);
+  InFlight in_flight(slot_, comm_call_name(CommCall::kBarrier));
   do_barrier();
+}
+
+void Communicator::set_watchdog(CommWatchdog* watchdog) {
+  detach_watchdog();
+  watchdog_ = watchdog;
+  if (watchdog_ && watchdog_->enabled()) slot_ = watchdog_->add_slot(name(), watchdog_abort_hook());
+}
+
+void Communicator::detach_watchdog() {
+  if (watchdog_ && slot_) watchdog_->release(slot_);
+  slot_ = nullptr;
+  watchdog_ = nullptr;
 }
 
 }  // namespace gpt2

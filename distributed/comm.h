@@ -36,11 +36,13 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "distributed/context.h"
+#include "distributed/watchdog.h"
 
 namespace gpt2 {
 
@@ -79,7 +81,7 @@ using CommStats = std::array<CommTraffic, static_cast<size_t>(CommCall::kCount)>
 
 class Communicator {
  public:
-  virtual ~Communicator() = default;
+  virtual ~Communicator() { detach_watchdog(); }
 
   virtual int rank() const = 0;
   virtual int world() const = 0;
@@ -125,7 +127,24 @@ class Communicator {
   }
   void reset_stats() { stats_ = CommStats{}; }
 
+  // The collective timeout (distributed/watchdog.h): every transport call is
+  // marked in flight on the watchdog, which ends the job when one outlasts its
+  // timeout. nullptr detaches. The watchdog must outlive the communicator. An
+  // NCCL communicator bootstrapped through this one inherits it.
+  void set_watchdog(CommWatchdog* watchdog);
+  CommWatchdog* watchdog() const { return watchdog_; }
+
  protected:
+  // Run on the watchdog's thread when a call times out, before the job ends
+  // (the NCCL communicator: ncclCommAbort). Empty: nothing to release.
+  virtual std::function<void()> watchdog_abort_hook() { return {}; }
+  // This communicator's in-flight mark (nullptr without a watchdog), for calls
+  // an implementation makes outside the entries below (NCCL's init).
+  CommWatchdog::Slot* watchdog_slot() const { return slot_; }
+  // Releases the slot; an implementation whose abort hook uses its own members
+  // calls it first thing in its destructor.
+  void detach_watchdog();
+
   // The transport, called after argument checks and accounting. Every
   // implementation must support the in-place forms documented above.
   virtual void do_all_reduce(const void* send, void* recv, size_t count, DataType type,
@@ -153,6 +172,8 @@ class Communicator {
   void check_disjoint(const char* call, const void* send, size_t send_bytes, const void* recv,
                       size_t recv_bytes) const;
   CommStats stats_{};
+  CommWatchdog* watchdog_ = nullptr;
+  CommWatchdog::Slot* slot_ = nullptr;
 };
 
 // Convenience overloads for the host types the trainer uses.

@@ -14,10 +14,13 @@
 #include <nccl.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace gpt2 {
@@ -92,7 +95,8 @@ class NcclCommunicator final : public Communicator {
   // first finishes the communicator's pending work, which a failed peer never
   // joins, so it could wait forever.
   ~NcclCommunicator() override {
-    if (comm_ != nullptr) {
+    detach_watchdog();  // the abort hook uses comm_
+    if (comm_ != nullptr && !aborted_.load()) {
       const ncclResult_t r = failed_ ? ncclCommAbort(comm_) : ncclCommDestroy(comm_);
       if (r != ncclSuccess)
         std::fprintf(stderr, "%swarning: %s\n", prefix_.c_str(),
@@ -111,7 +115,11 @@ class NcclCommunicator final : public Communicator {
     agree(bootstrap, prepare_device(cuda_device), "preparing the CUDA device");
     const IdMessage msg = unique_id_from_rank0(bootstrap);
     std::string error;
-    const ncclResult_t r = ncclCommInitRank(&comm_, world_, msg.id, rank_);
+    ncclResult_t r;
+    {
+      InFlight in_flight(watchdog_slot(), "ncclCommInitRank");  // a peer that never joins
+      r = ncclCommInitRank(&comm_, world_, msg.id, rank_);
+    }
     if (r != ncclSuccess) {
       comm_ = nullptr;
       error = error_text("ncclCommInitRank(nranks " + std::to_string(world_) + ", rank " +
@@ -129,6 +137,14 @@ class NcclCommunicator final : public Communicator {
 
  protected:
   std::string error_prefix() const override { return prefix_; }
+
+  // The watchdog's thread aborts the communicator when any call of this rank
+  // times out (a kernel waiting for a dead peer returns), before the job ends.
+  std::function<void()> watchdog_abort_hook() override {
+    return [this] {
+      if (comm_ != nullptr && !aborted_.exchange(true)) ncclCommAbort(comm_);
+    };
+  }
 
   void do_all_reduce(const void* send, void* recv, size_t count, DataType type,
                      ReduceOp op) override {
@@ -192,11 +208,40 @@ class NcclCommunicator final : public Communicator {
     if (world_ > 1)
       check(ncclAllReduce(barrier_word_, barrier_word_, 1, ncclInt32, ncclSum, comm_, stream_),
             "ncclAllReduce(1 int32) of barrier");
-    check_cuda(cudaStreamSynchronize(stream_), "cudaStreamSynchronize of barrier");
+    wait_stream("barrier");
     check(ncclSuccess, "barrier");  // errors that arose while the stream ran
   }
 
  private:
+  // Waits for the stream. With a collective timeout (the watchdog's), polls it
+  // instead of blocking: NCCL's asynchronous error state is checked on every
+  // round, and past the deadline the communicator is aborted (its kernels
+  // return) and the wait throws, naming the call.
+  void wait_stream(const char* call) {
+    const CommWatchdog* dog = watchdog();
+    if (dog == nullptr || !dog->enabled())
+      return check_cuda(cudaStreamSynchronize(stream_), std::string("cudaStreamSynchronize of ") + call);
+    const auto start = std::chrono::steady_clock::now();
+    const auto limit = std::chrono::duration<double>(dog->timeout_seconds());
+    for (;;) {
+      const cudaError_t e = cudaStreamQuery(stream_);
+      if (e == cudaSuccess) return;
+      if (e != cudaErrorNotReady) check_cuda(e, std::string("cudaStreamQuery of ") + call);
+      check(ncclSuccess, call);  // a peer's failure surfaces here first
+      if (std::chrono::steady_clock::now() - start > limit) timed_out(call, dog->timeout_seconds());
+      std::this_thread::sleep_for(std::chrono::microseconds(100));
+    }
+  }
+
+  [[noreturn]] void timed_out(const char* call, double seconds) {
+    failed_ = true;
+    if (!aborted_.exchange(true)) ncclCommAbort(comm_);
+    char limit[32];
+    std::snprintf(limit, sizeof limit, "%g", seconds);
+    throw std::runtime_error(prefix_ + "nccl " + call + " did not complete within " + limit +
+                             " s (a peer rank died or hangs); aborted the NCCL communicator");
+  }
+
   // The NCCL version, the device and the barrier's word; "" or the error.
   std::string prepare_device(int cuda_device) {
     const std::string where = "distributed/comm_nccl.cpp: ";
@@ -300,6 +345,7 @@ class NcclCommunicator final : public Communicator {
   ncclComm_t comm_ = nullptr;
   void* barrier_word_ = nullptr;  // device int32 reduced by barrier()
   bool failed_ = false;           // abort instead of destroy
+  std::atomic<bool> aborted_{false};  // ncclCommAbort done (timeout): nothing left to release
 };
 
 }  // namespace
@@ -307,6 +353,7 @@ class NcclCommunicator final : public Communicator {
 std::unique_ptr<Communicator> make_nccl_communicator(Communicator& bootstrap, int cuda_device,
                                                      void* cuda_stream) {
   auto comm = std::make_unique<NcclCommunicator>(bootstrap, static_cast<cudaStream_t>(cuda_stream));
+  comm->set_watchdog(bootstrap.watchdog());  // the same collective timeout as the host calls
   comm->init(bootstrap, cuda_device);  // on failure the destructor releases what was made
   return comm;
 }

@@ -9,7 +9,7 @@ MPI_LIBDIRS := $(shell mpicxx --showme:libdirs 2>/dev/null)
 MPI_CPPFLAGS := $(addprefix -I,$(MPI_INCDIRS)) -DOMPI_SKIP_MPICXX=1  # C API only
 MPI_LDLIBS := $(addprefix -L,$(MPI_LIBDIRS)) -lmpi
 
-DISTRIBUTED_SRCS := distributed/context.cpp distributed/comm.cpp distributed/comm_mpi.cpp distributed/zero_plan.cpp distributed/preempt.cpp
+DISTRIBUTED_SRCS := distributed/context.cpp distributed/comm.cpp distributed/comm_mpi.cpp distributed/zero_plan.cpp distributed/preempt.cpp distributed/watchdog.cpp
 DISTRIBUTED_OBJS := $(DISTRIBUTED_SRCS:%.cpp=$(BUILD)/%.o)
 DISTRIBUTED_LIB := $(BUILD)/libdistributed.a
 DISTRIBUTED_LDLIBS := $(DISTRIBUTED_LIB) $(MPI_LDLIBS)
@@ -100,5 +100,8 @@ TEST_PREREQS += $(DISTRIBUTED_COMM_NCCL_TEST)
 endif
 # zero_train_test.sh and the Slurm test's training part also need ./train_gpt2cu
 # (a TEST_PREREQ of train/module.mk).
-TEST_SCRIPTS += test/distributed/comm_mpirun_test.sh test/distributed/zero_train_test.sh test/slurm/slurm_smoke_test.sh
+# comm_timeout_test.sh: faults of one rank (hang, exit) end the job (--comm-timeout); it also
+# runs build/train_gpt2cu_emu where that is built (the NCCL path), else says SKIP for that part.
+TEST_SCRIPTS += test/distributed/comm_mpirun_test.sh test/distributed/zero_train_test.sh test/slurm/slurm_smoke_test.sh \
+                test/distributed/comm_timeout_test.sh
 TEST_PREREQS += $(DISTRIBUTED_COMM_TEST) $(DISTRIBUTED_SELFCHECK)

@@ -35,6 +35,7 @@
 #include <cstring>
 #include <random>
 #include <string>
+#include <thread>
 #include <type_traits>
 #include <vector>
 
@@ -52,6 +53,7 @@ struct ncclComm {
   ncclResult_t injected;       // test hook: the next collective fails with this
   std::string injected_reason;
   uint64_t executed;           // collectives run so far (GPT2_EMU_NCCL_FAIL_AT)
+  std::thread::id owner = std::this_thread::get_id();  // the creating thread (see ncclCommAbort)
 };
 
 namespace gpt2 {
@@ -651,9 +653,15 @@ ncclResult_t ncclCommDestroy(ncclComm_t comm) {
   return ncclSuccess;
 }
 
-// Drops the communicator's queued group calls, then destroys it.
+// Drops the communicator's queued group calls, then destroys it. Called from
+// a thread other than the creator's (a timeout watchdog, while the creator may
+// be blocked in MPI), it leaves the communicator alone: a blocked MPI call
+// cannot be interrupted, and freeing an MPI communicator beside it is undefined
+// (MPI runs funneled); the caller is about to end the process anyway (on a
+// GPU, NCCL's abort makes the kernels waiting for a dead peer return).
 ncclResult_t ncclCommAbort(ncclComm_t comm) {
   if (comm == nullptr) return ncclSuccess;
+  if (std::this_thread::get_id() != comm->owner) return ncclSuccess;
   std::vector<Op>& ops = group().ops;
   ops.erase(std::remove_if(ops.begin(), ops.end(), [&](const Op& o) { return o.comm == comm; }), ops.end());
   return ncclCommDestroy(comm);

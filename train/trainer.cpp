@@ -8,6 +8,7 @@
 #include <memory>
 #include <sstream>
 #include <stdexcept>
+#include <thread>
 #include <vector>
 
 #include "backend/backend.h"
@@ -40,6 +41,31 @@ using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+// ---- test hook: faults of one rank ------------------------------------------------
+// For the fault tests (test/distributed/comm_timeout_test.sh) only, read here and
+// nowhere else: at the start of optimizer step N (1-based, as logged) of rank R,
+// after the step's stop check, before its first forward,
+//   GPT2_TEST_HANG_RANK=R GPT2_TEST_HANG_AT_STEP=N   the rank hangs (sleeps forever)
+//   GPT2_TEST_EXIT_RANK=R GPT2_TEST_EXIT_AT_STEP=N   the rank exits 1 at once
+// so that its peers wait in the next collective for a rank that never comes.
+bool test_fault_env(const char* rank_var, const char* step_var, int rank, int step) {
+  const char* r = std::getenv(rank_var);
+  const char* s = std::getenv(step_var);
+  return r && s && std::atoi(r) == rank && std::atoi(s) == step + 1;
+}
+
+void test_fault_hook(const DistContext& dist, int step) {
+  if (test_fault_env("GPT2_TEST_EXIT_RANK", "GPT2_TEST_EXIT_AT_STEP", dist.rank, step)) {
+    std::fprintf(stderr, "%stest hook: exiting before step %d (GPT2_TEST_EXIT_*)\n", dist.prefix().c_str(), step + 1);
+    std::fflush(stderr);
+    std::_Exit(1);
+  }
+  if (!test_fault_env("GPT2_TEST_HANG_RANK", "GPT2_TEST_HANG_AT_STEP", dist.rank, step)) return;
+  std::fprintf(stderr, "%stest hook: hanging before step %d (GPT2_TEST_HANG_*)\n", dist.prefix().c_str(), step + 1);
+  std::fflush(stderr);
+  for (;;) std::this_thread::sleep_for(std::chrono::hours(1));
 }
 
 // ---- backend and communicators ---------------------------------------------------
@@ -499,6 +525,7 @@ bool TrainingRun::train_step(int step) {
   if (should_stop(comms_.host)) return false;
   if (val_loader_ && step % opts_.val_every == 0) log_.val(step, evaluate());
   if (opts_.sample_every > 0 && step > start_step_ && step % opts_.sample_every == 0) sample(step);
+  test_fault_hook(dist_, step);  // tests only: this rank hangs or exits here
 
   const auto t0 = Clock::now();
   const int B = shape_.B, T = shape_.T, grad_accum = shape_.grad_accum;

@@ -1,0 +1,128 @@
+#include "distributed/watchdog.h"
+
+#include <mpi.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <sstream>
+
+namespace gpt2 {
+namespace {
+
+int64_t steady_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+// "5", "0.5", "600": the timeout as given, without trailing zeros.
+std::string seconds_text(double s) {
+  std::ostringstream out;
+  out << s;
+  return out.str();
+}
+
+}  // namespace
+
+void CommWatchdog::Slot::begin(const char* call) {
+  if (!owner_->enabled()) return;
+  call_.store(call, std::memory_order_relaxed);
+  since_ms_.store(owner_->clock_(), std::memory_order_release);
+}
+
+void CommWatchdog::Slot::end() {
+  if (!owner_->enabled()) return;
+  since_ms_.store(-1, std::memory_order_release);
+}
+
+CommWatchdog::CommWatchdog(double timeout_s, std::string prefix, Clock clock, ExpireAction expire,
+                           bool start_thread)
+    : timeout_ms_(timeout_s > 0 ? static_cast<int64_t>(std::llround(timeout_s * 1000.0)) : 0),
+      prefix_(std::move(prefix)),
+      clock_(clock ? std::move(clock) : Clock(steady_ms)),
+      expire_(expire ? std::move(expire) : ExpireAction(abort_job)) {
+  if (enabled() && start_thread) thread_ = std::thread([this] { run_thread(); });
+}
+
+CommWatchdog::~CommWatchdog() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stop_ = true;
+  }
+  wake_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+CommWatchdog::Slot* CommWatchdog::add_slot(const std::string& kind, std::function<void()> abort_hook) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  slots_.emplace_back(new Slot(this, kind, std::move(abort_hook)));
+  return slots_.back().get();
+}
+
+void CommWatchdog::release(Slot* slot) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (auto it = slots_.begin(); it != slots_.end(); ++it)
+    if (it->get() == slot) {
+      slots_.erase(it);
+      return;
+    }
+}
+
+std::string CommWatchdog::expiry_message(const std::string& kind, const char* call) const {
+  return prefix_ + kind + " " + (call ? call : "collective") + " did not complete within " +
+         seconds_text(timeout_seconds()) + " s (a peer rank died or hangs); aborting";
+}
+
+// The slot scan holds the mutex only to copy what expiring needs (message and
+// hooks); hooks and the expire action run without any lock of the watchdog, so
+// neither they nor MPI_Abort can wait on a lock a blocked thread holds.
+std::string CommWatchdog::poll() {
+  if (!enabled() || expired_.load()) return {};
+  std::string message;
+  std::vector<std::function<void()>> hooks;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    const int64_t now = clock_();
+    for (const auto& slot : slots_) {
+      const int64_t since = slot->since_ms_.load(std::memory_order_acquire);
+      if (since < 0 || now - since <= timeout_ms_) continue;
+      message = expiry_message(slot->kind_, slot->call_.load(std::memory_order_relaxed));
+      break;
+    }
+    if (message.empty()) return {};
+    for (const auto& slot : slots_)
+      if (slot->abort_hook_) hooks.push_back(slot->abort_hook_);
+  }
+  if (expired_.exchange(true)) return {};
+  for (auto& hook : hooks) hook();
+  expire_(message);
+  return message;
+}
+
+void CommWatchdog::run_thread() {
+  // About once a second, or sooner for sub-second timeouts (tests).
+  const auto period = std::chrono::milliseconds(timeout_ms_ < 2000 ? std::max<int64_t>(timeout_ms_ / 4, 10) : 1000);
+  std::unique_lock<std::mutex> lock(mutex_);
+  while (!stop_) {
+    wake_.wait_for(lock, period, [this] { return stop_; });
+    if (stop_) break;
+    lock.unlock();
+    poll();
+    lock.lock();
+  }
+}
+
+void CommWatchdog::abort_job(const std::string& message) {
+  std::fprintf(stderr, "error: %s\n", message.c_str());
+  std::fflush(stderr);
+  int initialized = 0, finalized = 0;
+  MPI_Initialized(&initialized);
+  MPI_Finalized(&finalized);
+  if (initialized && !finalized) MPI_Abort(MPI_COMM_WORLD, 1);
+  std::_Exit(1);
+}
+
+}  // namespace gpt2

@@ -1,0 +1,137 @@
+// CommWatchdog (distributed/watchdog.h) alone: a fake clock and a recording
+// expire action instead of MPI_Abort; one case with its own thread and the
+// real clock.
+#include "distributed/watchdog.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace gpt2 {
+namespace {
+
+const char* const kPrefix = "rank 0/2 (node1): ";
+
+// A watchdog on a clock the test sets, which records instead of aborting.
+struct Fixture {
+  int64_t now = 1000;
+  std::vector<std::string> expired;
+  std::vector<std::string> events;  // hooks and the action, in order
+  CommWatchdog dog;
+  explicit Fixture(double timeout_s)
+      : dog(timeout_s, kPrefix, [this] { return now; },
+            [this](const std::string& m) {
+              expired.push_back(m);
+              events.push_back("expire");
+            },
+            /*start_thread=*/false) {}
+};
+
+TEST(Watchdog, ExpiresOnlyAfterTheTimeoutWithTheMessage) {
+  Fixture f(5);
+  CommWatchdog::Slot* slot = f.dog.add_slot("mpi");
+  slot->begin("all_reduce");
+  f.now += 5000;  // exactly the timeout: not yet
+  EXPECT_EQ(f.dog.poll(), "");
+  f.now += 1;
+  const std::string want =
+      "rank 0/2 (node1): mpi all_reduce did not complete within 5 s (a peer rank died or hangs); aborting";
+  EXPECT_EQ(f.dog.poll(), want);
+  ASSERT_EQ(f.expired.size(), 1u);
+  EXPECT_EQ(f.expired[0], want);
+  f.now += 10000;  // once only
+  EXPECT_EQ(f.dog.poll(), "");
+  EXPECT_EQ(f.expired.size(), 1u);
+}
+
+TEST(Watchdog, OnlyCallsInFlightCount) {
+  Fixture f(2);
+  CommWatchdog::Slot* slot = f.dog.add_slot("mpi");
+  {
+    InFlight call(slot, "barrier");
+    f.now += 1500;
+    EXPECT_EQ(f.dog.poll(), "");
+  }
+  f.now += 3600 * 1000;  // a long checkpoint write between collectives
+  EXPECT_EQ(f.dog.poll(), "");
+  slot->begin("broadcast");  // the clock starts again at the call
+  f.now += 1999;
+  EXPECT_EQ(f.dog.poll(), "");
+  f.now += 2;
+  EXPECT_NE(f.dog.poll().find("mpi broadcast did not complete within 2 s"), std::string::npos);
+}
+
+TEST(Watchdog, EndsTheCallEvenWhenItThrows) {
+  Fixture f(1);
+  CommWatchdog::Slot* slot = f.dog.add_slot("nccl");
+  try {
+    InFlight call(slot, "all_gather");
+    throw 1;
+  } catch (int) {
+  }
+  f.now += 5000;
+  EXPECT_EQ(f.dog.poll(), "");
+}
+
+TEST(Watchdog, NamesTheSlotInFlightAndRunsEveryHookFirst) {
+  Fixture f(0.5);
+  CommWatchdog::Slot* host = f.dog.add_slot("mpi", [&] { f.events.push_back("hook mpi"); });
+  CommWatchdog::Slot* nccl = f.dog.add_slot("nccl", [&] { f.events.push_back("hook nccl"); });
+  host->begin("all_reduce");
+  host->end();
+  nccl->begin("reduce_scatter_v");
+  f.now += 501;
+  EXPECT_EQ(f.dog.poll(),
+            "rank 0/2 (node1): nccl reduce_scatter_v did not complete within 0.5 s (a peer rank died or "
+            "hangs); aborting");
+  EXPECT_EQ(f.events, (std::vector<std::string>{"hook mpi", "hook nccl", "expire"}));
+}
+
+TEST(Watchdog, ReleasedSlotsAreForgotten) {
+  Fixture f(1);
+  CommWatchdog::Slot* slot = f.dog.add_slot("mpi");
+  slot->begin("barrier");
+  f.dog.release(slot);
+  f.now += 5000;
+  EXPECT_EQ(f.dog.poll(), "");
+}
+
+TEST(Watchdog, ZeroDisablesIt) {
+  Fixture f(0);
+  EXPECT_FALSE(f.dog.enabled());
+  CommWatchdog::Slot* slot = f.dog.add_slot("mpi");
+  slot->begin("barrier");
+  f.now += 1LL << 40;
+  EXPECT_EQ(f.dog.poll(), "");
+  EXPECT_TRUE(f.expired.empty());
+}
+
+// The thread polls by itself on the real clock (sub-second timeouts poll every
+// quarter of the timeout) and stops when the watchdog is destroyed.
+TEST(Watchdog, ItsThreadFiresOnTheRealClock) {
+  std::atomic<int> fired{0};
+  std::string message;
+  {
+    CommWatchdog dog(0.2, kPrefix, {}, [&](const std::string& m) {
+      message = m;
+      fired.store(1);
+    });
+    CommWatchdog::Slot* slot = dog.add_slot("mpi");
+    slot->begin("all_reduce");
+    const auto start = std::chrono::steady_clock::now();
+    while (!fired.load() && std::chrono::steady_clock::now() - start < std::chrono::seconds(5))
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    EXPECT_GE(waited, 0.2);
+    EXPECT_LT(waited, 2.0);
+  }
+  EXPECT_EQ(fired.load(), 1);
+  EXPECT_NE(message.find("mpi all_reduce did not complete within 0.2 s"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace gpt2
