@@ -16,6 +16,8 @@
 #include <string>
 #include <vector>
 
+#include "dataloader/file_io.h"
+
 namespace gpt2 {
 
 constexpr int32_t kLossMaskMagic = 20241123, kLossMaskVersion = 1;
@@ -54,13 +56,10 @@ class LossMaskWriter {
   void close();
 
  private:
-  void flush_buffer();
-  std::string path_, tmp_path_;
-  int32_t T_;
+  int32_t T_;  // before out_: checked before the tmp file is created
   uint32_t examples_ = 0;
-  int fd_ = -1;
+  fileio::AtomicFileWriter out_;
   uint64_t count_ = 0;
-  std::vector<uint8_t> buffer_;
 };
 
 // Whole file at once.
@@ -74,16 +73,16 @@ class LossMaskFile {
  public:
   LossMaskFile() = default;
   explicit LossMaskFile(const std::string& path);
-  LossMaskFile(LossMaskFile&& other) noexcept;
-  LossMaskFile& operator=(LossMaskFile&& other) noexcept;
+  LossMaskFile(LossMaskFile&& other) noexcept = default;
+  LossMaskFile& operator=(LossMaskFile&& other) noexcept = default;
   LossMaskFile(const LossMaskFile&) = delete;
   LossMaskFile& operator=(const LossMaskFile&) = delete;
-  ~LossMaskFile();
+  ~LossMaskFile() = default;
 
-  const std::string& path() const { return path_; }
+  const std::string& path() const { return file_.path(); }
   const LossMaskInfo& info() const { return info_; }
   uint64_t count() const { return info_.count; }
-  bool is_open() const { return fd_ >= 0; }
+  bool is_open() const { return file_.is_open(); }
 
   // Mask bytes of tokens [first, first + n), each checked to be 0 or 1. Throws on a range past
   // the end, an I/O error or a bad byte.
@@ -92,8 +91,7 @@ class LossMaskFile {
   void check_all() const;
 
  private:
-  std::string path_;
-  int fd_ = -1;
+  fileio::ReadOnlyFile file_;
   LossMaskInfo info_;
 };
 

@@ -1,6 +1,6 @@
 # dataloader/: token shard format (shard.h) and the distributed, shuffling,
 # resumable batch loader (dataloader.h). Builds build/libdataloader.a.
-DATALOADER_SRCS := dataloader/shard.cpp dataloader/dataloader.cpp dataloader/loss_mask.cpp
+DATALOADER_SRCS := dataloader/file_io.cpp dataloader/shard.cpp dataloader/dataloader.cpp dataloader/loss_mask.cpp
 DATALOADER_LIB  := $(BUILD)/libdataloader.a
 
 $(DATALOADER_LIB): $(DATALOADER_SRCS:%.cpp=$(BUILD)/%.o)

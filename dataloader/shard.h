@@ -14,6 +14,8 @@
 #include <string>
 #include <vector>
 
+#include "dataloader/file_io.h"
+
 namespace gpt2 {
 
 constexpr int32_t kShardMagicU16 = 20240520, kShardVersionU16 = 1;  // uint16 tokens
@@ -60,12 +62,9 @@ class ShardWriter {
   void close();
 
  private:
-  void flush_buffer();
-  std::string path_, tmp_path_;
+  fileio::AtomicFileWriter out_;
   TokenWidth width_;
-  int fd_ = -1;
   uint64_t count_ = 0;
-  std::vector<uint8_t> buffer_;
 };
 
 // Convenience: whole shard at once.
@@ -81,16 +80,16 @@ class ShardFile {
  public:
   ShardFile() = default;
   explicit ShardFile(const std::string& path);
-  ShardFile(ShardFile&& other) noexcept;
-  ShardFile& operator=(ShardFile&& other) noexcept;
+  ShardFile(ShardFile&& other) noexcept = default;
+  ShardFile& operator=(ShardFile&& other) noexcept = default;
   ShardFile(const ShardFile&) = delete;
   ShardFile& operator=(const ShardFile&) = delete;
-  ~ShardFile();
+  ~ShardFile() = default;
 
-  const std::string& path() const { return path_; }
+  const std::string& path() const { return file_.path(); }
   TokenWidth width() const { return info_.width; }
   uint64_t count() const { return info_.count; }
-  bool is_open() const { return fd_ >= 0; }
+  bool is_open() const { return file_.is_open(); }
 
   // Reads tokens [first, first + n) as raw little-endian bytes of the shard's
   // width into `out` (n * token_bytes bytes). Throws on a range past the end or
@@ -102,8 +101,7 @@ class ShardFile {
   void check_ids(uint32_t vocab_size) const;
 
  private:
-  std::string path_;
-  int fd_ = -1;
+  fileio::ReadOnlyFile file_;
   ShardInfo info_;
 };
 

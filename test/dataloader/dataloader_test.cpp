@@ -17,6 +17,7 @@
 #include "dataloader/dataloader.h"
 #include "dataloader/shard.h"
 #include "test/dataloader/temp_dir.h"
+#include "test/dataloader/test_util.h"
 
 namespace gpt2 {
 namespace {
@@ -25,17 +26,6 @@ namespace {
 // token, and tokens are consecutive inside a shard so batches are checkable.
 constexpr uint32_t kStride = 100000;
 constexpr uint32_t kBigVocab = 1u << 22;
-
-template <typename F>
-void expect_error(F f, const std::vector<std::string>& needles) {
-  try {
-    f();
-    ADD_FAILURE() << "expected an exception mentioning " << needles[0];
-  } catch (const std::runtime_error& e) {
-    for (const std::string& n : needles)
-      EXPECT_NE(std::string(e.what()).find(n), std::string::npos) << "message: " << e.what() << "\nmissing: " << n;
-  }
-}
 
 // Writes shards dir/shard_000.bin... with the given token counts (uint32).
 std::string make_shards(const TempDir& dir, const std::vector<uint32_t>& lengths,

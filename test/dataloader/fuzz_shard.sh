@@ -9,7 +9,7 @@ seconds=${FUZZ_SECONDS:-20}
 out=build/fuzz/dataloader
 mkdir -p "$out"
 "$CLANGXX" -std=c++17 -O1 -g -I. -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
-  dataloader/shard.cpp dataloader/dataloader.cpp dataloader/loss_mask.cpp test/dataloader/fuzz_shard.cpp -o "$out/fuzz_shard"
+  dataloader/file_io.cpp dataloader/shard.cpp dataloader/dataloader.cpp dataloader/loss_mask.cpp test/dataloader/fuzz_shard.cpp -o "$out/fuzz_shard"
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/fuzz_shard.XXXXXX")
 trap 'rm -rf "$work"' EXIT

@@ -17,38 +17,10 @@
 #include "dataloader/loss_mask.h"
 #include "dataloader/shard.h"
 #include "test/dataloader/temp_dir.h"
+#include "test/dataloader/test_util.h"
 
 namespace gpt2 {
 namespace {
-
-template <typename F>
-void expect_error(F f, const std::vector<std::string>& needles) {
-  try {
-    f();
-    ADD_FAILURE() << "expected an exception mentioning " << needles[0];
-  } catch (const std::runtime_error& e) {
-    for (const std::string& n : needles)
-      EXPECT_NE(std::string(e.what()).find(n), std::string::npos) << "message: " << e.what() << "\nmissing: " << n;
-  }
-}
-
-std::vector<uint8_t> file_bytes(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::vector<uint8_t>(std::istreambuf_iterator<char>(in), {});
-}
-
-void put_bytes(const std::string& path, const std::vector<uint8_t>& bytes) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
-}
-
-int32_t header_word(const std::vector<uint8_t>& bytes, int i) {
-  int32_t v;
-  std::memcpy(&v, bytes.data() + 4 * i, 4);
-  return v;
-}
-
-void set_word(std::vector<uint8_t>& bytes, int i, int32_t v) { std::memcpy(bytes.data() + 4 * i, &v, 4); }
 
 TEST(LossMask, SidecarPath) {
   EXPECT_EQ(loss_mask_path("data/sft_train_000001.bin"), "data/sft_train_000001.mask");
@@ -65,13 +37,13 @@ TEST(LossMask, RoundTripHeaderAndRandomAccess) {
   write_loss_mask(path, mask, 4, 3);
   const std::vector<uint8_t> bytes = file_bytes(path);
   ASSERT_EQ(bytes.size(), 1024u + 10u);
-  EXPECT_EQ(header_word(bytes, 0), 20241123);
-  EXPECT_EQ(header_word(bytes, 1), 1);
-  EXPECT_EQ(header_word(bytes, 2), 10);
-  EXPECT_EQ(header_word(bytes, 3), 0);
-  EXPECT_EQ(header_word(bytes, 4), 4);
-  EXPECT_EQ(header_word(bytes, 5), 3);
-  for (int i = 6; i < 256; ++i) ASSERT_EQ(header_word(bytes, i), 0) << i;
+  EXPECT_EQ(word(bytes, 0), 20241123);
+  EXPECT_EQ(word(bytes, 1), 1);
+  EXPECT_EQ(word(bytes, 2), 10);
+  EXPECT_EQ(word(bytes, 3), 0);
+  EXPECT_EQ(word(bytes, 4), 4);
+  EXPECT_EQ(word(bytes, 5), 3);
+  for (int i = 6; i < 256; ++i) ASSERT_EQ(word(bytes, i), 0) << i;
   EXPECT_EQ(std::vector<uint8_t>(bytes.begin() + 1024, bytes.end()), mask);
   EXPECT_FALSE(::access((path + ".tmp").c_str(), F_OK) == 0);
 
@@ -137,41 +109,41 @@ TEST(LossMask, EveryMalformedFileIsNamed) {
 
   std::vector<uint8_t> b = bytes;
   set_word(b, 0, 12345);
-  put_bytes(path, b);
+  write_bytes(path, b);
   expect_error([&] { LossMaskFile f(path); }, {path + ": bad magic 12345 (expected 20241123"});
 
   b = bytes;
   set_word(b, 1, 2);
-  put_bytes(path, b);
+  write_bytes(path, b);
   expect_error([&] { LossMaskFile f(path); }, {path + ": bad loss-mask version 2 (expected 1)"});
 
   b = bytes;
   b.pop_back();
-  put_bytes(path, b);
+  write_bytes(path, b);
   expect_error([&] { LossMaskFile f(path); },
                {path + ": truncated loss mask: header says 6 tokens (1030 bytes) but the file has 1029 bytes"});
 
   b = bytes;
   b.push_back(0);
-  put_bytes(path, b);
+  write_bytes(path, b);
   expect_error([&] { LossMaskFile f(path); }, {path + ": oversized loss mask: header says 6 tokens"});
 
-  put_bytes(path, std::vector<uint8_t>(bytes.begin(), bytes.begin() + 100));
+  write_bytes(path, std::vector<uint8_t>(bytes.begin(), bytes.begin() + 100));
   expect_error([&] { LossMaskFile f(path); }, {path + ": file of 100 bytes is shorter than the 1024-byte"});
 
   b = bytes;
   set_word(b, 4, -5);
-  put_bytes(path, b);
+  write_bytes(path, b);
   expect_error([&] { LossMaskFile f(path); }, {path + ": bad packed row length T=-5"});
 
   b = bytes;
   set_word(b, 3, 1);  // 2^32 + 6 tokens claimed
-  put_bytes(path, b);
+  write_bytes(path, b);
   expect_error([&] { LossMaskFile f(path); }, {path + ": truncated loss mask: header says 4294967302 tokens"});
 
   b = bytes;
   b[1024 + 4] = 7;
-  put_bytes(path, b);
+  write_bytes(path, b);
   expect_error([&] { read_loss_mask(path); }, {path + ": bad loss-mask byte 7 at token 4 (byte offset 1028"});
   LossMaskFile f(path);  // the header is fine; the byte is caught by any read covering it
   uint8_t out[6];
@@ -274,7 +246,7 @@ TEST(DataLoaderLossMask, BadMaskByteIsAnErrorNamingTheSidecar) {
   const std::string shard = make_masked_shard(dir, 0, 17, true);
   std::vector<uint8_t> b = file_bytes(loss_mask_path(shard));
   b[1024 + 9] = 2;
-  put_bytes(loss_mask_path(shard), b);
+  write_bytes(loss_mask_path(shard), b);
   // The constructor validates headers; the first read of the shard scans every byte.
   expect_error([&] { DataLoader l(opts(shard, 2, 4)); }, {dir.file("sft_000.mask"), "bad loss-mask byte 2 at token 9"});
 }

@@ -15,43 +15,14 @@
 
 #include "dataloader/shard.h"
 #include "test/dataloader/temp_dir.h"
+#include "test/dataloader/test_util.h"
 
 namespace gpt2 {
 namespace {
 
-std::vector<uint8_t> file_bytes(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::vector<uint8_t>(std::istreambuf_iterator<char>(in), {});
-}
-
-void write_bytes(const std::string& path, const std::vector<uint8_t>& bytes) {
-  std::ofstream out(path, std::ios::binary);
-  out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
-}
-
-int32_t word(const std::vector<uint8_t>& bytes, int i) {
-  int32_t v;
-  std::memcpy(&v, bytes.data() + 4 * i, 4);
-  return v;
-}
-
-void set_word(std::vector<uint8_t>& bytes, int i, int32_t v) { std::memcpy(bytes.data() + 4 * i, &v, 4); }
-
 bool file_exists(const std::string& path) {
   struct stat st;
   return ::stat(path.c_str(), &st) == 0;
-}
-
-// Expects `f` to throw std::runtime_error whose message contains every needle.
-template <typename F>
-void expect_error(F f, const std::vector<std::string>& needles) {
-  try {
-    f();
-    ADD_FAILURE() << "expected an exception mentioning " << needles[0];
-  } catch (const std::runtime_error& e) {
-    for (const std::string& n : needles)
-      EXPECT_NE(std::string(e.what()).find(n), std::string::npos) << "message: " << e.what() << "\nmissing: " << n;
-  }
 }
 
 TEST(Shard, U16RoundTripAndExactBytes) {

@@ -19,6 +19,7 @@
 #include "dataloader/shard.h"
 #include "dataprep/sft.h"
 #include "test/dataloader/temp_dir.h"
+#include "test/dataloader/test_util.h"
 #include "tokenizer/tokenizer.h"
 
 namespace gpt2 {
@@ -40,17 +41,6 @@ class Sft : public ::testing::Test {
   static Tokenizer* tok_;
 };
 Tokenizer* Sft::tok_ = nullptr;
-
-template <typename F>
-void expect_error(F f, const std::vector<std::string>& needles) {
-  try {
-    f();
-    ADD_FAILURE() << "expected an exception mentioning " << needles[0];
-  } catch (const std::runtime_error& e) {
-    for (const std::string& n : needles)
-      EXPECT_NE(std::string(e.what()).find(n), std::string::npos) << "message: " << e.what() << "\nmissing: " << n;
-  }
-}
 
 void write_text(const std::string& path, const std::string& text) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
