@@ -42,8 +42,16 @@ bool ParamLayout::decays(int t) {
 
 // ---------------------------------------------------------------- construction
 
-GPT2::GPT2(Backend& backend, const GPT2Config& cfg, int B, int T, GradMode grad_mode, size_t param_capacity)
-    : backend_(backend), cfg_(cfg), layout_(ParamLayout::for_config(cfg)), B_(B), T_(T), grad_mode_(grad_mode) {
+GPT2::GPT2(Backend& backend, const GPT2Config& cfg, int B, int T, GradMode grad_mode, size_t param_capacity,
+           int recompute)
+    : backend_(backend),
+      cfg_(cfg),
+      layout_(ParamLayout::for_config(cfg)),
+      B_(B),
+      T_(T),
+      grad_mode_(grad_mode),
+      recompute_gelu_(recompute >= 1) {
+  if (recompute < 0 || recompute > 1) throw std::runtime_error("recompute level must be 0 or 1");
   cfg_.validate("model config");
   if (B < 1 || T < 1) throw std::runtime_error("batch size and sequence length must be >= 1");
   if (T > cfg.max_seq_len)
@@ -102,7 +110,9 @@ void GPT2::allocate_activations() {
   a.ln2_mean = take(L * N);
   a.ln2_rstd = take(L * N);
   a.fch = take(L * N * 4 * C);
-  a.fch_gelu = take(L * N * 4 * C);
+  // --recompute 1: one layer's GELU output, recomputed from fch in the backward
+  // (saves (L-1)*B*T*4C elements, the largest activation after the logits).
+  a.fch_gelu = take((recompute_gelu_ ? 1 : L) * N * 4 * C);
   a.fcproj = take(L * N * C);
   a.residual3 = take(L * N * C);
   a.lnf = take(N * C);
@@ -238,7 +248,7 @@ float GPT2::forward(const int32_t* inputs, const int32_t* targets, int B, int T,
     Tensor saved = a.att_saved.slice(l * saved_stride, saved_numel);
     Tensor attproj = layer(a.attproj, l, C), residual2 = layer(a.residual2, l, C);
     Tensor ln2 = layer(a.ln2, l, C), ln2_mean = layer(a.ln2_mean, l, 1), ln2_rstd = layer(a.ln2_rstd, l, 1);
-    Tensor fch = layer(a.fch, l, 4 * C), fch_gelu = layer(a.fch_gelu, l, 4 * C);
+    Tensor fch = layer(a.fch, l, 4 * C), fch_gelu = layer(a.fch_gelu, recompute_gelu_ ? 0 : l, 4 * C);
     Tensor fcproj = layer(a.fcproj, l, C), residual3 = layer(a.residual3, l, C);
 
     be.layernorm_forward(ln1, ln1_mean, ln1_rstd, residual, pl(kLn1w, l), pl(kLn1b, l), N, C);
@@ -314,7 +324,9 @@ void GPT2::backward(const std::function<void(int)>& on_layer_done) {
     if (staged) backend_.zero(layer_grads_);
     Tensor residual = l == 0 ? a.encoded.slice(0, N * C) : layer(a.residual3, l - 1, C);
     // residual3 = residual2 + fcproj: dresidual flows to both unchanged.
-    be.matmul_backward(dfch, gl(kFcprojw, l), gl(kFcprojb, l), dresidual, layer(a.fch_gelu, l, 4 * C),
+    Tensor fch_gelu = layer(a.fch_gelu, recompute_gelu_ ? 0 : l, 4 * C);
+    if (recompute_gelu_) be.gelu_forward(fch_gelu, layer(a.fch, l, 4 * C), N * 4 * C);  // bitwise the forward's
+    be.matmul_backward(dfch, gl(kFcprojw, l), gl(kFcprojb, l), dresidual, fch_gelu,
                        pl(kFcprojw, l), N, 4 * C, C);
     be.gelu_backward(dfch, layer(a.fch, l, 4 * C), dfch, N * 4 * C);
     be.matmul_backward(dln, gl(kFcw, l), gl(kFcb, l), dfch, layer(a.ln2, l, C), pl(kFcw, l), N, C, 4 * C);

@@ -81,8 +81,10 @@ class GPT2 {
   // Allocates parameters, gradients and activations for batches up to B x T.
   // `param_capacity` (>= the parameter count; 0 = exact) pads the parameter
   // and full gradient buffers with zeros, e.g. to a multiple of the world size.
+  // `recompute` (--recompute): 0 keeps every activation; 1 keeps one layer's
+  // GELU output and recomputes it in the backward (bitwise the same values).
   GPT2(Backend& backend, const GPT2Config& cfg, int B, int T, GradMode grad_mode = GradMode::kFull,
-       size_t param_capacity = 0);
+       size_t param_capacity = 0, int recompute = 0);
   ~GPT2();
   GPT2(const GPT2&) = delete;
   GPT2& operator=(const GPT2&) = delete;
@@ -147,6 +149,7 @@ class GPT2 {
   double loss_sum_ = 0.0;
   size_t loss_count_ = 0;
   GradMode grad_mode_;
+  bool recompute_gelu_ = false;
   Tensor params_, grads_;                 // grads_: kFull only
   Tensor layer_grads_, rest_grads_;       // kStaged only
   std::array<size_t, kNumParamTensors> unit_offset_{};  // tensor's offset inside its unit buffer

@@ -138,6 +138,7 @@ const std::vector<OptionSpec>& option_table() {
       {"dtype", 0, "fp32|bf16", "CUDA: parameter/activation storage; bf16 keeps fp32 master weights and moments [fp32]", [](TrainOptions& o, const char* v) { o.dtype = choice("dtype", v, {"fp32", "bf16"}); }, [](const TrainOptions& o) { return o.dtype; }},
       {"threads", 0, "N", "CPU threads; 0 = OpenMP default [0]", INT(threads, "threads", 0, 4096)},
       {"zero-stage", 0, "0|1|2", "ZeRO: 0 all-reduce, 1 shard optimizer state, 2 also shard gradients [0]", INT(zero_stage, "zero-stage", 0, 2)},
+      {"recompute", 0, "0|1", "activation recomputation: 0 keeps all activations; 1 keeps one layer's GELU output and recomputes it in the backward (saves (L-1)*B*T*4C activations, ~2% more FLOPs) [0]", INT(recompute, "recompute", 0, 1)},
       {"comm-timeout", 0, "SECONDS", "a collective (MPI or NCCL) waiting longer than this for its peers (one died or hangs) aborts every rank with an error naming the call; must exceed the longest checkpoint write; 0 waits forever [600]", FLT(comm_timeout, "comm-timeout", 0.0, 1e7)},
   };
   return table;

@@ -66,6 +66,7 @@ struct TrainOptions {
   std::string dtype = "fp32";         // fp32 | bf16 (CUDA: bf16 storage, fp32 master weights)
   int threads = 0;                    // 0: OpenMP default
   int zero_stage = 0;                 // 0 | 1 | 2
+  int recompute = 0;                  // 0 | 1 (GELU output recomputed in the backward)
   float comm_timeout = 600.0f;        // seconds one collective may wait for its peers; 0: forever
 };
 

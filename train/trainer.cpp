@@ -315,7 +315,7 @@ TrainingRun::TrainingRun(const TrainOptions& opts, const DistContext& dist, Comm
       layout_(ParamLayout::for_config(cfg_)),
       comms_{host, make_buffer_communicator(*backend_, host, opts.zero_stage)},
       dp_(*backend_, comms_.buffers(), comms_.host, layout_, opts.zero_stage),
-      model_(*backend_, cfg_, shape_.B, shape_.T, dp_.grad_mode(), dp_.param_capacity()),
+      model_(*backend_, cfg_, shape_.B, shape_.T, dp_.grad_mode(), dp_.param_capacity(), opts.recompute),
       train_loader_(train_loader_options(opts, shape_, dist, cfg_.vocab_size)),
       optimizer_(*backend_, layout_, dp_.opt_begin(), dp_.opt_end()),
       hyper_(adamw_hyper(opts)),
