@@ -3,8 +3,19 @@
 // <cuda_runtime_api.h> are used, so this one object links against the real NCCL
 // and cudart or against the emulator's (build/libemu_nccl.a, build/libemu.a).
 //
-// Every collective is enqueued on the communicator's stream and returns without
-// waiting. After each call the communicator's asynchronous error state is
+// Every collective is enqueued on the communicator's own stream (comm_stream_,
+// created here on the rank's device) and returns without waiting. Two event
+// waits keep it ordered with the backend's compute stream exactly as if it ran
+// there (docs/distributed.md, "Compute stream, communication stream, events"):
+//   before: event `ready_` recorded on the compute stream, waited for by the
+//           comm stream: the collective reads what earlier compute work wrote;
+//   after:  event `done_` recorded on the comm stream, waited for by the compute
+//           stream: later compute work sees (and does not overwrite) its buffers.
+// Neither blocks the host; compute queued after the collective that does not
+// depend on it could overlap once the caller stops issuing it behind the wait.
+// Test hook: env GPT2_TEST_DROP_COMM_WAIT=before|after leaves that wait out
+// (test/distributed/comm_stream_test.sh proves the emulator then fails).
+// After each call the communicator's asynchronous error state is
 // polled: a collective that fails while it runs (a lost peer, ranks calling
 // different collectives) then surfaces at the next call instead of silently
 // leaving garbage in the receive buffer.
@@ -16,6 +27,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdlib>
 #include <cstdint>
 #include <cstdio>
 #include <stdexcept>
@@ -89,6 +101,14 @@ class NcclCommunicator final : public Communicator {
     ctx.world = world_;
     ctx.host = host_name();
     prefix_ = ctx.prefix();
+    if (const char* drop = std::getenv("GPT2_TEST_DROP_COMM_WAIT")) {
+      const std::string d = drop;
+      if (d == "before") drop_before_ = true;
+      else if (d == "after") drop_after_ = true;
+      if (drop_before_ || drop_after_)
+        std::fprintf(stderr, "%stest hook GPT2_TEST_DROP_COMM_WAIT=%s: the %s-collective event wait is left out "
+                             "(results may be wrong)\n", prefix_.c_str(), drop, drop);
+    }
   }
 
   // A communicator that saw an error is aborted, not destroyed: ncclCommDestroy
@@ -103,6 +123,9 @@ class NcclCommunicator final : public Communicator {
                      error_text(failed_ ? "ncclCommAbort" : "ncclCommDestroy", r).c_str());
     }
     if (barrier_word_ != nullptr) cudaFree(barrier_word_);
+    if (ready_ != nullptr) cudaEventDestroy(ready_);
+    if (done_ != nullptr) cudaEventDestroy(done_);
+    if (comm_stream_ != nullptr) cudaStreamDestroy(comm_stream_);
   }
 
   // Collective over the bootstrap's ranks. Each step ends with every rank
@@ -149,16 +172,20 @@ class NcclCommunicator final : public Communicator {
   void do_all_reduce(const void* send, void* recv, size_t count, DataType type,
                      ReduceOp op) override {
     if (world_ == 1) return copy(recv, send, count * data_type_bytes(type));
-    check(ncclAllReduce(send, recv, count, nccl_type(type), nccl_op(op), comm_, stream_),
+    const cudaStream_t s = enter();
+    check(ncclAllReduce(send, recv, count, nccl_type(type), nccl_op(op), comm_, s),
           call_text("ncclAllReduce", count, type));
+    leave(s);
   }
 
   // The interface has checked NCCL's in-place rule (recv == send + rank * block).
   void do_reduce_scatter(const void* send, void* recv, size_t recv_count, DataType type,
                          ReduceOp op) override {
     if (world_ == 1) return copy(recv, send, recv_count * data_type_bytes(type));
-    check(ncclReduceScatter(send, recv, recv_count, nccl_type(type), nccl_op(op), comm_, stream_),
+    const cudaStream_t s = enter();
+    check(ncclReduceScatter(send, recv, recv_count, nccl_type(type), nccl_op(op), comm_, s),
           call_text("ncclReduceScatter", recv_count, type));
+    leave(s);
   }
 
   // ncclReduceScatter takes one count for every block, so uneven blocks are W
@@ -171,13 +198,14 @@ class NcclCommunicator final : public Communicator {
                            DataType type, ReduceOp op) override {
     const size_t eb = data_type_bytes(type);
     if (world_ == 1) return copy(recv, send, counts[0] * eb);
+    const cudaStream_t s = enter();
     check(ncclGroupStart(), "ncclGroupStart");
     size_t begin = 0;  // elements of send before block r
     for (int r = 0; r < world_; ++r) {
       const size_t c = counts[static_cast<size_t>(r)];
       if (c > 0) {
         const ncclResult_t res = ncclReduce(at(send, begin * eb), r == rank_ ? recv : nullptr, c,
-                                            nccl_type(type), nccl_op(op), r, comm_, stream_);
+                                            nccl_type(type), nccl_op(op), r, comm_, s);
         if (res != ncclSuccess) {
           ncclGroupEnd();  // close the group (NCCL drops it) before reporting
           fail(call_text("ncclReduce", c, type) + " to root " + std::to_string(r), res);
@@ -186,29 +214,38 @@ class NcclCommunicator final : public Communicator {
       begin += c;
     }
     check(ncclGroupEnd(), call_text("ncclGroupEnd of reduce_scatter_v", begin, type));
+    leave(s);
   }
 
   // The interface has checked NCCL's in-place rule (send == recv + rank * block).
   void do_all_gather(const void* send, void* recv, size_t send_count, DataType type) override {
     if (world_ == 1) return copy(recv, send, send_count * data_type_bytes(type));
-    check(ncclAllGather(send, recv, send_count, nccl_type(type), comm_, stream_),
+    const cudaStream_t s = enter();
+    check(ncclAllGather(send, recv, send_count, nccl_type(type), comm_, s),
           call_text("ncclAllGather", send_count, type));
+    leave(s);
   }
 
   void do_broadcast(void* buf, size_t bytes, int root) override {
     if (world_ == 1) return;
-    check(ncclBroadcast(buf, buf, bytes, ncclUint8, root, comm_, stream_),
+    const cudaStream_t s = enter();
+    check(ncclBroadcast(buf, buf, bytes, ncclUint8, root, comm_, s),
           "ncclBroadcast(" + std::to_string(bytes) + " bytes, root " + std::to_string(root) + ")");
+    leave(s);
   }
 
   // NCCL has no barrier. An all-reduce cannot complete on any rank before every
   // rank has joined it, so waiting for a 1-element one is a barrier (its value
-  // is irrelevant). The wait also covers the work queued before it on the stream.
+  // is irrelevant). The wait covers the compute stream's earlier work too: the
+  // comm stream waits for it first (enter). World 1 waits for the compute stream.
   void do_barrier() override {
-    if (world_ > 1)
-      check(ncclAllReduce(barrier_word_, barrier_word_, 1, ncclInt32, ncclSum, comm_, stream_),
+    if (world_ > 1) {
+      const cudaStream_t s = enter();
+      check(ncclAllReduce(barrier_word_, barrier_word_, 1, ncclInt32, ncclSum, comm_, s),
             "ncclAllReduce(1 int32) of barrier");
-    wait_stream("barrier");
+      leave(s);
+    }
+    wait_stream("barrier", world_ > 1 ? comm_stream_ : stream_);
     check(ncclSuccess, "barrier");  // errors that arose while the stream ran
   }
 
@@ -217,20 +254,41 @@ class NcclCommunicator final : public Communicator {
   // instead of blocking: NCCL's asynchronous error state is checked on every
   // round, and past the deadline the communicator is aborted (its kernels
   // return) and the wait throws, naming the call.
-  void wait_stream(const char* call) {
+  void wait_stream(const char* call, cudaStream_t stream) {
     const CommWatchdog* dog = watchdog();
     if (dog == nullptr || !dog->enabled())
-      return check_cuda(cudaStreamSynchronize(stream_), std::string("cudaStreamSynchronize of ") + call);
+      return check_cuda(cudaStreamSynchronize(stream), std::string("cudaStreamSynchronize of ") + call);
     const auto start = std::chrono::steady_clock::now();
     const auto limit = std::chrono::duration<double>(dog->timeout_seconds());
     for (;;) {
-      const cudaError_t e = cudaStreamQuery(stream_);
+      const cudaError_t e = cudaStreamQuery(stream);
       if (e == cudaSuccess) return;
       if (e != cudaErrorNotReady) check_cuda(e, std::string("cudaStreamQuery of ") + call);
       check(ncclSuccess, call);  // a peer's failure surfaces here first
       if (std::chrono::steady_clock::now() - start > limit) timed_out(call, dog->timeout_seconds());
       std::this_thread::sleep_for(std::chrono::microseconds(100));
     }
+  }
+
+  // The collective after the compute stream's work so far (event `ready_`);
+  // returns the stream to issue it on. A compute stream that takes no event
+  // (a destroyed handle) gets the collective itself, as before the comm
+  // stream existed, so that NCCL's own stream check names the problem.
+  cudaStream_t enter() {
+    if (drop_before_) return comm_stream_;
+    if (cudaEventRecord(ready_, stream_) != cudaSuccess) {
+      cudaGetLastError();  // NCCL reports it
+      return stream_;
+    }
+    check_cuda(cudaStreamWaitEvent(comm_stream_, ready_, 0), "cudaStreamWaitEvent of the comm stream");
+    return comm_stream_;
+  }
+
+  // Later compute work after the collective (event `done_`).
+  void leave(cudaStream_t used) {
+    if (drop_after_ || used == stream_) return;
+    check_cuda(cudaEventRecord(done_, comm_stream_), "cudaEventRecord on the comm stream");
+    check_cuda(cudaStreamWaitEvent(stream_, done_, 0), "cudaStreamWaitEvent of the compute stream");
   }
 
   [[noreturn]] void timed_out(const char* call, double seconds) {
@@ -257,6 +315,14 @@ class NcclCommunicator final : public Communicator {
     e = cudaMalloc(&barrier_word_, sizeof(int32_t));
     if (e == cudaSuccess) e = cudaMemset(barrier_word_, 0, sizeof(int32_t));
     if (e != cudaSuccess) return where + "cudaMalloc of 4 bytes failed: " + cudaGetErrorString(e);
+    // The comm stream at the device's highest priority, non-blocking: it is
+    // ordered with the compute stream by the two events only.
+    int least = 0, greatest = 0;
+    e = cudaDeviceGetStreamPriorityRange(&least, &greatest);
+    if (e == cudaSuccess) e = cudaStreamCreateWithPriority(&comm_stream_, cudaStreamNonBlocking, greatest);
+    if (e == cudaSuccess) e = cudaEventCreateWithFlags(&ready_, cudaEventDisableTiming);
+    if (e == cudaSuccess) e = cudaEventCreateWithFlags(&done_, cudaEventDisableTiming);
+    if (e != cudaSuccess) return where + "creating the comm stream and its events failed: " + cudaGetErrorString(e);
     return {};
   }
 
@@ -341,7 +407,11 @@ class NcclCommunicator final : public Communicator {
   std::string prefix_;
   const int rank_;
   const int world_;
-  const cudaStream_t stream_;
+  const cudaStream_t stream_;          // the backend's compute stream
+  cudaStream_t comm_stream_ = nullptr;  // every NCCL call runs here
+  cudaEvent_t ready_ = nullptr;         // compute -> comm (enter)
+  cudaEvent_t done_ = nullptr;          // comm -> compute (leave)
+  bool drop_before_ = false, drop_after_ = false;  // GPT2_TEST_DROP_COMM_WAIT
   ncclComm_t comm_ = nullptr;
   void* barrier_word_ = nullptr;  // device int32 reduced by barrier()
   bool failed_ = false;           // abort instead of destroy

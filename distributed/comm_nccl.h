@@ -2,9 +2,12 @@
 // buffers), one GPU per rank, bootstrapped by MPI: rank 0 calls ncclGetUniqueId,
 // the 128-byte id travels to every rank through `bootstrap` (the MPI
 // communicator: host memory), then every rank calls ncclCommInitRank on its
-// device. Every collective is enqueued on `cuda_stream` (the backend's compute
-// stream) and returns without waiting: "complete" in comm.h's sense means
-// ordered before later work on that stream. barrier() synchronises the stream.
+// device. Every collective is enqueued on the communicator's own stream, after
+// an event wait for the work queued so far on `cuda_stream` (the backend's
+// compute stream), and `cuda_stream` then waits for the collective's event; it
+// returns without waiting: "complete" in comm.h's sense means ordered before
+// later work on `cuda_stream`. barrier() synchronises the comm stream (and so
+// the compute work issued before it).
 //
 // The same object file links against the real NCCL (-lnccl, train_gpt2cu) or
 // the emulator's NCCL over MPI (build/libemu_nccl.a, train_gpt2cu_emu): only

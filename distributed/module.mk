@@ -97,6 +97,11 @@ $(DISTRIBUTED_COMM_NCCL_TEST): $(DISTRIBUTED_COMM_NCCL_OBJS) $(DISTRIBUTED_NCCL_
 	  $(EMU_NCCL_LIB) $(EMU_LIB) $(EMU_LIBS) $(EMU_MPI_LIBS) -lgtest
 TESTS += $(DISTRIBUTED_COMM_NCCL_TEST)
 TEST_PREREQS += $(DISTRIBUTED_COMM_NCCL_TEST)
+# The communicator's own stream under the emulator's deferred stream mode: 2-rank
+# training reproduces 1 rank, and with one of its two event waits dropped
+# (GPT2_TEST_DROP_COMM_WAIT) it must not. Runs build/train_gpt2cu_emu (a
+# TEST_PREREQ of train/module.mk).
+TEST_SCRIPTS += test/distributed/comm_stream_test.sh
 endif
 # zero_train_test.sh and the Slurm test's training part also need ./train_gpt2cu
 # (a TEST_PREREQ of train/module.mk).

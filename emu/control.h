@@ -123,6 +123,21 @@ void set_cublaslt_mode(std::optional<CublasLtMode> mode);
 std::optional<CublasLtMode> cublaslt_mode_override();
 CublasLtMode cublaslt_mode();
 
+// Stream mode (emu/streams.cpp). kSync, the default: every launch, copy, event
+// and collective runs when it is called, so streams are trivially ordered.
+// kDeferred (env GPT2_EMU_STREAMS=deferred): work queued on a created stream
+// waits in a per-stream queue and runs at the next synchronisation point that
+// needs it, streams interleaved in a seeded random order that keeps only what
+// CUDA guarantees (stream order, cudaStreamWaitEvent, synchronisation, the
+// legacy default stream), so a missing event wait changes results.
+// set_stream_mode first runs everything still queued.
+enum class StreamMode { kSync, kDeferred };
+void set_stream_mode(StreamMode mode, uint64_t seed = 1);
+StreamMode stream_mode();
+// Items queued and not yet run, and items run by the scheduler so far.
+size_t pending_stream_items();
+uint64_t deferred_items_run();
+
 class ScopedCublasLtMode {
  public:
   explicit ScopedCublasLtMode(CublasLtMode mode) : previous_(cublaslt_mode_override()) { set_cublaslt_mode(mode); }

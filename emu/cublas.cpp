@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "emu/blas_internal.h"
+#include "emu/runtime_internal.h"
 
 struct cublasContext {
   cudaStream_t stream = nullptr;
@@ -85,14 +86,20 @@ cublasStatus_t gemm_common(cublasHandle_t handle, cublasOperation_t transa, cubl
   // Pointer mode device or host: both are host-addressable in emulation.
   float alpha_v = *static_cast<const float*>(alpha), beta_v = *static_cast<const float*>(beta);
   Matrix a{A, Atype, lda, strideA}, b{B, Btype, ldb, strideB}, c{C, Ctype, ldc, strideC};
-  std::vector<float> a_buf, b_buf, acc;
-  for (int batch = 0; batch < batch_count; ++batch) {
-    gemm_batch(is_transposed(transa), is_transposed(transb), m, n, k, alpha_v, a, b, beta_v, &c, batch, a_buf, b_buf,
-               acc);
-    int64_t base = batch * strideC;
-    for (int64_t i = 0; i < m; ++i)
-      for (int64_t j = 0; j < n; ++j) store(Ctype, C, base + i + j * ldc, acc[static_cast<size_t>(i * n + j)]);
-  }
+  auto work = [=] {
+    std::vector<float> a_buf, b_buf, acc;
+    for (int batch = 0; batch < batch_count; ++batch) {
+      gemm_batch(is_transposed(transa), is_transposed(transb), m, n, k, alpha_v, a, b, beta_v, &c, batch, a_buf, b_buf,
+                 acc);
+      int64_t base = batch * strideC;
+      for (int64_t i = 0; i < m; ++i)
+        for (int64_t j = 0; j < n; ++j) store(Ctype, C, base + i + j * ldc, acc[static_cast<size_t>(i * n + j)]);
+    }
+  };
+  // Deferred stream mode: queued on the handle's stream (alpha/beta read now).
+  if (defers(handle->stream)) enqueue(handle->stream, work, "cublasGemm");
+  else if (drain_legacy() == cudaSuccess) work();
+  else return CUBLAS_STATUS_EXECUTION_FAILED;
   return CUBLAS_STATUS_SUCCESS;
 }
 

@@ -581,7 +581,7 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t op, 
                               const void* beta, const void* C, cublasLtMatrixLayout_t Cdesc, void* D,
                               cublasLtMatrixLayout_t Ddesc, const cublasLtMatmulAlgo_t* algo, void* workspace,
                               size_t workspaceSizeInBytes, cudaStream_t stream) {
-  (void)workspace, (void)workspaceSizeInBytes, (void)stream;
+  (void)workspace, (void)workspaceSizeInBytes;
   if (handle == nullptr) return CUBLAS_STATUS_NOT_INITIALIZED;
   g_count_matmuls.fetch_add(1);
   if (op == nullptr || Adesc == nullptr || Bdesc == nullptr || Cdesc == nullptr || Ddesc == nullptr ||
@@ -597,9 +597,17 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t op, 
   if (s != CUBLAS_STATUS_SUCCESS) return s;
   const bool ta = is_transposed(static_cast<cublasOperation_t>(d.trans_a));
   const bool tb = is_transposed(static_cast<cublasOperation_t>(d.trans_b));
-  const Problem p{d, *l[kA], *l[kB], *l[kC], *l[kD], ta, tb, static_cast<int64_t>(l[kD]->rows),
-                  static_cast<int64_t>(l[kD]->cols), static_cast<int64_t>(ta ? l[kA]->rows : l[kA]->cols)};
-  run_matmul(p, *static_cast<const float*>(alpha), A, B, *static_cast<const float*>(beta), C, D);
+  const int64_t m = static_cast<int64_t>(l[kD]->rows), n = static_cast<int64_t>(l[kD]->cols);
+  const int64_t k = static_cast<int64_t>(ta ? l[kA]->rows : l[kA]->cols);
+  const float alpha_v = *static_cast<const float*>(alpha), beta_v = *static_cast<const float*>(beta);
+  // Descriptors are copied: the caller may change or destroy them once the call returns.
+  auto work = [=, dd = d, la = *l[kA], lb = *l[kB], lc = *l[kC], ld = *l[kD]] {
+    const Problem p{dd, la, lb, lc, ld, ta, tb, m, n, k};
+    run_matmul(p, alpha_v, A, B, beta_v, C, D);
+  };
+  if (gpt2::emu::defers(stream)) gpt2::emu::enqueue(stream, work, "cublasLtMatmul");
+  else if (gpt2::emu::drain_legacy() == cudaSuccess) work();
+  else return CUBLAS_STATUS_EXECUTION_FAILED;
   return CUBLAS_STATUS_SUCCESS;
 }
 

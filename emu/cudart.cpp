@@ -3,8 +3,10 @@
 // unchanged. Device memory is host memory: every allocation is an exact-size
 // heap block (AddressSanitizer sees overruns) filled with 0xFF bytes (NaN as
 // fp32/bf16/fp16) so reads of never-written memory show up in results.
-// Every operation completes before it returns, so streams and events are trivially
-// ordered; event timing measures host wall time between records.
+// By default every operation completes before it returns, so streams and events
+// are trivially ordered; event timing measures host wall time between records.
+// In the deferred stream mode (emu/streams.cpp) work on created streams is queued
+// and the synchronising calls here are where it runs.
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -14,9 +16,11 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <set>
 #include <string>
+#include <vector>
 
 #include "emu/control.h"
 #include "emu/runtime_internal.h"
@@ -28,6 +32,7 @@ struct CUevent_st {
   unsigned flags;
   bool recorded;
   std::chrono::steady_clock::time_point time;
+  uint64_t record_item = 0;  // deferred mode: the queued record (0 or run: complete)
 };
 
 namespace gpt2 {
@@ -60,6 +65,12 @@ cudaError_t fail(cudaError_t e) {
 
 // After a sticky device fault (emu/faults.cpp) every call that waits for or
 // moves device data fails with it, as a GPU context does until the process ends.
+// A queued item's failure (deferred mode), reported by the synchronising call.
+#define RETURN_IF_DRAIN_FAILS(call)                                               \
+  do {                                                                           \
+    if (cudaError_t drained_ = (call); drained_ != cudaSuccess) return fail(drained_); \
+  } while (0)
+
 #define RETURN_IF_STICKY_FAULT()                                                     \
   do {                                                                               \
     if (cudaError_t sticky_ = ::gpt2::emu::surface_fault(); sticky_ != cudaSuccess) return fail(sticky_); \
@@ -90,6 +101,13 @@ bool valid_event(cudaEvent_t event) {
 }
 
 }  // namespace
+
+bool stream_is_blocking(cudaStream_t stream) {
+  if (stream == nullptr || stream == cudaStreamLegacy || stream == cudaStreamPerThread) return true;
+  return (stream->flags & cudaStreamNonBlocking) == 0;
+}
+
+bool stream_handle_valid(cudaStream_t stream) { return valid_stream(stream); }
 
 // For emu/nccl.cpp: whether [p, p+bytes) is device memory (NCCL refuses host buffers).
 bool device_memory_range(const void* p, size_t bytes) { return is_device_range(p, bytes); }
@@ -281,6 +299,7 @@ cudaError_t cudaRuntimeGetVersion(int* version) {
 }
 
 cudaError_t cudaDeviceSynchronize(void) {
+  RETURN_IF_DRAIN_FAILS(gpt2::emu::drain_all());
   RETURN_IF_STICKY_FAULT();
   return cudaSuccess;
 }
@@ -321,6 +340,7 @@ cudaError_t cudaMallocManaged(void** ptr, size_t size, unsigned int flags) {
 
 cudaError_t cudaFree(void* ptr) {
   if (ptr == nullptr) return cudaSuccess;
+  gpt2::emu::drain_all();  // cudaFree synchronises the device (queued work may use ptr)
   auto& s = state();
   {
     std::lock_guard<std::mutex> lock(s.mutex);
@@ -360,6 +380,7 @@ cudaError_t cudaHostAlloc(void** ptr, size_t size, unsigned int flags) {
 
 cudaError_t cudaFreeHost(void* ptr) {
   if (ptr == nullptr) return cudaSuccess;
+  gpt2::emu::drain_all();  // as cudaFree: queued copies may use ptr
   {
     std::lock_guard<std::mutex> lock(state().mutex);
     if (state().pinned.erase(ptr) == 0) return fail(cudaErrorInvalidValue);
@@ -377,27 +398,54 @@ cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total_bytes) {
   return cudaSuccess;
 }
 
-cudaError_t cudaMemcpy(void* dst, const void* src, size_t count, cudaMemcpyKind kind) {
-  RETURN_IF_STICKY_FAULT();
-  if (count == 0) return cudaSuccess;
-  if (dst == nullptr || src == nullptr) return fail(cudaErrorInvalidValue);
+namespace {
+
+// The checks of a copy, made when it is issued (also when it is queued).
+cudaError_t check_copy(void* dst, const void* src, size_t count, cudaMemcpyKind kind) {
+  if (dst == nullptr || src == nullptr) return cudaErrorInvalidValue;
   // With an explicit direction the device side must be inside one cudaMalloc block.
   bool dst_dev = kind == cudaMemcpyHostToDevice || kind == cudaMemcpyDeviceToDevice;
   bool src_dev = kind == cudaMemcpyDeviceToHost || kind == cudaMemcpyDeviceToDevice;
   if (kind != cudaMemcpyHostToHost && kind != cudaMemcpyDefault && !dst_dev && !src_dev)
-    return fail(cudaErrorInvalidMemcpyDirection);
+    return cudaErrorInvalidMemcpyDirection;
   if ((dst_dev && !gpt2::emu::is_device_range(dst, count)) || (src_dev && !gpt2::emu::is_device_range(src, count)))
-    return fail(cudaErrorInvalidValue);
+    return cudaErrorInvalidValue;
+  return cudaSuccess;
+}
+
+}  // namespace
+
+// The legacy default stream: runs after every blocking stream's queued work.
+cudaError_t cudaMemcpy(void* dst, const void* src, size_t count, cudaMemcpyKind kind) {
+  RETURN_IF_DRAIN_FAILS(gpt2::emu::drain_legacy());
+  RETURN_IF_STICKY_FAULT();
+  if (count == 0) return cudaSuccess;
+  if (cudaError_t e = check_copy(dst, src, count, kind); e != cudaSuccess) return fail(e);
   std::memmove(dst, src, count);
   return cudaSuccess;
 }
 
+// Deferred: a host source is read now (as CUDA stages pageable memory), device
+// memory and a host destination when the copy runs.
 cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t count, cudaMemcpyKind kind, cudaStream_t stream) {
   if (!gpt2::emu::valid_stream(stream)) return fail(cudaErrorInvalidResourceHandle);
-  return cudaMemcpy(dst, src, count, kind);
+  if (!gpt2::emu::defers(stream)) return cudaMemcpy(dst, src, count, kind);
+  RETURN_IF_STICKY_FAULT();
+  if (count == 0) return cudaSuccess;
+  if (cudaError_t e = check_copy(dst, src, count, kind); e != cudaSuccess) return fail(e);
+  if (kind == cudaMemcpyHostToDevice || kind == cudaMemcpyHostToHost ||
+      (kind == cudaMemcpyDefault && !gpt2::emu::is_device_range(src, count))) {
+    auto staged = std::make_shared<std::vector<unsigned char>>(static_cast<const unsigned char*>(src),
+                                                               static_cast<const unsigned char*>(src) + count);
+    gpt2::emu::enqueue(stream, [dst, staged] { std::memcpy(dst, staged->data(), staged->size()); }, "cudaMemcpyAsync");
+  } else {
+    gpt2::emu::enqueue(stream, [dst, src, count] { std::memmove(dst, src, count); }, "cudaMemcpyAsync");
+  }
+  return cudaSuccess;
 }
 
 cudaError_t cudaMemset(void* dst, int value, size_t count) {
+  RETURN_IF_DRAIN_FAILS(gpt2::emu::drain_legacy());
   RETURN_IF_STICKY_FAULT();
   if (count == 0) return cudaSuccess;
   if (!gpt2::emu::is_device_range(dst, count)) return fail(cudaErrorInvalidValue);
@@ -407,13 +455,19 @@ cudaError_t cudaMemset(void* dst, int value, size_t count) {
 
 cudaError_t cudaMemsetAsync(void* dst, int value, size_t count, cudaStream_t stream) {
   if (!gpt2::emu::valid_stream(stream)) return fail(cudaErrorInvalidResourceHandle);
-  return cudaMemset(dst, value, count);
+  if (!gpt2::emu::defers(stream)) return cudaMemset(dst, value, count);
+  RETURN_IF_STICKY_FAULT();
+  if (count == 0) return cudaSuccess;
+  if (!gpt2::emu::is_device_range(dst, count)) return fail(cudaErrorInvalidValue);
+  gpt2::emu::enqueue(stream, [dst, value, count] { std::memset(dst, value, count); }, "cudaMemsetAsync");
+  return cudaSuccess;
 }
 
 // __device__ / __constant__ variables are ordinary host globals in emulation.
 cudaError_t cudaMemcpyToSymbol(const void* symbol, const void* src, size_t count, size_t offset, cudaMemcpyKind kind) {
   if (symbol == nullptr || src == nullptr) return fail(cudaErrorInvalidValue);
   (void)kind;
+  RETURN_IF_DRAIN_FAILS(gpt2::emu::drain_legacy());  // queued kernels may read the symbol
   std::memcpy(static_cast<char*>(const_cast<void*>(symbol)) + offset, src, count);
   return cudaSuccess;
 }
@@ -421,6 +475,7 @@ cudaError_t cudaMemcpyToSymbol(const void* symbol, const void* src, size_t count
 cudaError_t cudaMemcpyFromSymbol(void* dst, const void* symbol, size_t count, size_t offset, cudaMemcpyKind kind) {
   if (symbol == nullptr || dst == nullptr) return fail(cudaErrorInvalidValue);
   (void)kind;
+  RETURN_IF_DRAIN_FAILS(gpt2::emu::drain_legacy());
   std::memcpy(dst, static_cast<const char*>(symbol) + offset, count);
   return cudaSuccess;
 }
@@ -450,22 +505,36 @@ cudaError_t cudaStreamCreate(cudaStream_t* stream) { return cudaStreamCreateWith
 cudaError_t cudaStreamDestroy(cudaStream_t stream) {
   {
     std::lock_guard<std::mutex> lock(state().mutex);
-    if (state().streams.erase(stream) == 0) return fail(cudaErrorInvalidResourceHandle);
+    if (state().streams.count(stream) == 0) return fail(cudaErrorInvalidResourceHandle);
+  }
+  gpt2::emu::forget_stream(stream);  // its queued work still runs, as on a GPU
+  {
+    std::lock_guard<std::mutex> lock(state().mutex);
+    state().streams.erase(stream);
   }
   delete stream;
   return cudaSuccess;
 }
 
 cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
+  if (!gpt2::emu::valid_stream(stream)) return fail(cudaErrorInvalidResourceHandle);
+  RETURN_IF_DRAIN_FAILS(gpt2::emu::drain_stream(stream));
   RETURN_IF_STICKY_FAULT();
-  return gpt2::emu::valid_stream(stream) ? cudaSuccess : fail(cudaErrorInvalidResourceHandle);
+  return cudaSuccess;
 }
 
+// Never cudaErrorNotReady: a query runs the stream's queued work (so pollers progress).
 cudaError_t cudaStreamQuery(cudaStream_t stream) { return cudaStreamSynchronize(stream); }
 
+// Deferred: later work on `stream` waits for the event's latest record (captured
+// now, as CUDA does); a legacy-stream wait runs that record's closure at once.
 cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned int flags) {
   (void)flags;
   if (!gpt2::emu::valid_stream(stream) || !gpt2::emu::valid_event(event)) return fail(cudaErrorInvalidResourceHandle);
+  const uint64_t record = event->record_item;
+  if (record == 0 || !gpt2::emu::item_pending(record)) return cudaSuccess;
+  if (gpt2::emu::defers(stream)) gpt2::emu::enqueue(stream, [] {}, "cudaStreamWaitEvent", record);
+  else RETURN_IF_DRAIN_FAILS(gpt2::emu::drain_item(record));
   return cudaSuccess;
 }
 
@@ -480,6 +549,7 @@ cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned int flags) {
 cudaError_t cudaEventCreate(cudaEvent_t* event) { return cudaEventCreateWithFlags(event, cudaEventDefault); }
 
 cudaError_t cudaEventDestroy(cudaEvent_t event) {
+  if (gpt2::emu::valid_event(event) && event->record_item != 0) gpt2::emu::drain_item(event->record_item);
   {
     std::lock_guard<std::mutex> lock(state().mutex);
     if (state().events.erase(event) == 0) return fail(cudaErrorInvalidResourceHandle);
@@ -490,14 +560,25 @@ cudaError_t cudaEventDestroy(cudaEvent_t event) {
 
 cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
   if (!gpt2::emu::valid_event(event) || !gpt2::emu::valid_stream(stream)) return fail(cudaErrorInvalidResourceHandle);
+  if (gpt2::emu::defers(stream)) {
+    event->record_item = gpt2::emu::enqueue(stream, [event] {
+      event->recorded = true;
+      event->time = std::chrono::steady_clock::now();
+    }, "cudaEventRecord");
+    return cudaSuccess;
+  }
+  RETURN_IF_DRAIN_FAILS(gpt2::emu::drain_legacy());  // the legacy stream's earlier work
+  event->record_item = 0;
   event->recorded = true;
   event->time = std::chrono::steady_clock::now();
   return cudaSuccess;
 }
 
 cudaError_t cudaEventSynchronize(cudaEvent_t event) {
+  if (!gpt2::emu::valid_event(event)) return fail(cudaErrorInvalidResourceHandle);
+  if (event->record_item != 0) RETURN_IF_DRAIN_FAILS(gpt2::emu::drain_item(event->record_item));
   RETURN_IF_STICKY_FAULT();
-  return gpt2::emu::valid_event(event) ? cudaSuccess : fail(cudaErrorInvalidResourceHandle);
+  return cudaSuccess;
 }
 
 cudaError_t cudaEventQuery(cudaEvent_t event) { return cudaEventSynchronize(event); }
@@ -507,6 +588,9 @@ cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) 
   if (!gpt2::emu::valid_event(start) || !gpt2::emu::valid_event(end)) return fail(cudaErrorInvalidResourceHandle);
   if ((start->flags & cudaEventDisableTiming) || (end->flags & cudaEventDisableTiming))
     return fail(cudaErrorInvalidResourceHandle);
+  if ((start->record_item != 0 && gpt2::emu::item_pending(start->record_item)) ||
+      (end->record_item != 0 && gpt2::emu::item_pending(end->record_item)))
+    return fail(cudaErrorNotReady);  // a queued record has not run yet
   if (!start->recorded || !end->recorded) return fail(cudaErrorInvalidResourceHandle);
   *ms = std::chrono::duration<float, std::milli>(end->time - start->time).count();
   return cudaSuccess;

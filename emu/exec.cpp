@@ -681,10 +681,55 @@ void device_assert_fail(const char* expr, const char* file, int line, const char
                 cudaErrorAssert);
 }
 
+namespace {
+
+// Runs a checked launch to completion; the fault code (its text in last_kernel_fault).
+cudaError_t execute_grid(KernelInvoker body, dim3 grid, dim3 block, size_t smem, const char* name, RunOrder order,
+                         uint64_t seed, size_t stack_bytes) {
+  LaunchState launch;
+  launch.body = body;
+  launch.grid = grid;
+  launch.block = block;
+  launch.smem = smem;
+  launch.name = name;
+  launch.num_blocks = uint64_t(grid.x) * grid.y * grid.z;
+  launch.order = order;
+  launch.seed = seed;
+  launch.stack_bytes = stack_bytes;
+  Settings& s = settings();
+  Engine& e = engine();
+  std::lock_guard<std::mutex> lock(e.launch_mutex);
+  int workers;
+  {
+    std::lock_guard<std::mutex> slock(s.mutex);
+    workers = s.workers;
+  }
+  int helpers = static_cast<int>(std::min<uint64_t>(static_cast<uint64_t>(workers), launch.num_blocks)) - 1;
+  if (helpers <= 0) {
+    this_worker().run_blocks(launch);
+  } else {
+    if (!e.pool || e.pool_helpers != workers - 1) {
+      e.pool.reset();
+      e.pool = std::make_unique<Pool>(workers - 1);
+      e.pool_helpers = workers - 1;
+    }
+    e.pool->run(launch);
+  }
+  if (launch.faulted.load()) {
+    note_kernel_fault(launch.fault_code, launch.fault);
+    record_error(launch.fault_code);
+    set_kernel_fault(launch.fault);
+    return launch.fault_code;
+  }
+  set_kernel_fault("");
+  return cudaSuccess;
+}
+
+}  // namespace
+
 cudaError_t run_grid(const void* kernel_id, const char* kernel_name, dim3 grid, dim3 block, size_t dynamic_smem,
-                     cudaStream_t stream, KernelInvoker body) {
+                     cudaStream_t stream, KernelInvoker body, std::shared_ptr<const void> keep) {
   const std::string& label = kernel_label(kernel_id, kernel_name);
-  (void)stream;  // streams complete every operation before it returns
   if (tls_current_thread != nullptr) {
     record_error(cudaErrorNotSupported);
     set_kernel_fault("kernel " + label + ": launching from device code is not supported");
@@ -692,13 +737,15 @@ cudaError_t run_grid(const void* kernel_id, const char* kernel_name, dim3 grid, 
   }
   Settings& s = settings();
   DeviceConfig dev;
-  LaunchState launch;
+  RunOrder order;
+  uint64_t seed;
+  size_t stack_bytes;
   {
     std::lock_guard<std::mutex> lock(s.mutex);
     dev = s.device;
-    launch.order = s.order;
-    launch.seed = s.seed;
-    launch.stack_bytes = s.stack_bytes;
+    order = s.order;
+    seed = s.seed;
+    stack_bytes = s.stack_bytes;
   }
   uint64_t threads = uint64_t(block.x) * block.y * block.z;
   std::string problem;
@@ -735,39 +782,23 @@ cudaError_t run_grid(const void* kernel_id, const char* kernel_name, dim3 grid, 
     return sticky;
   }
   if (injected_fault(label, &fault)) return cudaSuccess;  // asynchronous: surfaces at the next launch or sync
-  launch.body = body;
-  launch.grid = grid;
-  launch.block = block;
-  launch.smem = dynamic_smem;
-  launch.name = label.c_str();
-  launch.num_blocks = uint64_t(grid.x) * grid.y * grid.z;
-
-  Engine& e = engine();
-  std::lock_guard<std::mutex> lock(e.launch_mutex);
-  int workers;
-  {
-    std::lock_guard<std::mutex> slock(s.mutex);
-    workers = s.workers;
+  if (defers(stream)) {
+    // Queued: a fault inside the kernel surfaces at the synchronisation that runs it.
+    enqueue(stream, [=, name = label.c_str()] {
+      if (cudaError_t code = execute_grid(body, grid, block, dynamic_smem, name, order, seed, stack_bytes);
+          code != cudaSuccess) {
+        std::fprintf(stderr, "emu: queued kernel faulted: %s\n", last_kernel_fault().c_str());
+        report_deferred_error(code);
+      }
+      (void)keep;  // owns the bound arguments until the kernel has run
+    }, "kernel");
+    return cudaSuccess;
   }
-  int helpers = static_cast<int>(std::min<uint64_t>(static_cast<uint64_t>(workers), launch.num_blocks)) - 1;
-  if (helpers <= 0) {
-    this_worker().run_blocks(launch);
-  } else {
-    if (!e.pool || e.pool_helpers != workers - 1) {
-      e.pool.reset();
-      e.pool = std::make_unique<Pool>(workers - 1);
-      e.pool_helpers = workers - 1;
-    }
-    e.pool->run(launch);
+  if (cudaError_t queued = drain_legacy(); queued != cudaSuccess) {  // the legacy stream waits for the others
+    record_error(queued);
+    return queued;
   }
-  if (launch.faulted.load()) {
-    note_kernel_fault(launch.fault_code, launch.fault);
-    record_error(launch.fault_code);
-    set_kernel_fault(launch.fault);
-    return launch.fault_code;
-  }
-  set_kernel_fault("");
-  return cudaSuccess;
+  return execute_grid(body, grid, block, dynamic_smem, label.c_str(), order, seed, stack_bytes);
 }
 
 }  // namespace emu

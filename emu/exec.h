@@ -12,6 +12,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <tuple>
 #include <type_traits>
 #include <utility>
@@ -66,9 +67,14 @@ struct KernelInvoker {
 };
 
 // Runs every block of the grid (synchronously) and returns the launch status;
-// configuration errors are returned without running anything.
+// configuration errors are returned without running anything. In the deferred
+// stream mode a launch on a created stream is checked now and queued; `keep`
+// then owns what body.ctx points to until it has run.
 cudaError_t run_grid(const void* kernel_id, const char* kernel_name, dim3 grid, dim3 block,
-                     size_t dynamic_smem, cudaStream_t stream, KernelInvoker body);
+                     size_t dynamic_smem, cudaStream_t stream, KernelInvoker body,
+                     std::shared_ptr<const void> keep = {});
+// Whether work on `stream` is queued (emu/streams.cpp).
+bool defers(cudaStream_t stream);
 
 template <class... Params>
 struct BoundKernel {
@@ -86,6 +92,11 @@ cudaError_t launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t dyna
                    cudaStream_t stream, const char* name, Args&&... args) {
   static_assert(sizeof...(Params) == sizeof...(Args), "kernel launched with the wrong number of arguments");
   BoundKernel<Params...> bound{kernel, std::tuple<std::decay_t<Params>...>(static_cast<std::decay_t<Params>>(std::forward<Args>(args))...)};
+  if (defers(stream)) {  // the arguments must outlive this call
+    auto heap = std::make_shared<BoundKernel<Params...>>(std::move(bound));
+    return run_grid(reinterpret_cast<const void*>(kernel), name, grid, block, dynamic_smem, stream,
+                    KernelInvoker{&BoundKernel<Params...>::invoke, heap.get()}, heap);
+  }
   return run_grid(reinterpret_cast<const void*>(kernel), name, grid, block, dynamic_smem, stream,
                   KernelInvoker{&BoundKernel<Params...>::invoke, &bound});
 }

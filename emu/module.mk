@@ -29,7 +29,8 @@ EMU_LIB      := $(BUILD)/libemu.a
 EMU_ASAN_LIB := $(BUILD)/asan/libemu.a
 EMU_NCCL_LIB := $(BUILD)/libemu_nccl.a
 
-EMU_SRCS      := emu/exec.cpp emu/cudart.cpp emu/cublas.cpp emu/cublaslt.cpp emu/launch_bounds.cpp emu/faults.cpp emu/symbols.cpp emu/settings.cpp
+EMU_SRCS      := emu/exec.cpp emu/cudart.cpp emu/cublas.cpp emu/cublaslt.cpp emu/launch_bounds.cpp emu/faults.cpp emu/symbols.cpp emu/settings.cpp \
+                 emu/streams.cpp
 EMU_OBJS      := $(EMU_SRCS:%.cpp=$(BUILD)/%.o)
 EMU_ASAN_OBJS := $(EMU_SRCS:%.cpp=$(BUILD)/asan/%.o)
 
@@ -80,7 +81,8 @@ $(EMU_RESOURCE_USAGE): $(EMU_NVCC_OBJS)
 emu-nvcc: $(EMU_RESOURCE_USAGE)
 
 # ---- self-tests ---------------------------------------------------------------------------------
-EMU_TEST_CPP     := test/emu/exec_test.cpp test/emu/bf16_test.cpp test/emu/cudart_test.cpp test/emu/cublas_test.cpp
+EMU_TEST_CPP     := test/emu/exec_test.cpp test/emu/bf16_test.cpp test/emu/cudart_test.cpp test/emu/cublas_test.cpp \
+                    test/emu/streams_test.cpp
 EMU_TEST_CU      := test/emu/kernels.cu
 EMU_TEST_OBJS    := $(EMU_TEST_CPP:%.cpp=$(BUILD)/%.o) $(EMU_TEST_CU:%.cu=$(BUILD)/%.cu.o)
 EMU_TEST_ASAN_OBJS := $(EMU_TEST_CPP:%.cpp=$(BUILD)/asan/%.o) $(EMU_TEST_CU:%.cu=$(BUILD)/asan/%.cu.o)

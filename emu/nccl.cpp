@@ -17,8 +17,12 @@
 //  * reductions follow NCCL's ring: each chunk is reduced rank after rank in the
 //    data type's own arithmetic (bf16/fp16 rounded at every hop), and ncclAvg is
 //    NCCL's pre-multiplied sum for floating types, sum-then-divide for integers.
-// Every collective has completed when its call (or ncclGroupEnd) returns, and the
-// emulated cudart is synchronous, so stream order holds trivially.
+// By default every collective has completed when its call (or ncclGroupEnd)
+// returns, and the emulated cudart is synchronous, so stream order holds
+// trivially. In the deferred stream mode (emu/streams.cpp) a collective on a
+// created stream is checked when called and queued on that stream; all queued
+// collectives of the process run in issue order (each waits for the previous
+// one), on every rank the same order, since each blocks its host thread in MPI.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime_api.h>
@@ -53,6 +57,8 @@ struct ncclComm {
   ncclResult_t injected;       // test hook: the next collective fails with this
   std::string injected_reason;
   uint64_t executed;           // collectives run so far (GPT2_EMU_NCCL_FAIL_AT)
+  int queued = 0;              // deferred mode: collectives queued and not yet run
+  bool aborted = false;        // ncclCommAbort with collectives still queued: they do nothing
   std::thread::id owner = std::this_thread::get_id();  // the creating thread (see ncclCommAbort)
 };
 
@@ -231,6 +237,7 @@ struct Op {
   ncclRedOp_t op;  // reductions only
   int root;        // broadcast and reduce only, else -1
   ncclComm_t comm;
+  cudaStream_t stream = nullptr;
 };
 
 bool is_reduction(Kind k) { return k == Kind::kAllReduce || k == Kind::kReduceScatter || k == Kind::kReduce; }
@@ -299,7 +306,9 @@ ncclResult_t validate(const Op& o, cudaStream_t stream) {
     return warn(ncclInvalidArgument, name + ": sendbuff is not device memory (cudaMalloc)");
   if (recv_bytes(o) > 0 && o.recv != nullptr && !::gpt2::emu::device_memory_range(o.recv, recv_bytes(o)))
     return warn(ncclInvalidArgument, name + ": recvbuff is not device memory (cudaMalloc)");
-  if (cudaStreamQuery(stream) != cudaSuccess)
+  // (cudaStreamQuery would run a deferred stream's queue: only the handle is checked then.)
+  if (defers(stream) ? !stream_handle_valid(stream) && (record_error(cudaErrorInvalidResourceHandle), true)
+                     : cudaStreamQuery(stream) != cudaSuccess)
     return warn(ncclUnhandledCudaError, name + ": stream is not a valid CUDA stream");
   return check_in_place(o);
 }
@@ -483,6 +492,29 @@ void execute(const Op& o) {
   }
 }
 
+// ---- deferred stream mode -----------------------------------------------------------------------
+// The process's latest queued collective: the next one is queued behind it.
+uint64_t& last_collective() {
+  static uint64_t id = 0;
+  return id;
+}
+
+// Runs a validated call now, or queues it on its stream (deferred mode).
+void dispatch(Op o) {
+  if (!defers(o.stream)) {
+    drain_item(last_collective());  // issue order, also for a legacy-stream call
+    drain_legacy();
+    execute(o);
+    return;
+  }
+  ++o.comm->queued;
+  last_collective() = enqueue(o.stream, [o] {
+    --o.comm->queued;
+    if (!o.comm->aborted) return execute(o);
+    if (recv_bytes(o) > 0) std::memset(o.recv, 0xFF, recv_bytes(o));
+  }, "nccl collective", last_collective());
+}
+
 // ---- groups -----------------------------------------------------------------------------------
 // Per host thread, like NCCL's: calls are checked when made and run at the
 // outermost ncclGroupEnd; one failed call drops the whole group.
@@ -510,8 +542,10 @@ ncclResult_t submit(const Op& o, cudaStream_t stream) {
     if (g.depth > 0 && g.error == ncclSuccess) g.error = r;
     return r;
   }
-  if (g.depth > 0) g.ops.push_back(o);
-  else execute(o);
+  Op queued = o;
+  queued.stream = stream;
+  if (g.depth > 0) g.ops.push_back(queued);
+  else dispatch(queued);
   return ncclSuccess;
 }
 
@@ -639,6 +673,7 @@ ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqueId id, int
 
 ncclResult_t ncclCommFinalize(ncclComm_t comm) {
   if (comm == nullptr) return warn(ncclInvalidArgument, "ncclCommFinalize: comm is NULL");
+  drain_item(last_collective());  // finalize completes the queued collectives
   return comm->async_error;
 }
 
@@ -646,6 +681,8 @@ ncclResult_t ncclCommDestroy(ncclComm_t comm) {
   if (comm == nullptr) return ncclSuccess;
   if (group_uses(comm))
     return warn(ncclInvalidUsage, "ncclCommDestroy: the communicator has calls queued in an open group");
+  if (comm->queued > 0 && !comm->aborted) drain_item(last_collective());
+  if (comm->queued > 0) return ncclSuccess;  // aborted with queued items: they still name it (leaked)
   int finalized = 0;
   MPI_Finalized(&finalized);
   if (!finalized) MPI_Comm_free(&comm->mpi);
@@ -664,6 +701,7 @@ ncclResult_t ncclCommAbort(ncclComm_t comm) {
   if (std::this_thread::get_id() != comm->owner) return ncclSuccess;
   std::vector<Op>& ops = group().ops;
   ops.erase(std::remove_if(ops.begin(), ops.end(), [&](const Op& o) { return o.comm == comm; }), ops.end());
+  comm->aborted = true;  // deferred mode: its queued collectives do nothing (a peer may be gone)
   return ncclCommDestroy(comm);
 }
 
@@ -709,7 +747,7 @@ ncclResult_t ncclGroupEnd() {
   g.error = ncclSuccess;
   if (error != ncclSuccess) return error;
   std::stable_sort(ops.begin(), ops.end(), [](const Op& a, const Op& b) { return a.comm->id_hash < b.comm->id_hash; });
-  for (const Op& o : ops) execute(o);
+  for (const Op& o : ops) dispatch(o);
   return ncclSuccess;
 }
 

@@ -6,6 +6,8 @@
 #include <driver_types.h>
 
 #include <cstddef>
+#include <cstdint>
+#include <functional>
 #include <string>
 
 namespace gpt2 {
@@ -38,6 +40,31 @@ std::string kernel_symbol_name(const void* kernel);
 const std::string& kernel_label(const void* kernel_id, const char* kernel_name);
 // Fault text of the last failed launch (shared with check_launch).
 void set_kernel_fault(const std::string& message);
+
+// ---- deferred stream mode (emu/streams.cpp) ----------------------------------------------
+// defers(stream): work on `stream` is to be queued (deferred mode, a created
+// stream, and not called from inside a queued item, which runs nested work at once).
+// enqueue: queues `work` behind the stream's earlier items and behind item
+// `after` (0: none); returns the item's id (never 0). The drain_* calls are the
+// synchronisation points: they run what the target needs (its stream
+// predecessors and, transitively, the items its waits name), in a seeded random
+// interleaving, and return (once) the first error a queued item reported.
+// drain_legacy: what a legacy-default-stream operation waits for (every
+// blocking stream). All are no-ops in the synchronous mode.
+bool defers(cudaStream_t stream);
+uint64_t enqueue(cudaStream_t stream, std::function<void()> work, const char* what, uint64_t after = 0);
+bool item_pending(uint64_t id);
+uint64_t last_item(cudaStream_t stream);  // 0 when nothing is queued on it
+cudaError_t drain_item(uint64_t id);
+cudaError_t drain_stream(cudaStream_t stream);
+cudaError_t drain_legacy();
+cudaError_t drain_all();
+void forget_stream(cudaStream_t stream);  // cudaStreamDestroy: runs its queue, drops it
+// A queued item failed (a kernel fault): reported by the next drain.
+void report_deferred_error(cudaError_t code);
+// cudart's view of a stream: whether it synchronises with the legacy stream.
+bool stream_is_blocking(cudaStream_t stream);
+bool stream_handle_valid(cudaStream_t stream);  // without synchronising (cudaStreamQuery does)
 
 }  // namespace emu
 }  // namespace gpt2

@@ -33,6 +33,14 @@ Settings::Settings() {
   stack_bytes = (EMU_ASAN ? 256 : 64) * 1024;
   if (const char* s = std::getenv("GPT2_EMU_STACK_KB")) stack_bytes = std::max(16, std::atoi(s)) * size_t(1024);
   if (const char* s = std::getenv("GPT2_EMU_DEVICE")) parse_device(s);
+  stream_seed = seed;
+  if (const char* s = std::getenv("GPT2_EMU_STREAMS")) {
+    std::string m = s;
+    if (m == "deferred") stream_mode = StreamMode::kDeferred;
+    else if (m != "sync" && !m.empty())
+      std::fprintf(stderr, "emu: ignoring GPT2_EMU_STREAMS=%s (expected sync|deferred)\n", s);
+  }
+  if (const char* s = std::getenv("GPT2_EMU_STREAM_SEED")) stream_seed = std::strtoull(s, nullptr, 10);
 }
 
 void Settings::parse_device(const std::string& spec) {
