@@ -1,5 +1,8 @@
-// Causal multi-head self-attention from qkv[B,T,3C] (q | k | v, head h at
-// channels h*hs .. h*hs+hs-1 of each third), scale 1/sqrt(hs).
+// Classic causal multi-head self-attention from qkv[B,T,3C] (q | k | v, head h
+// at channels h*hs .. h*hs+hs-1 of each third), scale 1/sqrt(hs). The backend's
+// default is the fused kernel of kernels/flash_attention.cuh (head size <= 64);
+// this path is the fallback (CudaAttention::kClassic, GPT2_ATTENTION=classic)
+// and serves any head size.
 //
 // What `saved` holds: the probabilities P[B,NH,T,T] (masked entries exact
 // zeros), llm.c's `att`, in the storage type T (float or __nv_bfloat16). The
@@ -21,8 +24,8 @@
 //   GEMM           dq = dS k;   dk = dS^T q
 //   merge_heads    dq, dk, dv -> dqkv (every element written: "=")
 // The full T x T products include the masked upper triangle (P and dS are 0
-// there), 2x the causal FLOPs; fine at the sizes this backend targets, and a
-// fused flash-style kernel is the next step (docs/kernels.md). No cuDNN path.
+// there), 2x the causal FLOPs, and P, dP, dS go through global memory; the
+// flash path avoids both (docs/kernels.md, "Attention"). No cuDNN path.
 #ifndef KERNELS_ATTENTION_CUH
 #define KERNELS_ATTENTION_CUH
 

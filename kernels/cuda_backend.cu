@@ -33,6 +33,7 @@
 #include "kernels/cuda_backend.h"
 #include "backend/op_checks.h"
 #include "kernels/encoder.cuh"
+#include "kernels/flash_attention.cuh"
 #include "kernels/gelu.cuh"
 #include "kernels/global_norm.cuh"
 #include "kernels/layernorm.cuh"
@@ -57,11 +58,21 @@ bool launch_blocking_env() {
   return v != nullptr && std::string(v) == "1";
 }
 
+// kDefault -> GPT2_ATTENTION (flash | classic), else flash.
+bool use_flash_attention(CudaAttention choice) {
+  if (choice != CudaAttention::kDefault) return choice == CudaAttention::kFlash;
+  const char* v = std::getenv("GPT2_ATTENTION");
+  if (v == nullptr || *v == '\0' || std::string(v) == "flash") return true;
+  if (std::string(v) == "classic") return false;
+  throw std::runtime_error(std::string("backend/cuda: GPT2_ATTENTION=") + v + ": expected flash or classic");
+}
+
 class CudaBackend final : public Backend {
  public:
   CudaBackend(int device, const CudaBackendOptions& options)
       : device_(device),
         bf16_(options.bf16),
+        flash_(use_flash_attention(options.attention)),
         sync_ops_(options.sync_after_ops || launch_blocking_env()),
         storage_bytes_(options.bf16 ? 2 : 4) {
     int count = 0;
@@ -221,12 +232,29 @@ class CudaBackend final : public Backend {
     });
   }
 
+  // Flash: saved = fp32 log-sum-exp per row (B*NH*T floats; in bf16 mode
+  // 2*B*NH*T bf16 elements of the same bytes), scratch = D per row.
+  // Classic: saved = P[B,NH,T,T] of the storage type, scratch = dP (+ dS).
   size_t attention_saved_numel(int B, int T, int NH) const override {
+    if (flash_) return kern::flash_lse_floats(B, T, NH) * (sizeof(float) / storage_bytes_);
     return kern::attention_saved_elems(B, T, NH);
+  }
+  size_t attention_scratch_numel(int B, int T, int NH) const override {
+    if (flash_) return kern::flash_lse_floats(B, T, NH);
+    return bf16_ ? kern::attention_scratch_floats<__nv_bfloat16>(B, T, NH)
+                 : kern::attention_scratch_floats<float>(B, T, NH);
   }
   void attention_forward(Tensor out, Tensor saved, Tensor qkv, int B, int T, int C,
                          int NH) override {
-    checks_.attention_forward(out, saved, kern::attention_saved_elems(B, T, NH), qkv, B, T, C, NH);
+    checks_.attention_forward(out, saved, attention_saved_numel(B, T, NH), qkv, B, T, C, NH);
+    if (flash_) {
+      float* lse = flash_lse(saved, C, NH, "attention_forward");
+      dispatch("attention_forward", [&](auto tag) {
+        using X = decltype(tag);
+        kern::flash_attention_forward<X>(as<X>(out), lse, as<X>(qkv), B, T, C, NH, stream_);
+      });
+      return;
+    }
     float* ws = workspace(bf16_ ? kern::attention_forward_workspace_floats<__nv_bfloat16>(B, T, C, NH)
                                 : kern::attention_forward_workspace_floats<float>(B, T, C, NH));
     dispatch("attention_forward", [&](auto tag) {
@@ -235,14 +263,19 @@ class CudaBackend final : public Backend {
                                  NH, stream_);
     });
   }
-  size_t attention_scratch_numel(int B, int T, int NH) const override {
-    return bf16_ ? kern::attention_scratch_floats<__nv_bfloat16>(B, T, NH)
-                 : kern::attention_scratch_floats<float>(B, T, NH);
-  }
   void attention_backward(Tensor dqkv, Tensor scratch, Tensor dout, Tensor qkv, Tensor saved,
                           int B, int T, int C, int NH) override {
     checks_.attention_backward(dqkv, scratch, attention_scratch_numel(B, T, NH), dout, qkv, saved,
-                               kern::attention_saved_elems(B, T, NH), B, T, C, NH);
+                               attention_saved_numel(B, T, NH), B, T, C, NH);
+    if (flash_) {
+      const float* lse = flash_lse(saved, C, NH, "attention_backward");
+      dispatch("attention_backward", [&](auto tag) {
+        using X = decltype(tag);
+        kern::flash_attention_backward<X>(as<X>(dqkv), as<float>(scratch), as<X>(dout), as<X>(qkv), lse, B,
+                                          T, C, NH, stream_);
+      });
+      return;
+    }
     float* ws = workspace(bf16_ ? kern::attention_backward_workspace_floats<__nv_bfloat16>(B, T, C, NH)
                                 : kern::attention_backward_workspace_floats<float>(B, T, C, NH));
     dispatch("attention_backward", [&](auto tag) {
@@ -327,6 +360,17 @@ class CudaBackend final : public Backend {
  private:
   static int rows(const Tensor& table, int C) { return static_cast<int>(table.numel / C); }
 
+  // The flash path's fp32 log-sum-exp rows inside `saved` (any storage type).
+  static float* flash_lse(const Tensor& saved, int C, int NH, const char* op) {
+    if (!kern::flash_attention_applies(C, NH))
+      throw std::runtime_error(std::string("backend/cuda: ") + op + ": flash attention needs head size <= " +
+                               std::to_string(kern::flash::kHead) + " (C/NH = " + std::to_string(C / NH) +
+                               "); use CudaAttention::kClassic or GPT2_ATTENTION=classic");
+    if (reinterpret_cast<uintptr_t>(saved.ptr) % alignof(float) != 0)
+      throw std::runtime_error(std::string("backend/cuda: ") + op + ": saved is not 4-byte aligned");
+    return static_cast<float*>(saved.ptr);
+  }
+
   // Runs op `name` for the storage type. Errors name the op; with sync_ops_
   // (CUDA_LAUNCH_BLOCKING=1) the stream is drained after it, so a device fault,
   // which a GPU reports only at a later synchronisation, is charged to this op.
@@ -390,6 +434,7 @@ class CudaBackend final : public Backend {
 
   int device_ = -1;
   bool bf16_ = false;
+  bool flash_ = true;  // attention: flash kernels (else classic)
   bool sync_ops_ = false;  // drain the stream after every op (fault attribution)
   uint32_t storage_bytes_ = 4;  // element size of params, grads, activations
   OpChecks checks_{"backend/cuda", storage_bytes_};

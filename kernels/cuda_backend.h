@@ -5,11 +5,19 @@
 #ifndef KERNELS_CUDA_BACKEND_H
 #define KERNELS_CUDA_BACKEND_H
 
+#include <cstdint>
 #include <memory>
 
 #include "backend/backend.h"
 
 namespace gpt2 {
+
+// Which causal attention the backend runs (kernels/flash_attention.cuh or kernels/attention.cuh).
+enum class CudaAttention : uint8_t {
+  kDefault,  // GPT2_ATTENTION=flash|classic from the environment, else flash
+  kFlash,    // fused flash-style kernels; saves per-row log-sum-exp only; head size <= 64
+  kClassic,  // split heads + cuBLAS GEMMs + softmax kernels; saves P[B,NH,T,T]; any head size
+};
 
 struct CudaBackendOptions {
   // cuBLASLt with the BIAS / BGRADB epilogues for the linear layers; false
@@ -30,6 +38,9 @@ struct CudaBackendOptions {
   // Synchronise and check the stream after every op, so a device fault names
   // the op that caused it (slow; for debugging). Also on with CUDA_LAUNCH_BLOCKING=1.
   bool sync_after_ops = false;
+  // Attention implementation; fixed at construction (attention_saved_numel and
+  // attention_scratch_numel depend on it). Flash refuses head sizes above 64.
+  CudaAttention attention = CudaAttention::kDefault;
   // cuBLASLt workspace.
   size_t cublaslt_workspace_bytes = size_t{32} << 20;
 };

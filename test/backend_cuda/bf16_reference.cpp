@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <sstream>
@@ -279,9 +280,16 @@ std::vector<Output> matmul_backward(const Vec& dw_old, const Vec* dbias_old, con
   return r;
 }
 
-// ---- attention (kernels/attention.cuh, bf16 instantiation) -----------------------------------------
+// ---- attention ------------------------------------------------------------------------------------
+// Two kernels: the classic path (kernels/attention.cuh) and the flash path
+// (kernels/flash_attention.cuh, the backend's default). The reference follows the
+// path the backend under test runs: flash unless GPT2_ATTENTION=classic (both
+// read the same switch; the tests build backends with CudaAttention::kDefault).
+namespace {
+
+// classic: kernels/attention.cuh, bf16 instantiation
 // forward: fp32 scores -> softmax -> P stored in bf16 -> y = P v (fp32 GEMM) stored in bf16.
-std::vector<Output> attention_forward(const Vec& qkv, int B, int T, int C, int NH) {
+std::vector<Output> classic_attention_forward(const Vec& qkv, int B, int T, int C, int NH) {
   const int hs = C / NH;
   const double scale = attention_scale(hs);
   const Heads H{qkv, T, C, hs};
@@ -310,7 +318,7 @@ std::vector<Output> attention_forward(const Vec& qkv, int B, int T, int C, int N
 // backward: dP = dy v^T (fp32); P recomputed in fp32; dS = P (dP - sum P dP) scale
 // stored in bf16; dq = dS k, dk = dS^T q (fp32 GEMMs of bf16 dS) and dv = P^T dy (fp32
 // P), each stored in bf16.
-std::vector<Output> attention_backward(const Vec& dout, const Vec& qkv, int B, int T, int C, int NH) {
+std::vector<Output> classic_attention_backward(const Vec& dout, const Vec& qkv, int B, int T, int C, int NH) {
   const int hs = C / NH;
   const double scale = attention_scale(hs);
   const Heads H{qkv, T, C, hs};
@@ -364,6 +372,165 @@ std::vector<Output> attention_backward(const Vec& dout, const Vec& qkv, int B, i
         }
     }
   return {dqkv};
+}
+
+
+// flash: kernels/flash_attention.cuh, bf16 instantiation. Keys are visited in
+// tiles of 64 (flash::kTile); the forward's P~ is exp(s - running max of the
+// tiles so far), rounded to bf16 before P~ v; O and l are rescaled by
+// alpha = exp(m_old - m_new) per tile.
+constexpr int kFlashTile = 64;
+
+// One causal row t as the flash forward computes it: scaled scores s (fp32
+// error ds), per key p~ = exp(s - M_k) (M_k the running max after key tile k)
+// with the relative error of the kernel's fp32 p~, A = exp(M_k - M) (the
+// product of the later alphas), L = sum A p~ (the kernel's l), the relative
+// error eA of the kernel's alpha chain and eL of its l.
+struct FlashRow {
+  DVec s, ds, pt, rel, A;
+  double M = 0, L = 0, eA = 0, eL = 0, ds_max = 0;
+  int tiles = 0;
+};
+
+void flash_row(const Heads& H, int b, int h, int t, double scale, FlashRow& r) {
+  const int n = t + 1;
+  r.s.assign(n, 0.0), r.ds.assign(n, 0.0), r.pt.assign(n, 0.0), r.rel.assign(n, 0.0), r.A.assign(n, 0.0);
+  DVec s(H.T), ds(H.T);
+  scores_row(H, b, h, t, scale, s, ds);
+  r.tiles = t / kFlashTile + 1;
+  r.ds_max = 0;
+  for (int j = 0; j < n; j++) r.s[j] = s[j], r.ds[j] = ds[j], r.ds_max = std::max(r.ds_max, ds[j]);
+  DVec Mk(r.tiles);
+  double run = -INFINITY;
+  for (int j = 0; j < n; j++) run = std::max(run, s[j]), Mk[j / kFlashTile] = run;
+  r.M = Mk[r.tiles - 1];
+  // alpha chain: the kernel's maxima are off by <= ds_max each (2 ds_max on a
+  // ratio), plus per tile: m_old - m_new, expf (2 ulp), the multiply of O and l
+  r.eA = 2 * r.ds_max + op_err((r.M - Mk[0]) + 4 * r.tiles, 1.0);
+  double max_rel = 0;
+  r.L = 0;
+  for (int j = 0; j < n; j++) {
+    const double mk = Mk[j / kFlashTile];
+    r.pt[j] = std::exp(s[j] - mk);
+    // own score error, the running max's error, s - m, expf
+    r.rel[j] = ds[j] + r.ds_max + op_err(std::fabs(s[j] - mk) + 3, 1.0);
+    r.A[j] = std::exp(mk - r.M);
+    r.L += r.A[j] * r.pt[j];
+    max_rel = std::max(max_rel, r.rel[j]);
+  }
+  r.eL = max_rel + r.eA + sum_err(n + r.tiles, 1.0);  // l: t+1 positive terms, one rescale per tile
+}
+
+// forward: out = (sum_j A P~ v) / L with P~ = bf16(p~) and L from the unrounded p~.
+std::vector<Output> flash_attention_forward(const Vec& qkv, int B, int T, int C, int NH) {
+  const int hs = C / NH;
+  const double scale = attention_scale(hs);
+  const Heads H{qkv, T, C, hs};
+  Output out = make("out", size_t(B) * T * C);
+  FlashRow r;
+  DVec P(T), width(T);
+  for (int b = 0; b < B; b++)
+    for (int h = 0; h < NH; h++)
+      for (int t = 0; t < T; t++) {
+        flash_row(H, b, h, t, scale, r);
+        for (int j = 0; j <= t; j++) P[j] = rounded(r.pt[j], r.pt[j] * std::expm1(r.rel[j]), &width[j]);
+        for (int d = 0; d < hs; d++) {
+          double acc = 0, mag = 0, amb = 0;
+          for (int j = 0; j <= t; j++) {
+            const double v = H.v(b, j, h, d), w = r.A[j] / r.L;
+            acc += w * P[j] * v, mag += w * P[j] * std::fabs(v), amb += w * width[j] * std::fabs(v);
+          }
+          const size_t i = (size_t(b) * T + t) * C + h * hs + d;
+          out.value[i] = acc;
+          // P~ rounding choice; alpha chain (numerator) and l (denominator); the fp32
+          // sum of t+1 products with a rescale per tile; 1/l and its product
+          out.delta[i] = amb + mag * (r.eA + r.eL) + sum_err(t + 1 + r.tiles, mag) + op_err(2, mag);
+        }
+      }
+  return {out};
+}
+
+// backward: P = exp(s - lse) recomputed in fp32 (lse = m + log l from the
+// forward); D = sum_j P dP (fp32); dS = P (dP - D) rounded to bf16; dq = scale
+// sum dS k, dk = scale sum dS^T q (fp32 sums of bf16 dS, the scale after the
+// sum); dv = sum bf16(P)^T dy. Each stored once in bf16.
+std::vector<Output> flash_attention_backward(const Vec& dout, const Vec& qkv, int B, int T, int C, int NH) {
+  const int hs = C / NH;
+  const double scale = attention_scale(hs);
+  const Heads H{qkv, T, C, hs};
+  Output dqkv = make("dqkv", size_t(B) * T * 3 * C);
+  auto dy = [&](int b, int t, int h, int d) -> double { return dout[(size_t(b) * T + t) * C + h * hs + d]; };
+  auto at = [&](int b, int t, int part, int h, int d) { return (size_t(b) * T + t) * 3 * C + part * C + h * hs + d; };
+  std::vector<DVec> PR(T, DVec(T, 0.0)), wp(T, DVec(T, 0.0)), DS(T, DVec(T, 0.0)), wds(T, DVec(T, 0.0));
+  DVec p(T), dpe(T), dP(T), ddP(T);
+  FlashRow r;
+  for (int b = 0; b < B; b++)
+    for (int h = 0; h < NH; h++) {
+      for (int t = 0; t < T; t++) {
+        flash_row(H, b, h, t, scale, r);
+        const double logL = std::log(r.L), lse = r.M + logL;
+        // the kernel's lse: its m (<= ds_max off), log of its l (eL), logf, the add
+        const double dlse = r.ds_max + r.eL + op_err(2, std::fabs(logL)) + op_err(1, std::fabs(r.M) + std::fabs(logL));
+        double D = 0, dD = 0, D_mag = 0;
+        for (int j = 0; j <= t; j++) {
+          p[j] = std::exp(r.s[j] - lse);
+          dpe[j] = p[j] * std::expm1(r.ds[j] + dlse + op_err(std::fabs(r.s[j] - lse) + 2, 1.0));
+          PR[t][j] = rounded(p[j], dpe[j], &wp[t][j]);
+          double acc = 0, mag = 0;
+          for (int d = 0; d < hs; d++) {
+            const double x = dy(b, t, h, d) * H.v(b, j, h, d);
+            acc += x, mag += std::fabs(x);
+          }
+          dP[j] = acc, ddP[j] = sum_err(hs, mag);
+          D += p[j] * dP[j];
+          D_mag += p[j] * std::fabs(dP[j]);
+          dD += dpe[j] * std::fabs(dP[j]) + p[j] * ddP[j];
+        }
+        dD += sum_err(t + 2, D_mag);  // t+1 products of fp32 P and dP, summed
+        for (int j = 0; j <= t; j++) {
+          const double v = p[j] * (dP[j] - D);
+          const double dv = dpe[j] * std::fabs(dP[j] - D) + p[j] * (ddP[j] + dD) +
+                            op_err(2, p[j] * (std::fabs(dP[j]) + std::fabs(D)));
+          DS[t][j] = rounded(v, dv, &wds[t][j]);
+        }
+      }
+      for (int d = 0; d < hs; d++)
+        for (int t = 0; t < T; t++) {
+          double q_acc = 0, q_mag = 0, q_amb = 0, k_acc = 0, k_mag = 0, k_amb = 0, v_acc = 0, v_mag = 0, v_amb = 0;
+          for (int j = 0; j <= t; j++) {
+            const double k = H.k(b, j, h, d);
+            q_acc += DS[t][j] * k, q_mag += std::fabs(DS[t][j] * k), q_amb += wds[t][j] * std::fabs(k);
+          }
+          for (int j = t; j < T; j++) {
+            const double q = H.q(b, j, h, d), g = dy(b, j, h, d);
+            k_acc += DS[j][t] * q, k_mag += std::fabs(DS[j][t] * q), k_amb += wds[j][t] * std::fabs(q);
+            v_acc += PR[j][t] * g, v_mag += std::fabs(PR[j][t] * g), v_amb += wp[j][t] * std::fabs(g);
+          }
+          // the scale multiplies the fp32 sum: one more rounding
+          dqkv.value[at(b, t, 0, h, d)] = scale * q_acc;
+          dqkv.delta[at(b, t, 0, h, d)] = scale * (q_amb + sum_err(T + 1, q_mag));
+          dqkv.value[at(b, t, 1, h, d)] = scale * k_acc;
+          dqkv.delta[at(b, t, 1, h, d)] = scale * (k_amb + sum_err(T + 1, k_mag));
+          dqkv.value[at(b, t, 2, h, d)] = v_acc, dqkv.delta[at(b, t, 2, h, d)] = v_amb + sum_err(T, v_mag);
+        }
+    }
+  return {dqkv};
+}
+
+bool flash_attention_selected() {
+  const char* v = std::getenv("GPT2_ATTENTION");
+  return v == nullptr || std::string(v) != "classic";
+}
+
+}  // namespace
+
+std::vector<Output> attention_forward(const Vec& qkv, int B, int T, int C, int NH) {
+  return flash_attention_selected() ? flash_attention_forward(qkv, B, T, C, NH)
+                                    : classic_attention_forward(qkv, B, T, C, NH);
+}
+std::vector<Output> attention_backward(const Vec& dout, const Vec& qkv, int B, int T, int C, int NH) {
+  return flash_attention_selected() ? flash_attention_backward(dout, qkv, B, T, C, NH)
+                                    : classic_attention_backward(dout, qkv, B, T, C, NH);
 }
 
 // ---- GELU (kernels/gelu.cuh) -------------------------------------------------------------------

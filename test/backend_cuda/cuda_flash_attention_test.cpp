@@ -1,0 +1,256 @@
+// The flash attention path of the CUDA backend (kernels/flash_attention.cuh),
+// executed by the emulator, on shapes the op harness does not cover: T = 1,
+// T = 17, 65, 128, 130, 200 (tile edges: a partial last tile, exactly two
+// tiles, two tiles plus two rows, four tiles), NH = 1..4, B = 1..3, head size 64 (the packed,
+// 128-bit path) and 10, 12, 32, 40 (zero-padded to 64), a sharp softmax whose
+// running max moves between key tiles, and operands at a 4-byte offset (the
+// scalar loads with hs = 64).
+//   fp32: forward and backward against the CPU backend, |cuda - cpu| <=
+//         2 (atol + rtol |cpu|) with the op harness's attention tolerances
+//         (times scale^2 for the sharp cases: see the test);
+//   bf16: per element against bf16ref (the exact value of the flash formula
+//         with its bf16 roundings; bf16_reference.h), no other slack;
+//   both: the same bits under the three emulator run orders (no atomics), every
+//         element of out and dqkv written (NaN poison before the call).
+// Also: saved/scratch sizes of each path, kClassic still selectable, and the
+// flash path refusing a head size above 64.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "emu/control.h"
+#include "kernels/cuda_backend.h"
+#include "test/backend/harness.h"
+#include "test/backend_cuda/bf16_reference.h"
+
+namespace gpt2 {
+namespace {
+
+using emu::RunOrder;
+
+struct Shape {
+  int B, T, C, NH;
+  double scale;  // of the random qkv (large: sharp softmax)
+  bool offset;   // operands 1 element into their allocation (no 16-byte alignment)
+  std::string str() const {
+    return "B=" + std::to_string(B) + ",T=" + std::to_string(T) + ",C=" + std::to_string(C) +
+           ",NH=" + std::to_string(NH) + (scale != 1.0 ? ",scale=" + std::to_string(scale) : "") +
+           (offset ? ",offset" : "");
+  }
+};
+
+const Shape kShapes[] = {
+    {1, 1, 64, 1, 1.0, false},   {3, 1, 20, 2, 1.0, false},    {2, 17, 128, 2, 1.0, false},
+    {1, 17, 40, 1, 1.0, false},  {3, 65, 256, 4, 1.0, false},  {2, 65, 48, 4, 1.0, false},
+    {1, 128, 192, 3, 1.0, false}, {2, 128, 96, 3, 1.0, false}, {1, 130, 64, 1, 1.0, false},
+    {1, 130, 64, 1, 4.0, false}, {2, 33, 128, 2, 1.0, true},   {1, 70, 36, 3, 3.0, true},
+    {1, 200, 128, 2, 1.0, false},  // 4 key tiles, the last of 8 rows
+};
+
+// Sets an environment variable for a scope (the backends here name their path explicitly).
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    const char* old = std::getenv(name);
+    had_ = old != nullptr;
+    if (had_) old_ = old;
+    setenv(name, value, 1);
+  }
+  ~ScopedEnv() {
+    if (had_)
+      setenv(name_, old_.c_str(), 1);
+    else
+      unsetenv(name_);
+  }
+
+ private:
+  const char* name_;
+  bool had_ = false;
+  std::string old_;
+};
+
+std::vector<float> randn(optest::Rng& rng, size_t n, double scale) {
+  std::vector<float> v(n);
+  for (auto& x : v) x = static_cast<float>(scale * rng.normal());
+  return v;
+}
+
+std::unique_ptr<Backend> make(bool bf16, CudaAttention kind = CudaAttention::kFlash) {
+  CudaBackendOptions o;
+  o.bf16 = bf16;
+  o.attention = kind;
+  return make_cuda_backend(0, o);
+}
+
+// Device tensors of one attention call, optionally 1 element into their allocation.
+struct Call {
+  Backend& be;
+  std::vector<Tensor> owned;
+  Tensor qkv, out, saved, dout, dqkv, scratch;
+  Tensor take(size_t n, BufferRole role, bool offset) {
+    Tensor t = be.alloc(n + (offset ? 1 : 0), role);
+    owned.push_back(t);
+    return offset ? t.slice(1, n) : t;
+  }
+  Call(Backend& b, const Shape& s) : be(b) {
+    const size_t n = size_t(s.B) * s.T * s.C;
+    qkv = take(3 * n, BufferRole::kActivations, s.offset);
+    out = take(n, BufferRole::kActivations, s.offset);
+    saved = take(be.attention_saved_numel(s.B, s.T, s.NH), BufferRole::kActivations, false);
+    dout = take(n, BufferRole::kActivations, s.offset);
+    dqkv = take(3 * n, BufferRole::kActivations, s.offset);
+    scratch = take(be.attention_scratch_numel(s.B, s.T, s.NH), BufferRole::kScratch, false);
+  }
+  ~Call() {
+    for (Tensor t : owned) be.free(t);
+  }
+  // Runs forward and backward on the given inputs; out and dqkv start as NaN.
+  void run(const Shape& s, const std::vector<float>& q, const std::vector<float>& dy, std::vector<float>* o,
+           std::vector<float>* dq) {
+    be.upload(qkv, q.data());
+    be.upload(dout, dy.data());
+    const std::vector<float> nan_out(out.numel, std::numeric_limits<float>::quiet_NaN());
+    const std::vector<float> nan_dqkv(dqkv.numel, std::numeric_limits<float>::quiet_NaN());
+    be.upload(out, nan_out.data());
+    be.upload(dqkv, nan_dqkv.data());
+    be.attention_forward(out, saved, qkv, s.B, s.T, s.C, s.NH);
+    be.attention_backward(dqkv, scratch, dout, qkv, saved, s.B, s.T, s.C, s.NH);
+    o->resize(out.numel);
+    dq->resize(dqkv.numel);
+    be.download(o->data(), out);
+    be.download(dq->data(), dqkv);
+  }
+};
+
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+// Worst |got - want| / (2 (atol + rtol |want|)); > 1 fails. NaN counts as a failure.
+double worst_ratio(const std::vector<float>& got, const std::vector<float>& want, double atol, double rtol,
+                   size_t* where) {
+  double worst = 0;
+  for (size_t i = 0; i < got.size(); i++) {
+    const double r = std::fabs(double(got[i]) - want[i]) / (2 * (atol + rtol * std::fabs(want[i])));
+    if (!(r <= worst)) worst = std::isnan(r) ? INFINITY : r, *where = i;
+  }
+  return worst;
+}
+
+TEST(CudaFlashAttention, Fp32MatchesCpuBackendUnderEveryRunOrder) {
+  auto cpu = make_cpu_backend(0);
+  auto cuda = make(false);
+  optest::Rng rng(20261123);
+  for (const Shape& s : kShapes) {
+    const size_t n = size_t(s.B) * s.T * s.C;
+    const std::vector<float> qkv = randn(rng, 3 * n, s.scale), dy = randn(rng, n, 1.0);
+    std::vector<float> want_out, want_dq;
+    {
+      Shape plain = s;
+      plain.offset = false;
+      Call c(*cpu, plain);
+      c.run(plain, qkv, dy, &want_out, &want_dq);
+    }
+    std::vector<float> first_out, first_dq;
+    for (RunOrder order : {RunOrder::kForward, RunOrder::kReverse, RunOrder::kRandom}) {
+      emu::ScopedRunOrder scoped(order, 11);
+      Call c(*cuda, s);
+      std::vector<float> out, dq;
+      c.run(s, qkv, dy, &out, &dq);
+      // Scores grow with scale^2, and an fp32 score's absolute error (u |s|) becomes a
+      // relative error of exp(s - m): the harness tolerances (for scale 1) times scale^2.
+      const double k = s.scale * s.scale;
+      size_t at = 0;
+      const double wf = worst_ratio(out, want_out, 2e-6 * k, 2e-6 * k, &at);
+      EXPECT_LE(wf, 1.0) << s.str() << " out[" << at << "] " << out[at] << " vs cpu " << want_out[at];
+      const double wb = worst_ratio(dq, want_dq, 5e-6 * k * std::sqrt(double(s.T)), 5e-6 * k, &at);
+      EXPECT_LE(wb, 1.0) << s.str() << " dqkv[" << at << "] " << dq[at] << " vs cpu " << want_dq[at];
+      if (first_out.empty()) {
+        first_out = out, first_dq = dq;
+      } else {
+        EXPECT_TRUE(same_bits(out, first_out)) << s.str() << ": out depends on the run order";
+        EXPECT_TRUE(same_bits(dq, first_dq)) << s.str() << ": dqkv depends on the run order";
+      }
+    }
+  }
+}
+
+TEST(CudaFlashAttention, Bf16MatchesFlashReferencePerElement) {
+  auto cuda = make(true);
+  optest::Rng rng(20261124);
+  for (const Shape& s : kShapes) {
+    if (s.T > 65 && s.B * s.NH > 3) continue;  // the fp64 reference is O(B NH T^2 hs); keep it quick
+    const size_t n = size_t(s.B) * s.T * s.C;
+    std::vector<float> qkv = randn(rng, 3 * n, s.scale), dy = randn(rng, n, 1.0);
+    for (auto& x : qkv) x = bf16ref::round_bf16(x);  // what the device holds
+    for (auto& x : dy) x = bf16ref::round_bf16(x);
+    std::vector<bf16ref::Output> ref_out, ref_dq;
+    {
+      ScopedEnv flash_reference("GPT2_ATTENTION", "flash");  // bf16ref follows GPT2_ATTENTION
+      ref_out = bf16ref::attention_forward(qkv, s.B, s.T, s.C, s.NH);
+      ref_dq = bf16ref::attention_backward(dy, qkv, s.B, s.T, s.C, s.NH);
+    }
+    std::vector<float> first_out, first_dq;
+    for (RunOrder order : {RunOrder::kForward, RunOrder::kReverse, RunOrder::kRandom}) {
+      emu::ScopedRunOrder scoped(order, 5);
+      Call c(*cuda, s);
+      std::vector<float> out, dq;
+      c.run(s, qkv, dy, &out, &dq);
+      std::string problems;
+      EXPECT_EQ(bf16ref::compare(out, ref_out[0], s.str() + " out", &problems).failures, 0u) << problems;
+      EXPECT_EQ(bf16ref::compare(dq, ref_dq[0], s.str() + " dqkv", &problems).failures, 0u) << problems;
+      if (first_out.empty()) {
+        first_out = out, first_dq = dq;
+      } else {
+        EXPECT_TRUE(same_bits(out, first_out)) << s.str() << ": out depends on the run order";
+        EXPECT_TRUE(same_bits(dq, first_dq)) << s.str() << ": dqkv depends on the run order";
+      }
+    }
+  }
+}
+
+TEST(CudaFlashAttention, SavedAndScratchSizes) {
+  const int B = 3, T = 17, NH = 4;
+  const size_t rows = size_t(B) * NH * T;
+  EXPECT_EQ(make(false)->attention_saved_numel(B, T, NH), rows);          // fp32 lse
+  EXPECT_EQ(make(true)->attention_saved_numel(B, T, NH), 2 * rows);       // the same bytes in bf16 elements
+  EXPECT_EQ(make(false)->attention_scratch_numel(B, T, NH), rows);        // D
+  EXPECT_EQ(make(true)->attention_scratch_numel(B, T, NH), rows);
+  EXPECT_EQ(make(false, CudaAttention::kClassic)->attention_saved_numel(B, T, NH), rows * T);  // P
+  EXPECT_EQ(make(true, CudaAttention::kClassic)->attention_saved_numel(B, T, NH), rows * T);
+}
+
+// Head size 72: flash refuses it by name; the classic path (selected by option) runs it.
+TEST(CudaFlashAttention, LargeHeadSizeNeedsClassic) {
+  const Shape s{2, 9, 144, 2, 1.0, false};
+  optest::Rng rng(7);
+  const size_t n = size_t(s.B) * s.T * s.C;
+  const std::vector<float> qkv = randn(rng, 3 * n, 1.0), dy = randn(rng, n, 1.0);
+  {
+    auto flash = make(false);
+    Call c(*flash, s);
+    std::vector<float> out, dq;
+    try {
+      c.run(s, qkv, dy, &out, &dq);
+      ADD_FAILURE() << "flash attention accepted head size 72";
+    } catch (const std::runtime_error& e) {
+      EXPECT_NE(std::string(e.what()).find("head size <= 64"), std::string::npos) << e.what();
+    }
+  }
+  auto cpu = make_cpu_backend(0);
+  auto classic = make(false, CudaAttention::kClassic);
+  std::vector<float> want_out, want_dq, out, dq;
+  Call(*cpu, s).run(s, qkv, dy, &want_out, &want_dq);
+  Call(*classic, s).run(s, qkv, dy, &out, &dq);
+  size_t at = 0;
+  EXPECT_LE(worst_ratio(out, want_out, 2e-6, 2e-6, &at), 1.0) << at;
+  EXPECT_LE(worst_ratio(dq, want_dq, 5e-6 * std::sqrt(double(s.T)), 5e-6, &at), 1.0) << at;
+}
+
+}  // namespace
+}  // namespace gpt2
