@@ -58,6 +58,14 @@ void gemm_batch(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, flo
                 const Matrix& b, float beta, const Matrix* c, int64_t batch, std::vector<float>& a_buf,
                 std::vector<float>& b_buf, std::vector<float>& acc);
 
+// TF32 (CUBLAS_COMPUTE_32F_FAST_TF32, CUBLAS_TF32_TENSOR_OP_MATH): the inputs rounded
+// to a 10-bit mantissa, nearest, ties away from zero; accumulation stays fp32.
+float round_to_tf32(float x);
+// gemm_batch with the inputs rounded to TF32 when `tf32`.
+void gemm_batch_tf32(bool tf32, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                     const Matrix& a, const Matrix& b, float beta, const Matrix* c, int64_t batch,
+                     std::vector<float>& a_buf, std::vector<float>& b_buf, std::vector<float>& acc);
+
 }  // namespace emu
 }  // namespace gpt2
 

@@ -7,11 +7,18 @@
 // exact in fp32), one rounding to the output type. The inner product runs on
 // OpenBLAS sgemm after converting op(A)/op(B) to dense fp32. Plain cuBLAS accepts
 // any alignment and leading dimension (unlike cuBLASLt's heuristic).
+// TF32: with CUBLAS_COMPUTE_32F_FAST_TF32, or CUBLAS_COMPUTE_32F on a handle whose
+// math mode is CUBLAS_TF32_TENSOR_OP_MATH, every element of op(A) and op(B) is
+// rounded to TF32 (10-bit mantissa; to nearest, ties away from zero, as PTX's
+// cvt.rna.tf32.f32) before the fp32 product; the accumulation stays fp32. A GPU's
+// kernels may round differently (or truncate), so only the error bound carries
+// over, not the bits. bf16/fp16 inputs are exact in TF32 (the rounding is a no-op).
 #include <cublas_v2.h>
 
 #include <cblas.h>
 
 #include <algorithm>
+#include <cstring>
 #include <new>
 #include <vector>
 
@@ -26,27 +33,50 @@ struct cublasContext {
 
 namespace gpt2 {
 namespace emu {
+
 namespace {
 
-// op(M) as dense fp32 row-major (rows x cols).
-void gather(const Matrix& m, int64_t batch, bool transposed, int64_t rows, int64_t cols, std::vector<float>& out) {
+// op(M) as dense fp32 row-major (rows x cols), each element rounded to TF32 if `tf32`.
+void gather(const Matrix& m, int64_t batch, bool transposed, int64_t rows, int64_t cols, bool tf32,
+            std::vector<float>& out) {
   out.resize(static_cast<size_t>(rows * cols));
   int64_t base = batch * m.batch_stride;
   for (int64_t r = 0; r < rows; ++r)
-    for (int64_t c = 0; c < cols; ++c)
-      out[static_cast<size_t>(r * cols + c)] =
-          transposed ? load(m.type, m.ptr, base + c + r * m.ld) : load(m.type, m.ptr, base + r + c * m.ld);
+    for (int64_t c = 0; c < cols; ++c) {
+      const float v = transposed ? load(m.type, m.ptr, base + c + r * m.ld) : load(m.type, m.ptr, base + r + c * m.ld);
+      out[static_cast<size_t>(r * cols + c)] = tf32 ? round_to_tf32(v) : v;
+    }
 }
 
 }  // namespace
 
+// fp32 -> TF32 (1 sign, 8 exponent, 10 mantissa bits, kept in a float with the low
+// 13 bits zero): to nearest, ties away from zero; Inf and NaN unchanged; a value
+// within half a TF32 ulp of 2^128 becomes Inf.
+float round_to_tf32(float x) {
+  uint32_t u;
+  std::memcpy(&u, &x, sizeof u);
+  if ((u & 0x7f800000u) != 0x7f800000u) {
+    u += 0x1000u;  // half of the dropped 13 bits' range, on the magnitude
+    u &= 0xffffe000u;
+  }
+  std::memcpy(&x, &u, sizeof x);
+  return x;
+}
+
 void gemm_batch(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const Matrix& a,
                 const Matrix& b, float beta, const Matrix* c, int64_t batch, std::vector<float>& a_buf,
                 std::vector<float>& b_buf, std::vector<float>& acc) {
+  gemm_batch_tf32(false, trans_a, trans_b, m, n, k, alpha, a, b, beta, c, batch, a_buf, b_buf, acc);
+}
+
+void gemm_batch_tf32(bool tf32, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                     const Matrix& a, const Matrix& b, float beta, const Matrix* c, int64_t batch,
+                     std::vector<float>& a_buf, std::vector<float>& b_buf, std::vector<float>& acc) {
   acc.assign(static_cast<size_t>(m * n), 0.0f);
   if (k > 0 && alpha != 0.0f) {
-    gather(a, batch, trans_a, m, k, a_buf);
-    gather(b, batch, trans_b, k, n, b_buf);
+    gather(a, batch, trans_a, m, k, tf32, a_buf);
+    gather(b, batch, trans_b, k, n, tf32, b_buf);
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(m), static_cast<int>(n),
                 static_cast<int>(k), alpha, a_buf.data(), static_cast<int>(k), b_buf.data(), static_cast<int>(n), 0.0f,
                 acc.data(), static_cast<int>(n));
@@ -86,11 +116,14 @@ cublasStatus_t gemm_common(cublasHandle_t handle, cublasOperation_t transa, cubl
   // Pointer mode device or host: both are host-addressable in emulation.
   float alpha_v = *static_cast<const float*>(alpha), beta_v = *static_cast<const float*>(beta);
   Matrix a{A, Atype, lda, strideA}, b{B, Btype, ldb, strideB}, c{C, Ctype, ldc, strideC};
+  // TF32: asked for by the compute type, or allowed by the math mode for plain fp32 compute.
+  const bool tf32 = compute == CUBLAS_COMPUTE_32F_FAST_TF32 ||
+                    (compute == CUBLAS_COMPUTE_32F && (handle->math_mode & 0xf) == CUBLAS_TF32_TENSOR_OP_MATH);
   auto work = [=] {
     std::vector<float> a_buf, b_buf, acc;
     for (int batch = 0; batch < batch_count; ++batch) {
-      gemm_batch(is_transposed(transa), is_transposed(transb), m, n, k, alpha_v, a, b, beta_v, &c, batch, a_buf, b_buf,
-                 acc);
+      gemm_batch_tf32(tf32, is_transposed(transa), is_transposed(transb), m, n, k, alpha_v, a, b, beta_v, &c, batch,
+                      a_buf, b_buf, acc);
       int64_t base = batch * strideC;
       for (int64_t i = 0; i < m; ++i)
         for (int64_t j = 0; j < n; ++j) store(Ctype, C, base + i + j * ldc, acc[static_cast<size_t>(i * n + j)]);

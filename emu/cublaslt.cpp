@@ -1,6 +1,8 @@
 // cuBLASLt for the emulator, implemented against the toolkit's declarations
 // (cublasLt.h) so host code runs unchanged. The arithmetic is emu/cublas.cpp's
-// (fp32 GEMM core, one rounding to D's type) plus the epilogues.
+// (fp32 GEMM core, one rounding to D's type) plus the epilogues. The compute type
+// CUBLAS_COMPUTE_32F_FAST_TF32 rounds A's and B's elements to TF32 first (as
+// emu/cublas.cpp); cuBLASLt has no math mode.
 //
 // The emulated library refuses what a GPU's cuBLASLt refuses (cublasLt.h, CUDA 13),
 // so code tested here has a fallback wherever a GPU might need one:
@@ -43,6 +45,7 @@ struct cublasLtContext {
 
 namespace gpt2 {
 namespace emu {
+
 namespace {
 
 // ---- the refusal switch ---------------------------------------------------------------------
@@ -340,9 +343,10 @@ void bias_gradient(const Problem& p, int64_t batch, const void* A, const void* B
 void run_matmul(const Problem& p, float alpha, const void* A, const void* B, float beta, const void* C, void* D) {
   Matrix a{A, p.la.type, p.la.ld, p.la.batch_stride}, b{B, p.lb.type, p.lb.ld, p.lb.batch_stride};
   Matrix c{C, p.lc.type, p.lc.ld, p.lc.batch_stride};
+  const bool tf32 = p.d.compute == CUBLAS_COMPUTE_32F_FAST_TF32;
   std::vector<float> a_buf, b_buf, acc;
   for (int64_t batch = 0; batch < p.ld.batch_count; ++batch) {
-    gemm_batch(p.ta, p.tb, p.m, p.n, p.k, alpha, a, b, beta, &c, batch, a_buf, b_buf, acc);
+    gemm_batch_tf32(tf32, p.ta, p.tb, p.m, p.n, p.k, alpha, a, b, beta, &c, batch, a_buf, b_buf, acc);
     apply_epilogue(p, batch, acc);
     const int64_t d_base = batch * p.ld.batch_stride;
     for (int64_t i = 0; i < p.m; ++i)

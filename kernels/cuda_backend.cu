@@ -89,6 +89,9 @@ class CudaBackend final : public Backend {
       blas_.stream = stream_;
       blas_.use_lt = options.use_cublaslt;
       blas_.lt_bias_grad = options.cublaslt_bias_grad;
+      // TF32 in fp32 mode: compute types in kernels/matmul.cuh, math mode for attention's GEMMs.
+      blas_.tf32 = options.tf32 && !options.bf16;
+      if (blas_.tf32) CUBLAS_CHECK(cublasSetMathMode(blas_.blas, CUBLAS_TF32_TENSOR_OP_MATH));
       blas_.lt_workspace_bytes = options.use_cublaslt ? options.cublaslt_workspace_bytes : 0;
       if (blas_.lt_workspace_bytes > 0)
         CUDA_CHECK(cudaMalloc(&blas_.lt_workspace, blas_.lt_workspace_bytes));
@@ -455,6 +458,8 @@ int cuda_device_count() {
   }
   return count;
 }
+
+bool cuda_tf32_default() { return GPT2_EMULATED == 0; }
 
 std::unique_ptr<Backend> make_cuda_backend(int device) {
   return make_cuda_backend(device, CudaBackendOptions{});

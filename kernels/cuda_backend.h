@@ -35,6 +35,14 @@ struct CudaBackendOptions {
   // ids stay 4-byte). With bf16, pass an fp32 (kOptimizer) `master` to
   // adamw_update so the weights do not lose the small updates to rounding.
   bool bf16 = false;
+  // fp32 storage only: the GEMMs (linear layers, classic attention) may run on
+  // TF32 tensor cores (inputs rounded to a 10-bit mantissa, fp32 accumulation):
+  // CUBLAS_COMPUTE_32F_FAST_TF32 for cublasGemmEx and cuBLASLt, and the handle's
+  // math mode CUBLAS_TF32_TENSOR_OP_MATH. About 1e-3 relative error per product
+  // sum, several times the fp32 GEMM throughput. Off by default here (results
+  // comparable with the CPU backend); the trainer's --tf32 auto turns it on for a
+  // real GPU (cuda_tf32_default()). Ignored with bf16 storage.
+  bool tf32 = false;
   // Synchronise and check the stream after every op, so a device fault names
   // the op that caused it (slow; for debugging). Also on with CUDA_LAUNCH_BLOCKING=1.
   bool sync_after_ops = false;
@@ -48,6 +56,10 @@ struct CudaBackendOptions {
 // Visible CUDA devices; 0 when there is no GPU or no usable driver (never throws),
 // so `--device auto` can fall back to the CPU backend.
 int cuda_device_count();
+
+// What --tf32 auto means: true for the backend built by nvcc for a GPU, false for
+// the emulated build (so the emulated trainer stays comparable with the CPU one).
+bool cuda_tf32_default();
 
 // Throws std::runtime_error when the device does not exist.
 std::unique_ptr<Backend> make_cuda_backend(int device);

@@ -3,8 +3,10 @@
 // Row-major tensors are column-major transposes, so every product is issued
 // as its transpose: out^T[OC,N] = (w as C x OC)^T (inp as C x N), i.e. cuBLAS
 // sees A = w (transposed), B = inp, D = out (OC x N, ld OC). Compute type fp32
-// (CUBLAS_COMPUTE_32F: no TF32, results comparable with the CPU backend); the
-// matrices are T (float or __nv_bfloat16), the bias-gradient partials fp32.
+// (CUBLAS_COMPUTE_32F: results comparable with the CPU backend), or with
+// BlasContext::tf32 and float matrices CUBLAS_COMPUTE_32F_FAST_TF32 (inputs
+// rounded to TF32 on tensor cores, fp32 accumulation); the matrices are T
+// (float or __nv_bfloat16), the bias-gradient partials fp32.
 //
 // Two paths, selected per backend (CudaBackendOptions::use_cublaslt):
 //   cuBLASLt (default)  forward: one cublasLtMatmul with the BIAS epilogue (bias
@@ -32,7 +34,8 @@
 //   cuBLAS              cublasGemmEx for the products; bias added by a kernel
 //                       (one read + write of out, a second rounding in bf16);
 //                       dbias by a deterministic two-stage column sum (fixed row
-//                       chunks, partials summed in chunk order).
+//                       chunks, 128-bit loads where OC and dout allow, partials
+//                       summed in chunk order).
 #ifndef KERNELS_MATMUL_CUH
 #define KERNELS_MATMUL_CUH
 
@@ -43,6 +46,7 @@
 #include <utility>
 
 #include "kernels/common.cuh"
+#include "kernels/pack128.cuh"
 
 namespace gpt2 {
 namespace kern {
@@ -84,6 +88,7 @@ struct BlasContext {
   cudaStream_t stream = nullptr;
   bool use_lt = true;
   bool lt_bias_grad = true;  // fp32: BGRADB epilogue for dbias (else the column-sum kernels)
+  bool tf32 = false;         // float GEMMs on TF32 tensor cores (CUBLAS_COMPUTE_32F_FAST_TF32)
   // Per problem: the descriptors and the heuristic's answer, built on the first call.
   mutable std::map<LtKey, LtPlan> lt_plans;
 };
@@ -105,16 +110,38 @@ __global__ void broadcast_bias_kernel(T* out, const T* bias, int N, int OC) {
 }
 
 // partials[chunk][OC]: column sums of rows [chunk*rows_per_chunk, ...) of x[N,OC].
-template <class T>
+// Block (kSumCols packs of P columns) x (kSumRows row lanes), 256 threads: lane y
+// adds rows r0+y, r0+y+8, ... of its P columns (one 128-bit load per row when P is
+// a pack), then the 8 lane sums are added in lane order through shared memory. The
+// order of every column's sum depends only on N, so P = 1 (any OC, any alignment)
+// and the packed kernel give the same bits, and the result is deterministic.
+constexpr int kSumCols = 32, kSumRows = 8;
+template <class T, int P>
 __global__ void column_sum_partials_kernel(float* partials, const T* x, int N, int OC,
                                            int rows_per_chunk) {
-  const int c = blockIdx.x * blockDim.x + threadIdx.x;
-  if (c >= OC) return;
+  __shared__ float lanes[kSumRows][kSumCols * P];
+  const int tx = threadIdx.x % kSumCols, ty = threadIdx.x / kSumCols;
+  const int c0 = (blockIdx.x * kSumCols + tx) * P;
   const int r0 = blockIdx.y * rows_per_chunk;
   const int r1 = min(N, r0 + rows_per_chunk);
-  float s = 0.0f;
-  for (int r = r0; r < r1; r++) s += to_float(x[static_cast<size_t>(r) * OC + c]);
-  partials[static_cast<size_t>(blockIdx.y) * OC + c] = s;
+  float s[P];
+  for (int k = 0; k < P; k++) s[k] = 0.0f;
+  if (c0 < OC) {  // OC % P == 0 when P > 1
+    for (int r = r0 + ty; r < r1; r += kSumRows) {
+      float f[P];
+      load_floats<P>(f, x + static_cast<size_t>(r) * OC + c0);
+      for (int k = 0; k < P; k++) s[k] += f[k];
+    }
+  }
+  for (int k = 0; k < P; k++) lanes[ty][tx * P + k] = s[k];
+  __syncthreads();
+  for (int j = threadIdx.x; j < kSumCols * P; j += blockDim.x) {
+    const int c = blockIdx.x * kSumCols * P + j;
+    if (c >= OC) continue;
+    float t = 0.0f;
+    for (int y = 0; y < kSumRows; y++) t += lanes[y][j];
+    partials[static_cast<size_t>(blockIdx.y) * OC + c] = t;
+  }
 }
 
 // dst[c] += sum_k partials[k][c], k in order.
@@ -147,12 +174,19 @@ inline uint32_t matrix_alignment(const void* p, int ld, size_t elem) {
   return ptr < col ? ptr : col;
 }
 
+// The compute type of a GEMM on matrices of `type`: TF32 only for fp32 matrices
+// (cuBLAS offers CUBLAS_COMPUTE_32F_FAST_TF32 for CUDA_R_32F inputs only).
+inline cublasComputeType_t compute_type(const BlasContext& ctx, cudaDataType_t type) {
+  return ctx.tf32 && type == CUDA_R_32F ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+}
+
 // Descriptors of D[m,n] = op(A)[m,k] op(B)[k,n] (+ beta D), fp32 compute. The bias
 // vector's type is left at its default, D's type: the only one cuBLASLt supports
 // here (cublasLt.h, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE); its pointer is set per call.
-inline void lt_describe(LtCall& call, cudaDataType_t type, bool trans_a, bool trans_b, int m, int n, int k,
-                        int lda, int ldb, int ldd, cublasLtEpilogue_t epilogue) {
-  CUBLAS_CHECK(cublasLtMatmulDescCreate(&call.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+inline void lt_describe(LtCall& call, cublasComputeType_t compute, cudaDataType_t type, bool trans_a,
+                        bool trans_b, int m, int n, int k, int lda, int ldb, int ldd,
+                        cublasLtEpilogue_t epilogue) {
+  CUBLAS_CHECK(cublasLtMatmulDescCreate(&call.op, compute, CUDA_R_32F));
   const cublasOperation_t ta = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
   const cublasOperation_t tb = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
   CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(call.op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
@@ -213,7 +247,7 @@ inline bool lt_matmul(const BlasContext& ctx, cudaDataType_t type, bool trans_a,
   if (plan == ctx.lt_plans.end()) {
     LtPlan fresh;
     fresh.call = std::make_unique<LtCall>();
-    lt_describe(*fresh.call, type, trans_a, trans_b, m, n, k, lda, ldb, ldd, epilogue);
+    lt_describe(*fresh.call, compute_type(ctx, type), type, trans_a, trans_b, m, n, k, lda, ldb, ldd, epilogue);
     const LtPlan answer = lt_query(ctx, *fresh.call, align_a, align_b, align_d);
     fresh.usable = answer.usable;
     fresh.algo = answer.algo;
@@ -233,7 +267,7 @@ inline bool lt_matmul(const BlasContext& ctx, cudaDataType_t type, bool trans_a,
 }
 
 // ---- cuBLAS and kernels -----------------------------------------------------------------------
-// Column-major C = op(A) op(B) + beta C, type T, fp32 compute.
+// Column-major C = op(A) op(B) + beta C, type T, fp32 (or TF32) compute.
 template <class T>
 void gemm_ex(const BlasContext& ctx, bool trans_a, bool trans_b, int m, int n, int k, const T* A,
              int lda, const T* B, int ldb, float beta, T* C, int ldc) {
@@ -241,7 +275,7 @@ void gemm_ex(const BlasContext& ctx, bool trans_a, bool trans_b, int m, int n, i
   const cudaDataType_t type = cuda_data_type<T>();
   CUBLAS_CHECK(cublasGemmEx(ctx.blas, trans_a ? CUBLAS_OP_T : CUBLAS_OP_N,
                             trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, m, n, k, &alpha, A, type, lda, B,
-                            type, ldb, &beta, C, type, ldc, CUBLAS_COMPUTE_32F,
+                            type, ldb, &beta, C, type, ldc, compute_type(ctx, type),
                             CUBLAS_GEMM_DEFAULT));
 }
 
@@ -254,15 +288,27 @@ void launch_bias_kernel(const BlasContext& ctx, bool broadcast, T* out, const T*
                 ctx.stream, out, bias, N, OC);
 }
 
+// True when the column sums of dout[N,OC] take the packed kernel.
+template <class T>
+bool column_sums_pack(const T* dout, int OC) {
+  return can_pack(static_cast<size_t>(OC), kPack<T>, dout);
+}
+
 // dbias[OC] += column sums of dout[N,OC] (fixed row chunks, partials in order).
 template <class T>
 void column_sums_into(const BlasContext& ctx, T* dbias, float* scratch, const T* dout, int N, int OC) {
   const int chunks = column_sum_chunks(N);
   const int rows_per_chunk = static_cast<int>(ceil_div(N, chunks));
-  auto partials_kernel = column_sum_partials_kernel<T>;
   auto accumulate_kernel = accumulate_partials_kernel<T>;
-  LAUNCH_KERNEL(partials_kernel, dim3(ceil_div(OC, kMatmulBlock), chunks), kMatmulBlock, 0,
-                ctx.stream, scratch, dout, N, OC, rows_per_chunk);
+  if (column_sums_pack(dout, OC)) {
+    auto partials_kernel = column_sum_partials_kernel<T, kPack<T>>;
+    LAUNCH_KERNEL(partials_kernel, dim3(ceil_div(OC, kSumCols * kPack<T>), chunks), kSumCols * kSumRows, 0,
+                  ctx.stream, scratch, dout, N, OC, rows_per_chunk);
+  } else {
+    auto partials_kernel = column_sum_partials_kernel<T, 1>;
+    LAUNCH_KERNEL(partials_kernel, dim3(ceil_div(OC, kSumCols), chunks), kSumCols * kSumRows, 0,
+                  ctx.stream, scratch, dout, N, OC, rows_per_chunk);
+  }
   LAUNCH_KERNEL(accumulate_kernel, ceil_div(OC, kMatmulBlock), kMatmulBlock, 0, ctx.stream, dbias,
                 scratch, chunks, OC);
 }

@@ -36,6 +36,10 @@ $(KCUDA_ASAN_TEST): $(KCUDA_TEST_SRCS:%.cpp=$(BUILD)/asan/%.o) $(KCUDA_HARNESS:%
 	@mkdir -p $(@D)
 	$(CXX) $(EMU_SANITIZE) $(LDFLAGS) $^ $(EMU_LIBS) $(BACKEND_CPU_LDLIBS) -lgtest -lgtest_main -o $@
 
+# cuda_gemm_test.cpp calls cuBLAS, cuBLASLt and the runtime itself: the toolkit's headers.
+$(BUILD)/test/backend_cuda/cuda_gemm_test.o $(BUILD)/asan/test/backend_cuda/cuda_gemm_test.o: \
+  CPPFLAGS += $(EMU_CUDA_INC)
+
 TESTS        += $(KCUDA_TEST) $(KCUDA_ASAN_TEST)
 TEST_SCRIPTS += test/backend_cuda/random_order_test.sh test/backend_cuda/nvcc_compile_test.sh \
                 test/backend_cuda/index_width_test.sh

@@ -136,6 +136,7 @@ const std::vector<OptionSpec>& option_table() {
       // system
       {"device", 0, "auto|cpu|cuda", "auto = CUDA when a GPU is present, else CPU [auto]", [](TrainOptions& o, const char* v) { o.device = choice("device", v, {"auto", "cpu", "cuda"}); }, [](const TrainOptions& o) { return o.device; }},
       {"dtype", 0, "fp32|bf16", "CUDA: parameter/activation storage; bf16 keeps fp32 master weights and moments [fp32]", [](TrainOptions& o, const char* v) { o.dtype = choice("dtype", v, {"fp32", "bf16"}); }, [](const TrainOptions& o) { return o.dtype; }},
+      {"tf32", 0, "on|off|auto", "CUDA, --dtype fp32: run the GEMMs on TF32 tensor cores (inputs rounded to a 10-bit mantissa, ~1e-3 relative error, several times faster); auto = on for a GPU, off in the emulated build [auto]", [](TrainOptions& o, const char* v) { o.tf32 = choice("tf32", v, {"on", "off", "auto"}); }, [](const TrainOptions& o) { return o.tf32; }},
       {"threads", 0, "N", "CPU threads; 0 = OpenMP default [0]", INT(threads, "threads", 0, 4096)},
       {"zero-stage", 0, "0|1|2", "ZeRO: 0 all-reduce, 1 shard optimizer state, 2 also shard gradients [0]", INT(zero_stage, "zero-stage", 0, 2)},
       {"recompute", 0, "0|1", "activation recomputation: 0 keeps all activations; 1 keeps one layer's GELU output and recomputes it in the backward (saves (L-1)*B*T*4C activations, ~2% more FLOPs) [0]", INT(recompute, "recompute", 0, 1)},

@@ -22,6 +22,9 @@ std::unique_ptr<Backend> pick_backend(const TrainOptions& o, const DistContext& 
   if (gpus > 0) {
     CudaBackendOptions co;
     co.bf16 = o.dtype == "bf16";
+    // --tf32 auto: on for the nvcc build on a GPU, off for the emulated trainer
+    // (whose fp32 runs are compared with the CPU backend).
+    co.tf32 = o.tf32 == "on" || (o.tf32 == "auto" && cuda_tf32_default());
     return make_cuda_backend(cuda_device_for_rank(dist, gpus, std::getenv("CUDA_VISIBLE_DEVICES")), co);
   }
   if (o.device == "cuda") throw std::runtime_error("--device cuda: no CUDA device is visible");

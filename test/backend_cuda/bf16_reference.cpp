@@ -593,6 +593,8 @@ std::vector<Output> scale(const Vec& x, float s) {
 
 // ---- classifier (kernels/classifier.cuh) ---------------------------------------------------------
 // S = sum_j expf(l_j - m) in fp64; loss = log S + m - l_t (fp64, then fp32, then bf16);
+// (the kernel takes each expf relative to a thread's running max m' <= m and rescales
+// its sum by exp(m' - m) in fp64: |l_j - m'| <= |l_j - m|, so the per-term bound holds)
 // dlogits_j = expf(l_j - m) * fp32(dloss / S) - dloss [j == t], padded columns 0.
 std::vector<Output> classifier(const Vec& logits, const std::vector<int32_t>& targets, int N, int V, int Vp,
                                float dloss) {

@@ -27,7 +27,8 @@ trap 'rm -rf "$work"' EXIT
 args=(--model "$work/model.bin" --train-data "$work/train.bin" --no-shuffle -B 2 -T 8 --lr 1e-2
       --lr-schedule constant --weight-decay 0.1 --max-steps 10 --val-every 0 --sample-every 0)
 "$cpu_trainer" --device cpu "${args[@]}" --log-jsonl "$work/cpu.jsonl" > "$work/cpu.log" 2>&1
-"$cuda_trainer" --device cuda "${args[@]}" --log-jsonl "$work/cuda.jsonl" > "$work/cuda.log" 2>&1 \
+# --tf32 off: the nvcc build (scripts/gpu_check.sh runs this script with it) defaults to TF32 GEMMs.
+"$cuda_trainer" --device cuda --tf32 off "${args[@]}" --log-jsonl "$work/cuda.jsonl" > "$work/cuda.log" 2>&1 \
   || { cat "$work/cuda.log"; exit 1; }
 grep -q "backend      cuda" "$work/cuda.log" || { echo "FAIL: the emulated run did not use the CUDA backend"; exit 1; }
 "$cuda_trainer" --device cuda --dtype bf16 "${args[@]}" --log-jsonl "$work/bf16.jsonl" \
