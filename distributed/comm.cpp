@@ -1,5 +1,6 @@
 #include "distributed/comm.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <numeric>
 #include <stdexcept>
@@ -133,6 +134,58 @@ void Communicator::broadcast(void* buf, size_t bytes, int root) {
   if (bytes == 0) return;
   InFlight in_flight(slot_, comm_call_name(CommCall::kBroadcast));
   do_broadcast(buf, bytes, root);
+}
+
+void Communicator::reduce_pieces(void* buf, const std::vector<ReducePiece>& pieces, DataType type,
+                                 ReduceOp op) {
+  check_reduction("reduce_pieces", type, op);
+  const size_t eb = data_type_bytes(type);
+  uint64_t all = 0, rooted = 0;
+  for (const ReducePiece& p : pieces) {
+    if (p.root < -1 || p.root >= world())
+      throw std::runtime_error(error_prefix() + "reduce_pieces: root " + std::to_string(p.root) +
+                               " outside world of " + std::to_string(world()));
+    (p.root < 0 ? all : rooted) += p.count * eb;
+  }
+  // Overlapping pieces would be reduced twice (and race on a GPU).
+  std::vector<ReducePiece> sorted(pieces);
+  std::sort(sorted.begin(), sorted.end(),
+            [](const ReducePiece& a, const ReducePiece& b) { return a.offset < b.offset; });
+  for (size_t i = 1; i < sorted.size(); ++i)
+    if (sorted[i - 1].count > 0 && sorted[i - 1].offset + sorted[i - 1].count > sorted[i].offset)
+      throw std::runtime_error(error_prefix() + "reduce_pieces: pieces overlap at element " +
+                               std::to_string(sorted[i].offset));
+  if (all > 0) this->count(CommCall::kAllReduce, all, 2 * ring_share(all, world()));
+  if (rooted > 0) this->count(CommCall::kReduceScatter, rooted, ring_share(rooted, world()));
+  if (all + rooted == 0) return;
+  InFlight in_flight(slot_, "reduce_pieces");
+  do_reduce_pieces(buf, pieces, type, op);
+}
+
+void Communicator::do_reduce_pieces(void* buf, const std::vector<ReducePiece>& pieces, DataType type,
+                                    ReduceOp op) {
+  const size_t eb = data_type_bytes(type);
+  for (const ReducePiece& p : pieces) {
+    if (p.count == 0) continue;
+    void* at = static_cast<char*>(buf) + p.offset * eb;
+    do_all_reduce(at, at, p.count, type, op);
+  }
+}
+
+void Communicator::begin_async() {
+  if (async_) throw std::runtime_error(error_prefix() + "begin_async: already asynchronous (not nestable)");
+  async_ = true;
+  do_begin_async();
+}
+
+CommTicket Communicator::end_async() {
+  if (!async_) throw std::runtime_error(error_prefix() + "end_async without begin_async");
+  async_ = false;
+  return do_end_async();
+}
+
+void Communicator::wait(CommTicket ticket) {
+  if (ticket != 0) do_wait(ticket);
 }
 
 void Communicator::barrier() {

@@ -79,6 +79,18 @@ struct CommTraffic {
 };
 using CommStats = std::array<CommTraffic, static_cast<size_t>(CommCall::kCount)>;
 
+// Names the collectives issued between Communicator::begin_async() and
+// end_async(); 0 stands for nothing to wait for.
+using CommTicket = uint64_t;
+
+// One piece of Communicator::reduce_pieces: `count` elements at element
+// `offset` of the buffer, reduced onto rank `root` (-1: onto every rank).
+struct ReducePiece {
+  size_t offset = 0;
+  size_t count = 0;
+  int root = -1;
+};
+
 class Communicator {
  public:
   virtual ~Communicator() { detach_watchdog(); }
@@ -115,6 +127,27 @@ class Communicator {
 
   // buf (bytes) of rank `root` is copied to every rank's buf. NCCL: ncclBroadcast.
   void broadcast(void* buf, size_t bytes, int root);
+
+  // In place, several pieces of one buffer issued together (NCCL: one group of
+  // ncclAllReduce / ncclReduce): piece p's elements are reduced over ranks;
+  // with root r >= 0 the result lands on rank r only and the piece is
+  // unspecified on the other ranks afterwards (ZeRO-1's owner pieces), with
+  // root -1 on every rank. Pieces must not overlap. Traffic: root -1 pieces
+  // count as one all-reduce of their total, rooted ones as one reduce-scatter.
+  void reduce_pieces(void* buf, const std::vector<ReducePiece>& pieces, DataType type, ReduceOp op);
+
+  // Asynchronous issue, for overlapping communication with compute. Between
+  // begin_async() and end_async() the collectives leave out the compute
+  // stream's wait for them (comm_nccl.cpp's "after" event): compute work issued
+  // next may run while they do. end_async() returns a ticket for all of them;
+  // wait(ticket) makes the compute stream wait for them on the device (no host
+  // synchronisation). Until then the caller must neither read their outputs
+  // nor overwrite their inputs. Waiting for a ticket again, or for an old one,
+  // is harmless. Implementations that complete every call inside it (MPI, and
+  // NCCL at world 1) return ticket 0 and wait() does nothing. Not nestable.
+  void begin_async();
+  CommTicket end_async();
+  void wait(CommTicket ticket);
 
   // Returns once every rank has entered. NCCL has no barrier: its implementation
   // does a 1-element all-reduce and synchronizes its stream (so for NCCL it also
@@ -157,6 +190,14 @@ class Communicator {
   virtual void do_all_gather(const void* send, void* recv, size_t send_count, DataType type) = 0;
   virtual void do_broadcast(void* buf, size_t bytes, int root) = 0;
   virtual void do_barrier() = 0;
+  // Default: one in-place all-reduce per piece (valid for rooted pieces too:
+  // the other ranks' contents are unspecified).
+  virtual void do_reduce_pieces(void* buf, const std::vector<ReducePiece>& pieces, DataType type,
+                                ReduceOp op);
+  // Default: calls complete inside (ticket 0).
+  virtual void do_begin_async() {}
+  virtual CommTicket do_end_async() { return 0; }
+  virtual void do_wait(CommTicket) {}
 
   // "rank R/W (host): " for error messages.
   virtual std::string error_prefix() const = 0;
@@ -172,6 +213,7 @@ class Communicator {
   void check_disjoint(const char* call, const void* send, size_t send_bytes, const void* recv,
                       size_t recv_bytes) const;
   CommStats stats_{};
+  bool async_ = false;  // between begin_async and end_async
   CommWatchdog* watchdog_ = nullptr;
   CommWatchdog::Slot* slot_ = nullptr;
 };

@@ -13,6 +13,9 @@
 //           stream: later compute work sees (and does not overwrite) its buffers.
 // Neither blocks the host; compute queued after the collective that does not
 // depend on it could overlap once the caller stops issuing it behind the wait.
+// Asynchronous issue (Communicator::begin_async/end_async/wait): inside it the
+// "after" wait is left out; end_async records a ticket event on the comm
+// stream, which wait() makes the compute stream wait for (device-side only).
 // Test hook: env GPT2_TEST_DROP_COMM_WAIT=before|after leaves that wait out
 // (test/distributed/comm_stream_test.sh proves the emulator then fails).
 // After each call the communicator's asynchronous error state is
@@ -25,6 +28,8 @@
 #include <nccl.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
@@ -125,6 +130,8 @@ class NcclCommunicator final : public Communicator {
     if (barrier_word_ != nullptr) cudaFree(barrier_word_);
     if (ready_ != nullptr) cudaEventDestroy(ready_);
     if (done_ != nullptr) cudaEventDestroy(done_);
+    for (cudaEvent_t e : tickets_)
+      if (e != nullptr) cudaEventDestroy(e);
     if (comm_stream_ != nullptr) cudaStreamDestroy(comm_stream_);
   }
 
@@ -198,6 +205,9 @@ class NcclCommunicator final : public Communicator {
                            DataType type, ReduceOp op) override {
     const size_t eb = data_type_bytes(type);
     if (world_ == 1) return copy(recv, send, counts[0] * eb);
+    // Equal blocks: one ncclReduceScatter does it (the same per-element sums).
+    if (std::all_of(counts.begin(), counts.end(), [&](size_t c) { return c == counts[0]; }))
+      return do_reduce_scatter(send, recv, counts[0], type, op);
     const cudaStream_t s = enter();
     check(ncclGroupStart(), "ncclGroupStart");
     size_t begin = 0;  // elements of send before block r
@@ -215,6 +225,52 @@ class NcclCommunicator final : public Communicator {
     }
     check(ncclGroupEnd(), call_text("ncclGroupEnd of reduce_scatter_v", begin, type));
     leave(s);
+  }
+
+  // One group: an in-place ncclAllReduce per root -1 piece, an in-place
+  // ncclReduce (only the root's copy changes) per rooted piece.
+  void do_reduce_pieces(void* buf, const std::vector<ReducePiece>& pieces, DataType type,
+                        ReduceOp op) override {
+    if (world_ == 1) return;  // a reduction over one rank is the identity
+    const size_t eb = data_type_bytes(type);
+    const cudaStream_t s = enter();
+    check(ncclGroupStart(), "ncclGroupStart");
+    for (const ReducePiece& p : pieces) {
+      if (p.count == 0) continue;
+      void* at = static_cast<char*>(buf) + p.offset * eb;
+      const ncclResult_t res =
+          p.root < 0 ? ncclAllReduce(at, at, p.count, nccl_type(type), nccl_op(op), comm_, s)
+                     : ncclReduce(at, at, p.count, nccl_type(type), nccl_op(op), p.root, comm_, s);
+      if (res != ncclSuccess) {
+        ncclGroupEnd();
+        fail(call_text(p.root < 0 ? "ncclAllReduce" : "ncclReduce", p.count, type) + " of reduce_pieces", res);
+      }
+    }
+    check(ncclGroupEnd(), "ncclGroupEnd of reduce_pieces");
+    leave(s);
+  }
+
+  void do_begin_async() override {
+    async_ = true;
+    async_issued_ = false;
+  }
+
+  // A ticket only when something went to the comm stream (world 1 copies and
+  // empty calls stay on the compute stream).
+  CommTicket do_end_async() override {
+    async_ = false;
+    if (!async_issued_) return 0;
+    const CommTicket t = ++last_ticket_;
+    check_cuda(cudaEventRecord(tickets_[t % kTicketEvents], comm_stream_), "cudaEventRecord of a ticket");
+    return t;
+  }
+
+  // A ticket's event may since carry a later ticket's record: waiting for that
+  // waits longer (the comm stream is in order), never too little.
+  void do_wait(CommTicket t) override {
+    if (t > last_ticket_) throw std::runtime_error(prefix_ + "wait: unknown ticket " + std::to_string(t));
+    check_cuda(cudaStreamWaitEvent(stream_, tickets_[t % kTicketEvents], 0),
+               "cudaStreamWaitEvent of the compute stream for a ticket");
   }
 
   // The interface has checked NCCL's in-place rule (send == recv + rank * block).
@@ -286,7 +342,12 @@ class NcclCommunicator final : public Communicator {
 
   // Later compute work after the collective (event `done_`).
   void leave(cudaStream_t used) {
-    if (drop_after_ || used == stream_) return;
+    if (used == stream_) return;
+    if (async_) {  // the caller waits for the ticket
+      async_issued_ = true;
+      return;
+    }
+    if (drop_after_) return;
     check_cuda(cudaEventRecord(done_, comm_stream_), "cudaEventRecord on the comm stream");
     check_cuda(cudaStreamWaitEvent(stream_, done_, 0), "cudaStreamWaitEvent of the compute stream");
   }
@@ -322,6 +383,8 @@ class NcclCommunicator final : public Communicator {
     if (e == cudaSuccess) e = cudaStreamCreateWithPriority(&comm_stream_, cudaStreamNonBlocking, greatest);
     if (e == cudaSuccess) e = cudaEventCreateWithFlags(&ready_, cudaEventDisableTiming);
     if (e == cudaSuccess) e = cudaEventCreateWithFlags(&done_, cudaEventDisableTiming);
+    for (cudaEvent_t& t : tickets_)
+      if (e == cudaSuccess) e = cudaEventCreateWithFlags(&t, cudaEventDisableTiming);
     if (e != cudaSuccess) return where + "creating the comm stream and its events failed: " + cudaGetErrorString(e);
     return {};
   }
@@ -412,6 +475,10 @@ class NcclCommunicator final : public Communicator {
   cudaEvent_t ready_ = nullptr;         // compute -> comm (enter)
   cudaEvent_t done_ = nullptr;          // comm -> compute (leave)
   bool drop_before_ = false, drop_after_ = false;  // GPT2_TEST_DROP_COMM_WAIT
+  static constexpr size_t kTicketEvents = 8;  // reused round robin (see do_wait)
+  std::array<cudaEvent_t, kTicketEvents> tickets_{};
+  CommTicket last_ticket_ = 0;
+  bool async_ = false, async_issued_ = false;
   ncclComm_t comm_ = nullptr;
   void* barrier_word_ = nullptr;  // device int32 reduced by barrier()
   bool failed_ = false;           // abort instead of destroy

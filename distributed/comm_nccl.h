@@ -7,7 +7,9 @@
 // compute stream), and `cuda_stream` then waits for the collective's event; it
 // returns without waiting: "complete" in comm.h's sense means ordered before
 // later work on `cuda_stream`. barrier() synchronises the comm stream (and so
-// the compute work issued before it).
+// the compute work issued before it). Between begin_async() and end_async()
+// the second wait is left out; wait(ticket) adds it where the caller needs it
+// (device-side, comm.h), so compute issued in between overlaps the collectives.
 //
 // The same object file links against the real NCCL (-lnccl, train_gpt2cu) or
 // the emulator's NCCL over MPI (build/libemu_nccl.a, train_gpt2cu_emu): only

@@ -85,7 +85,8 @@ TESTS += $(DISTRIBUTED_UNIT_TEST) $(DISTRIBUTED_COMM_TEST)
 ifneq ($(DISTRIBUTED_NCCL_LIB),)
 DISTRIBUTED_COMM_NCCL_TEST := $(BUILD)/test/distributed/comm_nccl_test
 DISTRIBUTED_COMM_NCCL_OBJS := $(BUILD)/test/distributed/comm_test_nccl_build.o \
-                              $(BUILD)/test/distributed/comm_nccl_test.o
+                              $(BUILD)/test/distributed/comm_nccl_test.o \
+                              $(BUILD)/test/distributed/comm_async_test.o
 $(DISTRIBUTED_COMM_NCCL_OBJS): CPPFLAGS += -isystem $(CUDA_HOME)/include -DGPT2_COMM_TEST_NCCL
 $(BUILD)/test/distributed/comm_test_nccl_build.o: test/distributed/comm_test.cpp
 	@mkdir -p $(@D)
@@ -102,6 +103,10 @@ TEST_PREREQS += $(DISTRIBUTED_COMM_NCCL_TEST)
 # (GPT2_TEST_DROP_COMM_WAIT) it must not. Runs build/train_gpt2cu_emu (a
 # TEST_PREREQ of train/module.mk).
 TEST_SCRIPTS += test/distributed/comm_stream_test.sh
+# Communication overlapped with the backward (ZeRO-2 double-buffered unit
+# exchange, stage 0/1 buckets) under the deferred stream mode: 2 ranks reproduce
+# 1 rank, and without the buffer-reuse wait (GPT2_TEST_DROP_REUSE_WAIT) they must not.
+TEST_SCRIPTS += test/distributed/comm_overlap_test.sh
 endif
 # zero_train_test.sh and the Slurm test's training part also need ./train_gpt2cu
 # (a TEST_PREREQ of train/module.mk).

@@ -74,11 +74,15 @@ GPT2::GPT2(Backend& backend, const GPT2Config& cfg, int B, int T, GradMode grad_
       unit_offset_[t] = unit;
       unit += ParamLayout::is_per_layer(t) ? layout_.layer_numel(t) : layout_.numel[t];
     }
-    layer_grads_ = backend_.alloc(layer_numel, BufferRole::kGrads);
+    const int buffers = grad_mode_ == GradMode::kStagedPair ? 2 : 1;
+    for (int i = 0; i < buffers; i++) {
+      layer_grads_[i] = backend_.alloc(layer_numel, BufferRole::kGrads);
+      owned_.push_back(layer_grads_[i]);
+      gradient_bytes_ += layer_grads_[i].bytes();
+    }
     rest_grads_ = backend_.alloc(rest_numel, BufferRole::kGrads);
-    owned_.push_back(layer_grads_);
     owned_.push_back(rest_grads_);
-    gradient_bytes_ = layer_grads_.bytes() + rest_grads_.bytes();
+    gradient_bytes_ += rest_grads_.bytes();
   }
   allocate_activations();
 }
@@ -193,15 +197,16 @@ Tensor GPT2::grads() const {
 }
 
 Tensor GPT2::unit_grads(int unit) const {
-  if (grad_mode_ != GradMode::kStaged) throw std::runtime_error("unit_grads(): only with staged gradients");
-  return unit == cfg_.num_layers ? rest_grads_ : layer_grads_;
+  if (grad_mode_ == GradMode::kFull) throw std::runtime_error("unit_grads(): only with staged gradients");
+  if (unit < 0 || unit > cfg_.num_layers) throw std::runtime_error("unit_grads(): no unit " + std::to_string(unit));
+  return unit == cfg_.num_layers ? rest_grads_ : layer_buffer(unit);
 }
 
 Tensor GPT2::grad_view(int t, int l) const {
   if (grad_mode_ == GradMode::kFull)
     return ParamLayout::is_per_layer(t) ? grads_.slice(layout_.layer_offset(t, l), layout_.layer_numel(t))
                                         : grads_.slice(layout_.offset[t], layout_.numel[t]);
-  return ParamLayout::is_per_layer(t) ? layer_grads_.slice(unit_offset_[t], layout_.layer_numel(t))
+  return ParamLayout::is_per_layer(t) ? layer_buffer(l).slice(unit_offset_[t], layout_.layer_numel(t))
                                       : rest_grads_.slice(unit_offset_[t], layout_.numel[t]);
 }
 
@@ -301,7 +306,7 @@ void GPT2::backward(const std::function<void(int)>& on_layer_done) {
   auto pl = [&](int t, int l) { return params_.slice(layout_.layer_offset(t, l), layout_.layer_numel(t)); };
   auto gl = [&](int t, int l) { return grad_view(t, l); };
   auto grad = [&](int t) { return grad_view(t, 0); };
-  const bool staged = grad_mode_ == GradMode::kStaged;
+  const bool staged = grad_mode_ != GradMode::kFull;
   if (staged) backend_.zero(rest_grads_);
   const size_t saved_stride = be.attention_saved_numel(B_, T_, NH);
   const size_t saved_numel = be.attention_saved_numel(B, T, NH);
@@ -321,7 +326,7 @@ void GPT2::backward(const std::function<void(int)>& on_layer_done) {
                         param(kLnfw), a.lnf_mean.slice(0, N), a.lnf_rstd.slice(0, N), N, C);
 
   for (int l = L - 1; l >= 0; l--) {
-    if (staged) backend_.zero(layer_grads_);
+    if (staged) backend_.zero(layer_buffer(l));
     Tensor residual = l == 0 ? a.encoded.slice(0, N * C) : layer(a.residual3, l - 1, C);
     // residual3 = residual2 + fcproj: dresidual flows to both unchanged.
     Tensor fch_gelu = layer(a.fch_gelu, recompute_gelu_ ? 0 : l, 4 * C);

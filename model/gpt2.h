@@ -74,7 +74,12 @@ struct Activations {
 //            is exactly ZeroPlan::unit(u)'s send buffer. backward() zeroes them
 //            itself; the on_layer_done hook must consume a layer's buffer before
 //            it returns.
-enum class GradMode { kFull, kStaged };
+//   kStagedPair: kStaged with two layer buffers used alternately (layer l in
+//            buffer l % 2), so layer l's exchange may still read its buffer
+//            while layer l-1's backward writes the other one; the hook must
+//            be done with layer l+2's buffer before on_layer_done(l+1) returns
+//            (DataParallel waits for it there; train/data_parallel.cpp).
+enum class GradMode { kFull, kStaged, kStagedPair };
 
 class GPT2 {
  public:
@@ -102,7 +107,8 @@ class GPT2 {
   // kFull: the flat gradient buffer (param_capacity() elements). kStaged: throws.
   Tensor grads() const;
   Tensor param(int t) const { return params_.slice(layout_.offset[t], layout_.numel[t]); }
-  // kStaged: the packed gradient buffer of unit u (0..L-1 = layer, L = rest).
+  // kStaged/kStagedPair: the packed gradient buffer of unit u (0..L-1 =
+  // layer, L = rest); with kStagedPair layers l and l+2 share one.
   Tensor unit_grads(int unit) const;
   size_t gradient_bytes() const { return gradient_bytes_; }
   size_t activation_bytes() const { return activation_bytes_; }
@@ -140,6 +146,10 @@ class GPT2 {
   void allocate_activations();
   // Gradient of tensor t (layer l for per-layer tensors, ignored otherwise).
   Tensor grad_view(int t, int l) const;
+  // Staged: the layer buffer layer l writes (l % 2 with kStagedPair).
+  Tensor layer_buffer(int l) const {
+    return layer_grads_[grad_mode_ == GradMode::kStagedPair ? static_cast<size_t>(l % 2) : 0];
+  }
 
   Backend& backend_;
   GPT2Config cfg_;
@@ -151,7 +161,8 @@ class GPT2 {
   GradMode grad_mode_;
   bool recompute_gelu_ = false;
   Tensor params_, grads_;                 // grads_: kFull only
-  Tensor layer_grads_, rest_grads_;       // kStaged only
+  std::array<Tensor, 2> layer_grads_;    // staged: [1] only with kStagedPair
+  Tensor rest_grads_;                     // staged only
   std::array<size_t, kNumParamTensors> unit_offset_{};  // tensor's offset inside its unit buffer
   size_t gradient_bytes_ = 0;
   Activations acts_;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <stdexcept>
 #include <string>
@@ -11,6 +12,17 @@ namespace gpt2 {
 namespace {
 // ZeRO-2 exchanges units in slices of at most this many elements (16 MiB fp32).
 constexpr size_t kMaxExchangeSlice = size_t{1} << 22;
+// Stage 0/1 buckets: PyTorch DDP's default bucket_cap_mb.
+constexpr size_t kDefaultBucketBytes = size_t{25} << 20;
+
+// A positive integer from the environment, or `fallback` when unset.
+size_t env_count(const char* name, size_t fallback) {
+  const char* env = std::getenv(name);
+  if (env == nullptr) return fallback;
+  const long long v = std::atoll(env);
+  if (v < 1) throw std::runtime_error(std::string(name) + " must be a positive count");
+  return static_cast<size_t>(v);
+}
 }  // namespace
 
 std::vector<ParamTensorSpec> zero_tensor_specs(const ParamLayout& layout) {
@@ -34,7 +46,10 @@ DataParallel::DataParallel(Backend& backend, Communicator& buffers, Communicator
       host_(host),
       stage_(zero_stage),
       num_params_(layout.total),
-      plan_(zero_tensor_specs(layout), buffers.world()) {
+      plan_(zero_tensor_specs(layout), buffers.world()),
+      layout_(layout),
+      overlap_(buffers.is_device_memory() && buffers.world() > 1),
+      bucket_bytes_(env_count("GPT2_DP_BUCKET_BYTES", kDefaultBucketBytes)) {
   if (zero_stage < 0 || zero_stage > 2) throw std::runtime_error("--zero-stage must be 0, 1 or 2");
   if (buffers.world() != host.world() || buffers.rank() != host.rank())
     throw std::runtime_error("data parallel: the " + buffers.name() + " and " + host.name() +
@@ -70,27 +85,153 @@ void DataParallel::allocate_stage2_buffers() {
   for (int u = 0; u < plan_.num_units(); u++)
     for (size_t c : plan_.unit(u).counts) most = std::max(most, c);
   // GPT2_ZERO2_SLICE_ELEMS overrides the cap (tests use it to force many slices).
-  size_t cap = kMaxExchangeSlice;
-  if (const char* env = std::getenv("GPT2_ZERO2_SLICE_ELEMS")) {
-    const long long v = std::atoll(env);
-    if (v < 1) throw std::runtime_error("GPT2_ZERO2_SLICE_ELEMS must be a positive element count");
-    cap = static_cast<size_t>(v);
-  }
+  const size_t cap = env_count("GPT2_ZERO2_SLICE_ELEMS", kMaxExchangeSlice);
   recv_ = backend_.alloc(std::min(most, cap), BufferRole::kGrads);
+  // Overlap exchanges each layer unit in one call, into the receive buffer of
+  // its layer buffer; a layer whose largest part exceeds the slice cap keeps
+  // the synchronous sliced exchange (decided from the plan: same on every rank).
+  size_t layer_most = 1;
+  for (int u = 0; u < plan_.num_layers(); u++)
+    for (size_t c : plan_.unit(u).counts) layer_most = std::max(layer_most, c);
+  overlap_stage2_ = overlap_ && plan_.num_layers() > 0 && layer_most <= cap;
+  if (!overlap_stage2_) return;
+  recv_slot_[0] = backend_.alloc(layer_most, BufferRole::kGrads);
+  recv_slot_[1] = backend_.alloc(layer_most, BufferRole::kGrads);
+  size_t rest_most = 0;
+  for (size_t c : plan_.unit(plan_.rest_unit()).counts) rest_most = std::max(rest_most, c);
+  overlap_rest_ = rest_most > 0 && rest_most <= cap;
+  if (overlap_rest_) recv_slot_[kRestSlot] = backend_.alloc(rest_most, BufferRole::kGrads);
+  // Tests only: leave out the wait before a layer buffer's reuse (and before
+  // its received part is read), which the deferred stream emulation must catch.
+  if (const char* drop = std::getenv("GPT2_TEST_DROP_REUSE_WAIT"); drop && std::string(drop) == "1") {
+    drop_reuse_wait_ = true;
+    std::fprintf(stderr, "rank %d: test hook GPT2_TEST_DROP_REUSE_WAIT=1: the wait before a ZeRO-2 layer buffer is "
+                         "reused is left out (results may be wrong)\n", comm_.rank());
+  }
 }
 
 DataParallel::~DataParallel() {
   if (!shard_grads_.empty()) backend_.free(shard_grads_);
   if (!recv_.empty()) backend_.free(recv_);
+  for (Tensor& r : recv_slot_)
+    if (!r.empty()) backend_.free(r);
 }
 
 void DataParallel::begin_step() {
   if (stage_ == 2) backend_.zero(shard_grads_);
+  next_bucket_ = 0;
+  bucket_tickets_.clear();
 }
 
-std::function<void(int)> DataParallel::backward_hook(GPT2& model) {
-  if (stage_ != 2) return nullptr;
-  return [this, &model](int layer) { reduce_unit(model, layer < 0 ? plan_.rest_unit() : layer); };
+std::function<void(int)> DataParallel::backward_hook(GPT2& model, bool last_micro_step) {
+  if (stage_ == 2) {
+    if (!overlap_stage2_)
+      return [this, &model](int layer) { reduce_unit(model, layer < 0 ? plan_.rest_unit() : layer); };
+    // The backward about to run overwrites the rest unit's buffer.
+    retire(kRestSlot);
+    // Layer l: issue its exchange, then retire layer l+1's (the other buffer,
+    // which layer l-1 writes next), so layer l+1's exchange ran beside layer
+    // l's backward. At the end: retire both, then issue the rest unit's
+    // (retired by the next backward_hook or reduce_gradients).
+    return [this, &model](int layer) {
+      if (layer >= 0) {
+        exchange_async(model, layer, layer % 2);
+        retire((layer + 1) % 2);
+        return;
+      }
+      retire(0);
+      retire(1);
+      if (overlap_rest_) exchange_async(model, plan_.rest_unit(), kRestSlot);
+      else reduce_unit(model, plan_.rest_unit());
+    };
+  }
+  if (!overlap_ || !last_micro_step) return nullptr;
+  const uint32_t eb = model.grads().elem_bytes;
+  if (bucket_elem_bytes_ != eb) build_buckets(eb);
+  if (buckets_.empty()) return nullptr;
+  return [this, &model](int layer) {
+    if (next_bucket_ >= buckets_.size() || buckets_[next_bucket_].low_layer != layer) return;
+    Tensor g = model.grads();
+    comm_.begin_async();
+    comm_.reduce_pieces(g.ptr, buckets_[next_bucket_].pieces, comm_data_type(g.elem_bytes), ReduceOp::kAvg);
+    bucket_tickets_.push_back(comm_.end_async());
+    next_bucket_++;
+  };
+}
+
+// Buckets of consecutive layers, top layer first, each closed once it holds
+// bucket_bytes_; the rest (layers left over, embeddings, final layernorm) is
+// the last. A model that fits one bucket gets none: one call at the end.
+void DataParallel::build_buckets(uint32_t elem_bytes) {
+  buckets_.clear();
+  bucket_elem_bytes_ = elem_bytes;
+  const int L = layout_.num_layers;
+  size_t layer_numel = 0;
+  for (int t = 0; t < kNumParamTensors; t++)
+    if (ParamLayout::is_per_layer(t)) layer_numel += layout_.layer_numel(t);
+  const size_t cap = std::max<size_t>(1, bucket_bytes_ / elem_bytes);
+  int hi = L - 1;  // top layer of the open bucket
+  for (int l = L - 1; l >= 0; l--) {
+    if (static_cast<size_t>(hi - l + 1) * layer_numel < cap) continue;
+    Bucket b;
+    b.low_layer = l;
+    for (int t = 0; t < kNumParamTensors; t++)
+      if (ParamLayout::is_per_layer(t))
+        add_bucket_range(b, layout_.layer_offset(t, l), layout_.layer_offset(t, hi) + layout_.layer_numel(t));
+    buckets_.push_back(std::move(b));
+    hi = l - 1;
+  }
+  Bucket last;
+  last.low_layer = -1;
+  if (hi >= 0)
+    for (int t = 0; t < kNumParamTensors; t++)
+      if (ParamLayout::is_per_layer(t))
+        add_bucket_range(last, layout_.offset[t], layout_.layer_offset(t, hi) + layout_.layer_numel(t));
+  add_bucket_range(last, layout_.offset[kWte], layout_.offset[kWpe] + layout_.numel[kWpe]);
+  add_bucket_range(last, layout_.offset[kLnfw], layout_.offset[kLnfb] + layout_.numel[kLnfb]);
+  buckets_.push_back(std::move(last));
+  if (buckets_.size() == 1) buckets_.clear();
+}
+
+// Stage 0: the range on every rank. Stage 1: cut at shard boundaries, each
+// piece reduced onto its owner (what the reduce-scatter gives it).
+void DataParallel::add_bucket_range(Bucket& bucket, size_t begin, size_t end) const {
+  if (stage_ == 0) {
+    if (end > begin) bucket.pieces.push_back({begin, end - begin, -1});
+    return;
+  }
+  for (size_t pos = begin; pos < end;) {
+    const int owner = plan_.owner_of(pos);
+    const size_t stop = std::min(end, plan_.shard(owner).end);
+    bucket.pieces.push_back({pos, stop - pos, owner});
+    pos = stop;
+  }
+}
+
+// Stage 2 overlap: the unit's whole exchange in one asynchronous
+// reduce_scatter_v into the receive buffer of its send buffer's slot.
+void DataParallel::exchange_async(GPT2& model, int unit, int slot) {
+  if (pending_[slot].unit >= 0) throw std::runtime_error("ZeRO-2: gradient buffer reused before its exchange was retired");
+  const UnitExchange& ex = plan_.unit(unit);
+  Tensor send = model.unit_grads(unit);
+  if (send.numel != ex.numel) throw std::runtime_error("ZeRO-2: unit buffer size disagrees with the plan");
+  const size_t mine = ex.counts[static_cast<size_t>(comm_.rank())];
+  comm_.begin_async();
+  comm_.reduce_scatter_v(send.ptr, mine ? recv_slot_[slot].ptr : nullptr, ex.counts, comm_data_type(send.elem_bytes),
+                         ReduceOp::kAvg);
+  pending_[slot] = {comm_.end_async(), unit};
+}
+
+// The compute stream waits for the buffer's exchange (device-side), then adds
+// what this rank received into its shard. After this the layer buffer and its
+// receive buffer may be written again.
+void DataParallel::retire(int slot) {
+  PendingUnit& p = pending_[slot];
+  if (p.unit < 0) return;
+  if (!drop_reuse_wait_) comm_.wait(p.ticket);
+  const UnitExchange& ex = plan_.unit(p.unit);
+  add_received(ex, recv_slot_[slot], 0, ex.numel);
+  p = PendingUnit{};
 }
 
 // Stage 2: the unit's packed gradients (flat-buffer order == the plan's owner
@@ -115,22 +256,41 @@ void DataParallel::reduce_unit(GPT2& model, int unit) {
       counts[r] = std::max(start[r], std::min(b, start[r + 1])) - std::max(start[r], std::min(a, start[r + 1]));
     comm_.reduce_scatter_v(send.slice(a, b - a).ptr, counts[me] ? recv_.ptr : nullptr, counts, type,
                            ReduceOp::kAvg);
-    // Received: my packed positions [lo, hi); walk my pieces over them.
-    const size_t lo = std::max(a, start[me]), hi = std::min(b, start[me + 1]);
-    for (size_t p = ex.first_piece_of_rank[me]; p < ex.first_piece_of_rank[me + 1] && lo < hi; p++) {
-      const ExchangePiece& piece = ex.pieces[p];
-      const size_t p_lo = std::max(lo, piece.pack_offset);
-      const size_t p_hi = std::min(hi, piece.pack_offset + piece.global.size());
-      if (p_lo >= p_hi) continue;
-      const size_t n = p_hi - p_lo;
-      Tensor dst = shard_grads_.slice(piece.shard_offset + (p_lo - piece.pack_offset), n);
-      backend_.residual_forward(dst, dst, recv_.slice(p_lo - lo, n), n);
-    }
+    add_received(ex, recv_, a, b);
+  }
+}
+
+// After the exchange of the unit's packed slice [a, b): `recv` holds my
+// packed positions [lo, hi) of it; walk my pieces over them, adding into the shard.
+void DataParallel::add_received(const UnitExchange& ex, const Tensor& recv, size_t a, size_t b) {
+  const size_t me = static_cast<size_t>(comm_.rank());
+  size_t my_start = 0;
+  for (size_t r = 0; r < me; r++) my_start += ex.counts[r];
+  const size_t lo = std::max(a, my_start), hi = std::min(b, my_start + ex.counts[me]);
+  for (size_t p = ex.first_piece_of_rank[me]; p < ex.first_piece_of_rank[me + 1] && lo < hi; p++) {
+    const ExchangePiece& piece = ex.pieces[p];
+    const size_t p_lo = std::max(lo, piece.pack_offset);
+    const size_t p_hi = std::min(hi, piece.pack_offset + piece.global.size());
+    if (p_lo >= p_hi) continue;
+    const size_t n = p_hi - p_lo;
+    Tensor dst = shard_grads_.slice(piece.shard_offset + (p_lo - piece.pack_offset), n);
+    backend_.residual_forward(dst, dst, recv.slice(p_lo - lo, n), n);
   }
 }
 
 void DataParallel::reduce_gradients(GPT2& model) {
-  if (comm_.world() == 1 || stage_ == 2) return;  // stage 2 reduced during backward
+  if (stage_ == 2)  // reduced during backward; what is still in flight lands now
+    for (int slot = 0; slot < static_cast<int>(pending_.size()); slot++) retire(slot);
+  if (comm_.world() == 1 || stage_ == 2) return;
+  if (next_bucket_ > 0) {  // issued during the last backward: the compute stream waits for them
+    if (next_bucket_ != buckets_.size())
+      throw std::runtime_error("data parallel: the last backward issued " + std::to_string(next_bucket_) + " of " +
+                               std::to_string(buckets_.size()) + " gradient buckets");
+    for (CommTicket t : bucket_tickets_) comm_.wait(t);
+    bucket_tickets_.clear();
+    next_bucket_ = 0;
+    return;
+  }
   Tensor g = model.grads();
   const DataType type = comm_data_type(g.elem_bytes);
   if (stage_ == 0) {
@@ -165,7 +325,9 @@ void DataParallel::gather_params(GPT2& model) {
 }
 
 size_t DataParallel::gradient_bytes(const GPT2& model) const {
-  return model.gradient_bytes() + shard_grads_.bytes() + recv_.bytes();
+  size_t bytes = model.gradient_bytes() + shard_grads_.bytes() + recv_.bytes();
+  for (const Tensor& r : recv_slot_) bytes += r.bytes();
+  return bytes;
 }
 
 }  // namespace gpt2

@@ -15,15 +15,26 @@
 //   stage 2: as 1, but no full gradient buffer exists: the model stages one
 //            layer's gradients at a time (GradMode::kStaged) and, right after
 //            each layer's backward, that unit is reduce-scattered and added into
-//            this rank's gradient shard (the structure that can overlap
-//            communication with compute on GPUs; not yet: the NCCL calls run
-//            on the compute stream). Correct with accumulation: every
+//            this rank's gradient shard. Correct with accumulation: every
 //            micro-step adds its reduced unit into the shard.
+// Overlap (device buffers, world > 1; docs/distributed.md "Overlap"):
+//   stage 2: two layer buffers (GradMode::kStagedPair); layer l's exchange is
+//            issued asynchronously and waited for (device-side) only after
+//            layer l-1's backward has been issued, just before layer l-2
+//            reuses its buffer; the received part is added then. The rest
+//            unit's exchange (when it fits one call) is waited for only by the
+//            next backward_hook() or reduce_gradients(): it runs beside the
+//            next micro-step's forward.
+//   stages 0/1: in the last micro-step's backward, buckets of consecutive
+//            layers (>= GPT2_DP_BUCKET_BYTES, default 25 MiB) are reduced
+//            asynchronously as soon as final; reduce_gradients waits for them.
+//            A model that fits one bucket is reduced in one call at the end.
 // The global gradient norm is computed once per step: each rank squares its
 // shard (stage 0: the whole, identical everywhere) and one all-reduce sums.
 #ifndef TRAIN_DATA_PARALLEL_H
 #define TRAIN_DATA_PARALLEL_H
 
+#include <array>
 #include <functional>
 #include <memory>
 
@@ -47,7 +58,9 @@ class DataParallel {
   int stage() const { return stage_; }
   const ZeroPlan& plan() const { return plan_; }
   // How the model must allocate: gradient mode and padded parameter capacity.
-  GradMode grad_mode() const { return stage_ == 2 ? GradMode::kStaged : GradMode::kFull; }
+  GradMode grad_mode() const {
+    return stage_ != 2 ? GradMode::kFull : overlap_stage2_ ? GradMode::kStagedPair : GradMode::kStaged;
+  }
   size_t param_capacity() const { return plan_.padded_size(); }
   // Parameters this rank's optimizer updates: [begin, end) clipped to the real count.
   size_t opt_begin() const { return opt_begin_; }
@@ -55,8 +68,15 @@ class DataParallel {
 
   // Step protocol: begin_step, then per micro-step forward + backward(hook),
   // then reduce_gradients, grad_norm, optimizer on shard_grads, gather_params.
+  // Stages 0/1 hook only the last micro-step (and only with several buckets);
+  // otherwise their hook is empty. Call it right before each backward: at
+  // stage 2 it first makes the compute stream wait for the previous
+  // micro-step's rest exchange (whose buffer the backward overwrites).
   void begin_step();
-  std::function<void(int)> backward_hook(GPT2& model);  // empty for stages 0/1
+  std::function<void(int)> backward_hook(GPT2& model, bool last_micro_step = false);
+  // Stages 0/1: waits (device-side) for the buckets the last backward issued,
+  // or reduces the whole gradient now. Stage 2: waits for the exchanges still
+  // in flight and adds them into the shard.
   void reduce_gradients(GPT2& model);
   Tensor shard_grads(GPT2& model) const;  // gradients of [opt_begin, opt_end)
   double grad_norm(GPT2& model);
@@ -66,8 +86,24 @@ class DataParallel {
   size_t gradient_bytes(const GPT2& model) const;
 
  private:
+  // Stage 0/1 bucket: reduced once on_layer_done(low_layer) has run (-1: at
+  // the end, with the embeddings and final layernorm).
+  struct Bucket {
+    int low_layer = -1;
+    std::vector<ReducePiece> pieces;
+  };
+  struct PendingUnit {
+    CommTicket ticket = 0;
+    int unit = -1;  // -1: nothing in flight
+  };
+
   void allocate_stage2_buffers();
   void reduce_unit(GPT2& model, int unit);
+  void exchange_async(GPT2& model, int unit, int slot);
+  void retire(int slot);
+  void add_received(const UnitExchange& ex, const Tensor& recv, size_t a, size_t b);
+  void build_buckets(uint32_t elem_bytes);
+  void add_bucket_range(Bucket& bucket, size_t begin, size_t end) const;
 
   Backend& backend_;
   Communicator& comm_;  // the backend's buffers
@@ -78,6 +114,21 @@ class DataParallel {
   size_t opt_begin_ = 0, opt_end_ = 0;
   Tensor shard_grads_;  // stage 2: this rank's accumulated gradient shard (shard_size)
   Tensor recv_;         // stage 2: one unit's received part
+  const ParamLayout layout_;
+  const bool overlap_;          // device buffers at world > 1: asynchronous collectives
+  bool overlap_stage2_ = false;  // every layer unit fits one exchange
+  bool overlap_rest_ = false;    // so does the rest unit
+  bool drop_reuse_wait_ = false;  // test hook GPT2_TEST_DROP_REUSE_WAIT
+  // Stage 2 overlap, per send buffer (slots 0, 1: the layer buffers; 2: the
+  // rest unit): its receive buffer and the exchange in flight.
+  static constexpr int kRestSlot = 2;
+  std::array<Tensor, 3> recv_slot_;
+  std::array<PendingUnit, 3> pending_{};
+  size_t bucket_bytes_;
+  uint32_t bucket_elem_bytes_ = 0;  // buckets_ built for this element size
+  std::vector<Bucket> buckets_;     // backward order; empty: one call at the end
+  size_t next_bucket_ = 0;
+  std::vector<CommTicket> bucket_tickets_;
 };
 
 // The ZeroPlan tensor list of a model layout (names, sizes, stacking).

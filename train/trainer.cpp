@@ -540,12 +540,12 @@ bool TrainingRun::train_step(int step) {
   comms_.reset_stats();
   dp_.begin_step();
   model_.zero_grad();
-  const auto hook = dp_.backward_hook(model_);
   double loss_sum = 0.0;
   for (int micro = 0; micro < grad_accum; micro++) {
     model_.forward(inputs_.data() + micro * NT, targets_.data() + micro * NT, B, T, true, dloss_scale);
     loss_sum += model_.loss_sum();
-    model_.backward(hook);
+    // Stages 0/1 reduce in buckets during the last micro-step's backward (device buffers).
+    model_.backward(dp_.backward_hook(model_, micro + 1 == grad_accum));
   }
   const double loss =
       supervised ? all_reduce_value(comms_.host, loss_sum, ReduceOp::kSum) / static_cast<double>(supervised) : 0.0;
