@@ -1,0 +1,529 @@
+#!/usr/bin/env python3
+"""Step-level roofline and memory model of one training step (a prediction, not a measurement).
+
+Lists every kernel / GEMM of one micro-step in the order model/gpt2.cpp issues them
+(forward, backward, then the optimizer step), each with FLOPs, HBM bytes and
+time = max(FLOPs / (peak * eff_flops), bytes / (bandwidth * eff_bw)); sums them to a
+step time, tokens/s and MFU (llm.c's accounting); prints the per-rank memory table
+buffer by buffer as GPT2::allocate_activations, AdamW, DataParallel and the CUDA
+backend allocate them.
+
+Byte-counting assumptions (conservative, stated once here):
+  * a GEMM reads each operand once and writes its output once (dW GEMMs run with
+    beta = 1: dW is read and written); cuBLASLt tiles re-read operands from L2, not HBM;
+  * an elementwise / row kernel reads each input once and writes each output once;
+    "+=" outputs are read and written;
+  * flash attention: q, k, v (in place in qkv) read once per kernel, out / dqkv
+    written once; the K/V tile re-reads of each query block (1.8 GB per layer forward
+    at d12 B=64) are assumed to hit the 50 MB L2 (a head's K and V are 256 KiB), so
+    they are not counted; the backward's two kernels each read qkv and dout;
+  * the classifier's second pass re-reads the logits from HBM (no L2 credit);
+  * host synchronisations, launch gaps and stream bubbles are NOT modelled (0 s).
+FLOPs: tensor-core GEMM work (2 per multiply-add); flash attention counts the visited
+64x64 tiles (136 of 256 at T = 1024, causal), classic attention the full T x T.
+Elementwise arithmetic is far below the bandwidth bound and is not counted.
+"""
+import argparse
+import math
+import sys
+
+# ----------------------------------------------------------------- hardware (H100 SXM)
+PEAK_BF16 = 989e12     # dense bf16 tensor core FLOP/s (H100 SXM datasheet)
+PEAK_TF32 = 494.7e12   # dense TF32 (fp32 storage with --tf32 on)
+PEAK_FP32_SIMT = 66.9e12  # fp32 FMA on CUDA cores (no tensor cores)
+HBM_BW = 3.35e12       # bytes/s, HBM3
+
+# ----------------------------------------------------------------- efficiencies (named)
+# GEMM: cuBLASLt bf16 GEMMs of d12's shapes (M = 65,536 rows, K, N in 768..50,304)
+# reach ~70-80% of dense peak on H100 (llm.c's and NVIDIA's cuBLASLt numbers for large
+# bf16 GEMMs are ~700-750 TFLOP/s); gpu-review.md assumed 560-650 TFLOP/s (0.57-0.66).
+EFF_GEMM = 0.75
+EFF_GEMM_REVIEW = 0.60  # the review's assumption, used for "before" and as a sensitivity row
+# Flash attention on tensor cores: FlashAttention-2 reaches ~35% of H100's peak (the
+# FlashAttention-3 paper's figure for FA2 on H100; ~50-70% on A100). Ours is WMMA
+# (mma.sync, not wgmma), head size 64, operands staged through shared memory; the
+# backward repeats two GEMMs for D: assume a little below FA2.
+EFF_ATTN_FWD = 0.35
+EFF_ATTN_BWD = 0.30
+# Memory-bound kernels with 128-bit loads/stores: ~85% of HBM bandwidth (what
+# well-written x128 streaming kernels, e.g. llm.c's, report on H100: ~2.8-3.0 TB/s).
+EFF_BW = 0.85
+# Scalar 16-bit kernels (one 2-byte LDG per element, the state before the x128 work):
+# ~1.3 TB/s (gpu-review.md); fp32 row kernels ~2.0 TB/s.
+EFF_BW_SCALAR16 = 1.3e12 / HBM_BW
+EFF_BW_SCALAR32 = 2.0e12 / HBM_BW
+# Old layernorm backward (rows pass + partials pass on a 3x64 grid): the review's 16 ms
+# per step for 25 calls of 605 MB -> ~0.95 TB/s.
+EFF_BW_LN_BWD_OLD = 0.95e12 / HBM_BW
+# The fp32 dv SGEMM of classic bf16 attention runs on CUDA cores at ~75% of their peak.
+EFF_SIMT = 0.75
+MEMSET_EFF = 0.9  # cudaMemsetAsync: write-only streaming
+
+
+class Op:
+    def __init__(self, name, flops, nbytes, peak, eff_f, eff_b, calls=1, group=None):
+        self.name, self.flops, self.bytes = name, float(flops), float(nbytes)
+        self.peak, self.eff_f, self.eff_b, self.calls = peak, eff_f, eff_b, calls
+        self.group = group or name
+
+    def time(self):  # seconds per call
+        tf = self.flops / (self.peak * self.eff_f) if self.flops else 0.0
+        tb = self.bytes / (HBM_BW * self.eff_b) if self.bytes else 0.0
+        return max(tf, tb)
+
+    def bound(self):
+        tf = self.flops / (self.peak * self.eff_f) if self.flops else 0.0
+        tb = self.bytes / (HBM_BW * self.eff_b) if self.bytes else 0.0
+        return "compute" if tf >= tb else "memory"
+
+
+class Config:
+    def __init__(self, a):
+        self.L, self.C, self.NH, self.V, self.Vp = a.L, a.C, a.NH, a.V, a.Vp
+        self.maxT = a.max_seq
+        self.B, self.T = a.B, a.T
+        self.dtype, self.recompute = a.dtype, a.recompute
+        self.zero, self.world = a.zero, a.world
+        self.attention, self.kernels = a.attention, a.kernels
+        self.eff_gemm = a.eff_gemm
+        self.device_comm = a.world > 1  # NCCL-style device-memory communicator (stage-2 overlap)
+        self.ws_bytes = a.cublaslt_workspace_mib << 20
+        self.s = 2 if a.dtype == "bf16" else 4  # storage element size
+
+
+# ----------------------------------------------------------------- parameters
+
+def param_numels(c):
+    C, L, Vp, maxT = c.C, c.L, c.Vp, c.maxT
+    return [("wte", Vp * C, 0), ("wpe", maxT * C, 0), ("ln1w", L * C, L), ("ln1b", L * C, L),
+            ("qkvw", L * 3 * C * C, L), ("qkvb", L * 3 * C, L), ("attprojw", L * C * C, L),
+            ("attprojb", L * C, L), ("ln2w", L * C, L), ("ln2b", L * C, L), ("fcw", L * 4 * C * C, L),
+            ("fcb", L * 4 * C, L), ("fcprojw", L * C * 4 * C, L), ("fcprojb", L * C, L),
+            ("lnfw", C, 0), ("lnfb", C, 0)]
+
+
+def num_params(c):
+    return sum(n for _, n, _ in param_numels(c))
+
+
+def zero_plan(c):
+    """distributed/zero_plan.cpp: shard size, and per unit the count each rank owns."""
+    P, w = num_params(c), c.world
+    shard = (P + w - 1) // w  # shard_alignment 1 (DataParallel's plan)
+    offs, off = [], 0
+    for name, n, layers in param_numels(c):
+        offs.append((off, n, layers))
+        off += n
+    units = [[] for _ in range(c.L + 1)]  # L layer units, then the rest unit
+    for o, n, layers in offs:
+        if layers == 0:
+            units[c.L].append((o, o + n))
+        else:
+            per = n // layers
+            for l in range(layers):
+                units[l].append((o + per * l, o + per * (l + 1)))
+    counts = []
+    for u in units:
+        cnt = [0] * w
+        for b, e in u:
+            pos = b
+            while pos < e:
+                r = pos // shard
+                stop = min(e, shard * (r + 1))
+                cnt[r] += stop - pos
+                pos = stop
+        counts.append(cnt)
+    return shard, counts
+
+
+# ----------------------------------------------------------------- memory
+
+def memory_table(c):
+    """[(group, name, numel, elem_bytes)] per rank, as the trainer allocates it."""
+    s, N, C, L, Vp = c.s, c.B * c.T, c.C, c.L, c.Vp
+    B, T, NH = c.B, c.T, c.NH
+    P = num_params(c)
+    shard, counts = zero_plan(c)
+    cap = shard * c.world  # param_capacity = plan padded size
+    rows = []
+    rows.append(("params", "params (ParamLayout, padded to the ZeRO plan)", cap, s))
+    # ---- gradients (GPT2 ctor + DataParallel)
+    if c.zero != 2:
+        rows.append(("grads", "grads (full)", cap, s))
+    else:
+        layer_numel = sum(n // L for _, n, layers in param_numels(c) if layers)
+        rest_numel = sum(n for _, n, layers in param_numels(c) if not layers)
+        most = max(max(cnt) for cnt in counts) if counts else 1
+        layer_most = max(max(cnt) for cnt in counts[:L]) if L else 1
+        rest_most = max(counts[L])
+        kcap = 1 << 22  # kMaxExchangeSlice
+        overlap = c.device_comm and L > 0 and layer_most <= kcap
+        rows.append(("grads", "layer grad buffer x%d" % (2 if overlap else 1),
+                     (2 if overlap else 1) * layer_numel, s))
+        rows.append(("grads", "rest grad buffer (wte, wpe, lnf)", rest_numel, s))
+        rows.append(("grads", "ZeRO-2 shard grads", shard, s))
+        rows.append(("grads", "ZeRO-2 receive buffer", min(max(most, 1), kcap), s))
+        if overlap:
+            rows.append(("grads", "ZeRO-2 receive slots x2", 2 * layer_most, s))
+            if 0 < rest_most <= kcap:
+                rows.append(("grads", "ZeRO-2 rest receive slot", rest_most, s))
+    # ---- optimizer (AdamW: m, v fp32 over its shard; fp32 master in bf16 mode)
+    if c.zero == 0:
+        n_opt = P
+    else:
+        n_opt = max(0, min(shard, P) - 0)  # rank 0's shard [0, shard) clipped to P
+    n_alloc = max(n_opt, 1)
+    rows.append(("optimizer", "AdamW m (fp32)", n_alloc, 4))
+    rows.append(("optimizer", "AdamW v (fp32)", n_alloc, 4))
+    if s == 2 and n_opt > 0:
+        rows.append(("optimizer", "fp32 master weights", n_opt, 4))
+    # ---- activations (GPT2::allocate_activations, in its order)
+    flash = c.attention == "flash"
+    if flash:
+        lse_floats = B * NH * T
+        saved = lse_floats * (4 // s)   # fp32 LSE in storage-type elements
+        scratch, scratch_e = lse_floats, 4  # D, fp32 (kScratch)
+    else:
+        saved = B * NH * T * T
+        S = B * NH * T * T
+        scratch = S if s == 4 else S + (S * s + 3) // 4
+        scratch_e = 4
+    g = L if not c.recompute else 1
+    acts = [("encoded", N * C), ("ln1", L * N * C), ("ln1_mean", L * N), ("ln1_rstd", L * N),
+            ("qkv", L * N * 3 * C), ("atty", L * N * C), ("att_saved", L * saved),
+            ("attproj", L * N * C), ("residual2", L * N * C), ("ln2", L * N * C), ("ln2_mean", L * N),
+            ("ln2_rstd", L * N), ("fch", L * N * 4 * C), ("fch_gelu", g * N * 4 * C),
+            ("fcproj", L * N * C), ("residual3", L * N * C), ("lnf", N * C), ("lnf_mean", N),
+            ("lnf_rstd", N), ("losses", N), ("logits", N * Vp)]
+    for name, n in acts:
+        rows.append(("activations", name, n, s))
+    rows.append(("activations", "tokens (int32)", N, 4))
+    rows.append(("activations", "targets (int32)", N, 4))
+    for name, n in [("dresidual", N * C), ("dln", N * C), ("datty", N * C), ("dqkv", N * 3 * C),
+                    ("dfch", N * 4 * C)]:
+        rows.append(("activations", name, n, s))
+    rows.append(("activations", "att_scratch (fp32, kScratch)", scratch, scratch_e))
+    # ---- backend-owned (kernels/cuda_backend.cu)
+    ln_g = 1 if N < 32 else min(N // 32, 512)
+    ln_ws = 2 * ln_g * C * (2 if C > 5120 else 1)
+    cs_chunks = 1 if N < 32 else min(N // 32, 64)
+    mm_ws = cs_chunks * 4 * C  # largest bias-gradient partials (fc: OC = 4C)
+    ws = [ln_ws, mm_ws]
+    if s == 2:
+        ws.append(Vp * C)  # encoder_backward's fp32 dwte shadow
+    if not flash:
+        n = B * T * C
+        if s == 2:
+            ws += [4 * n // 2 + B * NH * T * T, (7 * n * 2 + 3) // 4 + B * NH * T * T + 2 * n]
+        else:
+            ws += [4 * n, 7 * n]
+    rows.append(("backend", "workspace (fp32, grown to the largest op's need)", max(ws), 4))
+    rows.append(("backend", "cuBLASLt workspace", c.ws_bytes, 1))
+    rows.append(("backend", "sum_squares partials (fp64)", 1025, 8))
+    return rows
+
+
+def fmt_bytes(b):  # train/logger.cpp format_bytes
+    units = ["B", "KiB", "MiB", "GiB", "TiB"]
+    u = 0
+    while b >= 1024.0 and u < 4:
+        b /= 1024.0
+        u += 1
+    return ("%.2f %s" % (b, units[u])) if u else ("%.0f %s" % (b, units[u]))
+
+
+# ----------------------------------------------------------------- step ops
+
+def step_ops(c):
+    s, B, T, C, L, NH, Vp = c.s, c.B, c.T, c.C, c.L, c.NH, c.Vp
+    N = B * T
+    E = N * C
+    hs = C // NH
+    bf16 = s == 2
+    new = c.kernels == "x128"
+    gpeak = PEAK_BF16 if bf16 else PEAK_TF32
+    ge = c.eff_gemm
+    bw = EFF_BW if new else (EFF_BW_SCALAR16 if bf16 else EFF_BW_SCALAR32)
+    ops = []
+
+    def add(name, flops, nbytes, peak=gpeak, ef=ge, eb=bw, group=None):
+        ops.append(Op(name, flops, nbytes, peak, ef, eb, group=group or name.split(" ")[0]))
+
+    def mm_fwd(tag, n_in, n_out, bias=True):
+        add("matmul_forward " + tag, 2 * N * n_in * n_out,
+            (N * n_in + n_in * n_out + N * n_out + (n_out if bias else 0)) * s, eb=EFF_BW, group="matmul_fwd")
+
+    def mm_bwd(tag, n_in, n_out, bias=True):
+        # dinp = dout . w ; dW += inp^T . dout (beta 1: dW read and written)
+        add("matmul_bwd_dinp " + tag, 2 * N * n_in * n_out, (N * n_out + n_in * n_out + N * n_in) * s,
+            eb=EFF_BW, group="matmul_bwd")
+        add("matmul_bwd_dw " + tag, 2 * N * n_in * n_out, (N * n_in + N * n_out + 2 * n_in * n_out) * s,
+            eb=EFF_BW, group="matmul_bwd")
+        if bias:  # bf16: column-sum kernels (partials pass + accumulate); fp32: BGRADB epilogue
+            chunks = 1 if N < 32 else min(N // 32, 64)
+            if bf16:
+                add("bias_colsum " + tag, 0, N * n_out * s + chunks * n_out * 4, group="bias_colsum")
+                add("bias_accumulate " + tag, 0, chunks * n_out * 4 + 2 * n_out * s, group="bias_colsum")
+
+    def ln_fwd():
+        add("layernorm_forward", 0, 2 * E * s + 2 * C * s + 2 * N * s)
+
+    def ln_bwd():
+        G = 1 if N < 32 else min(N // 32, 512)
+        if new:
+            add("layernorm_backward", 0, 4 * E * s + 3 * N * s + C * s + 2 * G * C * 4)
+            add("layernorm_backward_finish", 0, 2 * G * C * 4 + 4 * C * s)
+        else:
+            add("layernorm_backward", 0, 6 * E * s + 3 * N * s + C * s, eb=EFF_BW_LN_BWD_OLD)
+
+    def gelu_fwd(tag=""):
+        add("gelu_forward" + tag, 0, 2 * 4 * E * s, group="gelu_forward")
+
+    flash_tiles = 0
+    if c.attention == "flash":
+        nt = (T + 63) // 64
+        flash_tiles = nt * (nt + 1) // 2
+        tile_frac = flash_tiles / float(nt * nt)
+    gemm_full = 2 * B * NH * T * T * hs  # one full T x T batched GEMM
+    S = B * NH * T * T
+
+    def attn_fwd():
+        if c.attention == "flash":
+            f = 2 * gemm_full * tile_frac * (64.0 / hs if hs < 64 else 1.0)
+            peak = PEAK_BF16 if bf16 else PEAK_FP32_SIMT
+            add("flash_forward", f, 3 * E * s + E * s + B * NH * T * 4, peak, EFF_ATTN_FWD)
+            return
+        sp = EFF_BW_SCALAR16 if bf16 else EFF_BW_SCALAR32
+        for i in range(3):
+            add("split_heads", 0, 2 * E * s, eb=sp, group="attn_classic_fwd")
+        add("attn_gemm_qk", gemm_full, 2 * E * s + S * 4, eb=EFF_BW, group="attn_classic_fwd")
+        add("causal_softmax", 0, S * 4 + S * s, eb=EFF_BW_SCALAR32, group="attn_classic_fwd")
+        add("attn_gemm_pv", gemm_full, S * s + 2 * E * s, eb=EFF_BW, group="attn_classic_fwd")
+        add("merge_heads", 0, 2 * E * s, eb=sp, group="attn_classic_fwd")
+
+    def attn_bwd():
+        if c.attention == "flash":
+            f1 = gemm_full * tile_frac * (64.0 / hs if hs < 64 else 1.0)
+            peak = PEAK_BF16 if bf16 else PEAK_FP32_SIMT
+            lse = B * NH * T * 4
+            # dq kernel: pass 1 (S, dP -> D), pass 2 (S, dP, dS K): 5 GEMMs
+            add("flash_backward_dq", 5 * f1, 3 * E * s + E * s + lse + lse + E * s, peak, EFF_ATTN_BWD)
+            # dk/dv kernel: S^T, dP^T, P^T dO, dS^T Q: 4 GEMMs
+            add("flash_backward_dkdv", 4 * f1, 3 * E * s + E * s + 2 * lse + 2 * E * s, peak, EFF_ATTN_BWD)
+            return
+        sp = EFF_BW_SCALAR16 if bf16 else EFF_BW_SCALAR32
+        g = "attn_classic_bwd"
+        for i in range(4):
+            add("split_heads", 0, 2 * E * s, eb=sp, group=g)
+        add("attn_gemm_dP", gemm_full, 2 * E * s + S * 4, eb=EFF_BW, group=g)
+        if bf16:
+            add("attn_gemm_S_again", gemm_full, 2 * E * s + S * 4, eb=EFF_BW, group=g)
+            add("causal_softmax_fp32", 0, 2 * S * 4, eb=EFF_BW_SCALAR32, group=g)
+            add("causal_softmax_backward", 0, 2 * S * 4 + S * s, eb=EFF_BW_SCALAR32, group=g)
+            add("split_heads_fp32", 0, E * s + E * 4, eb=sp, group=g)
+            add("attn_sgemm_dv_fp32", gemm_full, S * 4 + 2 * E * 4, PEAK_FP32_SIMT, EFF_SIMT, EFF_BW, group=g)
+            add("merge_heads_fp32", 0, E * 4 + E * s, eb=sp, group=g)
+        else:
+            add("attn_gemm_dv", gemm_full, S * s + 2 * E * s, eb=EFF_BW, group=g)
+            add("causal_softmax_backward", 0, 3 * S * 4, eb=EFF_BW_SCALAR32, group=g)
+        add("attn_gemm_dq", gemm_full, S * s + 2 * E * s, eb=EFF_BW, group=g)
+        add("attn_gemm_dk", gemm_full, S * s + 2 * E * s, eb=EFF_BW, group=g)
+        for i in range(2 if bf16 else 3):
+            add("merge_heads", 0, 2 * E * s, eb=sp, group=g)
+
+    # ---------------- forward (GPT2::forward)
+    add("encoder_forward", 0, N * 4 + 2 * E * s + T * C * s)
+    for l in range(L):
+        ln_fwd()
+        mm_fwd("qkv", C, 3 * C)
+        attn_fwd()
+        mm_fwd("attproj", C, C)
+        add("residual_forward", 0, 3 * E * s)
+        ln_fwd()
+        mm_fwd("fc", C, 4 * C)
+        gelu_fwd()
+        mm_fwd("fcproj", 4 * C, C)
+        add("residual_forward", 0, 3 * E * s)
+    ln_fwd()
+    mm_fwd("lm_head", C, Vp, bias=False)
+    cls_reads = 2 if new else 3
+    add("classifier_forward_backward", 0, (cls_reads + 1) * N * Vp * s + N * 4 + N * s)
+    # ---------------- backward (GPT2::backward)
+    mm_bwd("lm_head", C, Vp, bias=False)
+    add("memset dresidual", 0, E * s, eb=MEMSET_EFF)
+    ln_bwd()
+    for l in range(L):
+        if c.recompute:
+            gelu_fwd(" (recompute)")
+        mm_bwd("fcproj", 4 * C, C)
+        add("gelu_backward", 0, 3 * 4 * E * s)
+        mm_bwd("fc", C, 4 * C)
+        ln_bwd()
+        mm_bwd("attproj", C, C)
+        attn_bwd()
+        mm_bwd("qkv", C, 3 * C)
+        ln_bwd()
+    # encoder backward: wpe kernel (dout, dwpe +=), wte kernel (dout -> fp32 shadow, atomics),
+    # bf16: shadow in/out passes over the batch's rows
+    add("encoder_backward", 0, E * s + 2 * T * C * s + E * s + N * 4 + 2 * E * 4 +
+        (2 * E * s + 2 * E * 4 if bf16 else 0))
+    # ---------------- optimizer step (once per step; grad accumulation 1)
+    P = num_params(c)
+    shard, _ = zero_plan(c)
+    n_opt = P if c.zero == 0 else min(shard, P)
+    add("memset grads (zero_grad)", 0, (shard * c.world if c.zero != 2 else 0) * s, eb=MEMSET_EFF)
+    add("sum_squares (grad norm)", 0, n_opt * s)
+    adam_b = n_opt * (s + 8 + 8 + (8 if bf16 else 0) + (s if bf16 else 2 * s))
+    add("adamw_update", 0, adam_b, eb=EFF_BW if new else EFF_BW_SCALAR32)
+    return ops
+
+
+# ----------------------------------------------------------------- report
+
+def llmc_flops_per_token(c):
+    # llm.c gpt2_estimate_mfu: 6 N + 6 L C T, N = model->num_parameters: every parameter
+    # tensor including wte at the padded vocabulary Vp, wpe, layernorm weights and biases.
+    return 6 * num_params(c) + 6 * c.L * c.C * c.T
+
+
+def summarize(c, ops):
+    t = sum(o.time() for o in ops)
+    tokens = c.B * c.T
+    tps = tokens / t
+    mfu = llmc_flops_per_token(c) * tps / PEAK_BF16
+    hw = sum(o.flops for o in ops)
+    return t, tps, mfu, hw
+
+
+def print_roofline(c, title, top=14):
+    ops = step_ops(c)
+    t, tps, mfu, hw = summarize(c, ops)
+    groups = {}
+    for o in ops:
+        g = groups.setdefault(o.group, [0, 0.0, 0.0, 0.0, set()])
+        g[0] += 1
+        g[1] += o.flops
+        g[2] += o.bytes
+        g[3] += o.time()
+        g[4].add(o.bound())
+    print("### %s" % title)
+    print()
+    print("%d ops per step; step %.1f ms, %.0f tokens/s, MFU %.1f%% (llm.c accounting: %.1f MFLOP/token x "
+          "tokens/s / 989 TFLOP/s); hardware FLOPs %.2f TFLOP/step" %
+          (len(ops), t * 1e3, tps, mfu * 100, llmc_flops_per_token(c) / 1e6, hw / 1e12))
+    print()
+    print("| op group | calls | GFLOP | GB | bound | ms | share |")
+    print("|---|---|---|---|---|---|---|")
+    for name, g in sorted(groups.items(), key=lambda kv: -kv[1][3])[:top]:
+        print("| %s | %d | %.0f | %.2f | %s | %.2f | %.1f%% |" % (
+            name, g[0], g[1] / 1e9, g[2] / 1e9, "/".join(sorted(g[4])), g[3] * 1e3, 100 * g[3] / t))
+    rest = sorted(groups.items(), key=lambda kv: -kv[1][3])[top:]
+    if rest:
+        print("| (other %d groups) | %d | %.0f | %.2f | | %.2f | %.1f%% |" % (
+            len(rest), sum(g[0] for _, g in rest), sum(g[1] for _, g in rest) / 1e9,
+            sum(g[2] for _, g in rest) / 1e9, sum(g[3] for _, g in rest) * 1e3,
+            100 * sum(g[3] for _, g in rest) / t))
+    print("| **total** | %d | %.0f | %.2f | | **%.1f** | |" % (
+        len(ops), hw / 1e9, sum(o.bytes for o in ops) / 1e9, t * 1e3))
+    print()
+    return t, tps, mfu
+
+
+def print_ops(c):
+    for i, o in enumerate(step_ops(c)):
+        print("%5d  %-34s %12.3f GFLOP %10.4f GB  %-7s %9.1f us" % (
+            i, o.name, o.flops / 1e9, o.bytes / 1e9, o.bound(), o.time() * 1e6))
+
+
+def print_memory(c, title):
+    rows = memory_table(c)
+    print("### %s" % title)
+    print()
+    print("| group | buffer | elements | B/elem | GB |")
+    print("|---|---|---|---|---|")
+    tot = {}
+    for g, name, n, e in rows:
+        tot[g] = tot.get(g, 0) + n * e
+        if n * e >= 1e6 or g in ("params", "grads", "optimizer"):
+            print("| %s | %s | %d | %d | %.3f |" % (g, name, n, e, n * e / 1e9))
+    small = [(g, n, e) for g, name, n, e in rows if n * e < 1e6 and g not in ("params", "grads", "optimizer")]
+    if small:
+        print("| - | %d buffers under 1 MB | | | %.3f |" % (len(small), sum(n * e for _, n, e in small) / 1e9))
+    total = sum(tot.values())
+    for g in ("params", "grads", "optimizer", "activations", "backend"):
+        print("| **%s** | | | | **%.2f** |" % (g, tot.get(g, 0) / 1e9))
+    print("| **total per rank** (+ CUDA context and cuBLAS's own workspace, ~0.5-1 GB, not counted) | | | | **%.2f** (%.2f GiB) |"
+          % (total / 1e9, total / 2 ** 30))
+    print()
+    return tot, total
+
+
+def trainer_line(c):
+    """The trainer's "| memory/rank" line for this config (train/trainer.cpp)."""
+    tot = {}
+    for g, name, n, e in memory_table(c):
+        tot[g] = tot.get(g, 0) + n * e
+    acts = tot["activations"]
+    return "params %s, grads %s, optimizer %s, activations %s" % (
+        fmt_bytes(tot["params"]), fmt_bytes(tot["grads"]), fmt_bytes(tot["optimizer"]), fmt_bytes(acts))
+
+
+PRESETS = {"d12": (12, 768, 12), "d24": (24, 1024, 16), "d36": (36, 1280, 20), "d48": (48, 1600, 25)}
+
+
+def parse(argv):
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--model", default="d12", help="d12|d24|d36|d48 or dN (64N channels, N heads)")
+    p.add_argument("--L", type=int)
+    p.add_argument("--C", type=int)
+    p.add_argument("--NH", type=int)
+    p.add_argument("--V", type=int, default=50257)
+    p.add_argument("--Vp", type=int, help="default: V rounded up to 128")
+    p.add_argument("--max-seq", type=int, default=1024)
+    p.add_argument("-B", type=int, default=64)
+    p.add_argument("-T", type=int, default=1024)
+    p.add_argument("--dtype", choices=["bf16", "fp32"], default="bf16")
+    p.add_argument("--recompute", type=int, choices=[0, 1], default=0)
+    p.add_argument("--zero", type=int, choices=[0, 1, 2], default=0)
+    p.add_argument("--world", type=int, default=1)
+    p.add_argument("--attention", choices=["flash", "classic"], default="flash")
+    p.add_argument("--kernels", choices=["x128", "scalar"], default="x128",
+                   help="x128: today's packed kernels; scalar: before (2-byte loads, old layernorm bwd, 3-pass classifier)")
+    p.add_argument("--eff-gemm", type=float, default=EFF_GEMM)
+    p.add_argument("--cublaslt-workspace-mib", type=int, default=32)
+    p.add_argument("--ops", action="store_true", help="list every op of the step")
+    p.add_argument("--memory-only", action="store_true")
+    p.add_argument("--trainer-line", action="store_true", help="print the trainer's memory/rank line only")
+    a = p.parse_args(argv)
+    m = a.model
+    if m in PRESETS:
+        L, C, NH = PRESETS[m]
+    else:
+        L = int(m[1:])
+        C, NH = 64 * L, L
+    a.L = a.L or L
+    a.C = a.C or C
+    a.NH = a.NH or NH
+    a.Vp = a.Vp or (a.V + 127) // 128 * 128
+    return a
+
+
+def main(argv):
+    a = parse(argv)
+    c = Config(a)
+    if a.trainer_line:
+        print(trainer_line(c))
+        return
+    desc = "L=%d C=%d NH=%d V=%d Vp=%d, B=%d T=%d, %s, recompute %d, ZeRO-%d world %d, %s attention, %s kernels" % (
+        c.L, c.C, c.NH, c.V, c.Vp, c.B, c.T, c.dtype, c.recompute, c.zero, c.world, c.attention, c.kernels)
+    print("parameters N = %d (llm.c's num_parameters: all tensors, wte at Vp)" % num_params(c))
+    print()
+    if not a.memory_only:
+        print_roofline(c, "Step roofline: " + desc + ", GEMM eff %.2f" % c.eff_gemm)
+        if a.ops:
+            print_ops(c)
+    print_memory(c, "Memory per rank: " + desc)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
