@@ -84,6 +84,8 @@ TEST_PREREQS += train_gpt2cu $(TRAINER_EMU)
 # one device per rank), ZeRO 0/1/2, fp32 and bf16, against one rank and the CPU
 # backend; runs $(TRAINER_EMU) (--device cuda and --device cpu) under mpirun.
 TEST_SCRIPTS += test/distributed/zero_cuda_emu_test.sh
+# dev/roofline/roofline.py's memory table against what the emulated CUDA trainer allocates.
+TEST_SCRIPTS += dev/roofline/memory_test.sh
 
 # ---- benchmark: `make bench` (dev/train/bench.sh: ours vs PyTorch, MFU) ------------
 BENCH_TRAIN_STEP := $(BUILD)/dev/train/bench_train_step

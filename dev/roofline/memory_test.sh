@@ -7,7 +7,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 BIN=${TRAINER:-build/train_gpt2cu_emu}
-[ -x "$BIN" ] || { echo "SKIP: $BIN not built (make build/train_gpt2cu_emu)"; exit 0; }
+[ -x "$BIN" ] || { echo "SKIP: $BIN not built (make build/train_gpt2cu_emu)"; exit 77; }
 fail=0
 check() {  # model B T recompute dtype
   local model=$1 B=$2 T=$3 rc=$4 dt=$5 L=${1#d}
