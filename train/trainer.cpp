@@ -511,13 +511,11 @@ void TrainingRun::save_checkpoint(int step) {
 // before the first backward. Plain shards: every target, B*T*grad_accum*world.
 uint64_t TrainingRun::load_step_batches() {
   const size_t NT = static_cast<size_t>(shape_.B) * shape_.T;
-  double local = 0.0;
-  for (int micro = 0; micro < shape_.grad_accum; micro++) {
-    int32_t* targets = targets_.data() + micro * NT;
-    train_loader_.next_batch(inputs_.data() + micro * NT, targets);
-    for (size_t i = 0; i < NT; i++) local += targets[i] != kIgnoreTarget;
-  }
+  for (int micro = 0; micro < shape_.grad_accum; micro++)
+    train_loader_.next_batch(inputs_.data() + micro * NT, targets_.data() + micro * NT);
   if (!train_loader_.has_loss_mask()) return static_cast<uint64_t>(shape_.total_batch);
+  double local = 0.0;
+  for (int32_t t : targets_) local += t != kIgnoreTarget;
   return static_cast<uint64_t>(all_reduce_value(comms_.host, local, ReduceOp::kSum));  // exact below 2^53
 }
 
