@@ -22,10 +22,10 @@
 #include <cmath>
 #include <cstring>
 #include <memory>
-#include <random>
 #include <vector>
 
 #include "kernels/cuda_backend.h"
+#include "test/backend_cuda/random_data.h"
 
 // emu/cublas.cpp's TF32 rounding; weak, so that the GPU build links and skips.
 namespace gpt2 {
@@ -38,14 +38,6 @@ namespace gpt2 {
 namespace {
 
 bool emulated() { return &emu::round_to_tf32 != nullptr; }
-
-std::vector<float> randn(size_t n, uint32_t seed, float scale = 1.0f) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> dist(0.0f, scale);
-  std::vector<float> v(n);
-  for (auto& x : v) x = dist(rng);
-  return v;
-}
 
 bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;

@@ -17,12 +17,12 @@
 #include <cstring>
 #include <functional>
 #include <memory>
-#include <random>
 #include <string>
 #include <vector>
 
 #include "emu/control.h"
 #include "kernels/cuda_backend.h"
+#include "test/backend_cuda/random_data.h"
 
 // emu/cublaslt.cpp's test-only counters; weak, so that the GPU build (real
 // cuBLASLt, no counters) links and the test skips there.
@@ -37,14 +37,6 @@ __attribute__((weak)) CublasLtCounts cublaslt_counts();
 
 namespace gpt2 {
 namespace {
-
-std::vector<float> randn(size_t n, uint32_t seed, float scale = 1.0f) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> dist(0.0f, scale);
-  std::vector<float> v(n);
-  for (auto& x : v) x = dist(rng);
-  return v;
-}
 
 // Device arrays of one backend; `offset` elements into their allocation
 // (1: misaligned for 128-bit access, which forces the scalar kernels).

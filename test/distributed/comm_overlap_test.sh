@@ -40,7 +40,7 @@ bad() { echo "FAIL $*"; fail=1; }
 export GPT2_EMU_THREADS=1 GPT2_EMU_DEVICE_COUNT=2
 unset GPT2_EMU_STREAMS GPT2_EMU_STREAM_SEED GPT2_TEST_DROP_COMM_WAIT GPT2_TEST_DROP_REUSE_WAIT GPT2_DP_BUCKET_BYTES \
   GPT2_ZERO2_SLICE_ELEMS
-. test/distributed/compare_lib.sh  # same_weights
+. test/distributed/compare_lib.sh  # close_steps, reproduces, same_weights
 
 NCCL_TEST=build/test/distributed/comm_nccl_test
 if [ -x "$NCCL_TEST" ]; then
@@ -64,21 +64,6 @@ common=(--model d4 --config n_embd=64,n_head=2,max_seq=64,vocab_size=256,padded_
         -B $B -T $T --lr 1e-3 --warmup-steps 2 --weight-decay 0.1 --max-steps 6 --threads 1
         --val-every 0 --sample-every 0 --no-shuffle --train-data "$W/train.bin" --device cuda)
 
-# close_steps A.jsonl B.jsonl: B logs A's steps, losses within 1e-6 and norms 2e-5 relative.
-close_steps() {
-  /usr/bin/env python3 - "$@" <<'EOF'
-import json, sys
-def steps(p):
-    return {r["step"]: r for r in map(json.loads, open(p)) if r["type"] == "train"}
-a, b = steps(sys.argv[1]), steps(sys.argv[2])
-rel = lambda x, y: abs(x - y) / abs(x) if x else abs(y)
-dl = max((rel(a[s]["loss"], b[s]["loss"]) for s in a if s in b), default=float("inf"))
-dn = max((rel(a[s]["grad_norm"], b[s]["grad_norm"]) for s in a if s in b), default=float("inf"))
-print("%d of %d steps, max relative difference: loss %.3g (bound 1e-6), grad norm %.3g (bound 2e-5)"
-      % (len(b), len(a), dl, dn))
-sys.exit(0 if a.keys() == b.keys() and a and dl <= 1e-6 and dn <= 2e-5 else 1)
-EOF
-}
 
 # run2 NAME ARGS... (environment from the caller's exports): 2 ranks, deferred streams; sets $rc.
 run2() {
@@ -91,13 +76,7 @@ run2() {
 }
 
 # compare REF NAME: "" when NAME reproduces REF, else why not.
-compare() {
-  local ref=$1 name=$2 msg wmsg
-  [ $rc = 0 ] || { echo "run failed (exit $rc): $(grep -m1 -o 'non-finite gradient norm at step [0-9]*\|error: .*' "$W/$name.log")"; return 1; }
-  msg=$(close_steps "$W/$ref.jsonl" "$W/$name.jsonl") || { echo "$msg"; return 1; }
-  wmsg=$(same_weights "$W/$ref/model.bin" "$W/$name/model.bin" 1e-5) || { echo "$msg; weights: $wmsg"; return 1; }
-  echo "$msg; weights: $wmsg"
-}
+compare() { reproduces "$W" "$1" "$2" "$rc"; }
 
 # deferred NAME: the emulator's summary line, or "" when the run was not deferred.
 deferred() {

@@ -34,3 +34,30 @@ print("%.1f%% of weights bitwise equal, max |difference| %.3g at weight %d (%.6g
 sys.exit(0 if diffs[worst] <= float(sys.argv[3]) else 1)
 EOF
 }
+# close_steps A.jsonl B.jsonl [LOSS_TOL NORM_TOL]: B logs exactly A's train steps, each loss and
+# gradient norm within the relative bounds (default 1e-6 and 2e-5: norms are logged to 6 digits).
+close_steps() {
+  /usr/bin/env python3 - "$1" "$2" "${3:-1e-6}" "${4:-2e-5}" <<'EOF'
+import json, sys
+def steps(p):
+    return {r["step"]: r for r in map(json.loads, open(p)) if r["type"] == "train"}
+a, b = steps(sys.argv[1]), steps(sys.argv[2])
+loss_tol, norm_tol = float(sys.argv[3]), float(sys.argv[4])
+rel = lambda x, y: abs(x - y) / abs(x) if x else abs(y)
+dl = max((rel(a[s]["loss"], b[s]["loss"]) for s in a if s in b), default=float("inf"))
+dn = max((rel(a[s]["grad_norm"], b[s]["grad_norm"]) for s in a if s in b), default=float("inf"))
+print("%d of %d steps, max relative difference: loss %.3g (bound %g), grad norm %.3g (bound %g)"
+      % (len(b), len(a), dl, loss_tol, dn, norm_tol))
+sys.exit(0 if a.keys() == b.keys() and a and dl <= loss_tol and dn <= norm_tol else 1)
+EOF
+}
+# reproduces DIR REF NAME RC: status 0 and a summary when run NAME (exit status RC; DIR/NAME.log,
+# DIR/NAME.jsonl, DIR/NAME/model.bin) logs REF's steps (close_steps) and ends within 1e-5 of REF's
+# weights; else status 1 and why not.
+reproduces() {
+  local dir=$1 ref=$2 name=$3 rc=$4 msg wmsg
+  [ "$rc" = 0 ] || { echo "run failed (exit $rc): $(grep -m1 -o 'non-finite gradient norm at step [0-9]*\|error: .*' "$dir/$name.log")"; return 1; }
+  msg=$(close_steps "$dir/$ref.jsonl" "$dir/$name.jsonl") || { echo "$msg"; return 1; }
+  wmsg=$(same_weights "$dir/$ref/model.bin" "$dir/$name/model.bin" 1e-5) || { echo "$msg; weights: $wmsg"; return 1; }
+  echo "$msg; weights: $wmsg"
+}

@@ -45,7 +45,7 @@ export GPT2_EMU_THREADS=1
 MPIRUN=(timeout -k 10 120 mpirun --allow-run-as-root --oversubscribe -x GPT2_EMU_THREADS -x GPT2_EMU_DEVICE_COUNT)
 ONE=(timeout -k 10 120)
 
-. test/distributed/compare_lib.sh  # same_weights
+. test/distributed/compare_lib.sh  # close_steps, same_weights
 
 /usr/bin/env python3 test/distributed/synthetic_shard.py "$W/train.bin" 20000 256
 [ -s "$W/train.bin" ] || { echo "FAIL: could not write the synthetic shard"; exit 1; }
@@ -55,23 +55,6 @@ common=(--model d2 --config n_embd=64,n_head=2,max_seq=64,vocab_size=256,padded_
         -B $B -T $T --lr $LR --warmup-steps 2 --weight-decay 0.1 --max-steps $STEPS --threads 1
         --val-every 0 --sample-every 0 --no-shuffle --train-data "$W/train.bin")
 
-# close_steps A.jsonl B.jsonl LOSS_TOL NORM_TOL: B logs A's steps, each loss and
-# gradient norm within the relative bounds (norms are logged to 6 digits).
-close_steps() {
-  /usr/bin/env python3 - "$@" <<'EOF'
-import json, sys
-def steps(p):
-    return {r["step"]: r for r in map(json.loads, open(p)) if r["type"] == "train"}
-a, b = steps(sys.argv[1]), steps(sys.argv[2])
-loss_tol, norm_tol = float(sys.argv[3]), float(sys.argv[4])
-rel = lambda x, y: abs(x - y) / abs(x) if x else abs(y)
-dl = max((rel(a[s]["loss"], b[s]["loss"]) for s in a if s in b), default=float("inf"))
-dn = max((rel(a[s]["grad_norm"], b[s]["grad_norm"]) for s in a if s in b), default=float("inf"))
-print("%d steps, max relative difference: loss %.3g (bound %g), grad norm %.3g (bound %g)"
-      % (len(b), dl, loss_tol, dn, norm_tol))
-sys.exit(0 if a.keys() == b.keys() and a and dl <= loss_tol and dn <= norm_tol else 1)
-EOF
-}
 # bf16_weights A.bin B.bin LOG.jsonl: bf16 final weights of two runs of the
 # schedule logged in LOG. Bounds: every weight within 2 x (sum of the logged lr)
 # + 2 bf16 ulps of A's value (ulp = 2^(floor(log2|a|) - 7)), mean |difference|

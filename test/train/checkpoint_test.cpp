@@ -11,19 +11,13 @@
 #include <unistd.h>
 
 #include "distributed/comm.h"
+#include "test/train/temp_dir.h"
 #include "train/checkpoint.h"
 #include "util/checked_io.h"
 #include "util/checksum.h"
 
 namespace gpt2 {
 namespace {
-
-std::string temp_dir(const char* name) {
-  std::string d = "build/test/train/" + std::string(name) + "." + std::to_string(getpid());
-  std::system(("rm -rf " + d).c_str());
-  make_directories(d);
-  return d;
-}
 
 TrainState sample_state(uint64_t begin, uint64_t end, uint32_t rank, uint32_t world) {
   TrainState s;

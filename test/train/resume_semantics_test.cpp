@@ -12,19 +12,13 @@
 #include <unistd.h>
 #include <vector>
 
+#include "test/train/temp_dir.h"
 #include "train/checkpoint.h"
 #include "train/lr_schedule.h"
 #include "util/checked_io.h"
 
 namespace gpt2 {
 namespace {
-
-std::string temp_dir(const char* name) {
-  std::string d = "build/test/train/" + std::string(name) + "." + std::to_string(getpid());
-  std::system(("rm -rf " + d).c_str());
-  make_directories(d);
-  return d;
-}
 
 LrSchedule schedule(LrScheduleKind k, float lr, int warmup, int total, float final_frac = 0.1f,
                     float wsd = 0.2f) {
