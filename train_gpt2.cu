@@ -1,7 +1,7 @@
 // train_gpt2cu: train GPT-2 on token shards.
 //   CLI -> distributed bootstrap -> backend -> model -> the loop (train/trainer.cpp)
 // or, with --eval-only / --generate, run trained weights (train/evaluation.cpp,
-// train/generation.cpp).
+// train/generation.cpp), or with --dry-run print the memory plan (train/memory_plan.cpp).
 // The same file builds with g++ (CPU backend) and, with the CUDA backend, nvcc.
 #include <csignal>
 #include <cstdio>
@@ -14,6 +14,7 @@
 #include "distributed/watchdog.h"
 #include "train/evaluation.h"
 #include "train/generation.h"
+#include "train/memory_plan.h"
 #include "train/options.h"
 #include "train/trainer.h"
 
@@ -25,6 +26,8 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return 2;
   }
+  // --dry-run: arithmetic on the configuration, before MPI or any device.
+  if (!opts.dry_run_worlds.empty()) return gpt2::run_memory_plan(opts);
   // Record preemption signals from the very start: a SIGUSR1 during MPI
   // start-up must not kill the process before it can checkpoint.
   gpt2::install_stop_handlers({SIGUSR1, SIGTERM});

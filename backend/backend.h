@@ -78,8 +78,17 @@ class Backend {
   virtual void encoder_forward(Tensor out, Tensor tokens, Tensor wte, Tensor wpe,
                                int B, int T, int C) = 0;
   // dwte[tokens[b,t],:] += dout[b,t,:];  dwpe[t,:] += dout[b,t,:]
+  // (dwte empty: dwpe only; ZeRO-2 builds dwte with tied_embedding_backward_rows)
   virtual void encoder_backward(Tensor dwte, Tensor dwpe, Tensor dout, Tensor tokens,
                                 int B, int T, int C) = 0;
+  // Rows [v0, v0 + R) of the tied wte/lm_head gradient, R = dwte_rows.numel / C:
+  //   dwte_rows[v-v0,:] += sum_n dlogits[n,v] * lnf[n,:]       (matmul_backward's dw)
+  //   then dwte_rows[v-v0,:] += dembed[n,:] for each n with tokens[n] == v
+  // in that order, so a chunk equals those rows of matmul_backward's dw followed
+  // by encoder_backward's dwte. dlogits is [N,Vp], lnf and dembed [N,C].
+  virtual void tied_embedding_backward_rows(Tensor dwte_rows, Tensor dlogits, Tensor lnf,
+                                            Tensor dembed, Tensor tokens, int N, int C,
+                                            int Vp, int v0) = 0;
 
   // out = (inp - mean) * rstd * w + b, eps 1e-5; saves mean[N], rstd[N] (fp32 semantics)
   virtual void layernorm_forward(Tensor out, Tensor mean, Tensor rstd, Tensor inp,
@@ -92,8 +101,8 @@ class Backend {
   // out[N,OC] = inp[N,C] @ w[OC,C]^T (+ bias[OC] when bias is not empty)
   virtual void matmul_forward(Tensor out, Tensor inp, Tensor w, Tensor bias,
                               int N, int C, int OC) = 0;
-  // dinp[N,C] = dout @ w  (overwritten);  dw[OC,C] += dout^T @ inp;
-  // dbias[OC] += sum_rows(dout) when dbias is not empty
+  // dinp[N,C] = dout @ w  (overwritten);  dw[OC,C] += dout^T @ inp (when dw
+  // is not empty); dbias[OC] += sum_rows(dout) when dbias is not empty
   virtual void matmul_backward(Tensor dinp, Tensor dw, Tensor dbias, Tensor dout,
                                Tensor inp, Tensor w, int N, int C, int OC) = 0;
 

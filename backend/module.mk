@@ -3,7 +3,7 @@
 # Link a program against it with: $(BACKEND_CPU_LIB) $(BACKEND_CPU_LDLIBS)
 BACKEND_CPU_LIB    := $(BUILD)/libbackend_cpu.a
 BACKEND_CPU_LDLIBS := -lopenblas
-BACKEND_CPU_SRCS   := $(sort $(wildcard backend/cpu/*.cpp)) backend/op_checks.cpp
+BACKEND_CPU_SRCS   := $(sort $(wildcard backend/cpu/*.cpp)) backend/op_checks.cpp backend/sizing_backend.cpp
 BACKEND_CPU_OBJS   := $(BACKEND_CPU_SRCS:%.cpp=$(BUILD)/%.o)
 
 # The op loops call sqrt; without errno semantics GCC can vectorise it. GCC's

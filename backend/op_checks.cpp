@@ -34,8 +34,24 @@ void OpChecks::encoder(const char* op, const Tensor& x, const Tensor& tokens, co
   const bool fwd = std::string(op) == "encoder_forward";
   need_x(x, sz(B, T, C), op, fwd ? "out" : "dout");
   need(tokens, sz(B, T), op, "tokens", 4);
-  need_x(wte, sz(1, C), op, fwd ? "wte" : "dwte");
+  if (fwd || !wte.empty()) need_x(wte, sz(1, C), op, fwd ? "wte" : "dwte");
   need_x(wpe, sz(T, C), op, fwd ? "wpe" : "dwpe");
+}
+
+void OpChecks::tied_embedding_rows(const Tensor& dwte_rows, const Tensor& dlogits, const Tensor& lnf,
+                                   const Tensor& dembed, const Tensor& tokens, int N, int C, int Vp, int v0) const {
+  const char* op = "tied_embedding_backward_rows";
+  dims(op, {N, C, Vp});
+  const size_t rows = dwte_rows.numel / static_cast<size_t>(C);
+  if (dwte_rows.empty() || dwte_rows.numel % static_cast<size_t>(C) != 0 || v0 < 0 ||
+      static_cast<size_t>(v0) + rows > static_cast<size_t>(Vp))
+    fail(op, "dwte_rows of " + std::to_string(dwte_rows.numel) + " elements from row " + std::to_string(v0) +
+                 " is not whole rows of C " + std::to_string(C) + " inside Vp " + std::to_string(Vp));
+  need_x(dwte_rows, rows * static_cast<size_t>(C), op, "dwte_rows");
+  need_x(dlogits, sz(N, Vp), op, "dlogits");
+  need_x(lnf, sz(N, C), op, "lnf");
+  need_x(dembed, sz(N, C), op, "dembed");
+  need(tokens, sz(N), op, "tokens", 4);
 }
 
 void OpChecks::layernorm_forward(const Tensor& out, const Tensor& mean, const Tensor& rstd, const Tensor& inp,
@@ -80,7 +96,7 @@ void OpChecks::matmul_backward(const Tensor& dinp, const Tensor& dw, const Tenso
   const char* op = "matmul_backward";
   dims(op, {N, C, OC});
   need_x(dinp, sz(N, C), op, "dinp");
-  need_x(dw, sz(OC, C), op, "dw");
+  if (!dw.empty()) need_x(dw, sz(OC, C), op, "dw");
   if (!dbias.empty()) need_x(dbias, sz(OC), op, "dbias");
   need_x(dout, sz(N, OC), op, "dout");
   need_x(inp, sz(N, C), op, "inp");

@@ -36,6 +36,8 @@ class OpChecks {
   void layernorm_backward(const Tensor& dinp, const Tensor& dw, const Tensor& db, const Tensor& dout,
                           const Tensor& inp, const Tensor& w, const Tensor& mean, const Tensor& rstd, int N,
                           int C) const;
+  void tied_embedding_rows(const Tensor& dwte_rows, const Tensor& dlogits, const Tensor& lnf, const Tensor& dembed,
+                           const Tensor& tokens, int N, int C, int Vp, int v0) const;
   void matmul_forward(const Tensor& out, const Tensor& inp, const Tensor& w, const Tensor& bias, int N, int C,
                       int OC) const;
   void matmul_backward(const Tensor& dinp, const Tensor& dw, const Tensor& dbias, const Tensor& dout,

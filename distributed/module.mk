@@ -52,8 +52,34 @@ DISTRIBUTED_BENCH := $(BUILD)/distributed/dist_bench
 $(DISTRIBUTED_BENCH): $(BUILD)/distributed/dist_bench.o $(DISTRIBUTED_LIB)
 	$(CXX) $(LDFLAGS) -o $@ $< $(DISTRIBUTED_LDLIBS)
 
-# make bench-dist: step time and bytes per step, stages 0/1/2 at 1 and 2 ranks.
-bench-dist: train_gpt2cu $(DISTRIBUTED_BENCH)
+# The same replay against the NCCL communicator on device buffers (--comm nccl), one
+# object (-DGPT2_DIST_BENCH_NCCL) linked twice, like comm_nccl.o: dist_bench_emu with the
+# emulator's CUDA and NCCL over MPI (libraries spelled out: emu/module.mk comes later),
+# dist_bench_cuda with cudart and -lnccl where nvcc is (NCCL_LDLIBS: train/module.mk).
+DISTRIBUTED_BENCH_GPU :=
+ifneq ($(DISTRIBUTED_NCCL_LIB),)
+DISTRIBUTED_BENCH_NCCL_OBJ := $(BUILD)/distributed/dist_bench_nccl.o
+$(DISTRIBUTED_BENCH_NCCL_OBJ): CPPFLAGS += -isystem $(CUDA_HOME)/include -DGPT2_DIST_BENCH_NCCL
+$(DISTRIBUTED_BENCH_NCCL_OBJ): distributed/dist_bench.cpp
+	@mkdir -p $(@D)
+	$(CXX) $(CPPFLAGS) $(CXXFLAGS) -c $< -o $@
+DISTRIBUTED_BENCH_EMU := $(BUILD)/distributed/dist_bench_emu
+$(DISTRIBUTED_BENCH_EMU): $(DISTRIBUTED_BENCH_NCCL_OBJ) $(DISTRIBUTED_NCCL_LIB) $(DISTRIBUTED_LIB) \
+                          $(BUILD)/libemu_nccl.a $(BUILD)/libemu.a
+	$(CXX) $(LDFLAGS) -o $@ $< $(DISTRIBUTED_NCCL_LIB) $(DISTRIBUTED_LDLIBS) \
+	  $(EMU_NCCL_LIB) $(EMU_LIB) $(EMU_LIBS) $(EMU_MPI_LIBS)
+ifneq ($(wildcard $(NVCC)),)
+DISTRIBUTED_BENCH_GPU := $(BUILD)/distributed/dist_bench_cuda
+$(DISTRIBUTED_BENCH_GPU): $(DISTRIBUTED_BENCH_NCCL_OBJ) $(DISTRIBUTED_NCCL_LIB) $(DISTRIBUTED_LIB)
+	$(CXX) $(LDFLAGS) -o $@ $< $(DISTRIBUTED_NCCL_LIB) $(DISTRIBUTED_LDLIBS) $(CUDA_LDLIBS) $(NCCL_LDLIBS)
+endif
+endif
+
+# make bench-dist: bytes per step per rank and per collective, ZeRO 0/1/2 at 1 and 2
+# ranks, on the CPU backend and on the emulated CUDA backend (NCCL emulated over MPI);
+# with GPUs also step time, scaling and busbw at 1..N GPUs (distributed/bench_dist.sh).
+bench-dist: train_gpt2cu $(DISTRIBUTED_BENCH) $(if $(DISTRIBUTED_NCCL_LIB),$(BUILD)/train_gpt2cu_emu) \
+            $(DISTRIBUTED_BENCH_EMU) $(DISTRIBUTED_BENCH_GPU)
 	@bash distributed/bench_dist.sh
 .PHONY: bench-dist
 

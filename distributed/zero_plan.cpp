@@ -27,6 +27,9 @@ ZeroPlan::ZeroPlan(std::vector<ParamTensorSpec> tensors, int world, size_t shard
                                  std::to_string(t.num_layers) + " layers, others over " +
                                  std::to_string(num_layers_));
       num_layers_ = t.num_layers;
+      if (t.chunk_elems != 0)
+        throw std::runtime_error("distributed/zero_plan.cpp: tensor " + t.name +
+                                 " is stacked over layers and cannot also be chunked");
     }
     offsets_.push_back(num_params_);
     num_params_ += t.numel;
@@ -36,11 +39,19 @@ ZeroPlan::ZeroPlan(std::vector<ParamTensorSpec> tensors, int world, size_t shard
   const size_t per_rank = (num_params_ + w - 1) / w;
   shard_size_ = (per_rank + shard_alignment - 1) / shard_alignment * shard_alignment;
 
-  // Gradient ranges of each unit, ascending (tensors are laid out in order).
-  units_.resize(static_cast<size_t>(num_units()));
+  // Gradient ranges of each unit, ascending (tensors are laid out in order);
+  // chunk units follow the layers and the rest.
+  units_.resize(static_cast<size_t>(num_layers_ + 1));
   for (size_t i = 0; i < tensors_.size(); ++i) {
     const ParamTensorSpec& t = tensors_[i];
     if (t.numel == 0) continue;
+    if (t.chunk_elems > 0) {
+      for (size_t b = 0; b < t.numel; b += t.chunk_elems) {
+        units_.emplace_back();
+        units_.back().ranges.push_back({offsets_[i] + b, offsets_[i] + std::min(t.numel, b + t.chunk_elems)});
+      }
+      continue;
+    }
     if (t.num_layers == 0) {
       units_[static_cast<size_t>(rest_unit())].ranges.push_back(
           {offsets_[i], offsets_[i] + t.numel});

@@ -11,7 +11,10 @@
 //   * gives rank r the shard [r*S, (r+1)*S) of the padded range, S = shard size;
 //   * groups the gradient into backward "units": unit l < L is layer l (one
 //     range per stacked tensor), unit L ("rest") is every tensor not stacked
-//     over layers (embeddings, final layernorm). For ZeRO-2 each unit comes with
+//     over layers (embeddings, final layernorm) except those given a chunk
+//     size: each of those is cut into "chunk units" L+1, L+2, ... of
+//     chunk_elems elements (the tied token embedding, exchanged in vocabulary
+//     chunks so ZeRO-2 never stages it whole). For ZeRO-2 each unit comes with
 //     the exchange that hands its finished gradients to their owners in one
 //     Communicator::reduce_scatter_v:
 //       send buffer  = pieces packed in owner-rank order (pack_offset)
@@ -36,6 +39,7 @@ struct ParamTensorSpec {
   std::string name;
   size_t numel = 0;
   int num_layers = 0;  // > 0: stacked over this many layers (numel divisible by it); 0: not per layer
+  size_t chunk_elems = 0;  // > 0 (only when num_layers == 0): own units of this many elements, the last shorter
 };
 
 struct ElemRange {
@@ -86,9 +90,12 @@ class ZeroPlan {
   ElemRange tensor_range(size_t i) const;  // in the flat buffer
 
   int num_layers() const { return num_layers_; }  // 0 when no tensor is stacked
-  // Units: 0..num_layers()-1 are layers, num_layers() is the rest (may be empty).
-  int num_units() const { return num_layers_ + 1; }
+  // Units: 0..num_layers()-1 are layers, num_layers() is the rest (may be
+  // empty), then the chunk units in tensor order.
+  int num_units() const { return static_cast<int>(units_.size()); }
   int rest_unit() const { return num_layers_; }
+  int first_chunk_unit() const { return num_layers_ + 1; }
+  int num_chunk_units() const { return num_units() - first_chunk_unit(); }
   const UnitExchange& unit(int u) const;
 
   // Part of `range` that lies in rank r's shard, as an offset range inside the

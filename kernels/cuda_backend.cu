@@ -67,6 +67,20 @@ bool use_flash_attention(CudaAttention choice) {
   throw std::runtime_error(std::string("backend/cuda: GPT2_ATTENTION=") + v + ": expected flash or classic");
 }
 
+// Attention buffer sizes of the backend's choice (shared with cuda_backend_sizes).
+// Flash: saved = fp32 log-sum-exp per row (B*NH*T floats; in bf16 mode
+// 2*B*NH*T bf16 elements of the same bytes), scratch = D per row.
+// Classic: saved = P[B,NH,T,T] of the storage type, scratch = dP (+ dS).
+size_t attention_saved_numel_for(bool flash, uint32_t storage_bytes, int B, int T, int NH) {
+  if (flash) return kern::flash_lse_floats(B, T, NH) * (sizeof(float) / storage_bytes);
+  return kern::attention_saved_elems(B, T, NH);
+}
+size_t attention_scratch_numel_for(bool flash, uint32_t storage_bytes, int B, int T, int NH) {
+  if (flash) return kern::flash_lse_floats(B, T, NH);
+  return storage_bytes == 2 ? kern::attention_scratch_floats<__nv_bfloat16>(B, T, NH)
+                            : kern::attention_scratch_floats<float>(B, T, NH);
+}
+
 class CudaBackend final : public Backend {
  public:
   CudaBackend(int device, const CudaBackendOptions& options)
@@ -186,11 +200,26 @@ class CudaBackend final : public Backend {
   void encoder_backward(Tensor dwte, Tensor dwpe, Tensor dout, Tensor tokens, int B, int T,
                         int C) override {
     checks_.encoder("encoder_backward", dout, tokens, dwte, dwpe, B, T, C);
-    float* shadow = bf16_ ? workspace(static_cast<size_t>(rows(dwte, C)) * C) : nullptr;
+    float* shadow = bf16_ && !dwte.empty() ? workspace(static_cast<size_t>(rows(dwte, C)) * C) : nullptr;
     dispatch("encoder_backward", [&](auto tag) {
       using X = decltype(tag);
-      kern::encoder_backward<X>(as<X>(dwte), as<X>(dwpe), shadow, as<X>(dout), i32(tokens), B, T,
-                                C, rows(dwte, C), stream_);
+      kern::encoder_backward<X>(dwte.empty() ? nullptr : as<X>(dwte), as<X>(dwpe), shadow, as<X>(dout),
+                                i32(tokens), B, T, C, rows(dwte, C), stream_);
+    });
+  }
+  // matmul_backward's dw GEMM on dlogits' columns [v0, v0 + rows) (a submatrix:
+  // same leading dimension Vp), then the embedding scatter over that window;
+  // the bf16 shadow is rows*C floats, not the whole table's.
+  void tied_embedding_backward_rows(Tensor dwte_rows, Tensor dlogits, Tensor lnf, Tensor dembed, Tensor tokens,
+                                    int N, int C, int Vp, int v0) override {
+    checks_.tied_embedding_rows(dwte_rows, dlogits, lnf, dembed, tokens, N, C, Vp, v0);
+    const int R = rows(dwte_rows, C);
+    float* shadow = bf16_ ? workspace(static_cast<size_t>(R) * C) : nullptr;
+    dispatch("tied_embedding_backward_rows", [&](auto tag) {
+      using X = decltype(tag);
+      kern::matmul_backward_weight_rows<X>(blas_, as<X>(dwte_rows), as<X>(dlogits) + v0, as<X>(lnf), N, C, Vp, R);
+      kern::embedding_backward_rows<X>(as<X>(dwte_rows), shadow, as<X>(dembed), i32(tokens), static_cast<size_t>(N),
+                                       C, v0, R, stream_);
     });
   }
 
@@ -229,23 +258,17 @@ class CudaBackend final : public Backend {
     float* scratch = dbias.empty() ? nullptr : workspace(kern::matmul_backward_scratch_floats(N, OC));
     dispatch("matmul_backward", [&](auto tag) {
       using X = decltype(tag);
-      kern::matmul_backward<X>(blas_, as<X>(dinp), as<X>(dw),
+      kern::matmul_backward<X>(blas_, as<X>(dinp), dw.empty() ? nullptr : as<X>(dw),
                                dbias.empty() ? nullptr : as<X>(dbias), scratch, as<X>(dout),
                                as<X>(inp), as<X>(w), N, C, OC);
     });
   }
 
-  // Flash: saved = fp32 log-sum-exp per row (B*NH*T floats; in bf16 mode
-  // 2*B*NH*T bf16 elements of the same bytes), scratch = D per row.
-  // Classic: saved = P[B,NH,T,T] of the storage type, scratch = dP (+ dS).
   size_t attention_saved_numel(int B, int T, int NH) const override {
-    if (flash_) return kern::flash_lse_floats(B, T, NH) * (sizeof(float) / storage_bytes_);
-    return kern::attention_saved_elems(B, T, NH);
+    return attention_saved_numel_for(flash_, storage_bytes_, B, T, NH);
   }
   size_t attention_scratch_numel(int B, int T, int NH) const override {
-    if (flash_) return kern::flash_lse_floats(B, T, NH);
-    return bf16_ ? kern::attention_scratch_floats<__nv_bfloat16>(B, T, NH)
-                 : kern::attention_scratch_floats<float>(B, T, NH);
+    return attention_scratch_numel_for(flash_, storage_bytes_, B, T, NH);
   }
   void attention_forward(Tensor out, Tensor saved, Tensor qkv, int B, int T, int C,
                          int NH) override {
@@ -449,6 +472,22 @@ class CudaBackend final : public Backend {
 };
 
 }  // namespace
+
+BackendSizes cuda_backend_sizes(const CudaBackendOptions& options) {
+  BackendSizes s;
+  s.name = "cuda";
+  s.host_memory = false;
+  const uint32_t x = options.bf16 ? 2 : 4;
+  s.elem_bytes.fill(4);  // optimizer state, tokens, scratch
+  for (BufferRole r : {BufferRole::kParams, BufferRole::kGrads, BufferRole::kActivations})
+    s.elem_bytes[static_cast<size_t>(r)] = x;  // the storage type, as CudaBackend::alloc
+  const bool flash = use_flash_attention(options.attention);
+  s.attention_saved_numel = [flash, x](int B, int T, int NH) { return attention_saved_numel_for(flash, x, B, T, NH); };
+  s.attention_scratch_numel = [flash, x](int B, int T, int NH) {
+    return attention_scratch_numel_for(flash, x, B, T, NH);
+  };
+  return s;
+}
 
 int cuda_device_count() {
   int count = 0;

@@ -9,6 +9,7 @@
 #include <memory>
 
 #include "backend/backend.h"
+#include "backend/sizing_backend.h"
 
 namespace gpt2 {
 
@@ -52,6 +53,10 @@ struct CudaBackendOptions {
   // cuBLASLt workspace.
   size_t cublaslt_workspace_bytes = size_t{32} << 20;
 };
+
+// What a CUDA backend with these options allocates (element sizes per role,
+// attention buffers), for a SizingBackend: needs no GPU.
+BackendSizes cuda_backend_sizes(const CudaBackendOptions& options);
 
 // Visible CUDA devices; 0 when there is no GPU or no usable driver (never throws),
 // so `--device auto` can fall back to the CPU backend.

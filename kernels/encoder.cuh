@@ -55,31 +55,31 @@ __global__ void encoder_backward_wpe_kernel(T* dwpe, const T* dout, int B, int T
   dwpe[idx] = from_float<T>(to_float(dwpe[idx]) + sum);
 }
 
-// acc[token, c] += dout[b, t, c] with atomics; acc is dwte itself (fp32) or
-// its fp32 shadow (bf16, see encoder_backward).
+// acc[token - v0, c] += dout[n, c] with atomics, for tokens in [v0, v1); acc
+// is dwte's rows from v0 (fp32) or their fp32 shadow (bf16, see
+// embedding_backward_rows).
 template <class TA, class T>
-__global__ void encoder_backward_wte_kernel(TA* acc, const T* dout, const int* tokens, int B,
-                                            int T_, int C, int V) {
+__global__ void encoder_backward_wte_kernel(TA* acc, const T* dout, const int* tokens, size_t N,
+                                            int C, int v0, int v1) {
   const size_t idx = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (idx >= static_cast<size_t>(B) * T_ * C) return;
-  const size_t bt = idx / C;
+  if (idx >= N * C) return;
+  const int token = tokens[idx / C];
+  if (token < v0 || token >= v1) return;
   const int c = static_cast<int>(idx % C);
-  const int token = tokens[bt];
-  if (token < 0 || token >= V) return;
-  atomicAdd(&acc[static_cast<size_t>(token) * C + c], from_float<TA>(to_float(dout[idx])));
+  atomicAdd(&acc[static_cast<size_t>(token - v0) * C + c], from_float<TA>(to_float(dout[idx])));
 }
 
-// Copies the rows of the batch's tokens between dwte and its fp32 shadow
-// (to_shadow: dwte -> shadow, else shadow -> dwte rounded). Threads of
+// Copies the window's rows of the batch's tokens between dwte and its fp32
+// shadow (to_shadow: dwte -> shadow, else shadow -> dwte rounded). Threads of
 // positions with the same token write the same value.
 template <class T>
-__global__ void encoder_wte_shadow_kernel(float* shadow, T* dwte, const int* tokens, int B,
-                                          int T_, int C, int V, bool to_shadow) {
+__global__ void encoder_wte_shadow_kernel(float* shadow, T* dwte, const int* tokens, size_t N,
+                                          int C, int v0, int v1, bool to_shadow) {
   const size_t idx = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (idx >= static_cast<size_t>(B) * T_ * C) return;
+  if (idx >= N * C) return;
   const int token = tokens[idx / C];
-  if (token < 0 || token >= V) return;
-  const size_t i = static_cast<size_t>(token) * C + idx % C;
+  if (token < v0 || token >= v1) return;
+  const size_t i = static_cast<size_t>(token - v0) * C + idx % C;
   if (to_shadow)
     shadow[i] = to_float(dwte[i]);
   else
@@ -103,9 +103,34 @@ void encoder_forward(T* out, const int* tokens, const T* wte, const T* wpe, int 
   }
 }
 
-// shadow: V*C floats when T is not float (else unused): the rows a bf16 dwte
-// receives are accumulated in fp32 and rounded once, instead of once per
-// repeated token.
+// dwte_rows[token - v0] += dout[n] for the tokens in [v0, v0 + rows): dwte's
+// part of the encoder backward over a vocabulary window (the whole table:
+// v0 = 0, rows = V). shadow: rows*C floats when T is not float (else unused):
+// the rows a bf16 dwte receives are accumulated in fp32 and rounded once,
+// instead of once per repeated token.
+template <class T>
+void embedding_backward_rows(T* dwte_rows, float* shadow, const T* dout, const int* tokens, size_t N,
+                             int C, int v0, int rows, cudaStream_t stream) {
+  const int block = 256;
+  const size_t n = N * C;
+  const int v1 = v0 + rows;
+  if constexpr (std::is_same<T, float>::value) {
+    auto wte_kernel = encoder_backward_wte_kernel<T, T>;
+    LAUNCH_KERNEL(wte_kernel, ceil_div(n, block), block, 0, stream, dwte_rows, dout, tokens, N, C,
+                  v0, v1);
+  } else {
+    auto shadow_kernel = encoder_wte_shadow_kernel<T>;
+    auto wte_kernel = encoder_backward_wte_kernel<float, T>;
+    LAUNCH_KERNEL(shadow_kernel, ceil_div(n, block), block, 0, stream, shadow, dwte_rows, tokens, N,
+                  C, v0, v1, true);
+    LAUNCH_KERNEL(wte_kernel, ceil_div(n, block), block, 0, stream, shadow, dout, tokens, N, C, v0,
+                  v1);
+    LAUNCH_KERNEL(shadow_kernel, ceil_div(n, block), block, 0, stream, shadow, dwte_rows, tokens, N,
+                  C, v0, v1, false);
+  }
+}
+
+// dwte may be nullptr (dwpe only); shadow as for embedding_backward_rows with rows = V.
 template <class T>
 void encoder_backward(T* dwte, T* dwpe, float* shadow, const T* dout, const int* tokens, int B,
                       int T_, int C, int V, cudaStream_t stream) {
@@ -113,21 +138,9 @@ void encoder_backward(T* dwte, T* dwpe, float* shadow, const T* dout, const int*
   auto wpe_kernel = encoder_backward_wpe_kernel<T>;
   LAUNCH_KERNEL(wpe_kernel, ceil_div(static_cast<size_t>(T_) * C, block), block, 0, stream, dwpe,
                 dout, B, T_, C);
-  const size_t n = static_cast<size_t>(B) * T_ * C;
-  if constexpr (std::is_same<T, float>::value) {
-    auto wte_kernel = encoder_backward_wte_kernel<T, T>;
-    LAUNCH_KERNEL(wte_kernel, ceil_div(n, block), block, 0, stream, dwte, dout, tokens, B, T_, C,
-                  V);
-  } else {
-    auto shadow_kernel = encoder_wte_shadow_kernel<T>;
-    auto wte_kernel = encoder_backward_wte_kernel<float, T>;
-    LAUNCH_KERNEL(shadow_kernel, ceil_div(n, block), block, 0, stream, shadow, dwte, tokens, B, T_,
-                  C, V, true);
-    LAUNCH_KERNEL(wte_kernel, ceil_div(n, block), block, 0, stream, shadow, dout, tokens, B, T_, C,
-                  V);
-    LAUNCH_KERNEL(shadow_kernel, ceil_div(n, block), block, 0, stream, shadow, dwte, tokens, B, T_,
-                  C, V, false);
-  }
+  if (dwte != nullptr)
+    embedding_backward_rows<T>(dwte, shadow, dout, tokens, static_cast<size_t>(B) * T_, C, 0, V,
+                               stream);
 }
 
 }  // namespace kern

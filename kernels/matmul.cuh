@@ -340,6 +340,10 @@ void matmul_backward(const BlasContext& ctx, T* dinp, T* dw, T* dbias, float* sc
   if (!ctx.use_lt || !lt_matmul(ctx, type, false, false, C, N, OC, w, C, dout, OC, dinp, C, 0.0f,
                                 CUBLASLT_EPILOGUE_DEFAULT, nullptr))
     gemm_ex<T>(ctx, false, false, C, N, OC, w, C, dout, OC, 0.0f, dinp, C);
+  if (dw == nullptr) {
+    if (dbias != nullptr) column_sums_into<T>(ctx, dbias, scratch, dout, N, OC);
+    return;
+  }
   // dw^T[C,OC] += inp^T[C,N] (dout^T)^T[N,OC]; in fp32 BGRADB: scratch[OC] = column sums of dout
   const bool bgradb = dbias != nullptr && ctx.use_lt && ctx.lt_bias_grad && type == CUDA_R_32F;
   if (bgradb && lt_matmul(ctx, type, false, true, C, OC, N, inp, C, dout, OC, dw, C, 1.0f,
@@ -353,6 +357,20 @@ void matmul_backward(const BlasContext& ctx, T* dinp, T* dw, T* dbias, float* sc
                                 CUBLASLT_EPILOGUE_DEFAULT, nullptr))
     gemm_ex<T>(ctx, false, true, C, OC, N, inp, C, dout, OC, 1.0f, dw, C);
   if (dbias != nullptr) column_sums_into<T>(ctx, dbias, scratch, dout, N, OC);
+}
+
+// Rows [0, R) of a weight gradient whose dout columns start at `dout_cols`
+// (row-major dout[N, ld], only R of its columns read): dw[R,C] += dout_cols^T inp,
+// i.e. dw^T[C,R] += inp^T[C,N] (dout_cols^T)^T[N,R] -- matmul_backward's dw GEMM
+// with n = R and the same leading dimension, so on the emulator every element is
+// the same dot product as in the whole-table GEMM.
+template <class T>
+void matmul_backward_weight_rows(const BlasContext& ctx, T* dw, const T* dout_cols, const T* inp, int N, int C,
+                                 int ld, int R) {
+  const cudaDataType_t type = cuda_data_type<T>();
+  if (!ctx.use_lt || !lt_matmul(ctx, type, false, true, C, R, N, inp, C, dout_cols, ld, dw, C, 1.0f,
+                                CUBLASLT_EPILOGUE_DEFAULT, nullptr))
+    gemm_ex<T>(ctx, false, true, C, R, N, inp, C, dout_cols, ld, 1.0f, dw, C);
 }
 
 }  // namespace kern

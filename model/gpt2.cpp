@@ -1,6 +1,8 @@
 #include "model/gpt2.h"
 
+#include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <stdexcept>
 
 #include "util/rng.h"
@@ -34,6 +36,24 @@ const char* ParamLayout::name(int t) {
   return kNames[t];
 }
 
+size_t ParamLayout::layer_unit_numel() const {
+  size_t n = 0;
+  for (int t = 0; t < kNumParamTensors; t++)
+    if (is_per_layer(t)) n += layer_numel(t);
+  return n;
+}
+
+size_t ParamLayout::wte_chunk_rows() const {
+  const size_t C = channels(), Vp = numel[kWte] / C;
+  if (const char* env = std::getenv("GPT2_ZERO2_WTE_CHUNK_ROWS"); env && *env) {
+    const long long rows = std::atoll(env);
+    if (rows < 1) throw std::runtime_error("GPT2_ZERO2_WTE_CHUNK_ROWS must be a positive row count");
+    return std::min(static_cast<size_t>(rows), Vp);
+  }
+  const size_t fit = num_layers > 0 ? layer_unit_numel() / C / 64 * 64 : 0;
+  return std::min(std::max<size_t>(fit, 64), Vp);
+}
+
 bool ParamLayout::is_per_layer(int t) { return t != kWte && t != kWpe && t != kLnfw && t != kLnfb; }
 
 bool ParamLayout::decays(int t) {
@@ -57,6 +77,7 @@ GPT2::GPT2(Backend& backend, const GPT2Config& cfg, int B, int T, GradMode grad_
   if (T > cfg.max_seq_len)
     throw std::runtime_error("sequence length " + std::to_string(T) + " exceeds the model's max_seq " +
                              std::to_string(cfg.max_seq_len));
+  wte_chunk_rows_ = layout_.wte_chunk_rows();
   if (param_capacity == 0) param_capacity = layout_.total;
   if (param_capacity < layout_.total) throw std::runtime_error("param_capacity below the parameter count");
   params_ = backend_.alloc(param_capacity, BufferRole::kParams);
@@ -68,12 +89,15 @@ GPT2::GPT2(Backend& backend, const GPT2Config& cfg, int B, int T, GradMode grad_
     backend_.zero(grads_);
     gradient_bytes_ = grads_.bytes();
   } else {
+    // Layer buffers also stage the wte chunks: as large as either.
     size_t layer_numel = 0, rest_numel = 0;
     for (int t = 0; t < kNumParamTensors; t++) {
+      if (t == kWte) continue;
       size_t& unit = ParamLayout::is_per_layer(t) ? layer_numel : rest_numel;
       unit_offset_[t] = unit;
       unit += ParamLayout::is_per_layer(t) ? layout_.layer_numel(t) : layout_.numel[t];
     }
+    layer_numel = std::max(layer_numel, wte_chunk_rows_ * layout_.channels());
     const int buffers = grad_mode_ == GradMode::kStagedPair ? 2 : 1;
     for (int i = 0; i < buffers; i++) {
       layer_grads_[i] = backend_.alloc(layer_numel, BufferRole::kGrads);
@@ -198,8 +222,38 @@ Tensor GPT2::grads() const {
 
 Tensor GPT2::unit_grads(int unit) const {
   if (grad_mode_ == GradMode::kFull) throw std::runtime_error("unit_grads(): only with staged gradients");
-  if (unit < 0 || unit > cfg_.num_layers) throw std::runtime_error("unit_grads(): no unit " + std::to_string(unit));
-  return unit == cfg_.num_layers ? rest_grads_ : layer_buffer(unit);
+  const int L = cfg_.num_layers;
+  if (unit < 0 || unit > L + num_wte_chunks()) throw std::runtime_error("unit_grads(): no unit " + std::to_string(unit));
+  if (unit < L) return layer_buffer(unit);
+  if (unit == L) return rest_grads_;
+  const size_t k = static_cast<size_t>(unit - L - 1), C = layout_.channels(), Vp = layout_.numel[kWte] / C;
+  const size_t rows = std::min(wte_chunk_rows_, Vp - k * wte_chunk_rows_);
+  return layer_buffer(static_cast<int>(k)).slice(0, rows * C);
+}
+
+int GPT2::num_wte_chunks() const {
+  const size_t Vp = layout_.numel[kWte] / layout_.channels();
+  return static_cast<int>((Vp + wte_chunk_rows_ - 1) / wte_chunk_rows_);
+}
+
+void GPT2::wte_grad_chunk(int k) {
+  if (cur_B_ == 0) throw std::runtime_error("wte_grad_chunk(): no backward to take it from");
+  if (k < 0 || k >= num_wte_chunks()) throw std::runtime_error("wte_grad_chunk(): no chunk " + std::to_string(k));
+  const size_t N = static_cast<size_t>(cur_B_) * cur_T_, C = layout_.channels();
+  const int Vp = cfg_.padded_vocab_size;
+  const size_t row0 = static_cast<size_t>(k) * wte_chunk_rows_;
+  Tensor chunk;
+  if (grad_mode_ == GradMode::kFull) {  // accumulates into the full buffer's rows
+    chunk = grads_.slice(layout_.offset[kWte] + row0 * C, std::min(wte_chunk_rows_, Vp - row0) * C);
+  } else {
+    chunk = unit_grads(cfg_.num_layers + 1 + k);
+    backend_.zero(chunk);
+  }
+  // backward() left dlogits in the logits, lnf's output and the embedding's gradient in dresidual.
+  backend_.tied_embedding_backward_rows(chunk, acts_.logits.slice(0, N * Vp), acts_.lnf.slice(0, N * C),
+                                        acts_.dresidual.slice(0, N * C), acts_.tokens.slice(0, N),
+                                        static_cast<int>(N), static_cast<int>(C), Vp,
+                                        static_cast<int>(row0));
 }
 
 Tensor GPT2::grad_view(int t, int l) const {
@@ -317,9 +371,11 @@ void GPT2::backward(const std::function<void(int)>& on_layer_done) {
   Tensor dqkv = a.dqkv.slice(0, N * 3 * C);
   Tensor dfch = a.dfch.slice(0, N * 4 * C);
 
-  // logits hold dlogits now (fused classifier). lm_head backward: d(lnf) and
-  // the tied embedding's gradient.
-  be.matmul_backward(dln, grad(kWte), Tensor{}, a.logits.slice(0, N * Vp), a.lnf.slice(0, N * C),
+  // logits hold dlogits now (fused classifier). lm_head backward: d(lnf) only;
+  // the tied embedding's gradient is made at the end, in vocabulary chunks
+  // (wte_grad_chunk), the same way for every gradient mode so that ZeRO-2's
+  // chunks equal stages 0/1's gradient bit for bit.
+  be.matmul_backward(dln, Tensor{}, Tensor{}, a.logits.slice(0, N * Vp), a.lnf.slice(0, N * C),
                      param(kWte), N, C, Vp);
   be.zero(dresidual);
   be.layernorm_backward(dresidual, grad(kLnfw), grad(kLnfb), dln, layer(a.residual3, L - 1, C),
@@ -347,7 +403,9 @@ void GPT2::backward(const std::function<void(int)>& on_layer_done) {
                           layer(a.ln1_mean, l, 1), layer(a.ln1_rstd, l, 1), N, C);
     if (on_layer_done) on_layer_done(l);
   }
-  be.encoder_backward(grad(kWte), grad(kWpe), dresidual, a.tokens.slice(0, N), B, T, C);
+  be.encoder_backward(Tensor{}, grad(kWpe), dresidual, a.tokens.slice(0, N), B, T, C);
+  if (grad_mode_ == GradMode::kFull)  // staged: the caller builds and exchanges the chunks
+    for (int k = 0; k < num_wte_chunks(); k++) wte_grad_chunk(k);
   if (on_layer_done) on_layer_done(-1);
 }
 

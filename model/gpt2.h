@@ -38,6 +38,15 @@ struct ParamLayout {
   // Elements of tensor t that belong to layer l (per-layer tensors only).
   size_t layer_offset(int t, int l) const { return offset[t] + numel[t] / num_layers * l; }
   size_t layer_numel(int t) const { return numel[t] / num_layers; }
+  size_t channels() const { return numel[kLnfw]; }
+  // Elements of one layer's gradients, all per-layer tensors together.
+  size_t layer_unit_numel() const;
+  // ZeRO-2 stages the tied wte/lm_head gradient in chunks of this many
+  // vocabulary rows: a multiple of 64 (aligned slices), at least 64, and no
+  // more than fits one layer's gradient buffer, so the chunks reuse the layer
+  // buffers and the staging never holds the whole V x C table (d12: 9216 rows,
+  // 6 chunks). GPT2_ZERO2_WTE_CHUNK_ROWS overrides it (tests; same on every rank).
+  size_t wte_chunk_rows() const;
 };
 
 // Activation tensor table (llm.c's ActivationTensors, plus backward scratch).
@@ -69,11 +78,13 @@ struct Activations {
 // Where parameter gradients live.
 //   kFull:   one flat buffer like the parameters (ZeRO stages 0 and 1).
 //   kStaged: ZeRO-2. Only two "unit" buffers: one layer's gradients (reused for
-//            every layer) and the rest (wte, wpe, lnfw, lnfb, live for the whole
+//            every layer) and the rest (wpe, lnfw, lnfb, live for the whole
 //            backward). Each is packed in flat-buffer order, so unit u's buffer
 //            is exactly ZeroPlan::unit(u)'s send buffer. backward() zeroes them
 //            itself; the on_layer_done hook must consume a layer's buffer before
-//            it returns.
+//            it returns. The tied wte gradient is not made by backward(): the
+//            caller builds it chunk by chunk (wte_grad_chunk) in the layer
+//            buffers once the backward is done, exchanging each chunk.
 //   kStagedPair: kStaged with two layer buffers used alternately (layer l in
 //            buffer l % 2), so layer l's exchange may still read its buffer
 //            while layer l-1's backward writes the other one; the hook must
@@ -108,8 +119,16 @@ class GPT2 {
   Tensor grads() const;
   Tensor param(int t) const { return params_.slice(layout_.offset[t], layout_.numel[t]); }
   // kStaged/kStagedPair: the packed gradient buffer of unit u (0..L-1 =
-  // layer, L = rest); with kStagedPair layers l and l+2 share one.
+  // layer, L = rest, L+1+k = wte chunk k; ZeroPlan's numbering); with
+  // kStagedPair layers l and l+2 share one, and chunk k uses layer k's.
   Tensor unit_grads(int unit) const;
+  // The tied wte/lm_head gradient is made in chunks of wte_chunk_rows()
+  // vocabulary rows (the last shorter), the lm_head part then the embedding
+  // part: kFull's backward() adds every chunk into grads() itself; staged,
+  // the caller calls wte_grad_chunk(k) after backward() (before the next
+  // forward), which overwrites unit_grads(L+1+k) with chunk k.
+  int num_wte_chunks() const;
+  void wte_grad_chunk(int k);
   size_t gradient_bytes() const { return gradient_bytes_; }
   size_t activation_bytes() const { return activation_bytes_; }
 
@@ -163,6 +182,7 @@ class GPT2 {
   Tensor params_, grads_;                 // grads_: kFull only
   std::array<Tensor, 2> layer_grads_;    // staged: [1] only with kStagedPair
   Tensor rest_grads_;                     // staged only
+  size_t wte_chunk_rows_ = 0;             // ParamLayout::wte_chunk_rows()
   std::array<size_t, kNumParamTensors> unit_offset_{};  // tensor's offset inside its unit buffer
   size_t gradient_bytes_ = 0;
   Activations acts_;

@@ -28,7 +28,8 @@ size_t env_count(const char* name, size_t fallback) {
 std::vector<ParamTensorSpec> zero_tensor_specs(const ParamLayout& layout) {
   std::vector<ParamTensorSpec> specs;
   for (int t = 0; t < kNumParamTensors; t++)
-    specs.push_back({ParamLayout::name(t), layout.numel[t], ParamLayout::is_per_layer(t) ? layout.num_layers : 0});
+    specs.push_back({ParamLayout::name(t), layout.numel[t], ParamLayout::is_per_layer(t) ? layout.num_layers : 0,
+                     t == kWte ? layout.wte_chunk_rows() * layout.channels() : 0});
   return specs;
 }
 
@@ -84,22 +85,26 @@ void DataParallel::allocate_stage2_buffers() {
   size_t most = 1;
   for (int u = 0; u < plan_.num_units(); u++)
     for (size_t c : plan_.unit(u).counts) most = std::max(most, c);
-  // GPT2_ZERO2_SLICE_ELEMS overrides the cap (tests use it to force many slices).
-  const size_t cap = env_count("GPT2_ZERO2_SLICE_ELEMS", kMaxExchangeSlice);
-  recv_ = backend_.alloc(std::min(most, cap), BufferRole::kGrads);
-  // Overlap exchanges each layer unit in one call, into the receive buffer of
-  // its layer buffer; a layer whose largest part exceeds the slice cap keeps
-  // the synchronous sliced exchange (decided from the plan: same on every rank).
+  // GPT2_ZERO2_SLICE_ELEMS overrides the cap (tests use it to force many
+  // slices, and with it the synchronous exchange).
+  const size_t forced = env_count("GPT2_ZERO2_SLICE_ELEMS", 0);
+  const size_t cap = forced ? forced : kMaxExchangeSlice;
+  // Overlap exchanges each layer unit and wte chunk in one call, into the
+  // receive buffer of its layer buffer (at most one layer's size: the wte is
+  // chunked, so no unit is larger), unless a forced slice is smaller (decided
+  // from the plan: same on every rank).
   size_t layer_most = 1;
-  for (int u = 0; u < plan_.num_layers(); u++)
-    for (size_t c : plan_.unit(u).counts) layer_most = std::max(layer_most, c);
-  overlap_stage2_ = overlap_ && plan_.num_layers() > 0 && layer_most <= cap;
+  for (int u = 0; u < plan_.num_units(); u++)
+    if (u != plan_.rest_unit())
+      for (size_t c : plan_.unit(u).counts) layer_most = std::max(layer_most, c);
+  size_t rest_most = 0;
+  for (size_t c : plan_.unit(plan_.rest_unit()).counts) rest_most = std::max(rest_most, c);
+  overlap_stage2_ = overlap_ && plan_.num_layers() > 0 && (!forced || layer_most <= forced);
+  overlap_rest_ = overlap_stage2_ && rest_most > 0 && (!forced || rest_most <= forced);
+  if (!overlap_stage2_ || !overlap_rest_) recv_ = backend_.alloc(std::min(most, cap), BufferRole::kGrads);
   if (!overlap_stage2_) return;
   recv_slot_[0] = backend_.alloc(layer_most, BufferRole::kGrads);
   recv_slot_[1] = backend_.alloc(layer_most, BufferRole::kGrads);
-  size_t rest_most = 0;
-  for (size_t c : plan_.unit(plan_.rest_unit()).counts) rest_most = std::max(rest_most, c);
-  overlap_rest_ = rest_most > 0 && rest_most <= cap;
   if (overlap_rest_) recv_slot_[kRestSlot] = backend_.alloc(rest_most, BufferRole::kGrads);
   // Tests only: leave out the wait before a layer buffer's reuse (and before
   // its received part is read), which the deferred stream emulation must catch.
@@ -126,21 +131,33 @@ void DataParallel::begin_step() {
 std::function<void(int)> DataParallel::backward_hook(GPT2& model, bool last_micro_step) {
   if (stage_ == 2) {
     if (!overlap_stage2_)
-      return [this, &model](int layer) { reduce_unit(model, layer < 0 ? plan_.rest_unit() : layer); };
-    // The backward about to run overwrites the rest unit's buffer.
-    retire(kRestSlot);
+      return [this, &model](int layer) {
+        if (layer >= 0) return reduce_unit(model, layer);
+        reduce_unit(model, plan_.rest_unit());
+        for (int k = 0; k < plan_.num_chunk_units(); k++) {  // the tied wte, chunk by chunk
+          model.wte_grad_chunk(k);
+          reduce_unit(model, plan_.first_chunk_unit() + k);
+        }
+      };
+    // The backward about to run overwrites every staging buffer.
+    for (int slot = 0; slot < static_cast<int>(pending_.size()); slot++) retire(slot);
     // Layer l: issue its exchange, then retire layer l+1's (the other buffer,
     // which layer l-1 writes next), so layer l+1's exchange ran beside layer
-    // l's backward. At the end: retire both, then issue the rest unit's
-    // (retired by the next backward_hook or reduce_gradients).
+    // l's backward. At the end the wte chunks take the layer buffers in turn
+    // (chunk k waits for chunk k-2's exchange), then the rest unit's exchange
+    // is issued; what is in flight is retired by the next backward_hook or
+    // reduce_gradients.
     return [this, &model](int layer) {
       if (layer >= 0) {
         exchange_async(model, layer, layer % 2);
         retire((layer + 1) % 2);
         return;
       }
-      retire(0);
-      retire(1);
+      for (int k = 0; k < plan_.num_chunk_units(); k++) {
+        retire(k % 2);
+        model.wte_grad_chunk(k);
+        exchange_async(model, plan_.first_chunk_unit() + k, k % 2);
+      }
       if (overlap_rest_) exchange_async(model, plan_.rest_unit(), kRestSlot);
       else reduce_unit(model, plan_.rest_unit());
     };
@@ -237,8 +254,8 @@ void DataParallel::retire(int slot) {
 // Stage 2: the unit's packed gradients (flat-buffer order == the plan's owner
 // order, so rank r's part is the packed range [start_r, start_r + counts[r]))
 // are reduce-scattered in slices of at most recv_.numel elements, which bounds
-// the receive buffer however large a unit is (GPT-2's tied wte gradient is a
-// third of the model); this rank adds what it receives into its shard.
+// the receive buffer however large a unit is; this rank adds what it receives
+// into its shard.
 void DataParallel::reduce_unit(GPT2& model, int unit) {
   const UnitExchange& ex = plan_.unit(unit);
   const size_t world = static_cast<size_t>(comm_.world()), me = static_cast<size_t>(comm_.rank());

@@ -16,14 +16,20 @@
 //            layer's gradients at a time (GradMode::kStaged) and, right after
 //            each layer's backward, that unit is reduce-scattered and added into
 //            this rank's gradient shard. Correct with accumulation: every
-//            micro-step adds its reduced unit into the shard.
+//            micro-step adds its reduced unit into the shard. The tied
+//            wte/lm_head gradient (a third of d12) is never staged whole: after
+//            the backward it is built in vocabulary chunks in the layer
+//            buffers (GPT2::wte_grad_chunk) and each chunk is exchanged like a
+//            layer, so the gradient memory is 1/N of the parameters plus a
+//            window of one (two, overlapped) layer buffers.
 // Overlap (device buffers, world > 1; docs/distributed.md "Overlap"):
 //   stage 2: two layer buffers (GradMode::kStagedPair); layer l's exchange is
 //            issued asynchronously and waited for (device-side) only after
 //            layer l-1's backward has been issued, just before layer l-2
-//            reuses its buffer; the received part is added then. The rest
-//            unit's exchange (when it fits one call) is waited for only by the
-//            next backward_hook() or reduce_gradients(): it runs beside the
+//            reuses its buffer; the received part is added then. The wte
+//            chunks alternate between the two buffers the same way. The last
+//            exchanges (final chunks, rest unit) are waited for only by the
+//            next backward_hook() or reduce_gradients(): they run beside the
 //            next micro-step's forward.
 //   stages 0/1: in the last micro-step's backward, buckets of consecutive
 //            layers (>= GPT2_DP_BUCKET_BYTES, default 25 MiB) are reduced

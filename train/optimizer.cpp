@@ -21,9 +21,14 @@ AdamW::~AdamW() {
   if (!master_.empty()) backend_.free(master_);
 }
 
-void AdamW::attach_master(Tensor params) {
+void AdamW::reserve_master(Tensor params) {
   if (params.elem_bytes == 4 || numel() == 0) return;
   if (master_.empty()) master_ = backend_.alloc(numel(), BufferRole::kOptimizer);
+}
+
+void AdamW::attach_master(Tensor params) {
+  reserve_master(params);
+  if (master_.empty()) return;
   std::vector<float> host(numel());
   backend_.download(host.data(), params.slice(begin_, numel()));  // widened exactly
   backend_.upload(master_, host.data());

@@ -27,6 +27,8 @@ class AdamW {
   // of [begin, end), initialised from `params`; AdamW updates the master and
   // rounds it into params. A no-op for fp32 parameters.
   void attach_master(Tensor params);
+  // attach_master's allocation alone (the memory plan of --dry-run).
+  void reserve_master(Tensor params);
   bool has_master() const { return !master_.empty(); }
 
   // params: the full parameter buffer; shard_grads: gradients of [begin, end)

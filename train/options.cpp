@@ -37,6 +37,16 @@ int64_t parse_int(const std::string& flag, const char* v, int64_t lo, int64_t hi
   return x;
 }
 
+// --dry-run's list: comma-separated world sizes in [1, 1<<20].
+std::vector<int> parse_worlds(const char* v) {
+  std::vector<int> worlds;
+  std::string item;
+  std::istringstream in(v);
+  while (std::getline(in, item, ',')) worlds.push_back(static_cast<int>(parse_int("dry-run", item.c_str(), 1, 1 << 20)));
+  if (worlds.empty()) bad_value("dry-run", v, "world sizes like 8,64");
+  return worlds;
+}
+
 float parse_float(const std::string& flag, const char* v, double lo, double hi) {
   errno = 0;
   char* end = nullptr;
@@ -140,6 +150,7 @@ const std::vector<OptionSpec>& option_table() {
       {"threads", 0, "N", "CPU threads; 0 = OpenMP default [0]", INT(threads, "threads", 0, 4096)},
       {"zero-stage", 0, "0|1|2", "ZeRO: 0 all-reduce, 1 shard optimizer state, 2 also shard gradients [0]", INT(zero_stage, "zero-stage", 0, 2)},
       {"recompute", 0, "0|1", "activation recomputation: 0 keeps all activations; 1 keeps one layer's GELU output and recomputes it in the backward (saves (L-1)*B*T*4C activations, ~2% more FLOPs) [0]", INT(recompute, "recompute", 0, 1)},
+      {"dry-run", 0, "W[,W...]", "no training: print the per-rank memory table (parameters, gradients, optimizer state, activations) of this model, --device/--dtype, -B/-T, --zero-stage and --recompute at each world size W, allocating nothing (no GPU or data needed; --device auto plans for the GPU when this binary has the CUDA backend)", [](TrainOptions& o, const char* v) { o.dry_run_worlds = parse_worlds(v); }, [](const TrainOptions& o) { std::string r; for (int w : o.dry_run_worlds) r += (r.empty() ? "" : ",") + std::to_string(w); return r; }},
       {"comm-timeout", 0, "SECONDS", "a collective (MPI or NCCL) waiting longer than this for its peers (one died or hangs) aborts every rank with an error naming the call; must exceed the longest checkpoint write; 0 waits forever [600]", FLT(comm_timeout, "comm-timeout", 0.0, 1e7)},
   };
   return table;
@@ -152,7 +163,8 @@ const std::vector<OptionSpec>& option_table() {
 
 // The modes exclude each other, and flags of one mode are refused in the others.
 void check_modes(const TrainOptions& o) {
-  if (o.eval_only && o.generate) throw std::runtime_error("--eval-only and --generate are two modes: give one");
+  if (int(o.eval_only) + int(o.generate) + int(!o.dry_run_worlds.empty()) > 1)
+    throw std::runtime_error("--eval-only, --generate and --dry-run are modes: give one");
   if (!o.eval_only && (o.eval_stride != 0 || !o.eval_json.empty()))
     throw std::runtime_error(std::string(o.eval_stride ? "--eval-stride" : "--eval-json") + " needs --eval-only");
   if (!o.generate && (!o.prompt_file.empty() || o.num_samples != 1 || o.no_stop_at_eos))

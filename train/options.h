@@ -69,6 +69,7 @@ struct TrainOptions {
   int zero_stage = 0;                 // 0 | 1 | 2
   int recompute = 0;                  // 0 | 1 (GELU output recomputed in the backward)
   float comm_timeout = 600.0f;        // seconds one collective may wait for its peers; 0: forever
+  std::vector<int> dry_run_worlds;    // --dry-run W[,W...]: print the memory table at these world sizes
 };
 
 // Parses argv. Unknown flags, missing or malformed values and out-of-range

@@ -38,6 +38,35 @@ std::unique_ptr<Backend> pick_backend(const TrainOptions& o, const DistContext& 
 
 }  // namespace
 
+GPT2Config requested_config(const TrainOptions& o, bool* from_file) {
+  *from_file = false;
+  if (names_preset(o.model)) {
+    GPT2Config cfg = config_from_depth_name(o.model);
+    if (!o.config_overrides.empty()) apply_config_overrides(cfg, o.config_overrides);
+    return cfg;
+  }
+  if (!o.config_overrides.empty())
+    throw std::runtime_error("--config applies to dN presets, not to a model file (" + o.model + ")");
+  *from_file = true;
+  return read_model_config(o.model);
+}
+
+std::unique_ptr<SizingBackend> make_sizing_backend(const TrainOptions& o) {
+  if (o.device == "cpu") {
+    if (o.dtype == "bf16") throw std::runtime_error("--dtype bf16 needs the CUDA backend (the CPU backend is the fp32 reference)");
+    return std::make_unique<SizingBackend>(cpu_backend_sizes(o.threads));
+  }
+#ifdef GPT2_WITH_CUDA
+  CudaBackendOptions co;
+  co.bf16 = o.dtype == "bf16";
+  return std::make_unique<SizingBackend>(cuda_backend_sizes(co));
+#else
+  if (o.device == "cuda")
+    throw std::runtime_error("--device cuda: this binary was built without the CUDA backend (nvcc not found at build time)");
+  return std::make_unique<SizingBackend>(cpu_backend_sizes(o.threads));
+#endif
+}
+
 std::string resolve_init_from(const std::string& path) {
   const CheckpointDir dir(path);
   const std::vector<uint64_t> steps = dir.complete_steps();

@@ -10,7 +10,9 @@
 #include <string>
 
 #include "backend/backend.h"
+#include "backend/sizing_backend.h"
 #include "distributed/context.h"
+#include "model/config.h"
 #include "model/model_file.h"
 #include "train/options.h"
 
@@ -19,6 +21,15 @@ namespace gpt2 {
 // --device auto|cpu|cuda and --dtype as training picks them (each rank takes
 // the GPU of its local rank); --dtype bf16 on the CPU backend is refused.
 std::unique_ptr<Backend> make_run_backend(const TrainOptions& o, const DistContext& dist);
+
+// A backend that allocates nothing but counts what the backend of --device and
+// --dtype would (--dry-run): --device auto means the CUDA backend when this
+// binary has it (a dry run plans GPU jobs), else the CPU one.
+std::unique_ptr<SizingBackend> make_sizing_backend(const TrainOptions& o);
+
+// The model config the options ask for: a dN preset plus --config overrides,
+// or a model file's header (*from_file = true).
+GPT2Config requested_config(const TrainOptions& o, bool* from_file);
 
 // True when --model names a dN preset (not an existing file or directory).
 bool names_preset(const std::string& model);

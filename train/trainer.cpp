@@ -114,20 +114,6 @@ struct Communicators {
 
 // ---- configuration -------------------------------------------------------------------
 
-// The model config the options ask for (a preset plus overrides, or a file's header).
-GPT2Config requested_config(const TrainOptions& o, bool* from_file) {
-  *from_file = false;
-  if (names_preset(o.model)) {
-    GPT2Config cfg = config_from_depth_name(o.model);
-    if (!o.config_overrides.empty()) apply_config_overrides(cfg, o.config_overrides);
-    return cfg;
-  }
-  if (!o.config_overrides.empty())
-    throw std::runtime_error("--config applies to dN presets, not to a model file (" + o.model + ")");
-  *from_file = true;
-  return read_model_config(o.model);
-}
-
 // Micro-batch B x T per rank, and the micro-batches per optimizer step.
 struct BatchShape {
   int B = 0, T = 0;

@@ -15,6 +15,7 @@
 
 #include "backend/backend.h"
 #include "backend/cpu/ops.h"
+#include "backend/sizing_backend.h"
 #include "backend/op_checks.h"
 
 namespace gpt2 {
@@ -108,8 +109,20 @@ class CpuBackend final : public Backend {
                         int C) override {
     const char* op = "encoder_backward";
     checks_.encoder(op, dout, tokens, dwte, dwpe, B, T, C);
-    check_ids(i32(tokens), sz(B, T), static_cast<long>(dwte.numel / C), op, "tokens");
-    cpu::encoder_backward<float>(ex_, f32(dwte), f32(dwpe), f32(dout), i32(tokens), B, T, C);
+    if (!dwte.empty()) check_ids(i32(tokens), sz(B, T), static_cast<long>(dwte.numel / C), op, "tokens");
+    cpu::encoder_backward<float>(ex_, dwte.empty() ? nullptr : f32(dwte), f32(dwpe), f32(dout), i32(tokens), B,
+                                 T, C);
+  }
+  // The rows of matmul_backward's dw GEMM (dlogits' columns v0.. with leading
+  // dimension Vp), then the embedding's scatter: each element sees the same
+  // dot product and the same additions as the whole-table ops.
+  void tied_embedding_backward_rows(Tensor dwte_rows, Tensor dlogits, Tensor lnf, Tensor dembed, Tensor tokens,
+                                    int N, int C, int Vp, int v0) override {
+    checks_.tied_embedding_rows(dwte_rows, dlogits, lnf, dembed, tokens, N, C, Vp, v0);
+    const int rows = static_cast<int>(dwte_rows.numel / static_cast<size_t>(C));
+    cpu::gemm<float>(ex_, true, false, rows, C, N, 1.0f, f32(dlogits) + v0, Vp, f32(lnf), C, 1.0f, f32(dwte_rows),
+                     C);
+    cpu::embedding_backward_rows<float>(ex_, f32(dwte_rows), f32(dembed), i32(tokens), N, C, v0, rows);
   }
 
   void layernorm_forward(Tensor out, Tensor mean, Tensor rstd, Tensor inp, Tensor w, Tensor b,
@@ -134,7 +147,7 @@ class CpuBackend final : public Backend {
   void matmul_backward(Tensor dinp, Tensor dw, Tensor dbias, Tensor dout, Tensor inp, Tensor w,
                        int N, int C, int OC) override {
     checks_.matmul_backward(dinp, dw, dbias, dout, inp, w, N, C, OC);
-    cpu::matmul_backward<float>(ex_, f32(dinp), f32(dw), dbias.empty() ? nullptr : f32(dbias),
+    cpu::matmul_backward<float>(ex_, f32(dinp), dw.empty() ? nullptr : f32(dw), dbias.empty() ? nullptr : f32(dbias),
                                 f32(dout), f32(inp), f32(w), N, C, OC);
   }
 
@@ -224,6 +237,17 @@ class CpuBackend final : public Backend {
 };
 
 }  // namespace
+
+BackendSizes cpu_backend_sizes(int threads) {
+  BackendSizes s;
+  s.name = "cpu";
+  s.host_memory = true;
+  s.elem_bytes.fill(4);  // fp32 buffers, int32 tokens
+  const cpu::Exec ex{cpu::resolve_threads(threads)};
+  s.attention_saved_numel = [](int B, int T, int NH) { return cpu::attention_saved_numel(B, T, NH); };
+  s.attention_scratch_numel = [ex](int, int T, int) { return cpu::attention_scratch_numel(ex, T); };
+  return s;
+}
 
 std::unique_ptr<Backend> make_cpu_backend(int threads) {
   return std::make_unique<CpuBackend>(threads);

@@ -34,12 +34,11 @@ void encoder_forward(const Exec& ex, S* out, const int32_t* tokens, const S* wte
   }
 }
 
-template <class S>
-void encoder_backward(const Exec& ex, S* dwte, S* dwpe, const S* dout, const int32_t* tokens,
-                      int B, int T, int C) {
-  const long N = static_cast<long>(B) * T;
-  // Channel slices in multiples of 16 (a cache line of floats) keep threads off
-  // each other's lines.
+namespace {
+// Runs body(c0, c1) on each OpenMP thread's slice of the C channels, slices in
+// multiples of 16 (a cache line of floats) so threads stay off each other's lines.
+template <class F>
+void for_channel_slices(const Exec& ex, int C, F body) {
   const int chunks = (C + 15) / 16;
 #pragma omp parallel num_threads(ex.threads)
   {
@@ -48,20 +47,43 @@ void encoder_backward(const Exec& ex, S* dwte, S* dwpe, const S* dout, const int
     const int per = (chunks + nt - 1) / nt;
     const int c0 = std::min(C, id * per * 16);
     const int c1 = std::min(C, (id + 1) * per * 16);
-    if (c1 > c0) {
-      for (long n = 0; n < N; n++) {
-        const int t = static_cast<int>(n % T);
-        const S* d = dout + static_cast<size_t>(n) * C;
-        S* te = dwte + static_cast<size_t>(tokens[n]) * C;
-        S* pe = dwpe + static_cast<size_t>(t) * C;
-#pragma omp simd
-        for (int c = c0; c < c1; c++) {
-          te[c] += d[c];
-          pe[c] += d[c];
-        }
-      }
-    }
+    if (c1 > c0) body(c0, c1);
   }
+}
+}  // namespace
+
+template <class S>
+void encoder_backward(const Exec& ex, S* dwte, S* dwpe, const S* dout, const int32_t* tokens,
+                      int B, int T, int C) {
+  const long N = static_cast<long>(B) * T;
+  for_channel_slices(ex, C, [&](int c0, int c1) {
+    for (long n = 0; n < N; n++) {
+      const int t = static_cast<int>(n % T);
+      const S* d = dout + static_cast<size_t>(n) * C;
+      S* pe = dwpe + static_cast<size_t>(t) * C;
+#pragma omp simd
+      for (int c = c0; c < c1; c++) pe[c] += d[c];
+      if (dwte == nullptr) continue;
+      S* te = dwte + static_cast<size_t>(tokens[n]) * C;
+#pragma omp simd
+      for (int c = c0; c < c1; c++) te[c] += d[c];
+    }
+  });
+}
+
+template <class S>
+void embedding_backward_rows(const Exec& ex, S* dwte_rows, const S* dout, const int32_t* tokens,
+                             long N, int C, int v0, int rows) {
+  for_channel_slices(ex, C, [&](int c0, int c1) {
+    for (long n = 0; n < N; n++) {
+      const long r = static_cast<long>(tokens[n]) - v0;
+      if (r < 0 || r >= rows) continue;
+      const S* d = dout + static_cast<size_t>(n) * C;
+      S* te = dwte_rows + static_cast<size_t>(r) * C;
+#pragma omp simd
+      for (int c = c0; c < c1; c++) te[c] += d[c];
+    }
+  });
 }
 
 template void encoder_forward<float>(const Exec&, float*, const int32_t*, const float*,
@@ -72,6 +94,10 @@ template void encoder_backward<float>(const Exec&, float*, float*, const float*,
                                       int, int, int);
 template void encoder_backward<double>(const Exec&, double*, double*, const double*,
                                        const int32_t*, int, int, int);
+template void embedding_backward_rows<float>(const Exec&, float*, const float*, const int32_t*, long,
+                                             int, int, int);
+template void embedding_backward_rows<double>(const Exec&, double*, const double*, const int32_t*,
+                                              long, int, int, int);
 
 }  // namespace cpu
 }  // namespace gpt2

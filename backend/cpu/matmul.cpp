@@ -41,7 +41,7 @@ template <class S>
 void matmul_backward(const Exec& ex, S* dinp, S* dw, S* dbias, const S* dout, const S* inp,
                      const S* w, int N, int C, int OC) {
   gemm<S>(ex, false, false, N, C, OC, S(1), dout, OC, w, C, S(0), dinp, C);
-  gemm<S>(ex, true, false, OC, C, N, S(1), dout, OC, inp, C, S(1), dw, C);
+  if (dw != nullptr) gemm<S>(ex, true, false, OC, C, N, S(1), dout, OC, inp, C, S(1), dw, C);
   if (dbias != nullptr) {
     const int chunks = (OC + 15) / 16;
 #pragma omp parallel num_threads(ex.threads)

@@ -49,9 +49,16 @@ void pin_blas_to_one_thread();
 template <class S>
 void encoder_forward(const Exec& ex, S* out, const int32_t* tokens, const S* wte, const S* wpe,
                      int B, int T, int C);
+// dwte may be nullptr (dwpe only).
 template <class S>
 void encoder_backward(const Exec& ex, S* dwte, S* dwpe, const S* dout, const int32_t* tokens,
                       int B, int T, int C);
+// dwte_rows[tokens[n] - v0, :] += dout[n, :] for the N rows whose token lies
+// in [v0, v0 + rows): encoder_backward's dwte restricted to a vocabulary window,
+// the same additions in the same order.
+template <class S>
+void embedding_backward_rows(const Exec& ex, S* dwte_rows, const S* dout, const int32_t* tokens,
+                             long N, int C, int v0, int rows);
 
 // ---- layernorm (layernorm.cpp) --------------------------------------------------
 template <class S>
@@ -62,7 +69,7 @@ void layernorm_backward(const Exec& ex, S* dinp, S* dw, S* db, const S* dout, co
                         const S* w, const S* mean, const S* rstd, int N, int C);
 
 // ---- matmul (matmul.cpp) ---------------------------------------------------------
-// bias / dbias may be nullptr.
+// bias / dbias / dw may be nullptr.
 template <class S>
 void matmul_forward(const Exec& ex, S* out, const S* inp, const S* w, const S* bias, int N, int C,
                     int OC);

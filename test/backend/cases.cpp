@@ -10,6 +10,7 @@
 #include <limits>
 #include <sstream>
 
+#include "test/backend/case_util.h"
 #include "test/backend/harness.h"
 
 namespace gpt2 {
@@ -17,96 +18,7 @@ namespace optest {
 
 namespace {
 
-using Vec = std::vector<float>;
-using DVec = std::vector<double>;
-
-Vec randn(Rng& rng, size_t n, double scale = 1.0, double offset = 0.0) {
-  Vec v(n);
-  for (auto& x : v) x = static_cast<float>(offset + scale * rng.normal());
-  return v;
-}
-DVec to_d(const Vec& v) { return DVec(v.begin(), v.end()); }
-
-std::string join(std::initializer_list<std::pair<const char*, long>> kv, const char* extra = "") {
-  std::ostringstream s;
-  bool first = true;
-  for (auto& p : kv) {
-    s << (first ? "" : ",") << p.first << "=" << p.second;
-    first = false;
-  }
-  if (*extra) s << "," << extra;
-  return s.str();
-}
-
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
-
-// ---------------------------------------------------------------- encoder
-class EncoderForward : public OpCase {
- public:
-  EncoderForward(Rng& rng, int B, int T, int C, int V) : B_(B), T_(T), C_(C), V_(V) {
-    inputs = {{"wte", randn(rng, size_t(V) * C)}, {"wpe", randn(rng, size_t(T) * C)}};
-    std::vector<int32_t> tok(size_t(B) * T);
-    for (auto& t : tok) t = rng.below(V);
-    tok[0] = V - 1;  // the last row of the table
-    tokens = {tok};
-    outputs = {{"out", Vec(size_t(B) * T * C), true}};
-  }
-  std::string op() const override { return "encoder_forward"; }
-  std::string params() const override { return join({{"B", B_}, {"T", T_}, {"C", C_}, {"V", V_}}); }
-  void run(Ctx& c) override { c.be.encoder_forward(c.out[0], c.tok[0], c.in[0], c.in[1], B_, T_, C_); }
-  std::vector<DVec> reference() const override {
-    DVec out(size_t(B_) * T_ * C_);
-    for (int b = 0; b < B_; b++)
-      for (int t = 0; t < T_; t++)
-        for (int ch = 0; ch < C_; ch++)
-          out[(size_t(b) * T_ + t) * C_ + ch] =
-              double(inputs[0].data[size_t(tokens[0][size_t(b) * T_ + t]) * C_ + ch]) +
-              double(inputs[1].data[size_t(t) * C_ + ch]);
-    return {out};
-  }
-  // One fp32 addition: correctly rounded, so within half an ulp of the fp64 sum.
-  Tolerance tolerance(size_t) const override { return {1e-30, 6e-8}; }
-  double bytes() const override { return 3.0 * B_ * T_ * C_ * 4; }
-
- private:
-  int B_, T_, C_, V_;
-};
-
-class EncoderBackward : public OpCase {
- public:
-  EncoderBackward(Rng& rng, int B, int T, int C, int V) : B_(B), T_(T), C_(C), V_(V) {
-    inputs = {{"dout", randn(rng, size_t(B) * T * C)}};
-    std::vector<int32_t> tok(size_t(B) * T);
-    // Few distinct ids, so rows repeat and accumulate.
-    for (auto& t : tok) t = rng.below(std::min(V, 5));
-    tokens = {tok};
-    outputs = {{"dwte", randn(rng, size_t(V) * C), false}, {"dwpe", randn(rng, size_t(T) * C), false}};
-  }
-  std::string op() const override { return "encoder_backward"; }
-  std::string params() const override { return join({{"B", B_}, {"T", T_}, {"C", C_}, {"V", V_}}); }
-  void run(Ctx& c) override {
-    c.be.encoder_backward(c.out[0], c.out[1], c.in[0], c.tok[0], B_, T_, C_);
-  }
-  std::vector<DVec> reference() const override {
-    DVec dwte = to_d(outputs[0].data), dwpe = to_d(outputs[1].data);
-    for (int b = 0; b < B_; b++)
-      for (int t = 0; t < T_; t++) {
-        const size_t n = size_t(b) * T_ + t;
-        for (int ch = 0; ch < C_; ch++) {
-          const double d = inputs[0].data[n * C_ + ch];
-          dwte[size_t(tokens[0][n]) * C_ + ch] += d;
-          dwpe[size_t(t) * C_ + ch] += d;
-        }
-      }
-    return {dwte, dwpe};
-  }
-  // Sums of up to B*T N(0,1) terms in fp32: a few ulp of the running magnitude.
-  Tolerance tolerance(size_t) const override { return {2e-7 * B_ * T_, 1e-6}; }
-  double bytes() const override { return (3.0 * B_ * T_ * C_ + 2.0 * T_ * C_) * 4; }
-
- private:
-  int B_, T_, C_, V_;
-};
 
 // ---------------------------------------------------------------- layernorm
 void layernorm_stats(const Vec& x, int N, int C, DVec& mean, DVec& rstd) {
@@ -734,7 +646,7 @@ class SumSquares : public OpCase {
 }  // namespace
 
 std::vector<std::string> eval_op_names() {
-  return {"encoder_forward", "encoder_backward", "layernorm_forward", "layernorm_backward",
+  return {"encoder_forward", "encoder_backward", "tied_embedding_backward_rows", "layernorm_forward", "layernorm_backward",
           "matmul_forward", "matmul_backward", "attention_forward", "attention_backward",
           "gelu_forward", "gelu_backward", "residual_forward", "classifier_forward_backward",
           "adamw_update", "scale"};
@@ -744,15 +656,8 @@ std::vector<std::unique_ptr<OpCase>> eval_cases(const std::string& op, uint64_t 
   Rng rng(seed);
   std::vector<std::unique_ptr<OpCase>> v;
   auto add = [&](OpCase* c) { v.emplace_back(c); };
-  if (op == "encoder_forward") {
-    add(new EncoderForward(rng, 2, 5, 7, 11));
-    add(new EncoderForward(rng, 1, 1, 16, 3));
-    add(new EncoderForward(rng, 3, 17, 48, 97));
-  } else if (op == "encoder_backward") {
-    add(new EncoderBackward(rng, 2, 5, 7, 11));
-    add(new EncoderBackward(rng, 1, 1, 16, 3));
-    add(new EncoderBackward(rng, 4, 9, 37, 13));
-    add(new EncoderBackward(rng, 2, 33, 200, 50));
+  if (add_embedding_cases(op, rng, v)) {
+    // encoder_forward, encoder_backward, tied_embedding_backward_rows (cases_embedding.cpp)
   } else if (op == "layernorm_forward") {
     add(new LayernormForward(rng, 1, 1));
     add(new LayernormForward(rng, 5, 7));
@@ -832,8 +737,7 @@ std::vector<std::unique_ptr<OpCase>> perf_cases(uint64_t seed) {
   Rng rng(seed);
   std::vector<std::unique_ptr<OpCase>> v;
   auto add = [&](OpCase* c) { v.emplace_back(c); };
-  add(new EncoderForward(rng, B, T, C, V));
-  add(new EncoderBackward(rng, B, T, C, V));
+  add_embedding_perf_cases(rng, B, T, C, Vp, v);
   add(new LayernormForward(rng, N, C));
   add(new LayernormBackward(rng, N, C));
   const int shapes[][2] = {{C, 3 * C}, {C, C}, {C, 4 * C}, {4 * C, C}, {C, Vp}};

@@ -65,7 +65,9 @@ class CudaOps : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(CudaOps, MatchesCpuAndFp64ReferenceUnderEveryRunOrder) {
   auto cuda = make_cuda_backend(0);
-  check_op(GetParam(), *cuda, GetParam() != "encoder_backward");
+  // The embedding scatters add with fp32 atomics: their order follows the run order.
+  const bool atomics = GetParam() == "encoder_backward" || GetParam() == "tied_embedding_backward_rows";
+  check_op(GetParam(), *cuda, !atomics);
 }
 
 INSTANTIATE_TEST_SUITE_P(AllOps, CudaOps, ::testing::ValuesIn(optest::eval_op_names()),

@@ -14,9 +14,12 @@
 #      1e-6 relative, gradient norms 2e-5, final weights 1e-5 (the bounds of
 #      test/distributed/zero_cuda_emu_test.sh); ZeRO-2 and ZeRO-1 bitwise equal
 #      to ZeRO-0 (the emulated ring adds the same numbers in the same order);
+#      seed 7 runs with the tied wte gradient in 100-row chunks (3 chunks of
+#      the 256-row vocabulary, GPT2_ZERO2_WTE_CHUNK_ROWS), each exchanged while
+#      the next is built, alternating between the two layer buffers;
 #   2. ZeRO-2 with 2 micro-batches per rank (a rest exchange in flight across
 #      the next micro-step's forward) vs 1 rank x 4 micro-batches; ZeRO-2 bf16
-#      vs ZeRO-0 bf16 (bitwise, the same argument);
+#      vs ZeRO-0 bf16 (bitwise, the same argument; 100-row wte chunks);
 #   0. the communicator's overlap entries (CommNcclAsync.* of
 #      build/test/distributed/comm_nccl_test: reduce_pieces, tickets,
 #      reduce_scatter_v with equal blocks) at -np 2 and 3, synchronous and
@@ -39,7 +42,7 @@ pass() { echo "PASS $*"; }
 bad() { echo "FAIL $*"; fail=1; }
 export GPT2_EMU_THREADS=1 GPT2_EMU_DEVICE_COUNT=2
 unset GPT2_EMU_STREAMS GPT2_EMU_STREAM_SEED GPT2_TEST_DROP_COMM_WAIT GPT2_TEST_DROP_REUSE_WAIT GPT2_DP_BUCKET_BYTES \
-  GPT2_ZERO2_SLICE_ELEMS
+  GPT2_ZERO2_SLICE_ELEMS GPT2_ZERO2_WTE_CHUNK_ROWS
 . test/distributed/compare_lib.sh  # close_steps, reproduces, same_weights
 
 NCCL_TEST=build/test/distributed/comm_nccl_test
@@ -70,7 +73,7 @@ run2() {
   local name=$1; shift
   timeout -k 10 60 mpirun --allow-run-as-root --oversubscribe -x GPT2_EMU_THREADS -x GPT2_EMU_DEVICE_COUNT \
     -x GPT2_EMU_STREAMS=deferred -x GPT2_EMU_STREAM_SEED="${SEED:-1}" -x GPT2_TEST_DROP_REUSE_WAIT="${DROP:-}" \
-    -x GPT2_DP_BUCKET_BYTES="${BUCKET:-26214400}" -np 2 "$EMU" "${common[@]}" "$@" \
+    -x GPT2_DP_BUCKET_BYTES="${BUCKET:-26214400}" -x GPT2_ZERO2_WTE_CHUNK_ROWS="${CHUNK:-}" -np 2 "$EMU" "${common[@]}" "$@" \
     --output-dir "$W/$name" --log-jsonl "$W/$name.jsonl" >"$W/$name.log" 2>&1
   rc=$?
 }
@@ -94,8 +97,9 @@ ref ref4 4 fp32
 for seed in 1 7; do
   for z in 0 1 2; do
     name=z${z}_s$seed
-    BUCKET=1 SEED=$seed run2 "$name" --dtype fp32 --zero-stage $z
-    what="deferred streams (seed $seed), 2 ranks, ZeRO-$z$([ $z = 2 ] || echo ' (a bucket per layer)') vs 1 rank x 2 micro-batches"
+    chunk=$([ $seed = 7 ] && echo 100)
+    BUCKET=1 SEED=$seed CHUNK=$chunk run2 "$name" --dtype fp32 --zero-stage $z
+    what="deferred streams (seed $seed), 2 ranks, ZeRO-$z$([ $z = 2 ] || echo ' (a bucket per layer)')${chunk:+, wte in $chunk-row chunks} vs 1 rank x 2 micro-batches"
     summary=$(deferred "$name")
     if [ -z "$summary" ]; then bad "$what: the run was not deferred"; tail -n 5 "$W/$name.log"
     elif msg=$(compare ref2 "$name"); then pass "$what: $msg [$summary]"
@@ -114,7 +118,7 @@ what="deferred streams, 2 ranks x 2 micro-batches, ZeRO-2 vs 1 rank x 4 micro-ba
 if msg=$(compare ref4 z2_accum); then pass "$what: $msg"; else bad "$what: $msg"; tail -n 5 "$W/z2_accum.log"; fi
 
 # bf16: ZeRO-2 (overlapped exchange) against ZeRO-0 (one all-reduce), bitwise.
-run2 bf16_z0 --dtype bf16 --zero-stage 0 && run2 bf16_z2 --dtype bf16 --zero-stage 2
+CHUNK=100 run2 bf16_z0 --dtype bf16 --zero-stage 0 && CHUNK=100 run2 bf16_z2 --dtype bf16 --zero-stage 2
 what="deferred streams, bf16, 2 ranks, ZeRO-2 vs ZeRO-0"
 if [ $rc != 0 ]; then bad "$what: a run failed"; tail -n 5 "$W/bf16_z2.log"
 elif msg=$(same_weights "$W/bf16_z0/model.bin" "$W/bf16_z2/model.bin") &&
@@ -123,7 +127,7 @@ then pass "$what: weights $msg, losses and norms identical"
 else bad "$what: ${msg:-losses or norms differ}"; fi
 
 # Without the buffer-reuse wait the deferred order must expose the hazard.
-DROP=1 run2 drop_z2 --dtype fp32 --zero-stage 2
+DROP=1 CHUNK=100 run2 drop_z2 --dtype fp32 --zero-stage 2
 what="deferred streams, ZeRO-2, GPT2_TEST_DROP_REUSE_WAIT=1"
 grep -q "test hook GPT2_TEST_DROP_REUSE_WAIT=1" "$W/drop_z2.log" || bad "$what: the test hook did not report itself"
 if msg=$(compare ref2 drop_z2); then bad "$what: the missing wait went unnoticed: $msg"

@@ -119,6 +119,22 @@ TEST(ZeroPlan, Gpt2SmallTableShardsEvenly) {
     }
     EXPECT_EQ(plan.unit(plan.rest_unit()).numel, V * C + T * C + 2 * C);
   }
+  // ZeRO-2's table: wte in chunks of 9216 rows (ParamLayout::wte_chunk_rows for
+  // d12) leaves wpe and the final layernorm in the rest unit.
+  table[0].chunk_elems = 9216 * C;
+  const ZeroPlan plan(table, 8);
+  ASSERT_EQ(plan.num_chunk_units(), 6);
+  ASSERT_EQ(plan.first_chunk_unit(), static_cast<int>(L) + 1);
+  EXPECT_EQ(plan.unit(plan.rest_unit()).numel, T * C + 2 * C);
+  for (int k = 0; k < 6; ++k) {
+    const UnitExchange& ex = plan.unit(plan.first_chunk_unit() + k);
+    ASSERT_EQ(ex.ranges.size(), 1u);
+    EXPECT_EQ(ex.ranges[0].begin, k * 9216 * C);
+    EXPECT_EQ(ex.ranges[0].end, std::min<size_t>(V, (k + 1) * 9216) * C);
+  }
+  // A tensor stacked over layers cannot be chunked.
+  table[2].chunk_elems = 4;
+  EXPECT_THROW(ZeroPlan(table, 2), std::runtime_error);
 }
 
 // Builds a random table: some tensors stacked over a common layer count.
@@ -130,8 +146,10 @@ std::vector<ParamTensorSpec> random_table(std::mt19937& rng) {
   for (int i = 0; i < n; ++i) {
     const bool stacked = coin(rng) != 0;
     const size_t unit = static_cast<size_t>(per(rng));
+    // Some unstacked tensors are exchanged in chunk units (like GPT-2's wte).
+    const size_t chunk = !stacked && coin(rng) == 0 ? static_cast<size_t>(per(rng) / 4 + 1) : 0;
     t.push_back({"t" + std::to_string(i), stacked ? unit * static_cast<size_t>(L) : unit,
-                 stacked ? L : 0});
+                 stacked ? L : 0, chunk});
   }
   return t;
 }
@@ -176,20 +194,27 @@ TEST(ZeroPlan, RandomTablesKeepEveryInvariant) {
     for (size_t e = 0; e < owned.size(); ++e) ASSERT_EQ(owned[e], 1) << "element " << e;
 
     // Units: recompute each element's unit from the table independently.
+    // Chunked tensors: units after the rest, numbered in tensor order
+    // (-2 - n marks the n-th chunk unit until L is known).
     std::vector<int> expected_unit(total, -1);
-    int L = 0;
+    int L = 0, chunk_units = 0;
     size_t off = 0;
     for (const auto& t : table) {
       if (t.num_layers > 0) L = t.num_layers;
       for (size_t k = 0; k < t.numel; ++k)
         expected_unit[off + k] =
-            t.num_layers > 0 ? static_cast<int>(k / (t.numel / static_cast<size_t>(t.num_layers)))
-                             : -1;  // rest, fixed below
+            t.num_layers > 0  ? static_cast<int>(k / (t.numel / static_cast<size_t>(t.num_layers)))
+            : t.chunk_elems ? -2 - (chunk_units + static_cast<int>(k / t.chunk_elems))
+                            : -1;  // rest, fixed below
+      if (t.chunk_elems) chunk_units += static_cast<int>((t.numel + t.chunk_elems - 1) / t.chunk_elems);
       off += t.numel;
     }
     ASSERT_EQ(plan.num_layers(), L);
+    ASSERT_EQ(plan.num_chunk_units(), chunk_units);
+    ASSERT_EQ(plan.num_units(), L + 1 + chunk_units);
     for (int& u : expected_unit)
-      if (u < 0) u = L;
+      if (u == -1) u = L;
+      else if (u < -1) u = L + 1 + (-2 - u);
     std::vector<int> covered(total, 0);
     for (int u = 0; u < plan.num_units(); ++u) {
       const UnitExchange& ex = plan.unit(u);

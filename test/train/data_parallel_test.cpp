@@ -7,6 +7,8 @@
 // and test/distributed/zero_cuda_emu_test.sh (CUDA on the emulator, NCCL).
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <stdexcept>
@@ -156,6 +158,72 @@ TEST_P(DataParallelRouting, BuffersAndHostScalarsTakeTheirOwnCommunicator) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Stages, DataParallelRouting, ::testing::Values(0, 1, 2));
+
+// ZeRO-2's staging: every layer unit, the rest unit and the wte chunks (built
+// after the backward, chunk by chunk, in the layer buffers) put together in
+// the plan's places equal the full gradient buffer bit for bit, over two
+// accumulated micro-steps, for the default chunk and for chunks of 7 rows (the
+// last one shorter) on a padded vocabulary. Bitwise because the full buffer's
+// wte gradient is made in the same chunks (OpenBLAS's sgemm rounds rows of a
+// 32-row product differently from the same rows of a 48-row one).
+TEST(DataParallel, StagedGradientsEqualTheFullBufferBitwise) {
+  GPT2Config cfg = tiny_config();
+  cfg.vocab_size = 45;
+  cfg.padded_vocab_size = 48;
+  const ParamLayout layout = ParamLayout::for_config(cfg);
+  EXPECT_EQ(layout.wte_chunk_rows(), 48u);  // 64 rows would fit a layer; capped at Vp
+  std::unique_ptr<Backend> be = make_cpu_backend(2);
+  constexpr int B = 2, T = 8;
+  for (const char* rows : {"", "7"}) {
+    SCOPED_TRACE(std::string("GPT2_ZERO2_WTE_CHUNK_ROWS=") + rows);
+    if (*rows) setenv("GPT2_ZERO2_WTE_CHUNK_ROWS", rows, 1);
+    GPT2 full(*be, cfg, B, T);  // its wte gradient is made in the same chunks
+    full.init_random(11);
+    const ZeroPlan plan(zero_tensor_specs(layout), 1);
+    GPT2 staged(*be, cfg, B, T, GradMode::kStagedPair);
+    staged.set_parameters(full.get_parameters());
+    EXPECT_EQ(staged.num_wte_chunks(), plan.num_chunk_units());
+    EXPECT_EQ(plan.num_chunk_units(), *rows ? 7 : 1);
+    std::vector<float> assembled(layout.total, 0.0f);
+    auto take = [&](int unit) {  // adds the unit's packed buffer into its flat places
+      Tensor g = staged.unit_grads(unit);
+      ASSERT_EQ(g.numel, plan.unit(unit).numel);
+      std::vector<float> host(g.numel);
+      be->download(host.data(), g);
+      size_t k = 0;
+      for (const ElemRange& r : plan.unit(unit).ranges)
+        for (size_t e = r.begin; e < r.end; e++) assembled[e] += host[k++];
+    };
+    full.zero_grad();
+    for (int micro = 0; micro < 2; micro++) {
+      std::vector<int32_t> inputs(B * T), targets(B * T);
+      for (int i = 0; i < B * T; i++) {
+        inputs[i] = (i * 7 + 3 + micro) % 45;
+        targets[i] = (i * 11 + 5 * micro) % 45;
+      }
+      for (GPT2* m : {&full, &staged}) m->forward(inputs.data(), targets.data(), B, T, true, 0.25f);
+      full.backward();
+      staged.backward([&](int layer) {
+        if (layer >= 0) return take(layer);
+        take(plan.rest_unit());
+        for (int k = 0; k < plan.num_chunk_units(); k++) {
+          staged.wte_grad_chunk(k);
+          take(plan.first_chunk_unit() + k);
+        }
+      });
+      std::vector<float> want(layout.total);
+      be->download(want.data(), full.grads().slice(0, layout.total));
+      // The first micro-step: the same numbers added in the same order. The
+      // second: the full buffer accumulates in place, the staged units are
+      // added here afterwards, so the sum agrees to the rounding of additions.
+      for (size_t e = 0; e < want.size(); e++) {
+        if (micro == 0) ASSERT_EQ(assembled[e], want[e]) << "gradient element " << e;
+        else ASSERT_NEAR(assembled[e], want[e], 1e-6f * (1.0f + std::fabs(want[e]))) << "gradient element " << e;
+      }
+    }
+    unsetenv("GPT2_ZERO2_WTE_CHUNK_ROWS");
+  }
+}
 
 TEST(DataParallel, CommunicatedTypeFollowsTheElementSize) {
   EXPECT_EQ(comm_data_type(4), DataType::kFloat32);

@@ -1,0 +1,98 @@
+#include "train/memory_plan.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <sstream>
+#include <stdexcept>
+
+#include "backend/sizing_backend.h"
+#include "distributed/comm.h"
+#include "model/gpt2.h"
+#include "train/data_parallel.h"
+#include "train/logger.h"
+#include "train/optimizer.h"
+#include "train/run_setup.h"
+
+namespace gpt2 {
+
+namespace {
+
+// Rank 0 of `world` ranks; constructing DataParallel needs only the shape,
+// so every collective refuses.
+class PlanComm final : public Communicator {
+ public:
+  PlanComm(int world, bool device) : world_(world), device_(device) {}
+  int rank() const override { return 0; }
+  int world() const override { return world_; }
+  bool is_device_memory() const override { return device_; }
+  std::string name() const override { return device_ ? "plan (device)" : "plan (host)"; }
+
+ protected:
+  void do_all_reduce(const void*, void*, size_t, DataType, ReduceOp) override { refuse(); }
+  void do_reduce_scatter(const void*, void*, size_t, DataType, ReduceOp) override { refuse(); }
+  void do_reduce_scatter_v(const void*, void*, const std::vector<size_t>&, DataType, ReduceOp) override { refuse(); }
+  void do_all_gather(const void*, void*, size_t, DataType) override { refuse(); }
+  void do_broadcast(void*, size_t, int) override { refuse(); }
+  void do_barrier() override { refuse(); }
+  std::string error_prefix() const override { return "dry run: "; }
+
+ private:
+  [[noreturn]] static void refuse() { throw std::runtime_error("dry run: no collective runs"); }
+  int world_;
+  bool device_;
+};
+
+std::string gib(double bytes) { return format_bytes(bytes); }
+
+}  // namespace
+
+std::string memory_plan_table(const TrainOptions& o) {
+  bool from_file = false;
+  const GPT2Config cfg = requested_config(o, &from_file);
+  const ParamLayout layout = ParamLayout::for_config(cfg);
+  const int B = o.batch_size, T = std::min(o.seq_len, cfg.max_seq_len);
+  std::ostringstream out;
+  std::string backend_name;
+  char line[256];
+  for (int world : o.dry_run_worlds) {
+    auto be = make_sizing_backend(o);
+    backend_name = be->name();
+    PlanComm buffers(world, !be->is_host_memory()), host(world, false);
+    DataParallel dp(*be, world > 1 || o.zero_stage == 2 ? static_cast<Communicator&>(buffers) : host, host, layout,
+                    o.zero_stage);
+    GPT2 model(*be, cfg, B, T, dp.grad_mode(), dp.param_capacity(), o.recompute);
+    AdamW opt(*be, layout, dp.opt_begin(), dp.opt_end());
+    opt.reserve_master(model.params());
+    if (out.tellp() == 0) {
+      out << "memory plan: " << (from_file ? o.model : o.model + " " + cfg.describe()) << ", " << layout.total
+          << " parameters; " << be->name() << " " << o.dtype << ", B=" << B << " T=" << T << ", ZeRO-"
+          << o.zero_stage << ", recompute " << o.recompute << "\n"
+          << "per rank, from the allocations training makes (nothing allocated); plus the backend's workspace,\n"
+          << "grown on demand (cuBLASLt's 32 MiB, per-op partial sums)\n";
+      std::snprintf(line, sizeof line, "%7s %12s %12s %9s %12s %12s %12s\n", "world", "params", "grads",
+                    "grads/P", "optimizer", "activations", "total");
+      out << line;
+    }
+    const double grads = static_cast<double>(dp.gradient_bytes(model));
+    const double full = static_cast<double>(layout.total) * model.params().elem_bytes;  // one dense gradient
+    const double total = static_cast<double>(be->allocated_bytes());
+    std::snprintf(line, sizeof line, "%7d %12s %12s %9.3f %12s %12s %12s\n", world,
+                  gib(static_cast<double>(model.params().bytes())).c_str(), gib(grads).c_str(), grads / full,
+                  gib(static_cast<double>(opt.state_bytes())).c_str(),
+                  gib(static_cast<double>(model.activation_bytes())).c_str(), gib(total).c_str());
+    out << line;
+  }
+  return out.str();
+}
+
+int run_memory_plan(const TrainOptions& o) {
+  try {
+    std::fputs(memory_plan_table(o).c_str(), stdout);
+    return 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "error: --dry-run: %s\n", e.what());
+    return 1;
+  }
+}
+
+}  // namespace gpt2
