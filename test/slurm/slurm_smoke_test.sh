@@ -15,6 +15,10 @@
 #      the same weights as `mpirun -np 2`; scripts/slurm/train_cpu.sbatch (with
 #      test-sized overrides) preempted with `scancel --signal=USR1` checkpoints,
 #      requeues itself and resumes to the same losses and weights;
+#   5b. the CUDA backend on the emulator (build/train_gpt2cu_emu --device cuda, ZeRO-2,
+#      fp32): `srun -N 2 -n 2 --mpi=pmix` against `mpirun -np 2`, and
+#      scripts/slurm/train_multinode_gpus.sbatch (test-sized overrides) preempted with
+#      `scancel --signal=USR1`, requeued and resumed, bitwise equal to mpirun;
 #   6. the fine-tuning recipe (scripts/finetune.sh) with LAUNCH="srun -N 2 -n 2".
 # Needs root and: munge slurmd slurmctld slurm-client libpmix-dev openmpi-bin.
 # Everything lives in a temp dir; the cluster and its jobs are stopped on exit.
@@ -131,11 +135,15 @@ wait_for() {
   return 1
 }
 # release: a requeued job becomes eligible only ~2 minutes later; a test need
-# not wait. Once it is pending again, make it eligible now.
+# not wait. Once it is pending again, make it eligible now - but not in the same
+# second as the requeue: the nodes revoked the job's credential at that second
+# (1-second resolution), and a restart whose credential is dated no later is
+# killed as "non-startable batch job: Job credential revoked" (the job FAILS).
 release() {
   local i
   for i in $(seq 150); do
     if [ "$(job_state "$jid")" = PENDING ]; then
+      sleep 2
       timeout 10 scontrol update JobId="$jid" StartTime=now && return 0
     fi
     sleep 0.2
@@ -237,6 +245,88 @@ if [ -x ./train_gpt2cu ]; then
   fi
 else
   bad "./train_gpt2cu not built: training under Slurm not tested"
+fi
+
+# --- 5b. the CUDA backend on the emulator under Slurm: srun and the GPU sbatch script vs mpirun ------
+# build/train_gpt2cu_emu --device cuda runs the CUDA backend on emulated GPUs with NCCL
+# emulated over MPI. fp32 ZeRO-2: the emulated NCCL reduces every element in a fixed ring
+# order that depends only on the rank numbers (test/distributed/zero_cuda_emu_test.sh), not
+# on where the ranks run, so srun's ranks on two nodes and mpirun's on one host must agree
+# bit for bit, and a resumed run too (the checkpoint holds the fp32 master shards).
+# --mpi=pmix is the cluster's MpiDefault anyway (Debian's Open MPI supports only PMIx).
+# 200 steps (~50 ms each): long enough that the USR1 sent after the step-20 checkpoint
+# lands well before the end; the whole section takes under a minute on 2 cores.
+EMU=build/train_gpt2cu_emu
+if [ -x "$EMU" ]; then
+  . test/distributed/compare_lib.sh
+  unset GPT2_TRAIN_BIN GPT2_TRAIN_ARGS msg wmsg
+  export GPT2_EMU_THREADS=1  # one emulator worker per rank: cheap and deterministic
+  python3 test/distributed/synthetic_shard.py "$W/emu_train_000.bin" 20000 512
+  cp "$W/emu_train_000.bin" "$W/emu_val_000.bin"  # the GPU script names a val glob too (unused: --val-every 0)
+  ecommon=(--device cuda --dtype fp32 --model d2 --config n_embd=64,n_head=2,max_seq=64,vocab_size=512,padded_vocab_size=512
+           -B 2 -T 32 --total-batch-tokens 128 --lr 1e-3 --warmup-steps 2 --weight-decay 0.1 --threads 1
+           --val-every 0 --sample-every 0 --no-shuffle --train-data "$W/emu_train_*.bin" --max-steps 200 --zero-stage 2)
+  # mpirun puts both ranks on this host: one emulated GPU each. Under srun each node runs
+  # one rank and its emulator's default of one GPU is enough.
+  # OMP_NUM_THREADS=1, as the sbatch scripts set it (= --cpus-per-task): the emulated cuBLAS
+  # is OpenBLAS sgemm, whose results depend on its thread count, which otherwise follows
+  # the CPU affinity (mpirun binds each rank to one core, srun here binds nothing: 1 vs 2
+  # threads, rounding differences of ~1e-8 in the losses).
+  GPT2_EMU_DEVICE_COUNT=2 OMP_NUM_THREADS=1 timeout -k 10 120 mpirun --allow-run-as-root --oversubscribe -x GPT2_EMU_THREADS \
+    -x OMP_NUM_THREADS -x GPT2_EMU_DEVICE_COUNT -np 2 "$EMU" "${ecommon[@]}" --output-dir "$W/e_mpirun" --log-jsonl "$W/e_mpirun.jsonl" \
+    >"$W/e_mpirun.log" 2>&1 || bad "mpirun -np 2 $EMU --device cuda training"
+  if OMP_NUM_THREADS=1 timeout -k 10 120 srun -N 2 -n 2 --mpi=pmix "$EMU" "${ecommon[@]}" --output-dir "$W/e_srun" \
+       --log-jsonl "$W/e_srun.jsonl" >"$W/e_srun.log" 2>&1 &&
+     grep -q 'rank 0/2 local 0/1 node 0/2 host node1 launch srun' "$W/e_srun.log" &&
+     grep -q '^| comm         nccl (buffers), mpi (host scalars)' "$W/e_srun.log" &&
+     msg=$(same_losses "$W/e_mpirun.jsonl" "$W/e_srun.jsonl") &&
+     wmsg=$(same_weights "$W/e_mpirun/model.bin" "$W/e_srun/model.bin"); then
+    pass "srun -N 2 -n 2 --mpi=pmix $EMU --device cuda (ZeRO-2 fp32, NCCL) vs mpirun -np 2: $msg; weights $wmsg"
+  else
+    bad "srun $EMU --device cuda training: ${msg:-run failed or wrong launch/communicator} ${wmsg:-}"
+    grep -vE '^(step |\| )' "$W/e_srun.log" | tail -n 20 | sed 's/^/  | /'
+  fi
+  unset msg wmsg
+
+  # The project's multi-node GPU sbatch script running the emulated binary (GPT2_TRAIN_BIN),
+  # with test-sized overrides (later flags win; --gpus-per-node=0: the test cluster has no
+  # GPUs to allocate), preempted by USR1 after its first checkpoint, requeued, resumed.
+  log=$W/e_sbatch.out
+  jid=$(GPT2_TRAIN_BIN=$PWD/$EMU GPT2_DATA_PREFIX=$W/emu timeout 30 sbatch --parsable --nodes=2 --ntasks-per-node=1 \
+        --cpus-per-task=1 --gpus-per-node=0 --time=10 -o "$log" scripts/slurm/train_multinode_gpus.sbatch \
+        "${ecommon[@]}" --checkpoint-every 20 --output-dir "$W/e_sbatch" --log-jsonl "$W/e_sbatch.jsonl")
+  ok=1
+  if [ -z "$jid" ]; then
+    ok=0; echo "  sbatch refused the job"
+  else
+    for i in $(seq 1200); do
+      [ -e "$W/e_sbatch/DONE_00000020" ] && break
+      [ $((i % 20)) = 0 ] && ! job_queued && break
+      sleep 0.05
+    done
+    timeout 10 scancel --signal=USR1 "$jid"
+    wait_for 'requeueing job' 1 120 || { ok=0; echo "  no requeue after USR1"; }
+    release || ok=0
+    wait_job "$jid" 180 || { ok=0; echo "  job did not finish"; timeout 10 scancel "$jid"; }
+    rmdir "out/gpt2-multinode-$jid" 2>/dev/null  # the script's default output dir, unused here
+  fi
+  stopped=$(sed -n 's/.*checkpointing at step \([0-9]*\).*/\1/p' "$log" 2>/dev/null | head -n 1)
+  [ -n "$stopped" ] && [ "$stopped" -ge 20 ] && [ "$stopped" -lt 200 ] ||
+    { ok=0; echo "  no checkpoint on the stop signal between steps 20 and 199 (${stopped:-none})"; }
+  grep -q "resumed from .* at step ${stopped:-x} " "$log" || { ok=0; echo "  no resume from step ${stopped:-?}"; }
+  [ "$(grep -c 'launch srun' "$log")" -ge 2 ] || { ok=0; echo "  not launched by srun twice"; }
+  grep -q '^| comm         nccl (buffers), mpi (host scalars)' "$log" || { ok=0; echo "  not the NCCL communicator"; }
+  grep -q '^srun exited with status 0' "$log" || { ok=0; echo "  the final srun did not exit 0"; }
+  if [ $ok = 1 ] && msg=$(same_losses "$W/e_mpirun.jsonl" "$W/e_sbatch.jsonl") &&
+     wmsg=$(same_weights "$W/e_mpirun/model.bin" "$W/e_sbatch/model.bin"); then
+    pass "sbatch scripts/slurm/train_multinode_gpus.sbatch ($EMU --device cuda, ZeRO-2 fp32): preempted at step $stopped, requeued, resumed: $msg; weights $wmsg"
+  else
+    bad "GPU sbatch training with preemption: ${msg:-} ${wmsg:-} (job state $(job_state "${jid:-0}"))"
+    grep -vE '^(step |\| )' "$log" 2>/dev/null | tail -n 40 | sed 's/^/  | /'
+  fi
+  unset msg wmsg GPT2_EMU_THREADS
+else
+  bad "$EMU not built: the CUDA backend under Slurm not tested"
 fi
 
 # --- 6. the fine-tuning recipe under srun: LAUNCH="srun -N 2 -n 2" scripts/finetune.sh ----------------
