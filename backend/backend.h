@@ -85,7 +85,9 @@ class Backend {
   //   dwte_rows[v-v0,:] += sum_n dlogits[n,v] * lnf[n,:]       (matmul_backward's dw)
   //   then dwte_rows[v-v0,:] += dembed[n,:] for each n with tokens[n] == v
   // in that order, so a chunk equals those rows of matmul_backward's dw followed
-  // by encoder_backward's dwte. dlogits is [N,Vp], lnf and dembed [N,C].
+  // by encoder_backward's dwte. dlogits is [N,Vp], lnf and dembed [N,C]. Either
+  // part may be left out (dlogits and lnf empty, or dembed empty) and run later:
+  // the same additions in the same order.
   virtual void tied_embedding_backward_rows(Tensor dwte_rows, Tensor dlogits, Tensor lnf,
                                             Tensor dembed, Tensor tokens, int N, int C,
                                             int Vp, int v0) = 0;

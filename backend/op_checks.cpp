@@ -48,10 +48,15 @@ void OpChecks::tied_embedding_rows(const Tensor& dwte_rows, const Tensor& dlogit
     fail(op, "dwte_rows of " + std::to_string(dwte_rows.numel) + " elements from row " + std::to_string(v0) +
                  " is not whole rows of C " + std::to_string(C) + " inside Vp " + std::to_string(Vp));
   need_x(dwte_rows, rows * static_cast<size_t>(C), op, "dwte_rows");
-  need_x(dlogits, sz(N, Vp), op, "dlogits");
-  need_x(lnf, sz(N, C), op, "lnf");
-  need_x(dembed, sz(N, C), op, "dembed");
-  need(tokens, sz(N), op, "tokens", 4);
+  if (dlogits.empty() != lnf.empty()) fail(op, "dlogits and lnf go together (both empty: no lm_head part)");
+  if (!dlogits.empty()) {
+    need_x(dlogits, sz(N, Vp), op, "dlogits");
+    need_x(lnf, sz(N, C), op, "lnf");
+  }
+  if (!dembed.empty()) {
+    need_x(dembed, sz(N, C), op, "dembed");
+    need(tokens, sz(N), op, "tokens", 4);
+  }
 }
 
 void OpChecks::layernorm_forward(const Tensor& out, const Tensor& mean, const Tensor& rstd, const Tensor& inp,

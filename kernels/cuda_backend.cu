@@ -214,12 +214,14 @@ class CudaBackend final : public Backend {
                                     int N, int C, int Vp, int v0) override {
     checks_.tied_embedding_rows(dwte_rows, dlogits, lnf, dembed, tokens, N, C, Vp, v0);
     const int R = rows(dwte_rows, C);
-    float* shadow = bf16_ ? workspace(static_cast<size_t>(R) * C) : nullptr;
+    float* shadow = bf16_ && !dembed.empty() ? workspace(static_cast<size_t>(R) * C) : nullptr;
     dispatch("tied_embedding_backward_rows", [&](auto tag) {
       using X = decltype(tag);
-      kern::matmul_backward_weight_rows<X>(blas_, as<X>(dwte_rows), as<X>(dlogits) + v0, as<X>(lnf), N, C, Vp, R);
-      kern::embedding_backward_rows<X>(as<X>(dwte_rows), shadow, as<X>(dembed), i32(tokens), static_cast<size_t>(N),
-                                       C, v0, R, stream_);
+      if (!dlogits.empty())
+        kern::matmul_backward_weight_rows<X>(blas_, as<X>(dwte_rows), as<X>(dlogits) + v0, as<X>(lnf), N, C, Vp, R);
+      if (!dembed.empty())
+        kern::embedding_backward_rows<X>(as<X>(dwte_rows), shadow, as<X>(dembed), i32(tokens),
+                                         static_cast<size_t>(N), C, v0, R, stream_);
     });
   }
 

@@ -70,8 +70,9 @@ GPT2::GPT2(Backend& backend, const GPT2Config& cfg, int B, int T, GradMode grad_
       B_(B),
       T_(T),
       grad_mode_(grad_mode),
-      recompute_gelu_(recompute >= 1) {
-  if (recompute < 0 || recompute > 1) throw std::runtime_error("recompute level must be 0 or 1");
+      recompute_gelu_(recompute >= 1),
+      recompute_ln_(recompute >= 2) {
+  if (recompute < 0 || recompute > 2) throw std::runtime_error("recompute level must be 0, 1 or 2");
   cfg_.validate("model config");
   if (B < 1 || T < 1) throw std::runtime_error("batch size and sequence length must be >= 1");
   if (T > cfg.max_seq_len)
@@ -125,23 +126,28 @@ void GPT2::allocate_activations() {
     return t;
   };
   Activations& a = acts_;
+  // --recompute 2: one layernorm output buffer for ln1 and ln2 of every layer,
+  // recomputed in the backward from the saved input, mean and rstd.
+  const size_t ln_layers = recompute_ln_ ? 1 : L;
   a.encoded = take(N * C);
-  a.ln1 = take(L * N * C);
+  a.ln1 = take(ln_layers * N * C);
   a.ln1_mean = take(L * N);
   a.ln1_rstd = take(L * N);
   a.qkv = take(L * N * 3 * C);
   a.atty = take(L * N * C);
   a.att_saved = take(L * backend_.attention_saved_numel(B_, T_, cfg_.num_heads));
-  a.attproj = take(L * N * C);
+  // The projections are added into the residual stream right away and never
+  // read by the backward: one layer-sized buffer for both.
+  a.attproj = take(N * C);
+  a.fcproj = a.attproj;
   a.residual2 = take(L * N * C);
-  a.ln2 = take(L * N * C);
+  a.ln2 = recompute_ln_ ? a.ln1 : take(L * N * C);
   a.ln2_mean = take(L * N);
   a.ln2_rstd = take(L * N);
   a.fch = take(L * N * 4 * C);
   // --recompute 1: one layer's GELU output, recomputed from fch in the backward
   // (saves (L-1)*B*T*4C elements, the largest activation after the logits).
   a.fch_gelu = take((recompute_gelu_ ? 1 : L) * N * 4 * C);
-  a.fcproj = take(L * N * C);
   a.residual3 = take(L * N * C);
   a.lnf = take(N * C);
   a.lnf_mean = take(N);
@@ -150,12 +156,34 @@ void GPT2::allocate_activations() {
   a.logits = take(N * Vp);
   a.tokens = take(N, BufferRole::kTokens);
   a.targets = take(N, BufferRole::kTokens);
-  a.dresidual = take(N * C);
-  a.dln = take(N * C);
-  a.datty = take(N * C);
-  a.dqkv = take(N * 3 * C);
-  a.dfch = take(N * 4 * C);
+  allocate_backward_scratch(N, C);
   a.att_scratch = take(backend_.attention_scratch_numel(B_, T_, cfg_.num_heads), BufferRole::kScratch);
+}
+
+// dln takes the projections' buffer (forward-only). With kFull gradients the
+// lm_head backward reads dlogits first thing and never again (the wte
+// gradient's lm_head part is made then too), so the other scratch buffers,
+// largest first, take the logits buffer while they fit. Staged gradients
+// read dlogits after the backward (wte_grad_chunk): everything separate.
+void GPT2::allocate_backward_scratch(size_t N, size_t C) {
+  Activations& a = acts_;
+  a.dln = a.attproj;
+  const size_t room = grad_mode_ == GradMode::kFull ? a.logits.numel : 0;
+  size_t used = 0;
+  auto carve = [&](size_t numel) {
+    if (used + numel <= room) {
+      used += numel;
+      return a.logits.slice(used - numel, numel);
+    }
+    Tensor t = backend_.alloc(numel, BufferRole::kActivations);
+    owned_.push_back(t);
+    activation_bytes_ += t.bytes();
+    return t;
+  };
+  a.dfch = carve(N * 4 * C);
+  a.dqkv = carve(N * 3 * C);
+  a.datty = carve(N * C);
+  a.dresidual = carve(N * C);
 }
 
 // ---------------------------------------------------------------- parameters
@@ -236,24 +264,30 @@ int GPT2::num_wte_chunks() const {
   return static_cast<int>((Vp + wte_chunk_rows_ - 1) / wte_chunk_rows_);
 }
 
-void GPT2::wte_grad_chunk(int k) {
-  if (cur_B_ == 0) throw std::runtime_error("wte_grad_chunk(): no backward to take it from");
-  if (k < 0 || k >= num_wte_chunks()) throw std::runtime_error("wte_grad_chunk(): no chunk " + std::to_string(k));
+Tensor GPT2::wte_grad_rows(int k) const {
+  const size_t C = layout_.channels(), Vp = cfg_.padded_vocab_size, row0 = static_cast<size_t>(k) * wte_chunk_rows_;
+  return grads_.slice(layout_.offset[kWte] + row0 * C, std::min(wte_chunk_rows_, Vp - row0) * C);
+}
+
+void GPT2::wte_chunk_parts(int k, Tensor dst, bool lm_head, bool embedding) {
   const size_t N = static_cast<size_t>(cur_B_) * cur_T_, C = layout_.channels();
   const int Vp = cfg_.padded_vocab_size;
-  const size_t row0 = static_cast<size_t>(k) * wte_chunk_rows_;
-  Tensor chunk;
-  if (grad_mode_ == GradMode::kFull) {  // accumulates into the full buffer's rows
-    chunk = grads_.slice(layout_.offset[kWte] + row0 * C, std::min(wte_chunk_rows_, Vp - row0) * C);
-  } else {
-    chunk = unit_grads(cfg_.num_layers + 1 + k);
-    backend_.zero(chunk);
-  }
-  // backward() left dlogits in the logits, lnf's output and the embedding's gradient in dresidual.
-  backend_.tied_embedding_backward_rows(chunk, acts_.logits.slice(0, N * Vp), acts_.lnf.slice(0, N * C),
-                                        acts_.dresidual.slice(0, N * C), acts_.tokens.slice(0, N),
-                                        static_cast<int>(N), static_cast<int>(C), Vp,
-                                        static_cast<int>(row0));
+  // dlogits (the logits buffer after the fused classifier), lnf's output, and
+  // at the end of the backward the embedding's gradient in dresidual.
+  backend_.tied_embedding_backward_rows(dst, lm_head ? acts_.logits.slice(0, N * Vp) : Tensor{},
+                                        lm_head ? acts_.lnf.slice(0, N * C) : Tensor{},
+                                        embedding ? acts_.dresidual.slice(0, N * C) : Tensor{},
+                                        acts_.tokens.slice(0, N), static_cast<int>(N), static_cast<int>(C), Vp,
+                                        static_cast<int>(static_cast<size_t>(k) * wte_chunk_rows_));
+}
+
+void GPT2::wte_grad_chunk(int k) {
+  if (grad_mode_ == GradMode::kFull) throw std::runtime_error("wte_grad_chunk(): kFull's backward() makes them");
+  if (cur_B_ == 0) throw std::runtime_error("wte_grad_chunk(): no backward to take it from");
+  if (k < 0 || k >= num_wte_chunks()) throw std::runtime_error("wte_grad_chunk(): no chunk " + std::to_string(k));
+  Tensor chunk = unit_grads(cfg_.num_layers + 1 + k);
+  backend_.zero(chunk);
+  wte_chunk_parts(k, chunk, true, true);
 }
 
 Tensor GPT2::grad_view(int t, int l) const {
@@ -302,13 +336,14 @@ float GPT2::forward(const int32_t* inputs, const int32_t* targets, int B, int T,
   be.encoder_forward(a.encoded.slice(0, N * C), tokens, param(kWte), param(kWpe), B, T, C);
   for (int l = 0; l < L; l++) {
     Tensor residual = l == 0 ? a.encoded.slice(0, N * C) : layer(a.residual3, l - 1, C);
-    Tensor ln1 = layer(a.ln1, l, C), ln1_mean = layer(a.ln1_mean, l, 1), ln1_rstd = layer(a.ln1_rstd, l, 1);
+    const int ln_l = recompute_ln_ ? 0 : l;
+    Tensor ln1 = layer(a.ln1, ln_l, C), ln1_mean = layer(a.ln1_mean, l, 1), ln1_rstd = layer(a.ln1_rstd, l, 1);
     Tensor qkv = layer(a.qkv, l, 3 * C), atty = layer(a.atty, l, C);
     Tensor saved = a.att_saved.slice(l * saved_stride, saved_numel);
-    Tensor attproj = layer(a.attproj, l, C), residual2 = layer(a.residual2, l, C);
-    Tensor ln2 = layer(a.ln2, l, C), ln2_mean = layer(a.ln2_mean, l, 1), ln2_rstd = layer(a.ln2_rstd, l, 1);
+    Tensor attproj = a.attproj.slice(0, N * C), residual2 = layer(a.residual2, l, C);
+    Tensor ln2 = layer(a.ln2, ln_l, C), ln2_mean = layer(a.ln2_mean, l, 1), ln2_rstd = layer(a.ln2_rstd, l, 1);
     Tensor fch = layer(a.fch, l, 4 * C), fch_gelu = layer(a.fch_gelu, recompute_gelu_ ? 0 : l, 4 * C);
-    Tensor fcproj = layer(a.fcproj, l, C), residual3 = layer(a.residual3, l, C);
+    Tensor fcproj = a.fcproj.slice(0, N * C), residual3 = layer(a.residual3, l, C);
 
     be.layernorm_forward(ln1, ln1_mean, ln1_rstd, residual, pl(kLn1w, l), pl(kLn1b, l), N, C);
     be.matmul_forward(qkv, ln1, pl(kQkvw, l), pl(kQkvb, l), N, C, 3 * C);
@@ -371,12 +406,15 @@ void GPT2::backward(const std::function<void(int)>& on_layer_done) {
   Tensor dqkv = a.dqkv.slice(0, N * 3 * C);
   Tensor dfch = a.dfch.slice(0, N * 4 * C);
 
-  // logits hold dlogits now (fused classifier). lm_head backward: d(lnf) only;
-  // the tied embedding's gradient is made at the end, in vocabulary chunks
-  // (wte_grad_chunk), the same way for every gradient mode so that ZeRO-2's
-  // chunks equal stages 0/1's gradient bit for bit.
+  // logits hold dlogits now (fused classifier). lm_head backward: d(lnf), then
+  // (kFull) the lm_head part of the tied wte gradient, in the vocabulary
+  // chunks ZeRO-2 uses (same GEMMs, same bits); after this dlogits are dead
+  // and the scratch carved from their buffer may be written. The embedding
+  // part comes at the end (staged: both parts, by the caller's wte_grad_chunk).
   be.matmul_backward(dln, Tensor{}, Tensor{}, a.logits.slice(0, N * Vp), a.lnf.slice(0, N * C),
                      param(kWte), N, C, Vp);
+  if (!staged)
+    for (int k = 0; k < num_wte_chunks(); k++) wte_chunk_parts(k, wte_grad_rows(k), true, false);
   be.zero(dresidual);
   be.layernorm_backward(dresidual, grad(kLnfw), grad(kLnfb), dln, layer(a.residual3, L - 1, C),
                         param(kLnfw), a.lnf_mean.slice(0, N), a.lnf_rstd.slice(0, N), N, C);
@@ -390,7 +428,11 @@ void GPT2::backward(const std::function<void(int)>& on_layer_done) {
     be.matmul_backward(dfch, gl(kFcprojw, l), gl(kFcprojb, l), dresidual, fch_gelu,
                        pl(kFcprojw, l), N, 4 * C, C);
     be.gelu_backward(dfch, layer(a.fch, l, 4 * C), dfch, N * 4 * C);
-    be.matmul_backward(dln, gl(kFcw, l), gl(kFcb, l), dfch, layer(a.ln2, l, C), pl(kFcw, l), N, C, 4 * C);
+    const int ln_l = recompute_ln_ ? 0 : l;
+    if (recompute_ln_)  // --recompute 2: ln2 again, bitwise the forward's (mean and rstd rewritten unchanged)
+      be.layernorm_forward(layer(a.ln2, 0, C), layer(a.ln2_mean, l, 1), layer(a.ln2_rstd, l, 1),
+                           layer(a.residual2, l, C), pl(kLn2w, l), pl(kLn2b, l), N, C);
+    be.matmul_backward(dln, gl(kFcw, l), gl(kFcb, l), dfch, layer(a.ln2, ln_l, C), pl(kFcw, l), N, C, 4 * C);
     be.layernorm_backward(dresidual, gl(kLn2w, l), gl(kLn2b, l), dln, layer(a.residual2, l, C),
                           pl(kLn2w, l), layer(a.ln2_mean, l, 1), layer(a.ln2_rstd, l, 1), N, C);
     // residual2 = residual + attproj
@@ -398,14 +440,17 @@ void GPT2::backward(const std::function<void(int)>& on_layer_done) {
                        pl(kAttprojw, l), N, C, C);
     be.attention_backward(dqkv, a.att_scratch, datty, layer(a.qkv, l, 3 * C),
                           a.att_saved.slice(l * saved_stride, saved_numel), B, T, C, NH);
-    be.matmul_backward(dln, gl(kQkvw, l), gl(kQkvb, l), dqkv, layer(a.ln1, l, C), pl(kQkvw, l), N, C, 3 * C);
+    if (recompute_ln_)
+      be.layernorm_forward(layer(a.ln1, 0, C), layer(a.ln1_mean, l, 1), layer(a.ln1_rstd, l, 1), residual,
+                           pl(kLn1w, l), pl(kLn1b, l), N, C);
+    be.matmul_backward(dln, gl(kQkvw, l), gl(kQkvb, l), dqkv, layer(a.ln1, ln_l, C), pl(kQkvw, l), N, C, 3 * C);
     be.layernorm_backward(dresidual, gl(kLn1w, l), gl(kLn1b, l), dln, residual, pl(kLn1w, l),
                           layer(a.ln1_mean, l, 1), layer(a.ln1_rstd, l, 1), N, C);
     if (on_layer_done) on_layer_done(l);
   }
   be.encoder_backward(Tensor{}, grad(kWpe), dresidual, a.tokens.slice(0, N), B, T, C);
-  if (grad_mode_ == GradMode::kFull)  // staged: the caller builds and exchanges the chunks
-    for (int k = 0; k < num_wte_chunks(); k++) wte_grad_chunk(k);
+  if (!staged)  // staged: the caller builds and exchanges the chunks
+    for (int k = 0; k < num_wte_chunks(); k++) wte_chunk_parts(k, wte_grad_rows(k), false, true);
   if (on_layer_done) on_layer_done(-1);
 }
 

@@ -52,21 +52,23 @@ struct ParamLayout {
 // Activation tensor table (llm.c's ActivationTensors, plus backward scratch).
 struct Activations {
   Tensor encoded;           // (B,T,C)
-  Tensor ln1, ln1_mean, ln1_rstd;  // (L,B,T,C), (L,B,T), (L,B,T)
+  Tensor ln1, ln1_mean, ln1_rstd;  // (L,B,T,C), (L,B,T), (L,B,T); ln1/ln2 one layer (shared) at --recompute 2
   Tensor qkv;               // (L,B,T,3C)
   Tensor atty;              // (L,B,T,C)
   Tensor att_saved;         // L * backend.attention_saved_numel
-  Tensor attproj;           // (L,B,T,C)
+  Tensor attproj;           // (B,T,C): consumed at once by the residual add (shared with fcproj)
   Tensor residual2;         // (L,B,T,C)
   Tensor ln2, ln2_mean, ln2_rstd;
   Tensor fch, fch_gelu;     // (L,B,T,4C)
-  Tensor fcproj;            // (L,B,T,C)
+  Tensor fcproj;            // (B,T,C): the same buffer as attproj
   Tensor residual3;         // (L,B,T,C)
   Tensor lnf, lnf_mean, lnf_rstd;  // (B,T,C), (B,T), (B,T)
   Tensor losses;            // (B,T)
   Tensor logits;            // (B,T,Vp); dlogits in place after the fused classifier
   Tensor tokens, targets;   // (B,T) int32
-  // backward scratch
+  // backward scratch. dln lives in attproj's buffer (forward-only); with
+  // kFull gradients the others are carved from the logits buffer where it is
+  // large enough (dlogits are dead once the lm_head backward has run).
   Tensor dresidual;         // (B,T,C) gradient of the residual stream
   Tensor dln;               // (B,T,C)
   Tensor datty;             // (B,T,C)
@@ -98,7 +100,9 @@ class GPT2 {
   // `param_capacity` (>= the parameter count; 0 = exact) pads the parameter
   // and full gradient buffers with zeros, e.g. to a multiple of the world size.
   // `recompute` (--recompute): 0 keeps every activation; 1 keeps one layer's
-  // GELU output and recomputes it in the backward (bitwise the same values).
+  // GELU output and recomputes it in the backward; 2 also keeps one layer's
+  // layernorm output (ln1 and ln2 share it) and recomputes both in the
+  // backward. Recomputed values are bitwise the forward's.
   GPT2(Backend& backend, const GPT2Config& cfg, int B, int T, GradMode grad_mode = GradMode::kFull,
        size_t param_capacity = 0, int recompute = 0);
   ~GPT2();
@@ -124,9 +128,10 @@ class GPT2 {
   Tensor unit_grads(int unit) const;
   // The tied wte/lm_head gradient is made in chunks of wte_chunk_rows()
   // vocabulary rows (the last shorter), the lm_head part then the embedding
-  // part: kFull's backward() adds every chunk into grads() itself; staged,
-  // the caller calls wte_grad_chunk(k) after backward() (before the next
-  // forward), which overwrites unit_grads(L+1+k) with chunk k.
+  // part: kFull's backward() adds them into grads() itself (the lm_head parts
+  // first thing, the embedding parts at the end); staged, the caller calls
+  // wte_grad_chunk(k) after backward() (before the next forward), which
+  // overwrites unit_grads(L+1+k) with chunk k, both parts.
   int num_wte_chunks() const;
   void wte_grad_chunk(int k);
   size_t gradient_bytes() const { return gradient_bytes_; }
@@ -157,12 +162,19 @@ class GPT2 {
   void backward(const std::function<void(int layer)>& on_layer_done = nullptr);
   void zero_grad();
 
-  // Logits of position t of batch row b from the last forward (V real entries).
+  // Logits of position t of batch row b from the last forward (V real entries;
+  // not after a backward, which turns them into dlogits and, with kFull
+  // gradients, reuses their buffer as scratch).
   std::vector<float> logits_at(int b, int t) const;
   std::vector<float> losses() const;  // B*T from the last forward with targets
 
  private:
   void allocate_activations();
+  void allocate_backward_scratch(size_t N, size_t C);
+  // Rows of wte chunk k of the tied gradient: the lm_head part (dlogits^T lnf)
+  // and/or the embedding part (the scatter of dresidual), into dst.
+  void wte_chunk_parts(int k, Tensor dst, bool lm_head, bool embedding);
+  Tensor wte_grad_rows(int k) const;  // kFull: grads() rows of chunk k
   // Gradient of tensor t (layer l for per-layer tensors, ignored otherwise).
   Tensor grad_view(int t, int l) const;
   // Staged: the layer buffer layer l writes (l % 2 with kStagedPair).
@@ -179,6 +191,7 @@ class GPT2 {
   size_t loss_count_ = 0;
   GradMode grad_mode_;
   bool recompute_gelu_ = false;
+  bool recompute_ln_ = false;
   Tensor params_, grads_;                 // grads_: kFull only
   std::array<Tensor, 2> layer_grads_;    // staged: [1] only with kStagedPair
   Tensor rest_grads_;                     // staged only

@@ -67,7 +67,7 @@ struct TrainOptions {
   std::string tf32 = "auto";          // on | off | auto (CUDA fp32 GEMMs on TF32 tensor cores; auto: on a real GPU)
   int threads = 0;                    // 0: OpenMP default
   int zero_stage = 0;                 // 0 | 1 | 2
-  int recompute = 0;                  // 0 | 1 (GELU output recomputed in the backward)
+  int recompute = 0;                  // 0 | 1 (GELU output recomputed in the backward) | 2 (also layernorm)
   float comm_timeout = 600.0f;        // seconds one collective may wait for its peers; 0: forever
   std::vector<int> dry_run_worlds;    // --dry-run W[,W...]: print the memory table at these world sizes
 };

@@ -120,9 +120,11 @@ class CpuBackend final : public Backend {
                                     int N, int C, int Vp, int v0) override {
     checks_.tied_embedding_rows(dwte_rows, dlogits, lnf, dembed, tokens, N, C, Vp, v0);
     const int rows = static_cast<int>(dwte_rows.numel / static_cast<size_t>(C));
-    cpu::gemm<float>(ex_, true, false, rows, C, N, 1.0f, f32(dlogits) + v0, Vp, f32(lnf), C, 1.0f, f32(dwte_rows),
-                     C);
-    cpu::embedding_backward_rows<float>(ex_, f32(dwte_rows), f32(dembed), i32(tokens), N, C, v0, rows);
+    if (!dlogits.empty())
+      cpu::gemm<float>(ex_, true, false, rows, C, N, 1.0f, f32(dlogits) + v0, Vp, f32(lnf), C, 1.0f,
+                       f32(dwte_rows), C);
+    if (!dembed.empty())
+      cpu::embedding_backward_rows<float>(ex_, f32(dwte_rows), f32(dembed), i32(tokens), N, C, v0, rows);
   }
 
   void layernorm_forward(Tensor out, Tensor mean, Tensor rstd, Tensor inp, Tensor w, Tensor b,

@@ -22,5 +22,7 @@ check() {  # model B T recompute dtype
 check d2 2 32 0 bf16
 check d2 2 32 1 bf16
 check d3 3 64 1 bf16
+check d3 3 64 2 bf16
+check d2 2 32 2 fp32
 check d2 2 32 0 fp32
 exit $fail

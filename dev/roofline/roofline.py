@@ -188,19 +188,28 @@ def memory_table(c):
         S = B * NH * T * T
         scratch = S if s == 4 else S + (S * s + 3) // 4
         scratch_e = 4
-    g = L if not c.recompute else 1
-    acts = [("encoded", N * C), ("ln1", L * N * C), ("ln1_mean", L * N), ("ln1_rstd", L * N),
+    g = L if c.recompute < 1 else 1           # fch_gelu layers kept (--recompute 1)
+    lnl = L if c.recompute < 2 else 1         # ln1 layers kept; ln2 shares it at --recompute 2
+    acts = [("encoded", N * C), ("ln1" if lnl == L else "ln1 = ln2 (one layer)", lnl * N * C),
+            ("ln1_mean", L * N), ("ln1_rstd", L * N),
             ("qkv", L * N * 3 * C), ("atty", L * N * C), ("att_saved", L * saved),
-            ("attproj", L * N * C), ("residual2", L * N * C), ("ln2", L * N * C), ("ln2_mean", L * N),
-            ("ln2_rstd", L * N), ("fch", L * N * 4 * C), ("fch_gelu", g * N * 4 * C),
-            ("fcproj", L * N * C), ("residual3", L * N * C), ("lnf", N * C), ("lnf_mean", N),
-            ("lnf_rstd", N), ("losses", N), ("logits", N * Vp)]
+            ("attproj = fcproj = dln (one layer)", N * C), ("residual2", L * N * C)]
+    if lnl == L:
+        acts.append(("ln2", L * N * C))
+    acts += [("ln2_mean", L * N), ("ln2_rstd", L * N), ("fch", L * N * 4 * C), ("fch_gelu", g * N * 4 * C),
+             ("residual3", L * N * C), ("lnf", N * C), ("lnf_mean", N),
+             ("lnf_rstd", N), ("losses", N), ("logits", N * Vp)]
     for name, n in acts:
         rows.append(("activations", name, n, s))
     rows.append(("activations", "tokens (int32)", N, 4))
     rows.append(("activations", "targets (int32)", N, 4))
-    for name, n in [("dresidual", N * C), ("dln", N * C), ("datty", N * C), ("dqkv", N * 3 * C),
-                    ("dfch", N * 4 * C)]:
+    # Backward scratch: carved from the logits buffer, largest first, while it
+    # fits, when the gradients are not staged (GPT2::allocate_backward_scratch).
+    room, used = (N * Vp if c.zero != 2 else 0), 0
+    for name, n in [("dfch", N * 4 * C), ("dqkv", N * 3 * C), ("datty", N * C), ("dresidual", N * C)]:
+        if used + n <= room:
+            used += n
+            continue
         rows.append(("activations", name, n, s))
     rows.append(("activations", "att_scratch (fp32, kScratch)", scratch, scratch_e))
     # ---- backend-owned (kernels/cuda_backend.cu)
@@ -209,8 +218,9 @@ def memory_table(c):
     cs_chunks = 1 if N < 32 else min(N // 32, 64)
     mm_ws = cs_chunks * 4 * C  # largest bias-gradient partials (fc: OC = 4C)
     ws = [ln_ws, mm_ws]
-    if s == 2:
-        ws.append(Vp * C)  # encoder_backward's fp32 dwte shadow
+    if s == 2:  # the embedding scatter's fp32 shadow: one wte chunk (ParamLayout::wte_chunk_rows)
+        layer = 12 * C * C + 13 * C
+        ws.append(min(max(layer // C // 64 * 64, 64), Vp) * C)
     if not flash:
         n = B * T * C
         if s == 2:
@@ -357,10 +367,14 @@ def step_ops(c):
             gelu_fwd(" (recompute)")
         mm_bwd("fcproj", 4 * C, C)
         add("gelu_backward", 0, 3 * 4 * E * s)
+        if c.recompute >= 2:
+            ln_fwd()  # ln2 recomputed
         mm_bwd("fc", C, 4 * C)
         ln_bwd()
         mm_bwd("attproj", C, C)
         attn_bwd()
+        if c.recompute >= 2:
+            ln_fwd()  # ln1 recomputed
         mm_bwd("qkv", C, 3 * C)
         ln_bwd()
     # encoder backward: wpe kernel (dout, dwpe +=), wte kernel (dout -> fp32 shadow, atomics),
@@ -483,7 +497,7 @@ def parse(argv):
     p.add_argument("-B", type=int, default=64)
     p.add_argument("-T", type=int, default=1024)
     p.add_argument("--dtype", choices=["bf16", "fp32"], default="bf16")
-    p.add_argument("--recompute", type=int, choices=[0, 1], default=0)
+    p.add_argument("--recompute", type=int, choices=[0, 1, 2], default=0)
     p.add_argument("--zero", type=int, choices=[0, 1, 2], default=0)
     p.add_argument("--world", type=int, default=1)
     p.add_argument("--attention", choices=["flash", "classic"], default="flash")

@@ -84,7 +84,9 @@ class EncoderBackward : public OpCase {
 // window's edges, so some fall inside (repeating), some outside on both sides.
 class TiedEmbeddingRows : public OpCase {
  public:
-  TiedEmbeddingRows(Rng& rng, int N, int C, int Vp, int v0, int rows) : N_(N), C_(C), Vp_(Vp), v0_(v0), R_(rows) {
+  enum Parts { kBoth, kLmHeadOnly, kEmbeddingOnly };
+  TiedEmbeddingRows(Rng& rng, int N, int C, int Vp, int v0, int rows, Parts parts = kBoth)
+      : N_(N), C_(C), Vp_(Vp), v0_(v0), R_(rows), parts_(parts) {
     inputs = {{"dlogits", randn(rng, size_t(N) * Vp)}, {"lnf", randn(rng, size_t(N) * C)},
               {"dembed", randn(rng, size_t(N) * C)}};
     std::vector<int32_t> tok(N);
@@ -94,21 +96,24 @@ class TiedEmbeddingRows : public OpCase {
   }
   std::string op() const override { return "tied_embedding_backward_rows"; }
   std::string params() const override {
-    return join({{"N", N_}, {"C", C_}, {"Vp", Vp_}, {"v0", v0_}, {"rows", R_}});
+    return join({{"N", N_}, {"C", C_}, {"Vp", Vp_}, {"v0", v0_}, {"rows", R_}},
+                parts_ == kBoth ? "both" : parts_ == kLmHeadOnly ? "lm_head" : "embedding");
   }
   void run(Ctx& c) override {
-    c.be.tied_embedding_backward_rows(c.out[0], c.in[0], c.in[1], c.in[2], c.tok[0], N_, C_, Vp_, v0_);
+    const bool lm = parts_ != kEmbeddingOnly, emb = parts_ != kLmHeadOnly;
+    c.be.tied_embedding_backward_rows(c.out[0], lm ? c.in[0] : Tensor{}, lm ? c.in[1] : Tensor{},
+                                      emb ? c.in[2] : Tensor{}, c.tok[0], N_, C_, Vp_, v0_);
   }
   std::vector<DVec> reference() const override {
     const Vec &dl = inputs[0].data, &x = inputs[1].data, &de = inputs[2].data;
     DVec dw = to_d(outputs[0].data);
-    for (int r = 0; r < R_; r++)
+    for (int r = 0; r < R_ && parts_ != kEmbeddingOnly; r++)
       for (int c = 0; c < C_; c++) {
         double acc = 0;
         for (int n = 0; n < N_; n++) acc += double(dl[size_t(n) * Vp_ + v0_ + r]) * x[size_t(n) * C_ + c];
         dw[size_t(r) * C_ + c] += acc;
       }
-    for (int n = 0; n < N_; n++) {
+    for (int n = 0; n < N_ && parts_ != kLmHeadOnly; n++) {
       const int r = tokens[0][n] - v0_;
       if (r < 0 || r >= R_) continue;
       for (int c = 0; c < C_; c++) dw[size_t(r) * C_ + c] += de[size_t(n) * C_ + c];
@@ -122,6 +127,7 @@ class TiedEmbeddingRows : public OpCase {
 
  private:
   int N_, C_, Vp_, v0_, R_;
+  Parts parts_;
 };
 
 }  // namespace
@@ -143,6 +149,8 @@ bool add_embedding_cases(const std::string& op, Rng& rng, std::vector<std::uniqu
     add(new TiedEmbeddingRows(rng, 13, 7, 20, 6, 7));     // an inner window
     add(new TiedEmbeddingRows(rng, 40, 16, 48, 32, 16));  // the last chunk of 32-row chunks
     add(new TiedEmbeddingRows(rng, 70, 64, 192, 64, 64));
+    add(new TiedEmbeddingRows(rng, 40, 16, 48, 16, 16, TiedEmbeddingRows::kLmHeadOnly));
+    add(new TiedEmbeddingRows(rng, 40, 16, 48, 16, 16, TiedEmbeddingRows::kEmbeddingOnly));
   } else {
     return false;
   }

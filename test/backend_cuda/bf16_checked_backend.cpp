@@ -78,6 +78,30 @@ void CheckedBackend::encoder_backward(Tensor dwte, Tensor dwpe, Tensor dout, Ten
   check("encoder_backward", shape({{"B", B}, {"T", T}, {"C", C}}), {dwte, dwpe}, ref);
 }
 
+void CheckedBackend::tied_embedding_backward_rows(Tensor dwte_rows, Tensor dlogits, Tensor lnf, Tensor dembed,
+                                                  Tensor tokens, int N, int C, int Vp, int v0) {
+  const int R = static_cast<int>(dwte_rows.numel / static_cast<size_t>(C));
+  const std::string shp = shape({{"N", N}, {"C", C}, {"Vp", Vp}, {"v0", v0}, {"rows", R}});
+  if (!dlogits.empty()) {
+    const std::vector<float> dl = get(dlogits);
+    std::vector<float> cols(static_cast<size_t>(N) * R);
+    for (int n = 0; n < N; n++)
+      for (int r = 0; r < R; r++) cols[size_t(n) * R + r] = dl[size_t(n) * Vp + v0 + r];
+    const auto ref = bf16ref::matmul_backward(get(dwte_rows), nullptr, cols, get(lnf),
+                                              std::vector<float>(size_t(R) * C, 0.0f), N, C, R);
+    inner_.tied_embedding_backward_rows(dwte_rows, dlogits, lnf, Tensor{}, tokens, N, C, Vp, v0);
+    check("tied_embedding_backward_rows", shp, {dwte_rows}, {ref[1]});
+  }
+  if (!dembed.empty()) {
+    std::vector<int32_t> window = tokens_of(tokens);  // ids outside the window are skipped (-1)
+    for (int32_t& t : window) t = t >= v0 && t < v0 + R ? t - v0 : -1;
+    const auto ref = bf16ref::encoder_backward(get(dwte_rows), std::vector<float>(size_t(N) * C, 0.0f), get(dembed),
+                                               window, 1, N, C);
+    inner_.tied_embedding_backward_rows(dwte_rows, Tensor{}, Tensor{}, dembed, tokens, N, C, Vp, v0);
+    check("tied_embedding_backward_rows", shp, {dwte_rows}, {ref[0]});
+  }
+}
+
 void CheckedBackend::layernorm_forward(Tensor out, Tensor mean, Tensor rstd, Tensor inp, Tensor w, Tensor b, int N,
                                        int C) {
   const auto ref = bf16ref::layernorm_forward(get(inp), get(w), get(b), N, C);
@@ -103,10 +127,13 @@ void CheckedBackend::matmul_forward(Tensor out, Tensor inp, Tensor w, Tensor bia
 void CheckedBackend::matmul_backward(Tensor dinp, Tensor dw, Tensor dbias, Tensor dout, Tensor inp, Tensor w, int N,
                                      int C, int OC) {
   const std::vector<float> db = get(dbias);
-  const auto ref =
-      bf16ref::matmul_backward(get(dw), dbias.empty() ? nullptr : &db, get(dout), get(inp), get(w), N, C, OC);
+  // dw empty (the lm_head's dinp alone): reference against zeros, dw not checked.
+  const std::vector<float> dw_old = dw.empty() ? std::vector<float>(size_t(OC) * C, 0.0f) : get(dw);
+  auto ref = bf16ref::matmul_backward(dw_old, dbias.empty() ? nullptr : &db, get(dout), get(inp), get(w), N, C, OC);
   inner_.matmul_backward(dinp, dw, dbias, dout, inp, w, N, C, OC);
-  std::vector<Tensor> outs = {dinp, dw};
+  std::vector<Tensor> outs = {dinp};
+  if (dw.empty()) ref.erase(ref.begin() + 1);
+  else outs.push_back(dw);
   if (!dbias.empty()) outs.push_back(dbias);
   check("matmul_backward", shape({{"N", N}, {"C", C}, {"OC", OC}}), outs, ref);
 }

@@ -56,11 +56,11 @@ class CheckedBackend : public Backend {
 
   void encoder_forward(Tensor out, Tensor tokens, Tensor wte, Tensor wpe, int B, int T, int C) override;
   void encoder_backward(Tensor dwte, Tensor dwpe, Tensor dout, Tensor tokens, int B, int T, int C) override;
-  // Not checked here (ZeRO-2's staged gradients only): the trainer tests compare it with the whole-table ops.
+  // Checked part by part (the op's contract: the same additions either way):
+  // the lm_head part as matmul_backward's dw on dlogits' columns of the
+  // window, then the embedding part as encoder_backward's dwte over it.
   void tied_embedding_backward_rows(Tensor dwte_rows, Tensor dlogits, Tensor lnf, Tensor dembed, Tensor tokens, int N,
-                                    int C, int Vp, int v0) override {
-    inner_.tied_embedding_backward_rows(dwte_rows, dlogits, lnf, dembed, tokens, N, C, Vp, v0);
-  }
+                                    int C, int Vp, int v0) override;
   void layernorm_forward(Tensor out, Tensor mean, Tensor rstd, Tensor inp, Tensor w, Tensor b, int N,
                          int C) override;
   void layernorm_backward(Tensor dinp, Tensor dw, Tensor db, Tensor dout, Tensor inp, Tensor w, Tensor mean,

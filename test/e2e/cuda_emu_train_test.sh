@@ -44,6 +44,9 @@ grep -q "resumed from .*model_00000005.bin at step 5" "$work/bf16_resumed.log" |
 # the recomputed values are the forward's bits, so the losses are identical.
 "$cuda_trainer" --device cuda --dtype bf16 "${args[@]}" --recompute 1 --log-jsonl "$work/bf16_recompute.jsonl" \
   > "$work/bf16_recompute.log" 2>&1 || { cat "$work/bf16_recompute.log"; exit 1; }
+# --recompute 2 also recomputes the layernorm outputs (one buffer for ln1 and ln2).
+"$cuda_trainer" --device cuda --dtype bf16 "${args[@]}" --recompute 2 --log-jsonl "$work/bf16_recompute2.jsonl" \
+  > "$work/bf16_recompute2.log" 2>&1 || { cat "$work/bf16_recompute2.log"; exit 1; }
 "$python" - "$work" <<'PY'
 import json, sys
 w = sys.argv[1]
@@ -64,5 +67,7 @@ assert resumed == bf16[5:], f"bf16 resume differs: {resumed} vs {bf16[5:]}"
 print(f"bf16 resumed at step 5: steps 6..10 identical to the uninterrupted run")
 assert losses("bf16_recompute") == bf16, "--recompute 1 changed the bf16 losses"
 print("bf16 with --recompute 1: all 10 losses identical")
+assert losses("bf16_recompute2") == bf16, "--recompute 2 changed the bf16 losses"
+print("bf16 with --recompute 2: all 10 losses identical")
 print(f"fp32: worst relative difference {worst:.2e} (bound 1e-5); bf16: {worst16:.2e} (bound 1e-2)")
 PY

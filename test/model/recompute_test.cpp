@@ -1,8 +1,11 @@
 // --recompute 1: the GELU output is kept for one layer only and recomputed in
-// the backward. GELU is elementwise and deterministic, so the recomputed values
+// the backward; --recompute 2: also the layernorm outputs (one buffer for ln1
+// and ln2 of every layer). Both ops are deterministic, so the recomputed values
 // are the forward's bits: losses and every gradient are bitwise those of the
 // model that keeps all activations, and the activation memory shrinks by
-// exactly (L-1)*B*T*4C elements.
+// exactly (L-1)*B*T*4C elements, and (2L-1)*B*T*C more at level 2. The
+// vocabulary (320 rows for C=32) is large enough that the backward scratch
+// lives in the logits buffer: the level-0 model checks that too.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -18,8 +21,8 @@ namespace {
 GPT2Config small_config() {
   GPT2Config c;
   c.max_seq_len = 16;
-  c.vocab_size = 61;
-  c.padded_vocab_size = 64;
+  c.vocab_size = 301;
+  c.padded_vocab_size = 320;
   c.num_layers = 3;
   c.num_heads = 2;
   c.channels = 32;
@@ -67,9 +70,20 @@ TEST(Recompute, GeluRecomputeGivesBitwiseTheSameGradients) {
   EXPECT_EQ(keep.activation_bytes - recompute.activation_bytes, saved);
 }
 
+TEST(Recompute, LayernormRecomputeGivesBitwiseTheSameGradients) {
+  const StepResult keep = two_micro_steps(0), level2 = two_micro_steps(2);
+  EXPECT_EQ(keep.loss, level2.loss);
+  ASSERT_EQ(keep.grads.size(), level2.grads.size());
+  EXPECT_EQ(std::memcmp(keep.grads.data(), level2.grads.data(), keep.grads.size() * sizeof(float)), 0);
+  const GPT2Config cfg = small_config();
+  const size_t L = cfg.num_layers, BTC = 2 * 16 * cfg.channels;
+  EXPECT_EQ(keep.activation_bytes - level2.activation_bytes, ((L - 1) * 4 * BTC + (2 * L - 1) * BTC) * sizeof(float));
+}
+
 TEST(Recompute, RefusesUnknownLevels) {
   auto be = make_cpu_backend(1);
-  EXPECT_THROW(GPT2(*be, small_config(), 1, 8, GradMode::kFull, 0, 2), std::runtime_error);
+  EXPECT_THROW(GPT2(*be, small_config(), 1, 8, GradMode::kFull, 0, 3), std::runtime_error);
+  EXPECT_THROW(GPT2(*be, small_config(), 1, 8, GradMode::kFull, 0, -1), std::runtime_error);
 }
 
 }  // namespace
