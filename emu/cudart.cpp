@@ -43,7 +43,7 @@ namespace {
 struct DeviceState {
   std::mutex mutex;
   std::map<uintptr_t, size_t> device_allocs;  // start -> bytes
-  std::set<void*> pinned;
+  std::map<const void*, size_t> pinned;  // cudaMallocHost blocks: base -> bytes
   std::set<cudaStream_t> streams;
   std::set<cudaEvent_t> events;
   std::map<const void*, size_t> max_dynamic_smem;
@@ -368,7 +368,7 @@ cudaError_t cudaMallocHost(void** ptr, size_t size) {
   void* p = nullptr;
   if (posix_memalign(&p, 256, std::max<size_t>(size, 1)) != 0) return fail(cudaErrorMemoryAllocation);
   std::lock_guard<std::mutex> lock(state().mutex);
-  state().pinned.insert(p);
+  state().pinned[p] = std::max<size_t>(size, 1);
   *ptr = p;
   return cudaSuccess;
 }
@@ -400,6 +400,17 @@ cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total_bytes) {
 
 namespace {
 
+// Whether [p, p + count) lies inside one cudaMallocHost block.
+bool is_pinned_range(const void* p, size_t count) {
+  std::lock_guard<std::mutex> lock(state().mutex);
+  auto it = state().pinned.upper_bound(p);
+  if (it == state().pinned.begin()) return false;
+  --it;
+  const char* base = static_cast<const char*>(it->first);
+  const char* q = static_cast<const char*>(p);
+  return q >= base && q + count <= base + it->second;
+}
+
 // The checks of a copy, made when it is issued (also when it is queued).
 cudaError_t check_copy(void* dst, const void* src, size_t count, cudaMemcpyKind kind) {
   if (dst == nullptr || src == nullptr) return cudaErrorInvalidValue;
@@ -425,16 +436,19 @@ cudaError_t cudaMemcpy(void* dst, const void* src, size_t count, cudaMemcpyKind 
   return cudaSuccess;
 }
 
-// Deferred: a host source is read now (as CUDA stages pageable memory), device
-// memory and a host destination when the copy runs.
+// Deferred: a pageable host source is read now (as CUDA stages pageable
+// memory); pinned host memory (cudaMallocHost), device memory and a host
+// destination when the copy runs, so reusing a pinned staging buffer before
+// its copy has run is caught (the DMA of a GPU reads it late too).
 cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t count, cudaMemcpyKind kind, cudaStream_t stream) {
   if (!gpt2::emu::valid_stream(stream)) return fail(cudaErrorInvalidResourceHandle);
   if (!gpt2::emu::defers(stream)) return cudaMemcpy(dst, src, count, kind);
   RETURN_IF_STICKY_FAULT();
   if (count == 0) return cudaSuccess;
   if (cudaError_t e = check_copy(dst, src, count, kind); e != cudaSuccess) return fail(e);
-  if (kind == cudaMemcpyHostToDevice || kind == cudaMemcpyHostToHost ||
-      (kind == cudaMemcpyDefault && !gpt2::emu::is_device_range(src, count))) {
+  const bool host_src = kind == cudaMemcpyHostToDevice || kind == cudaMemcpyHostToHost ||
+                        (kind == cudaMemcpyDefault && !gpt2::emu::is_device_range(src, count));
+  if (host_src && !is_pinned_range(src, count)) {
     auto staged = std::make_shared<std::vector<unsigned char>>(static_cast<const unsigned char*>(src),
                                                                static_cast<const unsigned char*>(src) + count);
     gpt2::emu::enqueue(stream, [dst, staged] { std::memcpy(dst, staged->data(), staged->size()); }, "cudaMemcpyAsync");

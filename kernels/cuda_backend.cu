@@ -39,6 +39,7 @@
 #include "kernels/layernorm.cuh"
 #include "kernels/matmul.cuh"
 #include "kernels/residual.cuh"
+#include "kernels/token_staging.h"
 
 namespace gpt2 {
 
@@ -153,9 +154,11 @@ class CudaBackend final : public Backend {
     for (size_t i = 0; i < dst.numel; i++) host[i] = __float2bfloat16(src[i]);
     to_device(dst, host.data(), "upload");
   }
+  // Asynchronous, through pinned staging (kernels/token_staging.h): no host wait.
   void upload_tokens(Tensor dst, const int32_t* src) override {
     need(dst, dst.numel, "upload_tokens", "dst", 4);
-    to_device(dst, src, "upload_tokens");
+    staging_.upload(dst.ptr, src, dst.numel, stream_);
+    if (sync_ops_) CUDA_CHECK(cudaStreamSynchronize(stream_));
   }
   void download(float* dst, Tensor src) override {
     if (src.numel == 0) return;
@@ -447,6 +450,7 @@ class CudaBackend final : public Backend {
   // Destructor path: no throwing, release what exists.
   void release() noexcept {
     if (stream_ != nullptr) cudaStreamSynchronize(stream_);
+    staging_.release();
     if (workspace_ != nullptr) cudaFree(workspace_);
     if (norm_partials_ != nullptr) cudaFree(norm_partials_);
     if (blas_.lt_workspace != nullptr) cudaFree(blas_.lt_workspace);
@@ -471,6 +475,7 @@ class CudaBackend final : public Backend {
   double* norm_partials_ = nullptr;
   float* workspace_ = nullptr;
   size_t workspace_floats_ = 0;
+  kern::TokenStaging staging_;
 };
 
 }  // namespace

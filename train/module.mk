@@ -83,7 +83,8 @@ TEST_PREREQS += train_gpt2cu $(TRAINER_EMU)
 # Multi-rank training on the CUDA backend through the NCCL communicator (emulated:
 # one device per rank), ZeRO 0/1/2, fp32 and bf16, against one rank and the CPU
 # backend; runs $(TRAINER_EMU) (--device cuda and --device cpu) under mpirun.
-TEST_SCRIPTS += test/distributed/zero_cuda_emu_test.sh test/distributed/dry_run_test.sh
+TEST_SCRIPTS += test/distributed/zero_cuda_emu_test.sh test/distributed/dry_run_test.sh \
+                test/distributed/resume_across_test.sh
 # dev/roofline/roofline.py's memory table against what the emulated CUDA trainer allocates.
 TEST_SCRIPTS += dev/roofline/memory_test.sh
 

@@ -40,11 +40,13 @@ int64_t parse_int(const std::string& flag, const char* v, int64_t lo, int64_t hi
 // --dry-run's list: comma-separated world sizes in [1, 1<<20].
 std::vector<int> parse_worlds(const char* v) {
   std::vector<int> worlds;
-  std::string item;
-  std::istringstream in(v);
-  while (std::getline(in, item, ',')) worlds.push_back(static_cast<int>(parse_int("dry-run", item.c_str(), 1, 1 << 20)));
-  if (worlds.empty()) bad_value("dry-run", v, "world sizes like 8,64");
-  return worlds;
+  const std::string list = v;
+  for (size_t pos = 0;;) {  // every item, empty ones included ("8," is an error)
+    const size_t comma = std::min(list.find(',', pos), list.size());
+    worlds.push_back(static_cast<int>(parse_int("dry-run", list.substr(pos, comma - pos).c_str(), 1, 1 << 20)));
+    if (comma == list.size()) return worlds;
+    pos = comma + 1;
+  }
 }
 
 float parse_float(const std::string& flag, const char* v, double lo, double hi) {
@@ -163,8 +165,10 @@ const std::vector<OptionSpec>& option_table() {
 
 // The modes exclude each other, and flags of one mode are refused in the others.
 void check_modes(const TrainOptions& o) {
-  if (int(o.eval_only) + int(o.generate) + int(!o.dry_run_worlds.empty()) > 1)
-    throw std::runtime_error("--eval-only, --generate and --dry-run are modes: give one");
+  if (o.eval_only && o.generate) throw std::runtime_error("--eval-only and --generate are two modes: give one");
+  if (!o.dry_run_worlds.empty() && (o.eval_only || o.generate))
+    throw std::runtime_error(std::string("--dry-run is a mode of its own: not with ") +
+                             (o.eval_only ? "--eval-only" : "--generate"));
   if (!o.eval_only && (o.eval_stride != 0 || !o.eval_json.empty()))
     throw std::runtime_error(std::string(o.eval_stride ? "--eval-stride" : "--eval-json") + " needs --eval-only");
   if (!o.generate && (!o.prompt_file.empty() || o.num_samples != 1 || o.no_stop_at_eos))

@@ -102,3 +102,21 @@ TEST(ResumeOptions, MaxStepsZeroInitFromAndResetSchedule) {
 
 }  // namespace
 }  // namespace gpt2
+
+namespace gpt2 {
+namespace {
+
+TEST(Options, DryRunTakesAListOfWorldSizesAndIsAModeOfItsOwn) {
+  EXPECT_EQ(parse({"--dry-run", "8,64", "--zero-stage", "2"}).dry_run_worlds, (std::vector<int>{8, 64}));
+  EXPECT_EQ(parse({"--dry-run=1"}).dry_run_worlds, (std::vector<int>{1}));
+  EXPECT_TRUE(parse({}).dry_run_worlds.empty());
+  for (const char* bad : {"0", "8,", ",8", "8,,64", "x", "-1", "2000000"})
+    EXPECT_THROW(parse({"--dry-run", bad}), std::runtime_error) << bad;
+  EXPECT_THROW(parse({"--dry-run", "8", "--generate"}), std::runtime_error);
+  EXPECT_THROW(parse({"--dry-run", "8", "--eval-only"}), std::runtime_error);
+  EXPECT_EQ(parse({"--recompute", "2"}).recompute, 2);
+  EXPECT_THROW(parse({"--recompute", "3"}), std::runtime_error);
+}
+
+}  // namespace
+}  // namespace gpt2
