@@ -194,6 +194,11 @@ void Communicator::barrier() {
   do_barrier();
 }
 
+void Communicator::wait_device() {
+  InFlight in_flight(slot_, "wait_device");
+  do_wait_device();
+}
+
 void Communicator::set_watchdog(CommWatchdog* watchdog) {
   detach_watchdog();
   watchdog_ = watchdog;

@@ -154,6 +154,13 @@ class Communicator {
   // waits for the work queued before it on that stream).
   void barrier();
 
+  // Returns once the device work queued so far on the compute stream has run,
+  // collectives it waits for included: a host wait that the collective timeout
+  // covers (NCCL polls the stream against it; with the real NCCL a collective
+  // returns once enqueued, so an unpolled wait behind a hung peer would block
+  // forever). No collective. Host-memory communicators return at once.
+  void wait_device();
+
   const CommStats& stats() const { return stats_; }
   const CommTraffic& traffic(CommCall call) const {
     return stats_[static_cast<size_t>(call)];
@@ -198,6 +205,7 @@ class Communicator {
   virtual void do_begin_async() {}
   virtual CommTicket do_end_async() { return 0; }
   virtual void do_wait(CommTicket) {}
+  virtual void do_wait_device() {}
 
   // "rank R/W (host): " for error messages.
   virtual std::string error_prefix() const = 0;

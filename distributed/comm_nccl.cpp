@@ -305,6 +305,11 @@ class NcclCommunicator final : public Communicator {
     check(ncclSuccess, "barrier");  // errors that arose while the stream ran
   }
 
+  void do_wait_device() override {
+    wait_stream("wait_device", stream_);
+    check(ncclSuccess, "wait_device");  // errors that arose while it ran
+  }
+
  private:
   // Waits for the stream. With a collective timeout (the watchdog's), polls it
   // instead of blocking: NCCL's asynchronous error state is checked on every

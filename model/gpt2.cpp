@@ -368,6 +368,17 @@ float GPT2::forward(const int32_t* inputs, const int32_t* targets, int B, int T,
 
   Tensor tgt = a.targets.slice(0, N);
   be.upload_tokens(tgt, targets);
+  if (deferred_slots_ > 0) {  // losses stay on the device until collect_deferred_losses
+    const size_t slot = deferred_rows_.size(), Nmax = static_cast<size_t>(B_) * T_;
+    if (slot >= static_cast<size_t>(deferred_slots_))
+      throw std::runtime_error("forward: more forwards than begin_deferred_losses(" + std::to_string(deferred_slots_) +
+                               ") announced");
+    be.classifier_forward_backward(logits, loss_slots_.slice(slot * Nmax, N), tgt, N, V, Vp,
+                                   prepare_backward ? dloss_scale : 0.0f);
+    deferred_rows_.push_back(N);
+    for (size_t i = 0; i < N; i++) deferred_count_ += targets[i] != kIgnoreTarget;
+    return 0.0f;
+  }
   be.classifier_forward_backward(logits, a.losses.slice(0, N), tgt, N, V, Vp,
                                  prepare_backward ? dloss_scale : 0.0f);
   std::vector<float> losses(N);
@@ -379,6 +390,41 @@ float GPT2::forward(const int32_t* inputs, const int32_t* targets, int B, int T,
     loss_count_ += targets[i] != kIgnoreTarget;
   }
   return loss_count_ ? static_cast<float>(loss_sum_ / static_cast<double>(loss_count_)) : 0.0f;
+}
+
+void GPT2::begin_deferred_losses(int forwards) {
+  if (forwards < 1) throw std::runtime_error("begin_deferred_losses: need at least one forward");
+  const size_t Nmax = static_cast<size_t>(B_) * T_, need = static_cast<size_t>(forwards) * Nmax;
+  if (loss_slots_.numel < need) {
+    if (!loss_slots_.empty()) {
+      backend_.free(loss_slots_);
+      owned_.erase(std::find_if(owned_.begin(), owned_.end(), [&](const Tensor& t) { return t.ptr == loss_slots_.ptr; }));
+      activation_bytes_ -= loss_slots_.bytes();
+    }
+    loss_slots_ = backend_.alloc(need, BufferRole::kActivations);
+    owned_.push_back(loss_slots_);
+    activation_bytes_ += loss_slots_.bytes();
+  }
+  deferred_slots_ = forwards;
+  deferred_rows_.clear();
+  deferred_count_ = 0;
+}
+
+double GPT2::collect_deferred_losses() {
+  if (deferred_slots_ == 0) throw std::runtime_error("collect_deferred_losses: begin_deferred_losses was not called");
+  const size_t Nmax = static_cast<size_t>(B_) * T_, used = deferred_rows_.size();
+  std::vector<float> host(used * Nmax);
+  if (used > 0) backend_.download(host.data(), loss_slots_.slice(0, used * Nmax));
+  loss_sum_ = 0.0;
+  for (size_t k = 0; k < used; k++) {  // per forward from 0, then added in order: forward()'s own sums
+    double sum = 0.0;
+    for (size_t i = 0; i < deferred_rows_[k]; i++) sum += host[k * Nmax + i];
+    loss_sum_ += sum;
+  }
+  loss_count_ = deferred_count_;
+  deferred_slots_ = 0;
+  deferred_rows_.clear();
+  return loss_sum_;
 }
 
 // ---------------------------------------------------------------- backward

@@ -155,6 +155,16 @@ class GPT2 {
   // and the number of targets that were not ignored.
   double loss_sum() const { return loss_sum_; }
   size_t loss_count() const { return loss_count_; }
+  // Deferred losses: the trainer's micro-steps download their losses once per
+  // optimizer step instead of once per forward (a host wait each). After
+  // begin_deferred_losses(k), up to k forwards with targets keep their
+  // per-token losses on the device (slot i for the i-th) and return 0;
+  // collect_deferred_losses() downloads them in one call and sets loss_sum()
+  // to the sum over the forwards, in order, of each forward's fp64 sum (the
+  // value the per-forward loss_sum()s add up to) and loss_count() to their
+  // total. Slots of B*T elements are allocated on first use.
+  void begin_deferred_losses(int forwards);
+  double collect_deferred_losses();
   // Accumulates parameter gradients of the last forward(prepare_backward=true).
   // `on_layer_done(l)` runs after layer l's parameter gradients are final for
   // this micro-step (layers in reverse order; -1 for the embedding/final-LN
@@ -189,6 +199,10 @@ class GPT2 {
   int cur_B_ = 0, cur_T_ = 0;
   double loss_sum_ = 0.0;
   size_t loss_count_ = 0;
+  Tensor loss_slots_;                 // deferred losses: slots of B_*T_ elements
+  int deferred_slots_ = 0;            // slots in use until collected (0: not deferring)
+  std::vector<size_t> deferred_rows_;  // per used slot: its forward's B*T
+  size_t deferred_count_ = 0;
   GradMode grad_mode_;
   bool recompute_gelu_ = false;
   bool recompute_ln_ = false;

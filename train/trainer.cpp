@@ -524,17 +524,24 @@ bool TrainingRun::train_step(int step) {
   comms_.reset_stats();
   dp_.begin_step();
   model_.zero_grad();
-  double loss_sum = 0.0;
+  // The micro-steps' losses stay on the device: no host wait until the norm.
+  model_.begin_deferred_losses(grad_accum);
   for (int micro = 0; micro < grad_accum; micro++) {
     model_.forward(inputs_.data() + micro * NT, targets_.data() + micro * NT, B, T, true, dloss_scale);
-    loss_sum += model_.loss_sum();
     // Stages 0/1 reduce in buckets during the last micro-step's backward (device buffers).
     model_.backward(dp_.backward_hook(model_, micro + 1 == grad_accum));
   }
+  dp_.reduce_gradients(model_);
+  // The step's host wait. A device communicator's collectives return once
+  // enqueued: its wait_device() polls the compute stream against
+  // --comm-timeout, so a hung peer ends the job here instead of leaving the
+  // norm's copy blocked forever.
+  if (comms_.device) comms_.device->wait_device();
+  const double norm = dp_.grad_norm(model_);  // (a device backend: the stream has drained but the norm's kernels)
+  const auto t_sync = Clock::now();
+  const double loss_sum = model_.collect_deferred_losses();  // the stream has drained: no second wait
   const double loss =
       supervised ? all_reduce_value(comms_.host, loss_sum, ReduceOp::kSum) / static_cast<double>(supervised) : 0.0;
-  dp_.reduce_gradients(model_);
-  const double norm = dp_.grad_norm(model_);
   const float lr = schedule_.at(step);
   if (supervised == 0) {  // every target masked: nothing to learn from, nothing to update
     log_.info("step " + std::to_string(step + 1) + ": no supervised token in the batch; weights not updated");
@@ -553,8 +560,10 @@ bool TrainingRun::train_step(int step) {
   } else {
     nan_skips_++;
   }
-  backend_->synchronize();
-  const double dt = seconds_since(t0);
+  // No wait for the optimizer and the all-gather: they run while the host
+  // loads the next batches, and the next step's wait covers them. The step
+  // time runs from the step's start to its wait (in steady state the period).
+  const double dt = std::chrono::duration<double>(t_sync - t0).count();
   if (step > start_step_) {  // the first step warms caches and is not representative
     time_sum_ += dt;
     timed_steps_++;

@@ -9,7 +9,8 @@
 #      the same run with --comm-timeout 0 is still waiting after 8 s (killed);
 #   2. the emulated CUDA backend (NCCL path, two emulated devices): at ZeRO-2
 #      rank 0 times out in the NCCL reduce_scatter_v of the backward, at ZeRO-0
-#      in the MPI all-reduce of the loss (the NCCL communicator idle beside it);
+#      in the NCCL all-reduce of the gradients (the step's first collective:
+#      the loss stays on the device until the gradient norm's wait);
 #   3. rank 1 exits 1 (--comm-timeout 0, so not the watchdog): mpirun ends the
 #      job non-zero within 20 s;
 #   4. a healthy run with --comm-timeout 5 and checkpoints is not disturbed;
@@ -74,9 +75,9 @@ if [ -x "$EMU" ]; then
     "$EMU" --device cuda "${common[@]}" --max-steps 8 --zero-stage 2 --comm-timeout 5
   if grep -q 'nccl (buffers)' "$W/emu_nccl_hang.out"; then timed_out emu_nccl_hang nccl reduce_scatter_v
   else bad "emu_nccl_hang: the run did not use the NCCL communicator"; tail -n 10 "$W/emu_nccl_hang.err"; fi
-  launch emu_mpi_hang 120 -x GPT2_EMU_DEVICE_COUNT=2 "${HANG[@]}" -- \
+  launch emu_zero0_hang 120 -x GPT2_EMU_DEVICE_COUNT=2 "${HANG[@]}" -- \
     "$EMU" --device cuda "${common[@]}" --max-steps 8 --zero-stage 0 --comm-timeout 5
-  timed_out emu_mpi_hang mpi all_reduce
+  timed_out emu_zero0_hang nccl all_reduce
 else
   echo "SKIP emu_nccl_hang: $EMU not built"
 fi

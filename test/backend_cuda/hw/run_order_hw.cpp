@@ -1,4 +1,4 @@
-// emu/control.h's run-order switch for the CUDA backend tests linked against a
+// emu/control.h's run-order and stream-mode switches for the CUDA backend tests linked against a
 // real GPU (build/gpu/backend_cuda_gpu_test). A GPU schedules threads itself, so
 // the switch records nothing: each "run order" of a test is one more run, and
 // the tests' same-bits checks then catch results that differ between runs.
@@ -9,6 +9,9 @@ namespace emu {
 
 void set_run_order(RunOrder, uint64_t) {}
 RunOrder run_order() { return RunOrder::kForward; }
+// A GPU's streams are asynchronous anyway: no deferred mode to switch on.
+void set_stream_mode(StreamMode, uint64_t) {}
+StreamMode stream_mode() { return StreamMode::kSync; }
 
 }  // namespace emu
 }  // namespace gpt2
