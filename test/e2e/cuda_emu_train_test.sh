@@ -71,3 +71,19 @@ assert losses("bf16_recompute2") == bf16, "--recompute 2 changed the bf16 losses
 print("bf16 with --recompute 2: all 10 losses identical")
 print(f"fp32: worst relative difference {worst:.2e} (bound 1e-5); bf16: {worst16:.2e} (bound 1e-2)")
 PY
+# The emulated GEMMs give the same bits however the process was launched: two
+# OpenBLAS threads in a plain run, one under mpirun's core binding (emu/cublas.cpp
+# pins OpenBLAS to one thread; before, this config's weights differed in the last
+# bits). GEMMs large enough for OpenBLAS to split: C=64, B*T=64.
+if [ -z "${CUDA_TRAINER:-}" ] && command -v mpirun >/dev/null; then
+  python3 test/distributed/synthetic_shard.py "$work/syn.bin" 20000 256
+  syn=(--device cuda --model d2 --config n_embd=64,n_head=2,max_seq=64,vocab_size=256,padded_vocab_size=256
+       -B 2 -T 32 --max-steps 4 --val-every 0 --sample-every 0 --no-shuffle --train-data "$work/syn.bin" --threads 1)
+  OPENBLAS_NUM_THREADS=2 "$cuda_trainer" "${syn[@]}" --output-dir "$work/blas2" > "$work/blas2.log" 2>&1 ||
+    { cat "$work/blas2.log"; exit 1; }
+  mpirun --allow-run-as-root --oversubscribe -np 1 -x GPT2_EMU_THREADS "$cuda_trainer" "${syn[@]}" \
+    --output-dir "$work/bound1" > "$work/bound1.log" 2>&1 || { cat "$work/bound1.log"; exit 1; }
+  cmp -s "$work/blas2/model.bin" "$work/bound1/model.bin" ||
+    { echo "FAIL: the emulated run's weights depend on OpenBLAS's thread count / the launcher"; exit 1; }
+  echo "plain run (2 OpenBLAS threads) and mpirun -np 1: bitwise identical weights"
+fi

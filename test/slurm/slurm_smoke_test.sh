@@ -268,10 +268,9 @@ if [ -x "$EMU" ]; then
            --val-every 0 --sample-every 0 --no-shuffle --train-data "$W/emu_train_*.bin" --max-steps 200 --zero-stage 2)
   # mpirun puts both ranks on this host: one emulated GPU each. Under srun each node runs
   # one rank and its emulator's default of one GPU is enough.
-  # OMP_NUM_THREADS=1, as the sbatch scripts set it (= --cpus-per-task): the emulated cuBLAS
-  # is OpenBLAS sgemm, whose results depend on its thread count, which otherwise follows
-  # the CPU affinity (mpirun binds each rank to one core, srun here binds nothing: 1 vs 2
-  # threads, rounding differences of ~1e-8 in the losses).
+  # OMP_NUM_THREADS=1, as the sbatch scripts set it (= --cpus-per-task). (The emulated cuBLAS,
+  # OpenBLAS sgemm, now pins itself to one thread: before, mpirun's core binding vs srun's
+  # none gave 1 vs 2 threads and rounding differences of ~1e-8 in the losses.)
   GPT2_EMU_DEVICE_COUNT=2 OMP_NUM_THREADS=1 timeout -k 10 120 mpirun --allow-run-as-root --oversubscribe -x GPT2_EMU_THREADS \
     -x OMP_NUM_THREADS -x GPT2_EMU_DEVICE_COUNT -np 2 "$EMU" "${ecommon[@]}" --output-dir "$W/e_mpirun" --log-jsonl "$W/e_mpirun.jsonl" \
     >"$W/e_mpirun.log" 2>&1 || bad "mpirun -np 2 $EMU --device cuda training"
