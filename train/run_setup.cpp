@@ -38,6 +38,17 @@ std::unique_ptr<Backend> pick_backend(const TrainOptions& o, const DistContext& 
 
 }  // namespace
 
+std::string describe_precision(const TrainOptions& o, const Backend& backend) {
+  if (backend.name() != "cuda") return "fp32";
+  if (o.dtype == "bf16") return "bf16 storage with fp32 master weights and moments";
+#ifdef GPT2_WITH_CUDA
+  const bool tf32 = o.tf32 == "on" || (o.tf32 == "auto" && cuda_tf32_default());
+#else
+  const bool tf32 = o.tf32 == "on";
+#endif
+  return std::string("fp32 with TF32 GEMMs ") + (tf32 ? "on" : "off") + (o.tf32 == "auto" ? " (--tf32 auto)" : "");
+}
+
 GPT2Config requested_config(const TrainOptions& o, bool* from_file) {
   *from_file = false;
   if (names_preset(o.model)) {

@@ -27,6 +27,10 @@ std::unique_ptr<Backend> make_run_backend(const TrainOptions& o, const DistConte
 // binary has it (a dry run plans GPU jobs), else the CPU one.
 std::unique_ptr<SizingBackend> make_sizing_backend(const TrainOptions& o);
 
+// The arithmetic the run's backend does, resolved ("fp32 with TF32 GEMMs on
+// (--tf32 auto)", "bf16 storage with ..."), for the start-up banner.
+std::string describe_precision(const TrainOptions& o, const Backend& backend);
+
 // The model config the options ask for: a dN preset plus --config overrides,
 // or a model file's header (*from_file = true).
 GPT2Config requested_config(const TrainOptions& o, bool* from_file);

@@ -399,7 +399,8 @@ void TrainingRun::log_banner() {
   log_.info("| model        " + cfg_.describe() +
             (from_file_ ? " from " + opts_.model : std::string(" (random init)")));
   log_.info("| parameters   " + std::to_string(P) + " (" + format_bytes(P * 4.0) + " fp32)");
-  log_.info("| backend      " + backend_->name() + ", " + dist_.describe());
+  log_.info("| backend      " + backend_->name() + ", " + describe_precision(opts_, *backend_) + ", " +
+            dist_.describe());
   log_.info("| comm         " + comms_.describe());
   log_.info("| batch        B=" + std::to_string(shape_.B) + " T=" + std::to_string(shape_.T) +
             " world=" + std::to_string(dist_.world) + " grad_accum=" + std::to_string(shape_.grad_accum) + " -> " +
