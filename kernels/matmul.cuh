@@ -331,34 +331,6 @@ void matmul_forward(const BlasContext& ctx, T* out, const T* inp, const T* w, co
   if (bias != nullptr) launch_bias_kernel<T>(ctx, false, out, bias, N, OC);
 }
 
-// scratch: matmul_backward_scratch_floats(N, OC) floats (used only with dbias)
-template <class T>
-void matmul_backward(const BlasContext& ctx, T* dinp, T* dw, T* dbias, float* scratch,
-                     const T* dout, const T* inp, const T* w, int N, int C, int OC) {
-  const cudaDataType_t type = cuda_data_type<T>();
-  // dinp^T[C,N] = w^T[C,OC] dout^T[OC,N]
-  if (!ctx.use_lt || !lt_matmul(ctx, type, false, false, C, N, OC, w, C, dout, OC, dinp, C, 0.0f,
-                                CUBLASLT_EPILOGUE_DEFAULT, nullptr))
-    gemm_ex<T>(ctx, false, false, C, N, OC, w, C, dout, OC, 0.0f, dinp, C);
-  if (dw == nullptr) {
-    if (dbias != nullptr) column_sums_into<T>(ctx, dbias, scratch, dout, N, OC);
-    return;
-  }
-  // dw^T[C,OC] += inp^T[C,N] (dout^T)^T[N,OC]; in fp32 BGRADB: scratch[OC] = column sums of dout
-  const bool bgradb = dbias != nullptr && ctx.use_lt && ctx.lt_bias_grad && type == CUDA_R_32F;
-  if (bgradb && lt_matmul(ctx, type, false, true, C, OC, N, inp, C, dout, OC, dw, C, 1.0f,
-                          CUBLASLT_EPILOGUE_BGRADB, scratch)) {
-    auto accumulate_kernel = accumulate_partials_kernel<T>;
-    LAUNCH_KERNEL(accumulate_kernel, ceil_div(OC, kMatmulBlock), kMatmulBlock, 0, ctx.stream,
-                  dbias, scratch, 1, OC);
-    return;
-  }
-  if (!ctx.use_lt || !lt_matmul(ctx, type, false, true, C, OC, N, inp, C, dout, OC, dw, C, 1.0f,
-                                CUBLASLT_EPILOGUE_DEFAULT, nullptr))
-    gemm_ex<T>(ctx, false, true, C, OC, N, inp, C, dout, OC, 1.0f, dw, C);
-  if (dbias != nullptr) column_sums_into<T>(ctx, dbias, scratch, dout, N, OC);
-}
-
 // Rows [0, R) of a weight gradient whose dout columns start at `dout_cols`
 // (row-major dout[N, ld], only R of its columns read): dw[R,C] += dout_cols^T inp,
 // i.e. dw^T[C,R] += inp^T[C,N] (dout_cols^T)^T[N,R] -- matmul_backward's dw GEMM
@@ -371,6 +343,29 @@ void matmul_backward_weight_rows(const BlasContext& ctx, T* dw, const T* dout_co
   if (!ctx.use_lt || !lt_matmul(ctx, type, false, true, C, R, N, inp, C, dout_cols, ld, dw, C, 1.0f,
                                 CUBLASLT_EPILOGUE_DEFAULT, nullptr))
     gemm_ex<T>(ctx, false, true, C, R, N, inp, C, dout_cols, ld, 1.0f, dw, C);
+}
+
+// scratch: matmul_backward_scratch_floats(N, OC) floats (used only with dbias)
+template <class T>
+void matmul_backward(const BlasContext& ctx, T* dinp, T* dw, T* dbias, float* scratch,
+                     const T* dout, const T* inp, const T* w, int N, int C, int OC) {
+  const cudaDataType_t type = cuda_data_type<T>();
+  // dinp^T[C,N] = w^T[C,OC] dout^T[OC,N]
+  if (!ctx.use_lt || !lt_matmul(ctx, type, false, false, C, N, OC, w, C, dout, OC, dinp, C, 0.0f,
+                                CUBLASLT_EPILOGUE_DEFAULT, nullptr))
+    gemm_ex<T>(ctx, false, false, C, N, OC, w, C, dout, OC, 0.0f, dinp, C);
+  // dw^T[C,OC] += inp^T[C,N] (dout^T)^T[N,OC] (no dw: dinp and dbias only); in
+  // fp32 BGRADB: scratch[OC] = column sums of dout
+  const bool bgradb = dw != nullptr && dbias != nullptr && ctx.use_lt && ctx.lt_bias_grad && type == CUDA_R_32F;
+  if (bgradb && lt_matmul(ctx, type, false, true, C, OC, N, inp, C, dout, OC, dw, C, 1.0f,
+                          CUBLASLT_EPILOGUE_BGRADB, scratch)) {
+    auto accumulate_kernel = accumulate_partials_kernel<T>;
+    LAUNCH_KERNEL(accumulate_kernel, ceil_div(OC, kMatmulBlock), kMatmulBlock, 0, ctx.stream,
+                  dbias, scratch, 1, OC);
+    return;
+  }
+  if (dw != nullptr) matmul_backward_weight_rows<T>(ctx, dw, dout, inp, N, C, OC, OC);
+  if (dbias != nullptr) column_sums_into<T>(ctx, dbias, scratch, dout, N, OC);
 }
 
 }  // namespace kern

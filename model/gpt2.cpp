@@ -254,9 +254,13 @@ Tensor GPT2::unit_grads(int unit) const {
   if (unit < 0 || unit > L + num_wte_chunks()) throw std::runtime_error("unit_grads(): no unit " + std::to_string(unit));
   if (unit < L) return layer_buffer(unit);
   if (unit == L) return rest_grads_;
-  const size_t k = static_cast<size_t>(unit - L - 1), C = layout_.channels(), Vp = layout_.numel[kWte] / C;
-  const size_t rows = std::min(wte_chunk_rows_, Vp - k * wte_chunk_rows_);
-  return layer_buffer(static_cast<int>(k)).slice(0, rows * C);
+  const int k = unit - L - 1;
+  return layer_buffer(k).slice(0, wte_chunk_numel(k));
+}
+
+size_t GPT2::wte_chunk_numel(int k) const {
+  const size_t row0 = static_cast<size_t>(k) * wte_chunk_rows_, Vp = cfg_.padded_vocab_size;
+  return std::min(wte_chunk_rows_, Vp - row0) * layout_.channels();
 }
 
 int GPT2::num_wte_chunks() const {
@@ -265,8 +269,8 @@ int GPT2::num_wte_chunks() const {
 }
 
 Tensor GPT2::wte_grad_rows(int k) const {
-  const size_t C = layout_.channels(), Vp = cfg_.padded_vocab_size, row0 = static_cast<size_t>(k) * wte_chunk_rows_;
-  return grads_.slice(layout_.offset[kWte] + row0 * C, std::min(wte_chunk_rows_, Vp - row0) * C);
+  const size_t row0 = static_cast<size_t>(k) * wte_chunk_rows_;
+  return grads_.slice(layout_.offset[kWte] + row0 * layout_.channels(), wte_chunk_numel(k));
 }
 
 void GPT2::wte_chunk_parts(int k, Tensor dst, bool lm_head, bool embedding) {
@@ -294,6 +298,7 @@ Tensor GPT2::grad_view(int t, int l) const {
   if (grad_mode_ == GradMode::kFull)
     return ParamLayout::is_per_layer(t) ? grads_.slice(layout_.layer_offset(t, l), layout_.layer_numel(t))
                                         : grads_.slice(layout_.offset[t], layout_.numel[t]);
+  if (t == kWte) throw std::runtime_error("grad_view: staged wte gradients are chunk units (wte_grad_chunk)");
   return ParamLayout::is_per_layer(t) ? layer_buffer(l).slice(unit_offset_[t], layout_.layer_numel(t))
                                       : rest_grads_.slice(unit_offset_[t], layout_.numel[t]);
 }
@@ -368,19 +373,18 @@ float GPT2::forward(const int32_t* inputs, const int32_t* targets, int B, int T,
 
   Tensor tgt = a.targets.slice(0, N);
   be.upload_tokens(tgt, targets);
-  if (deferred_slots_ > 0) {  // losses stay on the device until collect_deferred_losses
-    const size_t slot = deferred_rows_.size(), Nmax = static_cast<size_t>(B_) * T_;
-    if (slot >= static_cast<size_t>(deferred_slots_))
-      throw std::runtime_error("forward: more forwards than begin_deferred_losses(" + std::to_string(deferred_slots_) +
-                               ") announced");
-    be.classifier_forward_backward(logits, loss_slots_.slice(slot * Nmax, N), tgt, N, V, Vp,
-                                   prepare_backward ? dloss_scale : 0.0f);
+  const bool deferred = deferred_slots_ > 0;  // losses stay on the device until collect_deferred_losses
+  const size_t slot = deferred_rows_.size();
+  if (deferred && slot >= static_cast<size_t>(deferred_slots_))
+    throw std::runtime_error("forward: more forwards than begin_deferred_losses(" + std::to_string(deferred_slots_) +
+                             ") announced");
+  Tensor token_losses = deferred ? loss_slots_.slice(slot * Nmax, N) : a.losses.slice(0, N);
+  be.classifier_forward_backward(logits, token_losses, tgt, N, V, Vp, prepare_backward ? dloss_scale : 0.0f);
+  if (deferred) {
     deferred_rows_.push_back(N);
     for (size_t i = 0; i < N; i++) deferred_count_ += targets[i] != kIgnoreTarget;
     return 0.0f;
   }
-  be.classifier_forward_backward(logits, a.losses.slice(0, N), tgt, N, V, Vp,
-                                 prepare_backward ? dloss_scale : 0.0f);
   std::vector<float> losses(N);
   be.download(losses.data(), a.losses.slice(0, N));
   // Ignored targets have loss exactly 0; the mean is over the others (PyTorch's

@@ -185,6 +185,7 @@ class GPT2 {
   // and/or the embedding part (the scatter of dresidual), into dst.
   void wte_chunk_parts(int k, Tensor dst, bool lm_head, bool embedding);
   Tensor wte_grad_rows(int k) const;  // kFull: grads() rows of chunk k
+  size_t wte_chunk_numel(int k) const;  // elements of wte chunk k (the last may be shorter)
   // Gradient of tensor t (layer l for per-layer tensors, ignored otherwise).
   Tensor grad_view(int t, int l) const;
   // Staged: the layer buffer layer l writes (l % 2 with kStagedPair).

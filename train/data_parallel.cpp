@@ -183,9 +183,7 @@ void DataParallel::build_buckets(uint32_t elem_bytes) {
   buckets_.clear();
   bucket_elem_bytes_ = elem_bytes;
   const int L = layout_.num_layers;
-  size_t layer_numel = 0;
-  for (int t = 0; t < kNumParamTensors; t++)
-    if (ParamLayout::is_per_layer(t)) layer_numel += layout_.layer_numel(t);
+  const size_t layer_numel = layout_.layer_unit_numel();
   const size_t cap = std::max<size_t>(1, bucket_bytes_ / elem_bytes);
   int hi = L - 1;  // top layer of the open bucket
   for (int l = L - 1; l >= 0; l--) {

@@ -42,8 +42,6 @@ class PlanComm final : public Communicator {
   bool device_;
 };
 
-std::string gib(double bytes) { return format_bytes(bytes); }
-
 }  // namespace
 
 std::string memory_plan_table(const TrainOptions& o) {
@@ -52,11 +50,9 @@ std::string memory_plan_table(const TrainOptions& o) {
   const ParamLayout layout = ParamLayout::for_config(cfg);
   const int B = o.batch_size, T = std::min(o.seq_len, cfg.max_seq_len);
   std::ostringstream out;
-  std::string backend_name;
   char line[256];
   for (int world : o.dry_run_worlds) {
     auto be = make_sizing_backend(o);
-    backend_name = be->name();
     PlanComm buffers(world, !be->is_host_memory()), host(world, false);
     DataParallel dp(*be, world > 1 || o.zero_stage == 2 ? static_cast<Communicator&>(buffers) : host, host, layout,
                     o.zero_stage);
@@ -77,9 +73,9 @@ std::string memory_plan_table(const TrainOptions& o) {
     const double full = static_cast<double>(layout.total) * model.params().elem_bytes;  // one dense gradient
     const double total = static_cast<double>(be->allocated_bytes());
     std::snprintf(line, sizeof line, "%7d %12s %12s %9.3f %12s %12s %12s\n", world,
-                  gib(static_cast<double>(model.params().bytes())).c_str(), gib(grads).c_str(), grads / full,
-                  gib(static_cast<double>(opt.state_bytes())).c_str(),
-                  gib(static_cast<double>(model.activation_bytes())).c_str(), gib(total).c_str());
+                  format_bytes(static_cast<double>(model.params().bytes())).c_str(), format_bytes(grads).c_str(),
+                  grads / full, format_bytes(static_cast<double>(opt.state_bytes())).c_str(),
+                  format_bytes(static_cast<double>(model.activation_bytes())).c_str(), format_bytes(total).c_str());
     out << line;
   }
   return out.str();

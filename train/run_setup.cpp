@@ -15,23 +15,43 @@ namespace gpt2 {
 
 namespace {
 
+constexpr const char* kNoCudaBuild =
+    "--device cuda: this binary was built without the CUDA backend (nvcc not found at build time)";
+
+// --tf32 on|off|auto resolved: auto is on for the nvcc build on a GPU, off for
+// the emulated trainer (whose fp32 runs are compared with the CPU backend).
+bool tf32_on(const TrainOptions& o) {
+#ifdef GPT2_WITH_CUDA
+  return o.tf32 == "on" || (o.tf32 == "auto" && cuda_tf32_default());
+#else
+  return o.tf32 == "on";
+#endif
+}
+
+void refuse_bf16_on(const std::string& backend, const TrainOptions& o) {
+  if (o.dtype == "bf16" && backend == "cpu")
+    throw std::runtime_error("--dtype bf16 needs the CUDA backend (the CPU backend is the fp32 reference)");
+}
+
+#ifdef GPT2_WITH_CUDA
+CudaBackendOptions cuda_options(const TrainOptions& o) {
+  CudaBackendOptions co;
+  co.bf16 = o.dtype == "bf16";
+  co.tf32 = tf32_on(o);
+  return co;
+}
+#endif
+
 std::unique_ptr<Backend> pick_backend(const TrainOptions& o, const DistContext& dist) {
   if (o.device == "cpu") return make_cpu_backend(o.threads);
 #ifdef GPT2_WITH_CUDA
   const int gpus = cuda_device_count();
-  if (gpus > 0) {
-    CudaBackendOptions co;
-    co.bf16 = o.dtype == "bf16";
-    // --tf32 auto: on for the nvcc build on a GPU, off for the emulated trainer
-    // (whose fp32 runs are compared with the CPU backend).
-    co.tf32 = o.tf32 == "on" || (o.tf32 == "auto" && cuda_tf32_default());
-    return make_cuda_backend(cuda_device_for_rank(dist, gpus, std::getenv("CUDA_VISIBLE_DEVICES")), co);
-  }
+  if (gpus > 0)
+    return make_cuda_backend(cuda_device_for_rank(dist, gpus, std::getenv("CUDA_VISIBLE_DEVICES")), cuda_options(o));
   if (o.device == "cuda") throw std::runtime_error("--device cuda: no CUDA device is visible");
 #else
   (void)dist;
-  if (o.device == "cuda")
-    throw std::runtime_error("--device cuda: this binary was built without the CUDA backend (nvcc not found at build time)");
+  if (o.device == "cuda") throw std::runtime_error(kNoCudaBuild);
 #endif
   return make_cpu_backend(o.threads);
 }
@@ -41,12 +61,7 @@ std::unique_ptr<Backend> pick_backend(const TrainOptions& o, const DistContext& 
 std::string describe_precision(const TrainOptions& o, const Backend& backend) {
   if (backend.name() != "cuda") return "fp32";
   if (o.dtype == "bf16") return "bf16 storage with fp32 master weights and moments";
-#ifdef GPT2_WITH_CUDA
-  const bool tf32 = o.tf32 == "on" || (o.tf32 == "auto" && cuda_tf32_default());
-#else
-  const bool tf32 = o.tf32 == "on";
-#endif
-  return std::string("fp32 with TF32 GEMMs ") + (tf32 ? "on" : "off") + (o.tf32 == "auto" ? " (--tf32 auto)" : "");
+  return std::string("fp32 with TF32 GEMMs ") + (tf32_on(o) ? "on" : "off") + (o.tf32 == "auto" ? " (--tf32 auto)" : "");
 }
 
 GPT2Config requested_config(const TrainOptions& o, bool* from_file) {
@@ -63,19 +78,15 @@ GPT2Config requested_config(const TrainOptions& o, bool* from_file) {
 }
 
 std::unique_ptr<SizingBackend> make_sizing_backend(const TrainOptions& o) {
-  if (o.device == "cpu") {
-    if (o.dtype == "bf16") throw std::runtime_error("--dtype bf16 needs the CUDA backend (the CPU backend is the fp32 reference)");
-    return std::make_unique<SizingBackend>(cpu_backend_sizes(o.threads));
-  }
+  std::unique_ptr<SizingBackend> be;
 #ifdef GPT2_WITH_CUDA
-  CudaBackendOptions co;
-  co.bf16 = o.dtype == "bf16";
-  return std::make_unique<SizingBackend>(cuda_backend_sizes(co));
+  if (o.device != "cpu") be = std::make_unique<SizingBackend>(cuda_backend_sizes(cuda_options(o)));
 #else
-  if (o.device == "cuda")
-    throw std::runtime_error("--device cuda: this binary was built without the CUDA backend (nvcc not found at build time)");
-  return std::make_unique<SizingBackend>(cpu_backend_sizes(o.threads));
+  if (o.device == "cuda") throw std::runtime_error(kNoCudaBuild);
 #endif
+  if (!be) be = std::make_unique<SizingBackend>(cpu_backend_sizes(o.threads));
+  refuse_bf16_on(be->name(), o);
+  return be;
 }
 
 std::string resolve_init_from(const std::string& path) {
@@ -98,8 +109,7 @@ std::string resolve_init_from(const std::string& path) {
 
 std::unique_ptr<Backend> make_run_backend(const TrainOptions& o, const DistContext& dist) {
   std::unique_ptr<Backend> backend = pick_backend(o, dist);
-  if (o.dtype == "bf16" && backend->name() == "cpu")
-    throw std::runtime_error("--dtype bf16 needs the CUDA backend (the CPU backend is the fp32 reference)");
+  refuse_bf16_on(backend->name(), o);
   return backend;
 }
 

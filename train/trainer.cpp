@@ -538,8 +538,11 @@ bool TrainingRun::train_step(int step) {
   // --comm-timeout, so a hung peer ends the job here instead of leaving the
   // norm's copy blocked forever.
   if (comms_.device) comms_.device->wait_device();
-  const double norm = dp_.grad_norm(model_);  // (a device backend: the stream has drained but the norm's kernels)
-  const auto t_sync = Clock::now();
+  const double norm = dp_.grad_norm(model_);  // waits only for the norm's own kernels now
+  // No wait for the optimizer and the all-gather: they run while the host
+  // loads the next batches, and the next step's wait covers them. The step
+  // time runs from the step's start to its wait (in steady state the period).
+  const double dt = seconds_since(t0);
   const double loss_sum = model_.collect_deferred_losses();  // the stream has drained: no second wait
   const double loss =
       supervised ? all_reduce_value(comms_.host, loss_sum, ReduceOp::kSum) / static_cast<double>(supervised) : 0.0;
@@ -561,10 +564,6 @@ bool TrainingRun::train_step(int step) {
   } else {
     nan_skips_++;
   }
-  // No wait for the optimizer and the all-gather: they run while the host
-  // loads the next batches, and the next step's wait covers them. The step
-  // time runs from the step's start to its wait (in steady state the period).
-  const double dt = std::chrono::duration<double>(t_sync - t0).count();
   if (step > start_step_) {  // the first step warms caches and is not representative
     time_sum_ += dt;
     timed_steps_++;

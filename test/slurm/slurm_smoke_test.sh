@@ -151,6 +151,22 @@ release() {
   echo "  job $jid did not become pending after the requeue (state $(job_state "$jid"))"
   return 1
 }
+# preempt_requeued DONE_FILE: once DONE_FILE exists (or job $jid has left the
+# queue), USR1 to the job, then wait for its requeue, make it eligible and wait
+# for it to finish; status 1, with the reasons printed, when any of that fails.
+preempt_requeued() {
+  local i status=0
+  for i in $(seq 1200); do
+    [ -e "$1" ] && break
+    [ $((i % 20)) = 0 ] && ! job_queued && break
+    sleep 0.05
+  done
+  timeout 10 scancel --signal=USR1 "$jid"
+  wait_for 'requeueing job' 1 120 || { status=1; echo "  no requeue after USR1"; }
+  release || status=1
+  wait_job "$jid" 180 || { status=1; echo "  job did not finish"; timeout 10 scancel "$jid"; }
+  return $status
+}
 ok=1
 # Run 1: SIGUSR1 to the tasks, as `#SBATCH --signal=USR1@T` delivers it.
 wait_for '^selfcheck: step 10 ' 1 60 || { ok=0; echo "  run 1 did not reach step 10"; }
@@ -223,15 +239,7 @@ if [ -x ./train_gpt2cu ]; then
         -o "$log" scripts/slurm/train_cpu.sbatch "${common[@]}" --checkpoint-every 2 \
         --output-dir "$W/t_sbatch" --log-jsonl "$W/t_sbatch.jsonl")
   ok=1
-  for i in $(seq 1200); do
-    [ -e "$W/t_sbatch/DONE_00000002" ] && break
-    [ $((i % 20)) = 0 ] && ! job_queued && break
-    sleep 0.05
-  done
-  timeout 10 scancel --signal=USR1 "$jid"
-  wait_for 'requeueing job' 1 120 || { ok=0; echo "  no requeue after USR1"; }
-  release || ok=0
-  wait_job "$jid" 180 || { ok=0; echo "  job did not finish"; timeout 10 scancel "$jid"; }
+  preempt_requeued "$W/t_sbatch/DONE_00000002" || ok=0
   stopped=$(sed -n 's/.*checkpointing at step \([0-9]*\).*/\1/p' "$log" | head -n 1)
   [ -n "$stopped" ] || { ok=0; echo "  no checkpoint on the stop signal"; }
   grep -q "resumed from .* at step ${stopped:-x}" "$log" || { ok=0; echo "  no resume from step ${stopped:-?}"; }
@@ -298,15 +306,7 @@ if [ -x "$EMU" ]; then
   if [ -z "$jid" ]; then
     ok=0; echo "  sbatch refused the job"
   else
-    for i in $(seq 1200); do
-      [ -e "$W/e_sbatch/DONE_00000020" ] && break
-      [ $((i % 20)) = 0 ] && ! job_queued && break
-      sleep 0.05
-    done
-    timeout 10 scancel --signal=USR1 "$jid"
-    wait_for 'requeueing job' 1 120 || { ok=0; echo "  no requeue after USR1"; }
-    release || ok=0
-    wait_job "$jid" 180 || { ok=0; echo "  job did not finish"; timeout 10 scancel "$jid"; }
+    preempt_requeued "$W/e_sbatch/DONE_00000020" || ok=0
     rmdir "out/gpt2-multinode-$jid" 2>/dev/null  # the script's default output dir, unused here
   fi
   stopped=$(sed -n 's/.*checkpointing at step \([0-9]*\).*/\1/p' "$log" 2>/dev/null | head -n 1)
