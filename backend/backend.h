@@ -108,6 +108,26 @@ class Backend {
   virtual void matmul_backward(Tensor dinp, Tensor dw, Tensor dbias, Tensor dout,
                                Tensor inp, Tensor w, int N, int C, int OC) = 0;
 
+  // The fc layer and its GELU in one call: pre[N,OC] = inp @ w^T (+ bias), out =
+  // gelu(pre). A backend may take GELU of the product before pre is rounded to
+  // its storage type (the CUDA backend's cuBLASLt epilogue), so in bf16 `out`
+  // can differ from gelu_forward(pre) by one rounding (and by the last bits of
+  // another GELU implementation). The default is those two ops.
+  virtual void matmul_gelu_forward(Tensor out, Tensor pre, Tensor inp, Tensor w, Tensor bias, int N, int C,
+                                   int OC) {
+    matmul_forward(pre, inp, w, bias, N, C, OC);
+    gelu_forward(out, pre, static_cast<size_t>(N) * OC);
+  }
+  // matmul_backward of the layer after a GELU (fcproj), with dinp multiplied by
+  // gelu'(gelu_inp): dinp[N,C] = (dout @ w) * gelu'(gelu_inp), gelu_inp [N,C]
+  // the GELU's input; dw, dbias as matmul_backward. A backend may apply gelu'
+  // before rounding the product. The default is matmul_backward + gelu_backward.
+  virtual void matmul_gelu_backward(Tensor dinp, Tensor dw, Tensor dbias, Tensor dout, Tensor inp, Tensor w,
+                                    Tensor gelu_inp, int N, int C, int OC) {
+    matmul_backward(dinp, dw, dbias, dout, inp, w, N, C, OC);
+    gelu_backward(dinp, gelu_inp, dinp, static_cast<size_t>(N) * C);
+  }
+
   // Causal multi-head self-attention. qkv[B,T,3C] holds q|k|v, heads of size C/NH.
   // out[B,T,C] = softmax(q k^T / sqrt(hs), causal) v.  `saved` is a buffer of
   // attention_saved_numel() elements the op keeps for its backward (what it

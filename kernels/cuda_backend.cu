@@ -104,6 +104,7 @@ class CudaBackend final : public Backend {
       blas_.stream = stream_;
       blas_.use_lt = options.use_cublaslt;
       blas_.lt_bias_grad = options.cublaslt_bias_grad;
+      blas_.lt_gelu = options.cublaslt_gelu;
       // TF32 in fp32 mode: compute types in kernels/matmul.cuh, math mode for attention's GEMMs.
       blas_.tf32 = options.tf32 && !options.bf16;
       if (blas_.tf32) CUBLAS_CHECK(cublasSetMathMode(blas_.blas, CUBLAS_TF32_TENSOR_OP_MATH));
@@ -266,6 +267,29 @@ class CudaBackend final : public Backend {
       kern::matmul_backward<X>(blas_, as<X>(dinp), dw.empty() ? nullptr : as<X>(dw),
                                dbias.empty() ? nullptr : as<X>(dbias), scratch, as<X>(dout),
                                as<X>(inp), as<X>(w), N, C, OC);
+    });
+  }
+
+  void matmul_gelu_forward(Tensor out, Tensor pre, Tensor inp, Tensor w, Tensor bias, int N, int C,
+                           int OC) override {
+    checks_.matmul_forward(pre, inp, w, bias, N, C, OC);
+    checks_.gelu_forward(out, pre, static_cast<size_t>(N) * OC);
+    dispatch("matmul_gelu_forward", [&](auto tag) {
+      using X = decltype(tag);
+      kern::matmul_gelu_forward<X>(blas_, as<X>(out), as<X>(pre), as<X>(inp), as<X>(w),
+                                   bias.empty() ? nullptr : as<X>(bias), N, C, OC);
+    });
+  }
+  void matmul_gelu_backward(Tensor dinp, Tensor dw, Tensor dbias, Tensor dout, Tensor inp, Tensor w,
+                            Tensor gelu_inp, int N, int C, int OC) override {
+    checks_.matmul_backward(dinp, dw, dbias, dout, inp, w, N, C, OC);
+    checks_.gelu_backward(dinp, gelu_inp, dinp, static_cast<size_t>(N) * C);
+    float* scratch = dbias.empty() ? nullptr : workspace(kern::matmul_backward_scratch_floats(N, OC));
+    dispatch("matmul_gelu_backward", [&](auto tag) {
+      using X = decltype(tag);
+      kern::matmul_gelu_backward<X>(blas_, as<X>(dinp), dw.empty() ? nullptr : as<X>(dw),
+                                    dbias.empty() ? nullptr : as<X>(dbias), scratch, as<X>(dout),
+                                    as<X>(inp), as<X>(w), as<X>(gelu_inp), N, C, OC);
     });
   }
 

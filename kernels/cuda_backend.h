@@ -31,6 +31,11 @@ struct CudaBackendOptions {
   // automatic fallback, and always the bf16 path: BGRADB's vector would be bf16
   // and round the sum before it is added to dbias).
   bool cublaslt_bias_grad = true;
+  // With cuBLASLt: the fc layer's GELU in its GEMM's epilogue (GELU_AUX_BIAS) and
+  // the GELU backward in the fcproj dinp GEMM's (DGELU), saving a pass over the
+  // 4C-wide activations each way; false runs the GELU kernels (also the
+  // automatic fallback when cuBLASLt refuses the epilogue).
+  bool cublaslt_gelu = true;
   // Storage precision of parameters, gradients and activations: fp32, or bf16
   // with fp32 arithmetic (optimizer moments, master weights, scratch, token
   // ids stay 4-byte). With bf16, pass an fp32 (kOptimizer) `master` to

@@ -31,6 +31,13 @@
 //                       and the heuristic's algorithm are built once per problem
 //                       and alignment and reused (BlasContext::lt_plans); a call
 //                       then only sets the bias pointer and runs cublasLtMatmul.
+//                       GELU (the fc layer, BlasContext::lt_gelu): forward with
+//                       GELU_AUX_BIAS (pre-GELU output to the aux matrix, GELU of
+//                       the fp32 value to D: one GEMM, no GELU pass over 4C
+//                       columns); backward of the fcproj layer with DGELU (dinp
+//                       multiplied by gelu'(aux) before its one rounding). The
+//                       fallbacks run the GELU kernels, which in bf16 see the
+//                       rounded pre-GELU value (one more rounding).
 //   cuBLAS              cublasGemmEx for the products; bias added by a kernel
 //                       (one read + write of out, a second rounding in bf16);
 //                       dbias by a deterministic two-stage column sum (fixed row
@@ -46,6 +53,7 @@
 #include <utility>
 
 #include "kernels/common.cuh"
+#include "kernels/gelu.cuh"
 #include "kernels/pack128.cuh"
 
 namespace gpt2 {
@@ -77,8 +85,9 @@ struct LtPlan {
   cublasLtMatmulAlgo_t algo{};
   std::unique_ptr<LtCall> call;
 };
-// type, transposes, m, n, k, leading dimensions, epilogue, alignments of A, B, D, bias
-using LtKey = std::array<int64_t, 14>;
+// type, transposes, m, n, k, leading dimensions, epilogue, alignments of A, B, D,
+// bias, the aux leading dimension and alignment
+using LtKey = std::array<int64_t, 16>;
 
 struct BlasContext {
   cublasHandle_t blas = nullptr;
@@ -88,6 +97,7 @@ struct BlasContext {
   cudaStream_t stream = nullptr;
   bool use_lt = true;
   bool lt_bias_grad = true;  // fp32: BGRADB epilogue for dbias (else the column-sum kernels)
+  bool lt_gelu = true;       // GELU_AUX_BIAS / DGELU epilogues for the fc layer's GELU (else kernels)
   bool tf32 = false;         // float GEMMs on TF32 tensor cores (CUBLAS_COMPUTE_32F_FAST_TF32)
   // Per problem: the descriptors and the heuristic's answer, built on the first call.
   mutable std::map<LtKey, LtPlan> lt_plans;
@@ -185,7 +195,7 @@ inline cublasComputeType_t compute_type(const BlasContext& ctx, cudaDataType_t t
 // here (cublasLt.h, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE); its pointer is set per call.
 inline void lt_describe(LtCall& call, cublasComputeType_t compute, cudaDataType_t type, bool trans_a,
                         bool trans_b, int m, int n, int k, int lda, int ldb, int ldd,
-                        cublasLtEpilogue_t epilogue) {
+                        cublasLtEpilogue_t epilogue, int aux_ld) {
   CUBLAS_CHECK(cublasLtMatmulDescCreate(&call.op, compute, CUDA_R_32F));
   const cublasOperation_t ta = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
   const cublasOperation_t tb = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
@@ -193,6 +203,10 @@ inline void lt_describe(LtCall& call, cublasComputeType_t compute, cudaDataType_
   CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(call.op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
   CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(call.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue,
                                               sizeof epilogue));
+  if (aux_ld > 0) {  // the GELU input matrix: D's type (the default), column-major, ld % 8 == 0
+    const int64_t ld = aux_ld;
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(call.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld, sizeof ld));
+  }
   CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&call.a, type, trans_a ? k : m, trans_a ? m : k, lda));
   CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&call.b, type, trans_b ? n : k, trans_b ? k : n, ldb));
   CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&call.d, type, m, n, ldd));
@@ -228,26 +242,38 @@ inline LtPlan lt_query(const BlasContext& ctx, LtCall& call, uint32_t align_a, u
 }
 
 // Column-major D[m,n] = op(A)[m,k] op(B)[k,n] + beta D, all of type `type`, fp32
-// compute, with `epilogue` (DEFAULT, BIAS or BGRADB) whose vector `bias` has D's
-// type. Returns false, having queued nothing, when cuBLASLt offers no algorithm;
+// compute, with `epilogue` (DEFAULT, BIAS, BGRADB, GELU_AUX(_BIAS), DGELU) whose
+// vector `bias` has D's type (null when the epilogue has none) and whose GELU
+// input matrix `aux` (m x n, ld aux_ld) has D's type too. Returns false, having queued nothing, when cuBLASLt offers no algorithm;
 // the caller then computes the same with cuBLAS and kernels.
 inline bool lt_matmul(const BlasContext& ctx, cudaDataType_t type, bool trans_a, bool trans_b,
                       int m, int n, int k, const void* A, int lda, const void* B, int ldb,
-                      void* D, int ldd, float beta, cublasLtEpilogue_t epilogue, const void* bias) {
+                      void* D, int ldd, float beta, cublasLtEpilogue_t epilogue, const void* bias,
+                      const void* aux = nullptr, int aux_ld = 0) {
   const size_t elem = type == CUDA_R_32F ? 4 : 2;
   const uint32_t align_a = matrix_alignment(A, lda, elem), align_b = matrix_alignment(B, ldb, elem);
   const uint32_t align_d = matrix_alignment(D, ldd, elem);
-  const uint32_t align_bias = pow2_alignment(reinterpret_cast<uintptr_t>(bias));
+  const uint32_t align_bias = bias != nullptr ? pow2_alignment(reinterpret_cast<uintptr_t>(bias)) : 0;
+  const uint32_t align_aux = aux != nullptr ? matrix_alignment(aux, aux_ld, elem) : 0;
   // A bias vector under 16 bytes makes the GPU kernel fault (misaligned address);
-  // the heuristic does not judge it, so this must.
-  if (epilogue != CUBLASLT_EPILOGUE_DEFAULT && align_bias < 16) return false;
+  // the heuristic does not judge it, so this must. The GELU aux matrix is read and
+  // written like D: the same 16 bytes for its pointer and columns (ld % 8 == 0 is
+  // the documented rule, 16 bytes of bf16).
+  if (bias != nullptr && align_bias < 16) return false;
+  if (aux != nullptr && (align_aux < 16 || aux_ld % 8 != 0)) return false;
   const LtKey key{type, trans_a, trans_b, m, n, k, lda, ldb, ldd, epilogue,
-                  align_a, align_b, align_d, align_bias};
+                  align_a, align_b, align_d, align_bias, aux_ld, align_aux};
   auto plan = ctx.lt_plans.find(key);
   if (plan == ctx.lt_plans.end()) {
     LtPlan fresh;
     fresh.call = std::make_unique<LtCall>();
-    lt_describe(*fresh.call, compute_type(ctx, type), type, trans_a, trans_b, m, n, k, lda, ldb, ldd, epilogue);
+    lt_describe(*fresh.call, compute_type(ctx, type), type, trans_a, trans_b, m, n, k, lda, ldb, ldd, epilogue,
+                aux != nullptr ? aux_ld : 0);
+    // "Routines that don't dereference [the aux pointer], like the heuristic, depend
+    // on its value to determine expected pointer alignment" (cublasLt.h).
+    if (aux != nullptr)
+      CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(fresh.call->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux,
+                                                  sizeof aux));
     const LtPlan answer = lt_query(ctx, *fresh.call, align_a, align_b, align_d);
     fresh.usable = answer.usable;
     fresh.algo = answer.algo;
@@ -256,9 +282,12 @@ inline bool lt_matmul(const BlasContext& ctx, cudaDataType_t type, bool trans_a,
   }
   if (!plan->second.usable) return false;
   LtCall& call = *plan->second.call;
-  if (epilogue != CUBLASLT_EPILOGUE_DEFAULT)
+  if (bias != nullptr)
     CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(call.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
                                                 sizeof bias));
+  if (aux != nullptr)
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(call.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux,
+                                                sizeof aux));
   const float alpha = 1.0f;
   CUBLAS_CHECK(cublasLtMatmul(ctx.lt, call.op, &alpha, A, call.a, B, call.b, &beta, D, call.d, D,
                               call.d, &plan->second.algo, ctx.lt_workspace, ctx.lt_workspace_bytes,
@@ -345,17 +374,20 @@ void matmul_backward_weight_rows(const BlasContext& ctx, T* dw, const T* dout_co
     gemm_ex<T>(ctx, false, true, C, R, N, inp, C, dout_cols, ld, 1.0f, dw, C);
 }
 
-// scratch: matmul_backward_scratch_floats(N, OC) floats (used only with dbias)
+// dinp^T[C,N] = w^T[C,OC] dout^T[OC,N], overwritten.
 template <class T>
-void matmul_backward(const BlasContext& ctx, T* dinp, T* dw, T* dbias, float* scratch,
-                     const T* dout, const T* inp, const T* w, int N, int C, int OC) {
-  const cudaDataType_t type = cuda_data_type<T>();
-  // dinp^T[C,N] = w^T[C,OC] dout^T[OC,N]
-  if (!ctx.use_lt || !lt_matmul(ctx, type, false, false, C, N, OC, w, C, dout, OC, dinp, C, 0.0f,
+void matmul_backward_dinp(const BlasContext& ctx, T* dinp, const T* dout, const T* w, int N, int C, int OC) {
+  if (!ctx.use_lt || !lt_matmul(ctx, cuda_data_type<T>(), false, false, C, N, OC, w, C, dout, OC, dinp, C, 0.0f,
                                 CUBLASLT_EPILOGUE_DEFAULT, nullptr))
     gemm_ex<T>(ctx, false, false, C, N, OC, w, C, dout, OC, 0.0f, dinp, C);
-  // dw^T[C,OC] += inp^T[C,N] (dout^T)^T[N,OC] (no dw: dinp and dbias only); in
-  // fp32 BGRADB: scratch[OC] = column sums of dout
+}
+
+// dw^T[C,OC] += inp^T[C,N] (dout^T)^T[N,OC] (dw null: dbias only) and dbias[OC] +=
+// column sums of dout; in fp32 one BGRADB GEMM writes the sums to scratch[OC].
+template <class T>
+void matmul_backward_weights(const BlasContext& ctx, T* dw, T* dbias, float* scratch, const T* dout, const T* inp,
+                             int N, int C, int OC) {
+  const cudaDataType_t type = cuda_data_type<T>();
   const bool bgradb = dw != nullptr && dbias != nullptr && ctx.use_lt && ctx.lt_bias_grad && type == CUDA_R_32F;
   if (bgradb && lt_matmul(ctx, type, false, true, C, OC, N, inp, C, dout, OC, dw, C, 1.0f,
                           CUBLASLT_EPILOGUE_BGRADB, scratch)) {
@@ -366,6 +398,45 @@ void matmul_backward(const BlasContext& ctx, T* dinp, T* dw, T* dbias, float* sc
   }
   if (dw != nullptr) matmul_backward_weight_rows<T>(ctx, dw, dout, inp, N, C, OC, OC);
   if (dbias != nullptr) column_sums_into<T>(ctx, dbias, scratch, dout, N, OC);
+}
+
+// scratch: matmul_backward_scratch_floats(N, OC) floats (used only with dbias)
+template <class T>
+void matmul_backward(const BlasContext& ctx, T* dinp, T* dw, T* dbias, float* scratch,
+                     const T* dout, const T* inp, const T* w, int N, int C, int OC) {
+  matmul_backward_dinp<T>(ctx, dinp, dout, w, N, C, OC);
+  matmul_backward_weights<T>(ctx, dw, dbias, scratch, dout, inp, N, C, OC);
+}
+
+// The fc layer and its GELU: pre[N,OC] = inp @ w^T + bias, out = gelu(pre). With
+// cuBLASLt one GEMM writes both (GELU_AUX_BIAS: pre is the aux matrix, ld OC, and
+// GELU is taken of the unrounded fp32 value); else the GEMM and the GELU kernel.
+template <class T>
+void matmul_gelu_forward(const BlasContext& ctx, T* out, T* pre, const T* inp, const T* w, const T* bias,
+                         int N, int C, int OC) {
+  const cublasLtEpilogue_t epilogue = bias != nullptr ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
+  if (ctx.use_lt && ctx.lt_gelu &&
+      lt_matmul(ctx, cuda_data_type<T>(), true, false, OC, N, C, w, C, inp, C, out, OC, 0.0f, epilogue, bias, pre,
+                OC))
+    return;
+  matmul_forward<T>(ctx, pre, inp, w, bias, N, C, OC);
+  gelu_forward<T>(out, pre, static_cast<size_t>(N) * OC, ctx.stream);
+}
+
+// matmul_backward of the layer after a GELU: dinp = (dout @ w) * gelu'(gelu_inp),
+// gelu_inp [N,C] the GELU's input. With cuBLASLt the DGELU epilogue applies gelu'
+// to the fp32 product (aux = gelu_inp, ld C); else the GEMM, then the GELU
+// backward kernel in place.
+template <class T>
+void matmul_gelu_backward(const BlasContext& ctx, T* dinp, T* dw, T* dbias, float* scratch, const T* dout,
+                          const T* inp, const T* w, const T* gelu_inp, int N, int C, int OC) {
+  if (!ctx.use_lt || !ctx.lt_gelu ||
+      !lt_matmul(ctx, cuda_data_type<T>(), false, false, C, N, OC, w, C, dout, OC, dinp, C, 0.0f,
+                 CUBLASLT_EPILOGUE_DGELU, nullptr, gelu_inp, C)) {
+    matmul_backward_dinp<T>(ctx, dinp, dout, w, N, C, OC);
+    gelu_backward<T>(dinp, gelu_inp, dinp, static_cast<size_t>(N) * C, ctx.stream);
+  }
+  matmul_backward_weights<T>(ctx, dw, dbias, scratch, dout, inp, N, C, OC);
 }
 
 }  // namespace kern

@@ -356,8 +356,7 @@ float GPT2::forward(const int32_t* inputs, const int32_t* targets, int B, int T,
     be.matmul_forward(attproj, atty, pl(kAttprojw, l), pl(kAttprojb, l), N, C, C);
     be.residual_forward(residual2, residual, attproj, N * C);
     be.layernorm_forward(ln2, ln2_mean, ln2_rstd, residual2, pl(kLn2w, l), pl(kLn2b, l), N, C);
-    be.matmul_forward(fch, ln2, pl(kFcw, l), pl(kFcb, l), N, C, 4 * C);
-    be.gelu_forward(fch_gelu, fch, N * 4 * C);
+    be.matmul_gelu_forward(fch_gelu, fch, ln2, pl(kFcw, l), pl(kFcb, l), N, C, 4 * C);
     be.matmul_forward(fcproj, fch_gelu, pl(kFcprojw, l), pl(kFcprojb, l), N, 4 * C, C);
     be.residual_forward(residual3, residual2, fcproj, N * C);
   }
@@ -474,10 +473,11 @@ void GPT2::backward(const std::function<void(int)>& on_layer_done) {
     Tensor residual = l == 0 ? a.encoded.slice(0, N * C) : layer(a.residual3, l - 1, C);
     // residual3 = residual2 + fcproj: dresidual flows to both unchanged.
     Tensor fch_gelu = layer(a.fch_gelu, recompute_gelu_ ? 0 : l, 4 * C);
-    if (recompute_gelu_) be.gelu_forward(fch_gelu, layer(a.fch, l, 4 * C), N * 4 * C);  // bitwise the forward's
-    be.matmul_backward(dfch, gl(kFcprojw, l), gl(kFcprojb, l), dresidual, fch_gelu,
-                       pl(kFcprojw, l), N, 4 * C, C);
-    be.gelu_backward(dfch, layer(a.fch, l, 4 * C), dfch, N * 4 * C);
+    // --recompute 1: fch_gelu again from fch; bitwise the forward's where that took
+    // GELU of the stored fch (fp32 storage, or the kernels' path), else within a rounding.
+    if (recompute_gelu_) be.gelu_forward(fch_gelu, layer(a.fch, l, 4 * C), N * 4 * C);
+    be.matmul_gelu_backward(dfch, gl(kFcprojw, l), gl(kFcprojb, l), dresidual, fch_gelu, pl(kFcprojw, l),
+                            layer(a.fch, l, 4 * C), N, 4 * C, C);
     const int ln_l = recompute_ln_ ? 0 : l;
     if (recompute_ln_)  // --recompute 2: ln2 again, bitwise the forward's (mean and rstd rewritten unchanged)
       be.layernorm_forward(layer(a.ln2, 0, C), layer(a.ln2_mean, l, 1), layer(a.ln2_rstd, l, 1),

@@ -65,6 +65,7 @@ struct TrainOptions {
   std::string device = "auto";        // auto | cpu | cuda
   std::string dtype = "fp32";         // fp32 | bf16 (CUDA: bf16 storage, fp32 master weights)
   std::string tf32 = "auto";          // on | off | auto (CUDA fp32 GEMMs on TF32 tensor cores; auto: on a real GPU)
+  std::string gelu_fusion = "on";     // on | off (CUDA: the fc layer's GELU in the cuBLASLt GEMM epilogues)
   int threads = 0;                    // 0: OpenMP default
   int zero_stage = 0;                 // 0 | 1 | 2
   int recompute = 0;                  // 0 | 1 (GELU output recomputed in the backward) | 2 (also layernorm)

@@ -38,6 +38,7 @@ CudaBackendOptions cuda_options(const TrainOptions& o) {
   CudaBackendOptions co;
   co.bf16 = o.dtype == "bf16";
   co.tf32 = tf32_on(o);
+  co.cublaslt_gelu = o.gelu_fusion == "on";
   return co;
 }
 #endif

@@ -11,6 +11,9 @@ backend allocate them.
 Byte-counting assumptions (conservative, stated once here):
   * a GEMM reads each operand once and writes its output once (dW GEMMs run with
     beta = 1: dW is read and written); cuBLASLt tiles re-read operands from L2, not HBM;
+  * GELU epilogues (--gelu-fusion 1): the fc forward GEMM (GELU_AUX_BIAS) also writes
+    fch_gelu beside fch (its aux), the fcproj dinp GEMM (DGELU) also reads fch; the
+    epilogue is assumed not to lower the GEMM's efficiency (not measured);
   * an elementwise / row kernel reads each input once and writes each output once;
     "+=" outputs are read and written;
   * flash attention: q, k, v (in place in qkv) read once per kernel, out / dqkv
@@ -86,6 +89,7 @@ class Config:
         self.zero, self.world = a.zero, a.world
         self.attention, self.kernels = a.attention, a.kernels
         self.eff_gemm = a.eff_gemm
+        self.gelu_fusion = a.gelu_fusion
         self.device_comm = a.world > 1  # NCCL-style device-memory communicator (stage-2 overlap)
         self.ws_bytes = a.cublaslt_workspace_mib << 20
         self.s = 2 if a.dtype == "bf16" else 4  # storage element size
@@ -259,14 +263,17 @@ def step_ops(c):
     def add(name, flops, nbytes, peak=gpeak, ef=ge, eb=bw, group=None):
         ops.append(Op(name, flops, nbytes, peak, ef, eb, group=group or name.split(" ")[0]))
 
-    def mm_fwd(tag, n_in, n_out, bias=True):
-        add("matmul_forward " + tag, 2 * N * n_in * n_out,
-            (N * n_in + n_in * n_out + N * n_out + (n_out if bias else 0)) * s, eb=EFF_BW, group="matmul_fwd")
+    def mm_fwd(tag, n_in, n_out, bias=True, gelu=False):
+        # gelu: GELU_AUX_BIAS writes the post-GELU output as well as the pre-GELU aux
+        add("matmul_forward " + tag + (" +GELU_AUX_BIAS" if gelu else ""), 2 * N * n_in * n_out,
+            (N * n_in + n_in * n_out + (2 if gelu else 1) * N * n_out + (n_out if bias else 0)) * s,
+            eb=EFF_BW, group="matmul_fwd")
 
-    def mm_bwd(tag, n_in, n_out, bias=True):
-        # dinp = dout . w ; dW += inp^T . dout (beta 1: dW read and written)
-        add("matmul_bwd_dinp " + tag, 2 * N * n_in * n_out, (N * n_out + n_in * n_out + N * n_in) * s,
-            eb=EFF_BW, group="matmul_bwd")
+    def mm_bwd(tag, n_in, n_out, bias=True, dgelu=False):
+        # dinp = dout . w ; dW += inp^T . dout (beta 1: dW read and written);
+        # dgelu: the DGELU epilogue reads the aux (the pre-GELU input, N x n_in)
+        add("matmul_bwd_dinp " + tag + (" +DGELU" if dgelu else ""), 2 * N * n_in * n_out,
+            (N * n_out + n_in * n_out + (2 if dgelu else 1) * N * n_in) * s, eb=EFF_BW, group="matmul_bwd")
         add("matmul_bwd_dw " + tag, 2 * N * n_in * n_out, (N * n_in + N * n_out + 2 * n_in * n_out) * s,
             eb=EFF_BW, group="matmul_bwd")
         if bias:  # bf16: column-sum kernels (partials pass + accumulate); fp32: BGRADB epilogue
@@ -341,6 +348,7 @@ def step_ops(c):
         for i in range(2 if bf16 else 3):
             add("merge_heads", 0, 2 * E * s, eb=sp, group=g)
 
+    fuse = c.gelu_fusion
     # ---------------- forward (GPT2::forward)
     add("encoder_forward", 0, N * 4 + 2 * E * s + T * C * s)
     for l in range(L):
@@ -350,8 +358,9 @@ def step_ops(c):
         mm_fwd("attproj", C, C)
         add("residual_forward", 0, 3 * E * s)
         ln_fwd()
-        mm_fwd("fc", C, 4 * C)
-        gelu_fwd()
+        mm_fwd("fc", C, 4 * C, gelu=fuse)
+        if not fuse:
+            gelu_fwd()
         mm_fwd("fcproj", 4 * C, C)
         add("residual_forward", 0, 3 * E * s)
     ln_fwd()
@@ -363,10 +372,11 @@ def step_ops(c):
     add("memset dresidual", 0, E * s, eb=MEMSET_EFF)
     ln_bwd()
     for l in range(L):
-        if c.recompute:
+        if c.recompute:  # the dW GEMM needs fch_gelu; the fused dinp reads fch itself
             gelu_fwd(" (recompute)")
-        mm_bwd("fcproj", 4 * C, C)
-        add("gelu_backward", 0, 3 * 4 * E * s)
+        mm_bwd("fcproj", 4 * C, C, dgelu=fuse)
+        if not fuse:
+            add("gelu_backward", 0, 3 * 4 * E * s)
         if c.recompute >= 2:
             ln_fwd()  # ln2 recomputed
         mm_bwd("fc", C, 4 * C)
@@ -504,6 +514,9 @@ def parse(argv):
     p.add_argument("--kernels", choices=["x128", "scalar"], default="x128",
                    help="x128: today's packed kernels; scalar: before (2-byte loads, old layernorm bwd, 3-pass classifier)")
     p.add_argument("--eff-gemm", type=float, default=EFF_GEMM)
+    p.add_argument("--gelu-fusion", type=int, choices=[0, 1],
+                   help="1: GELU / dGELU in the fc / fcproj dinp GEMM epilogues; 0: separate gelu kernels "
+                        "(default: 1 with x128 kernels, 0 with scalar ones: the before state had no fusion)")
     p.add_argument("--cublaslt-workspace-mib", type=int, default=32)
     p.add_argument("--ops", action="store_true", help="list every op of the step")
     p.add_argument("--memory-only", action="store_true")
@@ -519,6 +532,8 @@ def parse(argv):
     a.C = a.C or C
     a.NH = a.NH or NH
     a.Vp = a.Vp or (a.V + 127) // 128 * 128
+    if a.gelu_fusion is None:
+        a.gelu_fusion = int(a.kernels == "x128")
     return a
 
 
@@ -533,7 +548,7 @@ def main(argv):
     print("parameters N = %d (llm.c's num_parameters: all tensors, wte at Vp)" % num_params(c))
     print()
     if not a.memory_only:
-        print_roofline(c, "Step roofline: " + desc + ", GEMM eff %.2f" % c.eff_gemm)
+        print_roofline(c, "Step roofline: " + desc + ", GEMM eff %.2f, GELU fusion %d" % (c.eff_gemm, c.gelu_fusion))
         if a.ops:
             print_ops(c)
     print_memory(c, "Memory per rank: " + desc)

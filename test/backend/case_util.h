@@ -1,7 +1,8 @@
-// Helpers shared by the op case files (cases.cpp, cases_embedding.cpp).
+// Helpers shared by the op case files (cases.cpp, cases_embedding.cpp, cases_fused.cpp).
 #ifndef TEST_BACKEND_CASE_UTIL_H
 #define TEST_BACKEND_CASE_UTIL_H
 
+#include <cmath>
 #include <initializer_list>
 #include <memory>
 #include <sstream>
@@ -34,6 +35,54 @@ inline std::string join(std::initializer_list<std::pair<const char*, long>> kv, 
   if (*extra) s << "," << extra;
   return s.str();
 }
+
+// A linear layer in fp64: out[N,OC] = inp[N,C] w[OC,C]^T (+ bias[OC]).
+inline DVec linear_ref(const Vec& inp, const Vec& w, const Vec* bias, int N, int C, int OC) {
+  DVec out(size_t(N) * OC);
+  for (int n = 0; n < N; n++)
+    for (int o = 0; o < OC; o++) {
+      double acc = bias ? (*bias)[o] : 0.0;
+      for (int c = 0; c < C; c++) acc += double(inp[size_t(n) * C + c]) * w[size_t(o) * C + c];
+      out[size_t(n) * OC + o] = acc;
+    }
+  return out;
+}
+// Its backward: dinp = dout w (overwritten); dw += dout^T inp; dbias += column sums of dout (when given).
+inline void linear_backward_ref(const Vec& dout, const Vec& inp, const Vec& w, int N, int C, int OC, DVec& dinp,
+                                DVec& dw, DVec* dbias) {
+  dinp.assign(size_t(N) * C, 0.0);
+  for (int n = 0; n < N; n++)
+    for (int c = 0; c < C; c++) {
+      double acc = 0;
+      for (int o = 0; o < OC; o++) acc += double(dout[size_t(n) * OC + o]) * w[size_t(o) * C + c];
+      dinp[size_t(n) * C + c] = acc;
+    }
+  for (int o = 0; o < OC; o++)
+    for (int c = 0; c < C; c++) {
+      double acc = 0;
+      for (int n = 0; n < N; n++) acc += double(dout[size_t(n) * OC + o]) * inp[size_t(n) * C + c];
+      dw[size_t(o) * C + c] += acc;
+    }
+  if (dbias)
+    for (int n = 0; n < N; n++)
+      for (int o = 0; o < OC; o++) (*dbias)[o] += dout[size_t(n) * OC + o];
+}
+
+// GELU (tanh approximation) and its derivative in fp64.
+inline double gelu_ref(double x) {
+  const double u = std::sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x);
+  return 0.5 * x * (1.0 + std::tanh(u));
+}
+inline double gelu_grad_ref(double x) {
+  const double s = std::sqrt(2.0 / M_PI);
+  const double u = s * (x + 0.044715 * x * x * x);
+  const double th = std::tanh(u);
+  return 0.5 * (1.0 + th) + 0.5 * x * (1.0 - th * th) * s * (1.0 + 3 * 0.044715 * x * x);
+}
+
+// Fused linear + GELU cases (cases_fused.cpp): adds the cases of `op` to `v` when
+// it is matmul_gelu_forward or matmul_gelu_backward; returns whether it was.
+bool add_fused_cases(const std::string& op, Rng& rng, std::vector<std::unique_ptr<OpCase>>& v);
 
 // Embedding cases (cases_embedding.cpp): adds the cases of `op` to `v` when
 // it is one of the embedding ops; returns whether it was.

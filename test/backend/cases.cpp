@@ -139,15 +139,7 @@ class MatmulForward : public OpCase {
     c.be.matmul_forward(c.out[0], c.in[0], c.in[1], bias_ ? c.in[2] : Tensor{}, N_, C_, OC_);
   }
   std::vector<DVec> reference() const override {
-    DVec out(size_t(N_) * OC_);
-    for (int n = 0; n < N_; n++)
-      for (int o = 0; o < OC_; o++) {
-        double acc = bias_ ? inputs[2].data[o] : 0.0;
-        for (int c = 0; c < C_; c++)
-          acc += double(inputs[0].data[size_t(n) * C_ + c]) * inputs[1].data[size_t(o) * C_ + c];
-        out[size_t(n) * OC_ + o] = acc;
-      }
-    return {out};
+    return {linear_ref(inputs[0].data, inputs[1].data, bias_ ? &inputs[2].data : nullptr, N_, C_, OC_)};
   }
   // fp32 dot products of length C over O(1/sqrt(C)) terms: error grows like sqrt(C) ulp.
   Tolerance tolerance(size_t) const override { return {2e-7 * std::sqrt(double(C_)) + 1e-7, 2e-6}; }
@@ -176,27 +168,10 @@ class MatmulBackward : public OpCase {
                          c.in[2], N_, C_, OC_);
   }
   std::vector<DVec> reference() const override {
-    const Vec &dout = inputs[0].data, &x = inputs[1].data, &w = inputs[2].data;
-    DVec dinp(size_t(N_) * C_, 0.0), dw = to_d(outputs[1].data);
-    for (int n = 0; n < N_; n++)
-      for (int c = 0; c < C_; c++) {
-        double acc = 0;
-        for (int o = 0; o < OC_; o++) acc += double(dout[size_t(n) * OC_ + o]) * w[size_t(o) * C_ + c];
-        dinp[size_t(n) * C_ + c] = acc;
-      }
-    for (int o = 0; o < OC_; o++)
-      for (int c = 0; c < C_; c++) {
-        double acc = 0;
-        for (int n = 0; n < N_; n++) acc += double(dout[size_t(n) * OC_ + o]) * x[size_t(n) * C_ + c];
-        dw[size_t(o) * C_ + c] += acc;
-      }
+    DVec dinp, dw = to_d(outputs[1].data), db = bias_ ? to_d(outputs[2].data) : DVec();
+    linear_backward_ref(inputs[0].data, inputs[1].data, inputs[2].data, N_, C_, OC_, dinp, dw, bias_ ? &db : nullptr);
     std::vector<DVec> r = {dinp, dw};
-    if (bias_) {
-      DVec db = to_d(outputs[2].data);
-      for (int n = 0; n < N_; n++)
-        for (int o = 0; o < OC_; o++) db[o] += dout[size_t(n) * OC_ + o];
-      r.push_back(db);
-    }
+    if (bias_) r.push_back(db);
     return r;
   }
   Tolerance tolerance(size_t o) const override {
@@ -346,17 +321,6 @@ class AttentionBackward : public OpCase {
 };
 
 // ---------------------------------------------------------------- GELU
-double gelu_ref(double x) {
-  const double u = std::sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x);
-  return 0.5 * x * (1.0 + std::tanh(u));
-}
-double gelu_grad_ref(double x) {
-  const double s = std::sqrt(2.0 / M_PI);
-  const double u = s * (x + 0.044715 * x * x * x);
-  const double th = std::tanh(u);
-  return 0.5 * (1.0 + th) + 0.5 * x * (1.0 - th * th) * s * (1.0 + 3 * 0.044715 * x * x);
-}
-
 Vec gelu_inputs(Rng& rng, size_t n, bool specials) {
   Vec x = randn(rng, n, 3.0);
   if (specials && n >= 10) {
@@ -647,7 +611,8 @@ class SumSquares : public OpCase {
 
 std::vector<std::string> eval_op_names() {
   return {"encoder_forward", "encoder_backward", "tied_embedding_backward_rows", "layernorm_forward", "layernorm_backward",
-          "matmul_forward", "matmul_backward", "attention_forward", "attention_backward",
+          "matmul_forward", "matmul_backward", "matmul_gelu_forward", "matmul_gelu_backward",
+          "attention_forward", "attention_backward",
           "gelu_forward", "gelu_backward", "residual_forward", "classifier_forward_backward",
           "adamw_update", "scale"};
 }
@@ -658,6 +623,8 @@ std::vector<std::unique_ptr<OpCase>> eval_cases(const std::string& op, uint64_t 
   auto add = [&](OpCase* c) { v.emplace_back(c); };
   if (add_embedding_cases(op, rng, v)) {
     // encoder_forward, encoder_backward, tied_embedding_backward_rows (cases_embedding.cpp)
+  } else if (add_fused_cases(op, rng, v)) {
+    // matmul_gelu_forward, matmul_gelu_backward (cases_fused.cpp)
   } else if (op == "layernorm_forward") {
     add(new LayernormForward(rng, 1, 1));
     add(new LayernormForward(rng, 5, 7));

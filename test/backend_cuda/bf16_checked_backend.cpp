@@ -138,6 +138,26 @@ void CheckedBackend::matmul_backward(Tensor dinp, Tensor dw, Tensor dbias, Tenso
   check("matmul_backward", shape({{"N", N}, {"C", C}, {"OC", OC}}), outs, ref);
 }
 
+void CheckedBackend::matmul_gelu_forward(Tensor out, Tensor pre, Tensor inp, Tensor w, Tensor bias, int N, int C,
+                                         int OC) {
+  const std::vector<float> b = get(bias);
+  const auto ref =
+      bf16ref::matmul_gelu_forward(get(inp), get(w), bias.empty() ? nullptr : &b, N, C, OC, separate_bias_);
+  inner_.matmul_gelu_forward(out, pre, inp, w, bias, N, C, OC);
+  check("matmul_gelu_forward", shape({{"N", N}, {"C", C}, {"OC", OC}}), {out, pre}, ref);
+}
+
+void CheckedBackend::matmul_gelu_backward(Tensor dinp, Tensor dw, Tensor dbias, Tensor dout, Tensor inp, Tensor w,
+                                          Tensor gelu_inp, int N, int C, int OC) {
+  const std::vector<float> db = get(dbias);
+  auto ref = bf16ref::matmul_gelu_backward(get(dw), dbias.empty() ? nullptr : &db, get(dout), get(inp), get(w),
+                                           get(gelu_inp), N, C, OC);
+  inner_.matmul_gelu_backward(dinp, dw, dbias, dout, inp, w, gelu_inp, N, C, OC);
+  std::vector<Tensor> outs = {dinp, dw};
+  if (!dbias.empty()) outs.push_back(dbias);
+  check("matmul_gelu_backward", shape({{"N", N}, {"C", C}, {"OC", OC}}), outs, ref);
+}
+
 void CheckedBackend::attention_forward(Tensor out, Tensor saved, Tensor qkv, int B, int T, int C, int NH) {
   const auto ref = bf16ref::attention_forward(get(qkv), B, T, C, NH);
   inner_.attention_forward(out, saved, qkv, B, T, C, NH);

@@ -68,6 +68,9 @@ class CheckedBackend : public Backend {
   void matmul_forward(Tensor out, Tensor inp, Tensor w, Tensor bias, int N, int C, int OC) override;
   void matmul_backward(Tensor dinp, Tensor dw, Tensor dbias, Tensor dout, Tensor inp, Tensor w, int N, int C,
                        int OC) override;
+  void matmul_gelu_forward(Tensor out, Tensor pre, Tensor inp, Tensor w, Tensor bias, int N, int C, int OC) override;
+  void matmul_gelu_backward(Tensor dinp, Tensor dw, Tensor dbias, Tensor dout, Tensor inp, Tensor w, Tensor gelu_inp,
+                            int N, int C, int OC) override;
   size_t attention_saved_numel(int B, int T, int NH) const override {
     return inner_.attention_saved_numel(B, T, NH);
   }

@@ -572,6 +572,64 @@ std::vector<Output> gelu_backward(const Vec& inp, const Vec& dout) {
   return {dinp};
 }
 
+// ---- the fc layer with its GELU in the GEMM epilogue (kernels/matmul.cuh) ---------------------
+// Two admissible computations: cuBLASLt's GELU_AUX_BIAS / DGELU take GELU (gelu')
+// of the fp32 product before its one rounding, with cuBLASLt's own fp32 GELU
+// (the emulator's: 0.5 x (1 + tanh u), whose 1 + tanh u cancels for x < 0); the
+// fallback rounds the product to bf16 first and runs the GELU kernels. The
+// deltas cover both: GELU's input may be off by its fp32 error plus half a bf16
+// ulp, moving GELU by at most max|gelu'| over that interval (|gelu''| <= 0.8),
+// plus either implementation's own error.
+namespace {
+double gelu_grad_exact(double x) {
+  const double u = kS2Pi * (x + kA * x * x * x), t = std::tanh(u);
+  return 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * kS2Pi * (1 + 3 * kA * x * x);
+}
+// How far GELU's input can be from x: its fp32 error d, or the bf16 rounding of a value within d.
+double gelu_input_spread(double x, double d) { return d + 0.5 * ulp_bf16(std::fabs(x) + d); }
+double gelu_lipschitz(double x, double r) {
+  return std::max({std::fabs(gelu_grad_exact(x - r)), std::fabs(gelu_grad_exact(x)),
+                   std::fabs(gelu_grad_exact(x + r))}) + 0.8 * r;
+}
+}  // namespace
+
+std::vector<Output> matmul_gelu_forward(const Vec& inp, const Vec& w, const Vec* bias, int N, int C, int OC,
+                                        bool separate_bias) {
+  Output pre = matmul_forward(inp, w, bias, N, C, OC, separate_bias)[0];
+  pre.name = "pre";
+  const Output kernel_gelu = gelu_forward(Vec(pre.value.begin(), pre.value.end()))[0];
+  Output out = make("out", pre.value.size());
+  for (size_t i = 0; i < out.value.size(); i++) {
+    const double x = pre.value[i], r = gelu_input_spread(x, pre.delta[i]);
+    const double u = kS2Pi * (x + kA * x * x * x);
+    out.value[i] = x / (1 + std::exp(-2 * u));
+    if (!std::isfinite(out.value[i])) continue;
+    // the kernel's own error at x (relative), or the tanh form's: 0.5 |x| times 1 + tanh u's few ulps
+    const double own = std::max(kernel_gelu.delta[i] * 1.01, op_err(4, std::fabs(x)) + op_err(4, std::fabs(out.value[i])));
+    out.delta[i] = gelu_lipschitz(x, r) * r + own;
+  }
+  return {out, pre};
+}
+
+std::vector<Output> matmul_gelu_backward(const Vec& dw_old, const Vec* dbias_old, const Vec& dout, const Vec& inp,
+                                         const Vec& w, const Vec& gelu_inp, int N, int C, int OC) {
+  std::vector<Output> r = matmul_backward(dw_old, dbias_old, dout, inp, w, N, C, OC);
+  Output& dinp = r[0];
+  // gelu'(x) of the stored input and the kernel's error bound for it, per unit dout
+  const Output kernel_grad = gelu_backward(gelu_inp, Vec(gelu_inp.size(), 1.0f))[0];
+  for (size_t i = 0; i < dinp.value.size(); i++) {
+    const double a = dinp.value[i], da = dinp.delta[i], x = gelu_inp[i];
+    const double g = gelu_grad_exact(x), du = kS2Pi * (1 + 3 * kA * x * x);
+    dinp.value[i] = a * g;
+    if (!std::isfinite(dinp.value[i])) continue;
+    // gelu' from the kernel's formula, or the tanh form's 0.5 x (1 - t^2) du (1 - t^2 cancels)
+    const double dg = std::max(kernel_grad.delta[i], op_err(8, 1 + std::fabs(x) * du));
+    dinp.delta[i] = std::fabs(g) * gelu_input_spread(a, da) + (std::fabs(a) + da) * dg +
+                    op_err(1, std::fabs(dinp.value[i]));
+  }
+  return r;
+}
+
 // ---- residual, scale (kernels/residual.cuh): one fp32 operation ------------------------------
 std::vector<Output> residual_forward(const Vec& a, const Vec& b) {
   Output out = make("out", a.size());

@@ -78,6 +78,14 @@ std::vector<Output> attention_backward(const std::vector<float>& dout, const std
                                        int T, int C, int NH);
 std::vector<Output> gelu_forward(const std::vector<float>& inp);
 std::vector<Output> gelu_backward(const std::vector<float>& inp, const std::vector<float>& dout);
+// matmul_gelu_forward: {out, pre}; matmul_gelu_backward: {dinp, dw[, dbias]}. Either
+// computation the backend may choose passes (bf16_reference.cpp, GELU epilogue).
+std::vector<Output> matmul_gelu_forward(const std::vector<float>& inp, const std::vector<float>& w,
+                                        const std::vector<float>* bias, int N, int C, int OC, bool separate_bias);
+std::vector<Output> matmul_gelu_backward(const std::vector<float>& dw_old, const std::vector<float>* dbias_old,
+                                         const std::vector<float>& dout, const std::vector<float>& inp,
+                                         const std::vector<float>& w, const std::vector<float>& gelu_inp, int N,
+                                         int C, int OC);
 std::vector<Output> residual_forward(const std::vector<float>& a, const std::vector<float>& b);
 std::vector<Output> classifier(const std::vector<float>& logits, const std::vector<int32_t>& targets, int N,
                                int V, int Vp, float dloss);

@@ -79,11 +79,12 @@ void round_bf16(std::vector<float>& v) {
 
 bool stats_requested() { return getenv("BF16_STATS") != nullptr; }
 
-std::unique_ptr<Backend> make_bf16_backend(bool lt = true, bool lt_bias_grad = true) {
+std::unique_ptr<Backend> make_bf16_backend(bool lt = true, bool lt_bias_grad = true, bool lt_gelu = true) {
   CudaBackendOptions options;
   options.bf16 = true;
   options.use_cublaslt = lt;
   options.cublaslt_bias_grad = lt_bias_grad;
+  options.cublaslt_gelu = lt_gelu;
   return make_cuda_backend(0, options);
 }
 
@@ -146,15 +147,19 @@ TEST_P(CudaBf16Ops, MatchesBf16ReferencePerElement) {
   check_bf16_op(GetParam(), *cuda, false);
 }
 
-// The other two linear-layer paths in bf16: plain cuBLAS (cublasGemmEx, bias
-// added by a kernel after the bf16 product: two roundings, which the reference
-// models), and cuBLASLt with the bias gradient from the kernels.
+// The other linear-layer paths in bf16: plain cuBLAS (cublasGemmEx, bias added
+// by a kernel after the bf16 product: two roundings, which the reference
+// models), cuBLASLt with the bias gradient from the kernels, and the GELU
+// kernels instead of the GELU epilogues.
 TEST(CudaBf16Matmul, FallbackPathsMatchBf16Reference) {
   for (bool lt : {false, true}) {
-    auto cuda = make_bf16_backend(lt, false);
+    auto cuda = make_bf16_backend(lt, false, lt);
     if (!lt) check_bf16_op("matmul_forward", *cuda, true);
     check_bf16_op("matmul_backward", *cuda, !lt);
+    for (const char* op : {"matmul_gelu_forward", "matmul_gelu_backward"}) check_bf16_op(op, *cuda, !lt);
   }
+  auto kernels_gelu = make_bf16_backend(true, true, false);
+  for (const char* op : {"matmul_gelu_forward", "matmul_gelu_backward"}) check_bf16_op(op, *kernels_gelu, false);
 }
 
 INSTANTIATE_TEST_SUITE_P(AllOps, CudaBf16Ops, ::testing::ValuesIn(bf16_op_names()),
@@ -417,9 +422,10 @@ TEST(CudaBf16Model, TrainingStepTracksFp32Cpu) {
   // every op of the bf16 step, per element, on its own inputs
   EXPECT_EQ(checked.failures(), 0u) << checked.problems;
   for (const char* op : {"encoder_forward.out", "layernorm_forward.out", "matmul_forward.out",
-                         "attention_forward.out", "gelu_forward.out", "residual_forward.out",
-                         "classifier_forward_backward.logits", "matmul_backward.dw", "layernorm_backward.dinp",
-                         "attention_backward.dqkv", "gelu_backward.dinp", "encoder_backward.dwte"})
+                         "attention_forward.out", "matmul_gelu_forward.out", "matmul_gelu_forward.pre",
+                         "residual_forward.out", "classifier_forward_backward.logits", "matmul_backward.dw",
+                         "layernorm_backward.dinp", "attention_backward.dqkv", "matmul_gelu_backward.dinp",
+                         "encoder_backward.dwte"})
     EXPECT_EQ(checked.stats.count(op), 1u) << op << " was not checked";
   if (stats_requested()) checked.print_stats("STAT model");
   // end to end against the fp32 CPU backend

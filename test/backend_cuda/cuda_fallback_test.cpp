@@ -14,6 +14,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -58,6 +59,9 @@ std::unique_ptr<Backend> cuda_backend(bool bf16) {
 }
 
 const char* const kMatmulOps[] = {"matmul_forward", "matmul_backward"};
+// With the fused GELU entries, whose epilogue and fallback differ by design (GELU of
+// the product before or after its rounding, and another GELU formula).
+const char* const kLinearOps[] = {"matmul_forward", "matmul_backward", "matmul_gelu_forward", "matmul_gelu_backward"};
 
 // Every matmul case of the op harness, cuBLASLt refusing everything: the
 // fallbacks against the CPU backend and the fp64 truth, at the harness's fp32
@@ -68,7 +72,7 @@ TEST_P(CudaLtRefused, MatmulOpsMatchCpu) {
   ScopedLtMode mode(GetParam());
   auto cpu = make_cpu_backend(0);
   auto cuda = cuda_backend(false);
-  for (const char* op : kMatmulOps) {
+  for (const char* op : kLinearOps) {
     for (auto& c : optest::eval_cases(op, 20260611)) {
       const optest::CaseResult ref = optest::eval_case(*c, *cpu, nullptr);
       ASSERT_TRUE(ref.ok) << "cpu " << op << " " << c->params() << "\n" << ref.detail;
@@ -119,6 +123,69 @@ TEST(CudaLtFallback, GivesTheBitsOfTheCublasLtPath) {
       }
     }
   }
+}
+
+// The fused fc layer (bf16, 16-byte aligned, ld % 8 == 0): with cuBLASLt strict the
+// GELU runs in the GEMM's epilogue on the unrounded product, so its output differs
+// from the GELU kernel on the stored pre-GELU values in some elements (one
+// rounding fewer); refused, the fallback is exactly matmul_forward + gelu_forward
+// (and matmul_backward + gelu_backward). Accuracy is the bf16 per-element test's.
+struct GeluRun {
+  std::vector<float> out, pre, unfused_out, dinp, unfused_dinp;
+};
+GeluRun gelu_run(const char* mode) {
+  ScopedLtMode scoped(mode);
+  const int N = 32, C = 64, OC = 256;
+  optest::Rng rng(7);
+  auto random = [&](size_t n, double scale) {
+    std::vector<float> v(n);
+    for (float& x : v) x = static_cast<float>(scale * rng.normal());
+    return v;
+  };
+  auto cuda = cuda_backend(true);
+  auto tensor = [&](const std::vector<float>& host) {
+    Tensor t = cuda->alloc(host.size(), BufferRole::kActivations);
+    cuda->upload(t, host.data());
+    return t;
+  };
+  Tensor inp = tensor(random(size_t(N) * C, 1.0)), w = tensor(random(size_t(OC) * C, 0.25)),
+         bias = tensor(random(OC, 1.0)), dout = tensor(random(size_t(N) * C, 1.0));
+  const std::vector<float> zeros(size_t(N) * OC);
+  Tensor out = tensor(zeros), pre = tensor(zeros), unfused = tensor(zeros), dw = tensor(std::vector<float>(size_t(C) * OC));
+  GeluRun r;
+  auto get = [&](Tensor t) {
+    std::vector<float> host(t.numel);
+    cuda->download(host.data(), t);
+    return host;
+  };
+  cuda->matmul_gelu_forward(out, pre, inp, w, bias, N, C, OC);
+  cuda->gelu_forward(unfused, pre, size_t(N) * OC);
+  r.out = get(out), r.pre = get(pre), r.unfused_out = get(unfused);
+  // fcproj's backward: [N,OC] GELU input pre, weight [C,OC], dinp [N,OC]
+  cuda->matmul_gelu_backward(out, dw, Tensor{}, dout, unfused, w, pre, N, OC, C);
+  r.dinp = get(out);
+  cuda->matmul_backward(out, dw, Tensor{}, dout, unfused, w, N, OC, C);
+  cuda->gelu_backward(out, pre, out, size_t(N) * OC);
+  r.unfused_dinp = get(out);
+  for (Tensor t : {inp, w, bias, dout, out, pre, unfused, dw}) cuda->free(t);
+  return r;
+}
+
+TEST(CudaLtFallback, GeluEpilogueRunsInTheGemm) {
+  auto differing = [](const std::vector<float>& a, const std::vector<float>& b) {
+    size_t n = 0;
+    for (size_t i = 0; i < a.size(); i++) n += std::memcmp(&a[i], &b[i], sizeof(float)) != 0;
+    return n;
+  };
+  const GeluRun strict = gelu_run("strict"), refused = gelu_run("refuse");
+  EXPECT_TRUE(same_bits(strict.pre, refused.pre)) << "pre-GELU values: one rounding of the same product on both paths";
+  EXPECT_GT(differing(strict.out, strict.unfused_out), 0u) << "the GELU epilogue did not run";
+  EXPECT_GT(differing(strict.dinp, strict.unfused_dinp), 0u) << "the DGELU epilogue did not run";
+  EXPECT_TRUE(same_bits(refused.out, refused.unfused_out)) << "refused: not matmul_forward + gelu_forward";
+  EXPECT_TRUE(same_bits(refused.dinp, refused.unfused_dinp)) << "refused: not matmul_backward + gelu_backward";
+  std::printf("bf16 GELU epilogue vs kernels on the stored pre: %zu of %zu outputs, %zu of %zu dinp differ\n",
+              differing(strict.out, strict.unfused_out), strict.out.size(),
+              differing(strict.dinp, strict.unfused_dinp), strict.dinp.size());
 }
 
 // A bias vector 8 bytes past an aligned address (a slice of a larger buffer):

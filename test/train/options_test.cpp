@@ -42,6 +42,8 @@ TEST(Options, DefaultsAndValues) {
   EXPECT_EQ(o.output_dir, "out");
   EXPECT_EQ(o.grad_clip, 1.0f);      // untouched default
   EXPECT_EQ(o.lr_schedule, "cosine");
+  EXPECT_EQ(o.gelu_fusion, "on");
+  EXPECT_EQ(parse({"--gelu-fusion", "off"}).gelu_fusion, "off");
 }
 
 TEST(Options, HelpListsEveryFlagOfTheIssue) {
@@ -69,6 +71,7 @@ TEST(Options, BadInputIsAnErrorNamingTheFlag) {
   EXPECT_NE(error_of({"--lr-schedule", "cosin"}).find("one of cosine, linear, constant, wsd"), std::string::npos);
   EXPECT_NE(error_of({"--device", "tpu"}).find("--device"), std::string::npos);
   EXPECT_NE(error_of({"--zero-stage", "3"}).find("--zero-stage"), std::string::npos);
+  EXPECT_NE(error_of({"--gelu-fusion", "yes"}).find("--gelu-fusion"), std::string::npos);
   EXPECT_NE(error_of({"--resume"}).find("--resume needs --output-dir"), std::string::npos);
   EXPECT_NE(error_of({"--no-shuffle=1"}).find("takes no value"), std::string::npos);
   EXPECT_NE(error_of({"stray"}).find("unknown option 'stray'"), std::string::npos);

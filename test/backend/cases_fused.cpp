@@ -1,0 +1,133 @@
+// Op cases of the fused linear + GELU entries (backend.h: matmul_gelu_forward,
+// matmul_gelu_backward): the fc layer with its GELU, and the fcproj backward
+// with the GELU gradient. The fp64 references are the unfused ops'. Shapes
+// cover both CUDA paths: cuBLASLt's GELU epilogues (the GELU matrix's leading
+// dimension a multiple of 8) and the kernels' fallback (5 or 13 columns).
+//
+// Tolerances: the product's (cases.cpp, MatmulForward / MatmulBackward) carried
+// through GELU, whose slope is at most 1.13, plus GELU's own fp32 error. A
+// GELU of the form 0.5 x (1 + tanh u), as an epilogue may compute it, cancels
+// in 1 + tanh u for x < 0 (and in 1 - tanh^2 u for the slope): its error is a
+// few ulps of |x| (of |x| u'(x) for the slope), not of the result, so rtol
+// applies to those magnitudes.
+#include <algorithm>
+#include <cmath>
+
+#include "test/backend/case_util.h"
+
+namespace gpt2 {
+namespace optest {
+
+namespace {
+
+constexpr double kGeluSlope = 1.13;  // max |gelu'| (at x ~ 1.5)
+double gelu_du(double x) { return std::sqrt(2.0 / M_PI) * (1.0 + 3 * 0.044715 * x * x); }
+
+class MatmulGeluForward : public OpCase {
+ public:
+  MatmulGeluForward(Rng& rng, int N, int C, int OC, bool bias) : N_(N), C_(C), OC_(OC), bias_(bias) {
+    // pre-activations ~ N(0, 4): both GELU tails and the bend at 0
+    inputs = {{"inp", randn(rng, size_t(N) * C)}, {"w", randn(rng, size_t(OC) * C, 2.0 / std::sqrt(C))}};
+    if (bias) inputs.push_back({"bias", randn(rng, OC)});
+    outputs = {{"out", Vec(size_t(N) * OC), true}, {"pre", Vec(size_t(N) * OC), true}};
+  }
+  std::string op() const override { return "matmul_gelu_forward"; }
+  std::string params() const override { return join({{"N", N_}, {"C", C_}, {"OC", OC_}}, bias_ ? "bias" : "nobias"); }
+  void run(Ctx& c) override {
+    c.be.matmul_gelu_forward(c.out[0], c.out[1], c.in[0], c.in[1], bias_ ? c.in[2] : Tensor{}, N_, C_, OC_);
+  }
+  std::vector<DVec> reference() const override {
+    const DVec pre = linear_ref(inputs[0].data, inputs[1].data, bias_ ? &inputs[2].data : nullptr, N_, C_, OC_);
+    DVec out(pre.size());
+    for (size_t i = 0; i < pre.size(); i++) out[i] = gelu_ref(pre[i]);
+    return {out, pre};
+  }
+  Tolerance tolerance(size_t o) const override {
+    const double product = 4e-7 * std::sqrt(double(C_)) + 2e-7;  // sums of C terms of ~2/sqrt(C)
+    return o == 0 ? Tolerance{kGeluSlope * product, 2e-6} : Tolerance{product, 2e-6};
+  }
+  std::vector<double> magnitude(size_t o) const override {
+    if (o != 0) return {};
+    const DVec pre = reference()[1];
+    std::vector<double> m(pre.size());
+    for (size_t i = 0; i < pre.size(); i++) m[i] = kGeluSlope * std::fabs(pre[i]);
+    return m;
+  }
+  double flops() const override { return 2.0 * N_ * C_ * OC_; }
+  double bytes() const override { return (double(N_) * C_ + double(OC_) * C_ + 2.0 * N_ * OC_) * 4; }
+
+ private:
+  int N_, C_, OC_;
+  bool bias_;
+};
+
+class MatmulGeluBackward : public OpCase {
+ public:
+  MatmulGeluBackward(Rng& rng, int N, int C, int OC, bool bias) : N_(N), C_(C), OC_(OC), bias_(bias) {
+    inputs = {{"dout", randn(rng, size_t(N) * OC)}, {"inp", randn(rng, size_t(N) * C)},
+              {"w", randn(rng, size_t(OC) * C, 1.0 / std::sqrt(C))}, {"gelu_inp", randn(rng, size_t(N) * C, 2.0)}};
+    outputs = {{"dinp", Vec(size_t(N) * C), true}, {"dw", randn(rng, size_t(OC) * C), false}};
+    if (bias) outputs.push_back({"dbias", randn(rng, OC), false});
+  }
+  std::string op() const override { return "matmul_gelu_backward"; }
+  std::string params() const override { return join({{"N", N_}, {"C", C_}, {"OC", OC_}}, bias_ ? "bias" : "nobias"); }
+  void run(Ctx& c) override {
+    c.be.matmul_gelu_backward(c.out[0], c.out[1], bias_ ? c.out[2] : Tensor{}, c.in[0], c.in[1], c.in[2], c.in[3],
+                              N_, C_, OC_);
+  }
+  std::vector<DVec> reference() const override {
+    DVec dinp, dw = to_d(outputs[1].data), db = bias_ ? to_d(outputs[2].data) : DVec();
+    linear_backward_ref(inputs[0].data, inputs[1].data, inputs[2].data, N_, C_, OC_, dinp, dw, bias_ ? &db : nullptr);
+    for (size_t i = 0; i < dinp.size(); i++) dinp[i] *= gelu_grad_ref(inputs[3].data[i]);
+    std::vector<DVec> r = {dinp, dw};
+    if (bias_) r.push_back(db);
+    return r;
+  }
+  Tolerance tolerance(size_t o) const override {
+    // as MatmulBackward's dinp, times gelu's slope; dw, dbias: sums over N rows
+    if (o == 0) return {kGeluSlope * 4e-7 * std::sqrt(double(OC_)) * std::max(1.0, std::sqrt(double(OC_) / C_)), 2e-6};
+    return {4e-7 * N_ + 1e-7, 2e-6};
+  }
+  // dinp: the product a times (|gelu'| + |x| u'(x)), the slope's cancelling terms
+  std::vector<double> magnitude(size_t o) const override {
+    if (o != 0) return {};
+    DVec a, dw(size_t(OC_) * C_, 0.0);
+    linear_backward_ref(inputs[0].data, inputs[1].data, inputs[2].data, N_, C_, OC_, a, dw, nullptr);
+    std::vector<double> m(a.size());
+    for (size_t i = 0; i < a.size(); i++) {
+      const double x = inputs[3].data[i];
+      m[i] = std::fabs(a[i]) * (kGeluSlope + std::fabs(x) * gelu_du(x));
+    }
+    return m;
+  }
+  double flops() const override { return 4.0 * N_ * C_ * OC_; }
+  double bytes() const override { return (2.0 * N_ * OC_ + double(N_) * C_ * 3 + 3.0 * OC_ * C_) * 4; }
+
+ private:
+  int N_, C_, OC_;
+  bool bias_;
+};
+
+}  // namespace
+
+bool add_fused_cases(const std::string& op, Rng& rng, std::vector<std::unique_ptr<OpCase>>& v) {
+  auto add = [&](OpCase* c) { v.emplace_back(c); };
+  if (op == "matmul_gelu_forward") {
+    add(new MatmulGeluForward(rng, 1, 1, 1, true));
+    add(new MatmulGeluForward(rng, 7, 13, 5, true));     // ld 5: the kernels' path
+    add(new MatmulGeluForward(rng, 33, 40, 64, false));  // GELU_AUX
+    add(new MatmulGeluForward(rng, 64, 96, 288, true));  // GELU_AUX_BIAS
+    return true;
+  }
+  if (op == "matmul_gelu_backward") {
+    add(new MatmulGeluBackward(rng, 1, 1, 1, true));
+    add(new MatmulGeluBackward(rng, 7, 13, 5, true));    // ld 13: the kernels' path
+    add(new MatmulGeluBackward(rng, 33, 64, 40, false)); // DGELU
+    add(new MatmulGeluBackward(rng, 64, 288, 96, true));
+    return true;
+  }
+  return false;
+}
+
+}  // namespace optest
+}  // namespace gpt2
