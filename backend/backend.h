@@ -38,6 +38,8 @@ enum class BufferRole : uint8_t {
   kActivations,  // forward activations and their gradients
   kTokens,       // int32 token ids
   kScratch,      // anything else an op needs
+  kStats,        // per-row statistics and losses (layernorm mean/rstd, per-token
+                 // losses): fp32 on every backend, whatever the storage type
 };
 
 // A view of backend-owned memory. Never dereferenced by model code.
@@ -92,7 +94,8 @@ class Backend {
                                             Tensor dembed, Tensor tokens, int N, int C,
                                             int Vp, int v0) = 0;
 
-  // out = (inp - mean) * rstd * w + b, eps 1e-5; saves mean[N], rstd[N] (fp32 semantics)
+  // out = (inp - mean) * rstd * w + b, eps 1e-5; saves mean[N], rstd[N] (kStats:
+  // fp32 tensors, so a bf16 backend keeps the statistics unrounded)
   virtual void layernorm_forward(Tensor out, Tensor mean, Tensor rstd, Tensor inp,
                                  Tensor w, Tensor b, int N, int C) = 0;
   // dinp += ..., dw += ..., db += ...
@@ -151,7 +154,7 @@ class Backend {
 
   // Fused classifier: for each of the N rows of logits[N,Vp] (only the first V
   // columns are real; the padded ones never affect anything):
-  //   losses[n] = -log softmax(logits[n,:V])[targets[n]]
+  //   losses[n] = -log softmax(logits[n,:V])[targets[n]]   (losses: kStats, fp32)
   // and when dloss != 0 the row is overwritten in place with
   //   dlogits = (softmax - onehot(target)) * dloss,  padded columns set to 0,
   // so B*T*Vp floats are materialised once. A target of kIgnoreTarget (-1, like

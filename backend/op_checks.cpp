@@ -64,8 +64,8 @@ void OpChecks::layernorm_forward(const Tensor& out, const Tensor& mean, const Te
   const char* op = "layernorm_forward";
   dims(op, {N, C});
   need_x(out, sz(N, C), op, "out");
-  need_x(mean, sz(N), op, "mean");
-  need_x(rstd, sz(N), op, "rstd");
+  need(mean, sz(N), op, "mean", 4);
+  need(rstd, sz(N), op, "rstd", 4);
   need_x(inp, sz(N, C), op, "inp");
   need_x(w, sz(C), op, "w");
   need_x(b, sz(C), op, "b");
@@ -82,8 +82,8 @@ void OpChecks::layernorm_backward(const Tensor& dinp, const Tensor& dw, const Te
   need_x(dout, sz(N, C), op, "dout");
   need_x(inp, sz(N, C), op, "inp");
   need_x(w, sz(C), op, "w");
-  need_x(mean, sz(N), op, "mean");
-  need_x(rstd, sz(N), op, "rstd");
+  need(mean, sz(N), op, "mean", 4);
+  need(rstd, sz(N), op, "rstd", 4);
 }
 
 void OpChecks::matmul_forward(const Tensor& out, const Tensor& inp, const Tensor& w, const Tensor& bias, int N,
@@ -159,7 +159,7 @@ void OpChecks::classifier(const Tensor& logits, const Tensor& losses, const Tens
   dims(op, {N, V, Vp});
   if (V > Vp) fail(op, "V " + std::to_string(V) + " exceeds padded Vp " + std::to_string(Vp));
   need_x(logits, sz(N, Vp), op, "logits");
-  need_x(losses, sz(N), op, "losses");
+  need(losses, sz(N), op, "losses", 4);
   need(targets, sz(N), op, "targets", 4);
 }
 

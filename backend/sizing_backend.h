@@ -19,7 +19,7 @@
 
 namespace gpt2 {
 
-constexpr int kNumBufferRoles = 6;
+constexpr int kNumBufferRoles = 7;
 
 // What a real backend would allocate: element bytes per BufferRole and its
 // attention buffer sizes (Backend::attention_saved_numel / _scratch_numel).

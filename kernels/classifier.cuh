@@ -11,7 +11,7 @@
 //           m = max_t m_t (block_max) and S = sum_t s_t exp(m_t - m) (fp64,
 //           block_sum). Each term is expf of a difference in [l_j - m, 0], so S
 //           is exact to fp32 rounding as with a separate max pass.
-//   loss    log S + m - l_target (fp64, stored as T; l_target read by every
+//   loss    log S + m - l_target (fp64, stored in fp32 (kStats) whatever T; l_target read by every
 //           thread before the first barrier, so no thread can have overwritten it)
 //   pass 2  (dloss != 0 only) l_j = expf(l_j - m) * (dloss / S) - dloss [j == t]
 //           for j < V, 0 for V <= j < Vp; evict-first loads and stores (last use)
@@ -38,7 +38,7 @@ namespace kern {
 constexpr int kClassifierBlock = 512;
 
 template <class T, int P>
-__global__ void classifier_kernel(T* logits, T* losses, const int* targets, int V, int Vp, float dloss) {
+__global__ void classifier_kernel(T* logits, float* losses, const int* targets, int V, int Vp, float dloss) {
   __shared__ float max_partials[kWarpSize];
   __shared__ double sum_partials[kWarpSize];
   const int row = blockIdx.x;
@@ -47,7 +47,7 @@ __global__ void classifier_kernel(T* logits, T* losses, const int* targets, int 
   const int packs_v = (V + P - 1) / P;      // those holding a real column
   const int target = targets[row];
   if (target == kIgnoreTarget) {  // outside the loss; uniform per block, so no barrier is skipped unevenly
-    if (threadIdx.x == 0) losses[row] = from_float<T>(0.0f);
+    if (threadIdx.x == 0) losses[row] = 0.0f;
     if (dloss != 0.0f) {
       float zeros[P];
       for (int k = 0; k < P; k++) zeros[k] = 0.0f;
@@ -78,8 +78,7 @@ __global__ void classifier_kernel(T* logits, T* losses, const int* targets, int 
   s *= exp(static_cast<double>(m) - static_cast<double>(mx));
   const double sum = block_sum(s, sum_partials);
   if (threadIdx.x == 0)
-    losses[row] = from_float<T>(static_cast<float>(log(sum) + static_cast<double>(mx) -
-                                                   static_cast<double>(l_target)));
+    losses[row] = static_cast<float>(log(sum) + static_cast<double>(mx) - static_cast<double>(l_target));
   if (dloss == 0.0f) return;
   // pass 2: the gradient, in place
   const float scale = static_cast<float>(static_cast<double>(dloss) / sum);
@@ -112,7 +111,7 @@ bool classifier_packs(const T* logits, int Vp) {
 }
 
 template <class T>
-void classifier_forward_backward(T* logits, T* losses, const int* targets, int N, int V, int Vp,
+void classifier_forward_backward(T* logits, float* losses, const int* targets, int N, int V, int Vp,
                                  float dloss, cudaStream_t stream) {
   if (classifier_packs(logits, Vp)) {
     auto kernel = classifier_kernel<T, kPack<T>>;

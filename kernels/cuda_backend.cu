@@ -234,7 +234,7 @@ class CudaBackend final : public Backend {
     checks_.layernorm_forward(out, mean, rstd, inp, w, b, N, C);
     dispatch("layernorm_forward", [&](auto tag) {
       using X = decltype(tag);
-      kern::layernorm_forward<X>(as<X>(out), as<X>(mean), as<X>(rstd), as<X>(inp), as<X>(w),
+      kern::layernorm_forward<X>(as<X>(out), as<float>(mean), as<float>(rstd), as<X>(inp), as<X>(w),
                                  as<X>(b), N, C, stream_);
     });
   }
@@ -245,7 +245,7 @@ class CudaBackend final : public Backend {
     dispatch("layernorm_backward", [&](auto tag) {
       using X = decltype(tag);
       kern::layernorm_backward<X>(as<X>(dinp), as<X>(dw), as<X>(db), scratch, as<X>(dout),
-                                  as<X>(inp), as<X>(w), as<X>(mean), as<X>(rstd), N, C, stream_);
+                                  as<X>(inp), as<X>(w), as<float>(mean), as<float>(rstd), N, C, stream_);
     });
   }
 
@@ -370,7 +370,7 @@ class CudaBackend final : public Backend {
     checks_.classifier(logits, losses, targets, N, V, Vp);
     dispatch("classifier_forward_backward", [&](auto tag) {
       using X = decltype(tag);
-      kern::classifier_forward_backward<X>(as<X>(logits), as<X>(losses), i32(targets), N, V, Vp,
+      kern::classifier_forward_backward<X>(as<X>(logits), as<float>(losses), i32(targets), N, V, Vp,
                                            dloss, stream_);
     });
   }

@@ -26,8 +26,8 @@
 //           the run order or the GPU. Traffic: read dout, inp, dinp, write dinp
 //           (one pass; the second read of a row hits L1), plus 4 G C floats.
 //           C > kLnSmemMaxC: the accumulators live in scratch (global), W = 1.
-// T (float or __nv_bfloat16) is the storage type of every argument, mean and
-// rstd included (the model allocates them as activations); math is fp32.
+// T (float or __nv_bfloat16) is the storage type of every argument but mean and
+// rstd, which are fp32 (kStats) whatever T; math is fp32.
 #ifndef KERNELS_LAYERNORM_CUH
 #define KERNELS_LAYERNORM_CUH
 
@@ -40,7 +40,7 @@ namespace kern {
 constexpr float kLayernormEps = 1e-5f;
 
 template <class T, int P>
-__global__ void layernorm_forward_kernel(T* out, T* mean, T* rstd, const T* inp, const T* w,
+__global__ void layernorm_forward_kernel(T* out, float* mean, float* rstd, const T* inp, const T* w,
                                          const T* b, int N, int C) {
   const int lane = threadIdx.x % kWarpSize;
   const int row = blockIdx.x * (blockDim.x / kWarpSize) + threadIdx.x / kWarpSize;
@@ -70,8 +70,8 @@ __global__ void layernorm_forward_kernel(T* out, T* mean, T* rstd, const T* inp,
     store_floats<P>(o + c, v);
   }
   if (lane == 0) {
-    mean[row] = from_float<T>(m);
-    rstd[row] = from_float<T>(s);
+    mean[row] = m;
+    rstd[row] = s;
   }
 }
 
@@ -138,8 +138,8 @@ __device__ inline void layernorm_backward_row(T* dinp, float* dw_acc, float* db_
 // floats of scratch for C too large for shared memory.
 template <class T, int P>
 __global__ void layernorm_backward_kernel(T* dinp, float* partials, float* global_acc,
-                                          const T* dout, const T* inp, const T* w, const T* mean,
-                                          const T* rstd, int N, int C, int rows_per_block) {
+                                          const T* dout, const T* inp, const T* w, const float* mean,
+                                          const float* rstd, int N, int C, int rows_per_block) {
   DYNAMIC_SHARED(float, smem_acc);
   const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
   const int warps = blockDim.x / kWarpSize;
@@ -154,7 +154,7 @@ __global__ void layernorm_backward_kernel(T* dinp, float* partials, float* globa
   for (int r = r0 + warp; r < r1; r += warps) {
     const size_t base = static_cast<size_t>(r) * C;
     layernorm_backward_row<T, P>(dinp + base, dw_acc, db_acc, dout + base, inp + base, w,
-                                 to_float(mean[r]), to_float(rstd[r]), C, lane);
+                                 mean[r], rstd[r], C, lane);
   }
   __syncthreads();
   for (int c = threadIdx.x; c < C; c += blockDim.x) {
@@ -213,7 +213,7 @@ inline size_t layernorm_backward_scratch_floats(int N, int C) {
 }
 
 template <class T>
-void layernorm_forward(T* out, T* mean, T* rstd, const T* inp, const T* w, const T* b, int N,
+void layernorm_forward(T* out, float* mean, float* rstd, const T* inp, const T* w, const T* b, int N,
                        int C, cudaStream_t stream) {
   const int block = 256, rows_per_block = block / kWarpSize;
   constexpr int P = kPack<T>;
@@ -226,7 +226,7 @@ void layernorm_forward(T* out, T* mean, T* rstd, const T* inp, const T* w, const
 // scratch: layernorm_backward_scratch_floats(N, C) floats
 template <class T>
 void layernorm_backward(T* dinp, T* dw, T* db, float* scratch, const T* dout, const T* inp,
-                        const T* w, const T* mean, const T* rstd, int N, int C,
+                        const T* w, const float* mean, const float* rstd, int N, int C,
                         cudaStream_t stream) {
   const int blocks = layernorm_backward_blocks(N), warps = layernorm_backward_warps(C);
   const int rows_per_block = static_cast<int>(ceil_div(N, blocks));

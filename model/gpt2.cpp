@@ -131,8 +131,8 @@ void GPT2::allocate_activations() {
   const size_t ln_layers = recompute_ln_ ? 1 : L;
   a.encoded = take(N * C);
   a.ln1 = take(ln_layers * N * C);
-  a.ln1_mean = take(L * N);
-  a.ln1_rstd = take(L * N);
+  a.ln1_mean = take(L * N, BufferRole::kStats);
+  a.ln1_rstd = take(L * N, BufferRole::kStats);
   a.qkv = take(L * N * 3 * C);
   a.atty = take(L * N * C);
   a.att_saved = take(L * backend_.attention_saved_numel(B_, T_, cfg_.num_heads));
@@ -142,17 +142,17 @@ void GPT2::allocate_activations() {
   a.fcproj = a.attproj;
   a.residual2 = take(L * N * C);
   a.ln2 = recompute_ln_ ? a.ln1 : take(L * N * C);
-  a.ln2_mean = take(L * N);
-  a.ln2_rstd = take(L * N);
+  a.ln2_mean = take(L * N, BufferRole::kStats);
+  a.ln2_rstd = take(L * N, BufferRole::kStats);
   a.fch = take(L * N * 4 * C);
   // --recompute 1: one layer's GELU output, recomputed from fch in the backward
   // (saves (L-1)*B*T*4C elements, the largest activation after the logits).
   a.fch_gelu = take((recompute_gelu_ ? 1 : L) * N * 4 * C);
   a.residual3 = take(L * N * C);
   a.lnf = take(N * C);
-  a.lnf_mean = take(N);
-  a.lnf_rstd = take(N);
-  a.losses = take(N);
+  a.lnf_mean = take(N, BufferRole::kStats);
+  a.lnf_rstd = take(N, BufferRole::kStats);
+  a.losses = take(N, BufferRole::kStats);
   a.logits = take(N * Vp);
   a.tokens = take(N, BufferRole::kTokens);
   a.targets = take(N, BufferRole::kTokens);
@@ -404,7 +404,7 @@ void GPT2::begin_deferred_losses(int forwards) {
       owned_.erase(std::find_if(owned_.begin(), owned_.end(), [&](const Tensor& t) { return t.ptr == loss_slots_.ptr; }));
       activation_bytes_ -= loss_slots_.bytes();
     }
-    loss_slots_ = backend_.alloc(need, BufferRole::kActivations);
+    loss_slots_ = backend_.alloc(need, BufferRole::kStats);
     owned_.push_back(loss_slots_);
     activation_bytes_ += loss_slots_.bytes();
   }

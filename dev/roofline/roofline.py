@@ -194,17 +194,20 @@ def memory_table(c):
         scratch_e = 4
     g = L if c.recompute < 1 else 1           # fch_gelu layers kept (--recompute 1)
     lnl = L if c.recompute < 2 else 1         # ln1 layers kept; ln2 shares it at --recompute 2
-    acts = [("encoded", N * C), ("ln1" if lnl == L else "ln1 = ln2 (one layer)", lnl * N * C),
-            ("ln1_mean", L * N), ("ln1_rstd", L * N),
-            ("qkv", L * N * 3 * C), ("atty", L * N * C), ("att_saved", L * saved),
-            ("attproj = fcproj = dln (one layer)", N * C), ("residual2", L * N * C)]
+    # layernorm statistics and per-token losses are kStats: fp32 whatever the storage type
+    st = 4
+    acts = [("encoded", N * C, s), ("ln1" if lnl == L else "ln1 = ln2 (one layer)", lnl * N * C, s),
+            ("ln1_mean (fp32)", L * N, st), ("ln1_rstd (fp32)", L * N, st),
+            ("qkv", L * N * 3 * C, s), ("atty", L * N * C, s), ("att_saved", L * saved, s),
+            ("attproj = fcproj = dln (one layer)", N * C, s), ("residual2", L * N * C, s)]
     if lnl == L:
-        acts.append(("ln2", L * N * C))
-    acts += [("ln2_mean", L * N), ("ln2_rstd", L * N), ("fch", L * N * 4 * C), ("fch_gelu", g * N * 4 * C),
-             ("residual3", L * N * C), ("lnf", N * C), ("lnf_mean", N),
-             ("lnf_rstd", N), ("losses", N), ("logits", N * Vp)]
-    for name, n in acts:
-        rows.append(("activations", name, n, s))
+        acts.append(("ln2", L * N * C, s))
+    acts += [("ln2_mean (fp32)", L * N, st), ("ln2_rstd (fp32)", L * N, st), ("fch", L * N * 4 * C, s),
+             ("fch_gelu", g * N * 4 * C, s), ("residual3", L * N * C, s), ("lnf", N * C, s),
+             ("lnf_mean (fp32)", N, st), ("lnf_rstd (fp32)", N, st), ("losses (fp32)", N, st),
+             ("logits", N * Vp, s)]
+    for name, n, e in acts:
+        rows.append(("activations", name, n, e))
     rows.append(("activations", "tokens (int32)", N, 4))
     rows.append(("activations", "targets (int32)", N, 4))
     # Backward scratch: carved from the logits buffer, largest first, while it

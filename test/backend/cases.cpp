@@ -45,7 +45,9 @@ class LayernormForward : public OpCase {
       for (int n = 0; n < N; n += 2)
         for (int c = 0; c < C; c++) x[size_t(n) * C + c] = 1.5f;
     inputs = {{"inp", x}, {"w", randn(rng, C, 1.0, 1.0)}, {"b", randn(rng, C)}};
-    outputs = {{"out", Vec(size_t(N) * C), true}, {"mean", Vec(N), true}, {"rstd", Vec(N), true}};
+    outputs = {{"out", Vec(size_t(N) * C), true},
+               {"mean", Vec(N), true, BufferRole::kStats},
+               {"rstd", Vec(N), true, BufferRole::kStats}};
   }
   std::string op() const override { return "layernorm_forward"; }
   std::string params() const override { return join({{"N", N_}, {"C", C_}}, constant_ ? "constant_rows" : ""); }
@@ -79,7 +81,8 @@ class LayernormBackward : public OpCase {
     layernorm_stats(x, N, C, mean, rstd);
     // The saved statistics as an fp32 forward would have stored them.
     inputs = {{"dout", randn(rng, size_t(N) * C)}, {"inp", x}, {"w", randn(rng, C, 1.0, 1.0)},
-              {"mean", Vec(mean.begin(), mean.end())}, {"rstd", Vec(rstd.begin(), rstd.end())}};
+              {"mean", Vec(mean.begin(), mean.end()), true, BufferRole::kStats},
+              {"rstd", Vec(rstd.begin(), rstd.end()), true, BufferRole::kStats}};
     outputs = {{"dinp", randn(rng, size_t(N) * C), false}, {"dw", randn(rng, C), false},
                {"db", randn(rng, C), false}};
   }
@@ -455,7 +458,7 @@ class Classifier : public OpCase {
         for (int j = 0; j < V; j++) logits[size_t(n) * Vp + j] = 1e30f;
       }
     tokens = {tg};
-    outputs = {{"logits", logits, false}, {"losses", Vec(N), true}};
+    outputs = {{"logits", logits, false}, {"losses", Vec(N), true, BufferRole::kStats}};
   }
   std::string op() const override { return "classifier_forward_backward"; }
   std::string params() const override {

@@ -125,7 +125,7 @@ struct Setup {
 void setup(OpCase& c, Setup& s) {
   Backend& be = s.ctx.be;
   for (const HostArray& a : c.inputs) {
-    s.ctx.guarded.push_back(make_guarded(be, a.data, BufferRole::kActivations));
+    s.ctx.guarded.push_back(make_guarded(be, a.data, a.role));
     s.ctx.in.push_back(s.ctx.guarded.back().view);
   }
   for (const auto& t : c.tokens) {
@@ -142,7 +142,7 @@ void setup(OpCase& c, Setup& s) {
   for (const HostArray& a : c.outputs) {
     std::vector<float> init = a.data;
     if (a.overwritten) std::fill(init.begin(), init.end(), kPoison);
-    s.ctx.guarded.push_back(make_guarded(be, init, BufferRole::kActivations));
+    s.ctx.guarded.push_back(make_guarded(be, init, a.role));
     s.ctx.out.push_back(s.ctx.guarded.back().view);
   }
   s.n_in = c.inputs.size();

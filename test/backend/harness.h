@@ -70,6 +70,7 @@ struct HostArray {
   std::string name;
   std::vector<float> data;
   bool overwritten = true;  // outputs only
+  BufferRole role = BufferRole::kActivations;  // kStats: fp32 on every backend
 };
 
 class Ctx;

@@ -173,7 +173,7 @@ TEST(Errors, BadArgumentsThrowNamingTheOp) {
   EXPECT_THROW(be->attention_forward(out, saved, qkv, 1, 2, 8, 3), std::runtime_error);
   // Target outside [0, V).
   Tensor logits = be->alloc(2 * 8, BufferRole::kActivations);
-  Tensor losses = be->alloc(2, BufferRole::kActivations);
+  Tensor losses = be->alloc(2, BufferRole::kStats);
   EXPECT_THROW(be->classifier_forward_backward(logits, losses, tok, 2, 4, 8, 1.0f),
                std::runtime_error);
   for (Tensor t : {wte, wpe, out, tok, qkv, saved, logits, losses}) be->free(t);

@@ -93,6 +93,19 @@ double ulp_bf16(double x) {
   return std::ldexp(1.0, e - 8);
 }
 
+double ulp_fp32(double x) {
+  x = std::fabs(x);
+  if (!(x >= 0x1p-126)) return 0x1p-149;
+  int e;
+  std::frexp(x, &e);
+  return std::ldexp(1.0, e - 24);
+}
+
+namespace {
+double stored(double x, bool fp32) { return fp32 ? double(static_cast<float>(x)) : round_bf16(x); }
+double ulp_of(double x, bool fp32) { return fp32 ? ulp_fp32(x) : ulp_bf16(x); }
+}  // namespace
+
 // ---- encoder (kernels/encoder.cuh) ------------------------------------------------------------
 std::vector<Output> encoder_forward(const std::vector<int32_t>& tokens, const Vec& wte, const Vec& wpe, int B,
                                     int T, int C) {
@@ -141,6 +154,7 @@ std::vector<Output> encoder_backward(const Vec& dwte_old, const Vec& dwpe_old, c
 std::vector<Output> layernorm_forward(const Vec& inp, const Vec& w, const Vec& b, int N, int C) {
   const double eps = 1e-5f;  // kLayernormEps, an fp32 constant
   Output out = make("out", size_t(N) * C), mean = make("mean", N), rstd = make("rstd", N);
+  mean.fp32 = rstd.fp32 = true;  // kStats
   for (int n = 0; n < N; n++) {
     const float* x = &inp[size_t(n) * C];
     double sum = 0, sum_abs = 0;
@@ -650,13 +664,14 @@ std::vector<Output> scale(const Vec& x, float s) {
 }
 
 // ---- classifier (kernels/classifier.cuh) ---------------------------------------------------------
-// S = sum_j expf(l_j - m) in fp64; loss = log S + m - l_t (fp64, then fp32, then bf16);
+// S = sum_j expf(l_j - m) in fp64; loss = log S + m - l_t (fp64, then fp32, stored so);
 // (the kernel takes each expf relative to a thread's running max m' <= m and rescales
 // its sum by exp(m' - m) in fp64: |l_j - m'| <= |l_j - m|, so the per-term bound holds)
 // dlogits_j = expf(l_j - m) * fp32(dloss / S) - dloss [j == t], padded columns 0.
 std::vector<Output> classifier(const Vec& logits, const std::vector<int32_t>& targets, int N, int V, int Vp,
                                float dloss) {
   Output dl = make("logits", logits.size()), losses = make("losses", N);
+  losses.fp32 = true;  // kStats
   for (size_t i = 0; i < logits.size(); i++) dl.value[i] = logits[i];  // dloss == 0: untouched
   DVec p(V);
   for (int n = 0; n < N; n++) {
@@ -699,12 +714,12 @@ std::vector<Output> classifier(const Vec& logits, const std::vector<int32_t>& ta
 }
 
 // ---- the check ---------------------------------------------------------------------------------
-double check_element(double got, double value, double delta) {
+double check_element(double got, double value, double delta, bool fp32) {
   constexpr double kInf = std::numeric_limits<double>::infinity();
   if (std::isnan(value)) return std::isnan(got) ? 0.0 : kInf;
   if (std::isinf(value)) return got == value ? 0.0 : kInf;
   if (!std::isfinite(got)) return kInf;
-  return std::fabs(got - value) / (delta + 0.5 * ulp_bf16(std::fabs(value) + delta));
+  return std::fabs(got - value) / (delta + 0.5 * ulp_of(std::fabs(value) + delta, fp32));
 }
 
 void Stats::add(const Stats& o) {
@@ -723,20 +738,20 @@ Stats compare(const Vec& got, const Output& ref, const std::string& what, std::s
   st.elements = got.size();
   int reported = 0;
   for (size_t i = 0; i < got.size(); i++) {
-    const double v = ref.value[i], ratio = check_element(got[i], v, ref.delta[i]);
+    const double v = ref.value[i], ratio = check_element(got[i], v, ref.delta[i], ref.fp32);
     if (std::isfinite(v) && std::isfinite(ratio)) {
       st.worst_ratio = std::max(st.worst_ratio, ratio);
-      const double r = round_bf16(v);
+      const double r = stored(v, ref.fp32);
       if (double(got[i]) != r) st.flips++;
-      st.worst_ulps = std::max(st.worst_ulps, std::fabs(got[i] - r) / ulp_bf16(v));
+      st.worst_ulps = std::max(st.worst_ulps, std::fabs(got[i] - r) / ulp_of(v, ref.fp32));
     }
     if (ratio > 1.0) {
       st.failures++;
       if (problems && reported++ < max_reports) {
         std::ostringstream s;
         s.precision(9);
-        s << "  " << what << "[" << i << "]: got " << got[i] << ", reference " << v << " (bf16 "
-          << round_bf16(v) << ", fp32 allowance " << ref.delta[i] << ", ulp " << ulp_bf16(v) << "): " << ratio
+        s << "  " << what << "[" << i << "]: got " << got[i] << ", reference " << v << (ref.fp32 ? " (fp32 " : " (bf16 ")
+          << stored(v, ref.fp32) << ", fp32 allowance " << ref.delta[i] << ", ulp " << ulp_of(v, ref.fp32) << "): " << ratio
           << "x the bound\n";
         *problems += s.str();
       }

@@ -48,6 +48,7 @@ struct Output {
   std::string name;
   std::vector<double> value;  // exact, before the kernel's final rounding
   std::vector<double> delta;  // allowance for the kernel's fp32 error (>= 0)
+  bool fp32 = false;          // stored in fp32 (kStats: layernorm mean/rstd, losses), not bf16
 };
 
 // Per op: the reference outputs, in the order of the Backend call's output
@@ -91,10 +92,14 @@ std::vector<Output> classifier(const std::vector<float>& logits, const std::vect
                                int V, int Vp, float dloss);
 std::vector<Output> scale(const std::vector<float>& x, float s);
 
+// Spacing of fp32 numbers at |x| (24 significant bits).
+double ulp_fp32(double x);
+
 // The per-element check. Returns the ratio |got - value| / tolerance (<= 1
 // passes); infinity for a NaN/Inf mismatch (NaN value: got must be NaN; +-Inf:
-// got must be the same Inf).
-double check_element(double got, double value, double delta);
+// got must be the same Inf). fp32: an fp32-stored output (half an fp32 ulp
+// instead of a bf16 one).
+double check_element(double got, double value, double delta, bool fp32 = false);
 
 struct Stats {
   size_t elements = 0;

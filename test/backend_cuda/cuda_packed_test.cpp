@@ -147,8 +147,8 @@ TEST(CudaPacked, ElementwiseKernelsGiveTheScalarBits) {
 std::vector<std::vector<float>> layernorm_run(Backend& be, size_t offset, int N, int C) {
   Arrays a(be, offset);
   Tensor inp = a.add(randn(size_t(N) * C, 11, 2.0f)), w = a.add(randn(C, 12)), b = a.add(randn(C, 13));
-  Tensor out = a.add(std::vector<float>(size_t(N) * C)), mean = a.add(std::vector<float>(N));
-  Tensor rstd = a.add(std::vector<float>(N));
+  Tensor out = a.add(std::vector<float>(size_t(N) * C)), mean = a.add(std::vector<float>(N), BufferRole::kStats);
+  Tensor rstd = a.add(std::vector<float>(N), BufferRole::kStats);
   be.layernorm_forward(out, mean, rstd, inp, w, b, N, C);
   Tensor dinp = a.add(randn(size_t(N) * C, 14)), dw = a.add(randn(C, 15)), db = a.add(randn(C, 16));
   Tensor dout = a.add(randn(size_t(N) * C, 17));
