@@ -151,6 +151,15 @@ class Backend {
 
   // out = a + b (out may alias a)
   virtual void residual_forward(Tensor out, Tensor a, Tensor b, size_t n) = 0;
+  // residual[N,C] = a + b, then out = layernorm(residual) with mean, rstd, w,
+  // bias as layernorm_forward: the residual stream's add and the next
+  // layernorm in one call (residual may alias a). The normalisation reads the
+  // stored sum, so the results are those of the two ops. Default: the two ops.
+  virtual void residual_layernorm_forward(Tensor residual, Tensor out, Tensor mean, Tensor rstd, Tensor a, Tensor b,
+                                          Tensor w, Tensor bias, int N, int C) {
+    residual_forward(residual, a, b, static_cast<size_t>(N) * C);
+    layernorm_forward(out, mean, rstd, residual, w, bias, N, C);
+  }
 
   // Fused classifier: for each of the N rows of logits[N,Vp] (only the first V
   // columns are real; the padded ones never affect anything):

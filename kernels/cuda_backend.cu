@@ -249,6 +249,17 @@ class CudaBackend final : public Backend {
     });
   }
 
+  void residual_layernorm_forward(Tensor residual, Tensor out, Tensor mean, Tensor rstd, Tensor a, Tensor b,
+                                  Tensor w, Tensor bias, int N, int C) override {
+    checks_.residual_forward(residual, a, b, static_cast<size_t>(N) * C);
+    checks_.layernorm_forward(out, mean, rstd, residual, w, bias, N, C);
+    dispatch("residual_layernorm_forward", [&](auto tag) {
+      using X = decltype(tag);
+      kern::residual_layernorm_forward<X>(as<X>(residual), as<X>(out), as<float>(mean), as<float>(rstd), as<X>(a),
+                                          as<X>(b), as<X>(w), as<X>(bias), N, C, stream_);
+    });
+  }
+
   void matmul_forward(Tensor out, Tensor inp, Tensor w, Tensor bias, int N, int C,
                       int OC) override {
     checks_.matmul_forward(out, inp, w, bias, N, C, OC);

@@ -10,6 +10,9 @@
 //           two-pass form avoids E[x^2] - E[x]^2 cancellation), then the
 //           normalised output (the last read of x streams: __ldcs). Saves mean
 //           and rstd per row. Traffic: read N*C, write N*C (re-reads hit L1/L2).
+//           residual_layernorm_forward: the residual add before it, same warp
+//           and row (the residual stream's sum is written and normalised in one
+//           kernel, the model's residual2/ln2 and residual3/next ln1).
 // backward  one pass over the rows, then a small reduction, deterministic:
 //   main      grid G(N) blocks of W(C) warps, block g owns a contiguous range of
 //             rows, warp w of it rows w, w + W, ...; per row, with g = w * dout
@@ -39,13 +42,10 @@ namespace kern {
 
 constexpr float kLayernormEps = 1e-5f;
 
+// One row by one warp: x and o point at the row.
 template <class T, int P>
-__global__ void layernorm_forward_kernel(T* out, float* mean, float* rstd, const T* inp, const T* w,
-                                         const T* b, int N, int C) {
-  const int lane = threadIdx.x % kWarpSize;
-  const int row = blockIdx.x * (blockDim.x / kWarpSize) + threadIdx.x / kWarpSize;
-  if (row >= N) return;  // whole warps leave together
-  const T* x = inp + static_cast<size_t>(row) * C;
+__device__ inline void layernorm_forward_row(T* o, float* mean, float* rstd, const T* x, const T* w, const T* b,
+                                             int C, int row, int lane) {
   float sum = 0.0f;
   for (int c = lane * P; c < C; c += kWarpSize * P) {
     float v[P];
@@ -60,7 +60,6 @@ __global__ void layernorm_forward_kernel(T* out, float* mean, float* rstd, const
     for (int k = 0; k < P; k++) var += (v[k] - m) * (v[k] - m);
   }
   const float s = 1.0f / sqrtf(warp_sum(var) / C + kLayernormEps);
-  T* o = out + static_cast<size_t>(row) * C;
   for (int c = lane * P; c < C; c += kWarpSize * P) {
     float v[P], wv[P], bv[P];
     load_floats<P, true>(v, x + c);
@@ -73,6 +72,38 @@ __global__ void layernorm_forward_kernel(T* out, float* mean, float* rstd, const
     mean[row] = m;
     rstd[row] = s;
   }
+}
+
+template <class T, int P>
+__global__ void layernorm_forward_kernel(T* out, float* mean, float* rstd, const T* inp, const T* w,
+                                         const T* b, int N, int C) {
+  const int lane = threadIdx.x % kWarpSize;
+  const int row = blockIdx.x * (blockDim.x / kWarpSize) + threadIdx.x / kWarpSize;
+  if (row >= N) return;  // whole warps leave together
+  const size_t off = static_cast<size_t>(row) * C;
+  layernorm_forward_row<T, P>(out + off, mean, rstd, inp + off, w, b, C, row, lane);
+}
+
+// residual = a + b rounded to T (residual_forward's arithmetic), then the
+// layernorm of the stored sum with layernorm_forward_row: the bits of the two
+// ops. A lane re-reads only the columns it wrote itself (the same lane mapping),
+// so no barrier is needed and the re-reads hit L1/L2. Traffic: read a, b, write
+// residual, out: one read of the residual stream less than the two kernels.
+template <class T, int P>
+__global__ void residual_layernorm_forward_kernel(T* residual, T* out, float* mean, float* rstd, const T* a,
+                                                  const T* b, const T* w, const T* bias, int N, int C) {
+  const int lane = threadIdx.x % kWarpSize;
+  const int row = blockIdx.x * (blockDim.x / kWarpSize) + threadIdx.x / kWarpSize;
+  if (row >= N) return;
+  const size_t off = static_cast<size_t>(row) * C;
+  for (int c = lane * P; c < C; c += kWarpSize * P) {
+    float x[P], y[P];
+    load_floats<P, true>(x, a + off + c);
+    load_floats<P, true>(y, b + off + c);
+    for (int k = 0; k < P; k++) x[k] += y[k];
+    store_floats<P>(residual + off + c, x);
+  }
+  layernorm_forward_row<T, P>(out + off, mean, rstd, residual + off, w, bias, C, row, lane);
 }
 
 // acc[0..P) += v[0..P): 128-bit shared-memory accesses when P % 4 == 0 (acc is then
@@ -221,6 +252,20 @@ void layernorm_forward(T* out, float* mean, float* rstd, const T* inp, const T* 
                                                : layernorm_forward_kernel<T, 1>;
   LAUNCH_KERNEL(kernel, ceil_div(N, rows_per_block), block, 0, stream, out, mean, rstd, inp, w,
                 b, N, C);
+}
+
+// Packed when every pointer allows it: then, as layernorm_forward on `residual`
+// packs too, the fused op has the two ops' bits (a misaligned a or b alone gives
+// the scalar kernel, whose sums may differ from the packed ones in the last bits).
+template <class T>
+void residual_layernorm_forward(T* residual, T* out, float* mean, float* rstd, const T* a, const T* b, const T* w,
+                                const T* bias, int N, int C, cudaStream_t stream) {
+  const int block = 256, rows_per_block = block / kWarpSize;
+  constexpr int P = kPack<T>;
+  auto kernel = can_pack(C, P, residual, out, a, b, w, bias) ? residual_layernorm_forward_kernel<T, P>
+                                                             : residual_layernorm_forward_kernel<T, 1>;
+  LAUNCH_KERNEL(kernel, ceil_div(N, rows_per_block), block, 0, stream, residual, out, mean, rstd, a, b, w, bias,
+                N, C);
 }
 
 // scratch: layernorm_backward_scratch_floats(N, C) floats

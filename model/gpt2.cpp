@@ -305,14 +305,12 @@ Tensor GPT2::grad_view(int t, int l) const {
 
 // ---------------------------------------------------------------- forward
 
-float GPT2::forward(const int32_t* inputs, const int32_t* targets, int B, int T,
-                    bool prepare_backward, float dloss_scale) {
+void GPT2::check_batch(const int32_t* inputs, const int32_t* targets, int B, int T) const {
   if (B < 1 || B > B_ || T < 1 || T > T_)
     throw std::runtime_error("forward: batch " + std::to_string(B) + "x" + std::to_string(T) +
                              " outside the allocated " + std::to_string(B_) + "x" + std::to_string(T_));
-  const int C = cfg_.channels, L = cfg_.num_layers, NH = cfg_.num_heads;
-  const int V = cfg_.vocab_size, Vp = cfg_.padded_vocab_size;
-  const size_t N = static_cast<size_t>(B) * T, Nmax = static_cast<size_t>(B_) * T_;
+  const int V = cfg_.vocab_size;
+  const size_t N = static_cast<size_t>(B) * T;
   for (size_t i = 0; i < N; i++) {
     if (inputs[i] < 0 || inputs[i] >= V)
       throw std::runtime_error("forward: input token " + std::to_string(inputs[i]) + " at position " +
@@ -324,52 +322,85 @@ float GPT2::forward(const int32_t* inputs, const int32_t* targets, int B, int T,
                                std::to_string(V) + ") and is not the ignore id " +
                                std::to_string(kIgnoreTarget));
   }
+}
+
+float GPT2::forward(const int32_t* inputs, const int32_t* targets, int B, int T,
+                    bool prepare_backward, float dloss_scale) {
+  check_batch(inputs, targets, B, T);
   cur_B_ = B;
   cur_T_ = T;
+  const size_t N = static_cast<size_t>(B) * T;
+  backend_.upload_tokens(acts_.tokens.slice(0, N), inputs);
+  forward_layers();
+  // lm_head is tied to wte: logits = lnf @ wte^T over the padded vocabulary.
+  backend_.matmul_forward(acts_.logits.slice(0, N * cfg_.padded_vocab_size), acts_.lnf.slice(0, N * cfg_.channels),
+                          param(kWte), Tensor{}, N, cfg_.channels, cfg_.padded_vocab_size);
+  loss_sum_ = 0.0;
+  loss_count_ = 0;
+  if (!targets) return 0.0f;
+  return forward_loss(targets, prepare_backward, dloss_scale);
+}
+
+// The embedding, the L blocks and lnf on the uploaded tokens of the current batch.
+// Each residual add runs with the layernorm that reads its sum (ln2; the next
+// layer's ln1, or lnf after the last layer).
+void GPT2::forward_layers() {
+  const int B = cur_B_, T = cur_T_;
+  const int C = cfg_.channels, L = cfg_.num_layers, NH = cfg_.num_heads;
+  const size_t N = static_cast<size_t>(B) * T, Nmax = static_cast<size_t>(B_) * T_;
   Backend& be = backend_;
   Activations& a = acts_;
-  Tensor tokens = a.tokens.slice(0, N);
-  be.upload_tokens(tokens, inputs);
-
   // Per-layer activation slices use the allocated (max) stride so one buffer
   // serves any smaller batch.
   auto layer = [&](Tensor t, int l, size_t per_row) { return t.slice(l * Nmax * per_row, N * per_row); };
   auto pl = [&](int t, int l) { return params_.slice(layout_.layer_offset(t, l), layout_.layer_numel(t)); };
   const size_t saved_stride = be.attention_saved_numel(B_, T_, NH);
   const size_t saved_numel = be.attention_saved_numel(B, T, NH);
+  struct Norm {
+    Tensor out, mean, rstd, w, b;
+  };
+  auto ln1_of = [&](int l) {
+    return Norm{layer(a.ln1, recompute_ln_ ? 0 : l, C), layer(a.ln1_mean, l, 1), layer(a.ln1_rstd, l, 1),
+                pl(kLn1w, l), pl(kLn1b, l)};
+  };
+  const Norm final_norm{a.lnf.slice(0, N * C), a.lnf_mean.slice(0, N), a.lnf_rstd.slice(0, N), param(kLnfw),
+                        param(kLnfb)};
 
-  be.encoder_forward(a.encoded.slice(0, N * C), tokens, param(kWte), param(kWpe), B, T, C);
+  be.encoder_forward(a.encoded.slice(0, N * C), a.tokens.slice(0, N), param(kWte), param(kWpe), B, T, C);
+  const Norm first = ln1_of(0);
+  be.layernorm_forward(first.out, first.mean, first.rstd, a.encoded.slice(0, N * C), first.w, first.b, N, C);
   for (int l = 0; l < L; l++) {
     Tensor residual = l == 0 ? a.encoded.slice(0, N * C) : layer(a.residual3, l - 1, C);
     const int ln_l = recompute_ln_ ? 0 : l;
-    Tensor ln1 = layer(a.ln1, ln_l, C), ln1_mean = layer(a.ln1_mean, l, 1), ln1_rstd = layer(a.ln1_rstd, l, 1);
+    Tensor ln1 = layer(a.ln1, ln_l, C);
     Tensor qkv = layer(a.qkv, l, 3 * C), atty = layer(a.atty, l, C);
     Tensor saved = a.att_saved.slice(l * saved_stride, saved_numel);
     Tensor attproj = a.attproj.slice(0, N * C), residual2 = layer(a.residual2, l, C);
     Tensor ln2 = layer(a.ln2, ln_l, C), ln2_mean = layer(a.ln2_mean, l, 1), ln2_rstd = layer(a.ln2_rstd, l, 1);
     Tensor fch = layer(a.fch, l, 4 * C), fch_gelu = layer(a.fch_gelu, recompute_gelu_ ? 0 : l, 4 * C);
     Tensor fcproj = a.fcproj.slice(0, N * C), residual3 = layer(a.residual3, l, C);
+    const Norm next = l + 1 < L ? ln1_of(l + 1) : final_norm;
 
-    be.layernorm_forward(ln1, ln1_mean, ln1_rstd, residual, pl(kLn1w, l), pl(kLn1b, l), N, C);
     be.matmul_forward(qkv, ln1, pl(kQkvw, l), pl(kQkvb, l), N, C, 3 * C);
     be.attention_forward(atty, saved, qkv, B, T, C, NH);
     be.matmul_forward(attproj, atty, pl(kAttprojw, l), pl(kAttprojb, l), N, C, C);
-    be.residual_forward(residual2, residual, attproj, N * C);
-    be.layernorm_forward(ln2, ln2_mean, ln2_rstd, residual2, pl(kLn2w, l), pl(kLn2b, l), N, C);
+    be.residual_layernorm_forward(residual2, ln2, ln2_mean, ln2_rstd, residual, attproj, pl(kLn2w, l),
+                                  pl(kLn2b, l), N, C);
     be.matmul_gelu_forward(fch_gelu, fch, ln2, pl(kFcw, l), pl(kFcb, l), N, C, 4 * C);
     be.matmul_forward(fcproj, fch_gelu, pl(kFcprojw, l), pl(kFcprojb, l), N, 4 * C, C);
-    be.residual_forward(residual3, residual2, fcproj, N * C);
+    be.residual_layernorm_forward(residual3, next.out, next.mean, next.rstd, residual2, fcproj, next.w, next.b, N,
+                                  C);
   }
-  Tensor lnf = a.lnf.slice(0, N * C);
-  be.layernorm_forward(lnf, a.lnf_mean.slice(0, N), a.lnf_rstd.slice(0, N), layer(a.residual3, L - 1, C),
-                       param(kLnfw), param(kLnfb), N, C);
-  // lm_head is tied to wte: logits = lnf @ wte^T over the padded vocabulary.
-  Tensor logits = a.logits.slice(0, N * Vp);
-  be.matmul_forward(logits, lnf, param(kWte), Tensor{}, N, C, Vp);
-  loss_sum_ = 0.0;
-  loss_count_ = 0;
-  if (!targets) return 0.0f;
+}
 
+// The classifier on the logits of the current batch: per-token losses (kept on the
+// device while deferring), and dlogits in place when prepare_backward.
+float GPT2::forward_loss(const int32_t* targets, bool prepare_backward, float dloss_scale) {
+  const int V = cfg_.vocab_size, Vp = cfg_.padded_vocab_size;
+  const size_t N = static_cast<size_t>(cur_B_) * cur_T_, Nmax = static_cast<size_t>(B_) * T_;
+  Backend& be = backend_;
+  Activations& a = acts_;
+  Tensor logits = a.logits.slice(0, N * Vp);
   Tensor tgt = a.targets.slice(0, N);
   be.upload_tokens(tgt, targets);
   const bool deferred = deferred_slots_ > 0;  // losses stay on the device until collect_deferred_losses

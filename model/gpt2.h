@@ -179,6 +179,9 @@ class GPT2 {
   std::vector<float> losses() const;  // B*T from the last forward with targets
 
  private:
+  void check_batch(const int32_t* inputs, const int32_t* targets, int B, int T) const;
+  void forward_layers();
+  float forward_loss(const int32_t* targets, bool prepare_backward, float dloss_scale);
   void allocate_activations();
   void allocate_backward_scratch(size_t N, size_t C);
   // Rows of wte chunk k of the tied gradient: the lm_head part (dlogits^T lnf)

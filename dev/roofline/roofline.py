@@ -90,6 +90,7 @@ class Config:
         self.attention, self.kernels = a.attention, a.kernels
         self.eff_gemm = a.eff_gemm
         self.gelu_fusion = a.gelu_fusion
+        self.ln_fusion = a.ln_fusion
         self.device_comm = a.world > 1  # NCCL-style device-memory communicator (stage-2 overlap)
         self.ws_bytes = a.cublaslt_workspace_mib << 20
         self.s = 2 if a.dtype == "bf16" else 4  # storage element size
@@ -285,8 +286,19 @@ def step_ops(c):
                 add("bias_colsum " + tag, 0, N * n_out * s + chunks * n_out * 4, group="bias_colsum")
                 add("bias_accumulate " + tag, 0, chunks * n_out * 4 + 2 * n_out * s, group="bias_colsum")
 
+    stat = 4 if new else s  # mean/rstd and losses: fp32 (kStats) with today's kernels
+
     def ln_fwd():
-        add("layernorm_forward", 0, 2 * E * s + 2 * C * s + 2 * N * s)
+        add("layernorm_forward", 0, 2 * E * s + 2 * C * s + 2 * N * stat)
+
+    def residual_ln_fwd():
+        # residual = a + b, then its layernorm: read a, b, write residual and out
+        # (the re-reads of the row hit L1/L2), one read of the residual less
+        if c.ln_fusion:
+            add("residual_layernorm_forward", 0, 4 * E * s + 2 * C * s + 2 * N * stat)
+        else:
+            add("residual_forward", 0, 3 * E * s)
+            ln_fwd()
 
     def ln_bwd():
         G = 1 if N < 32 else min(N // 32, 512)
@@ -354,22 +366,20 @@ def step_ops(c):
     fuse = c.gelu_fusion
     # ---------------- forward (GPT2::forward)
     add("encoder_forward", 0, N * 4 + 2 * E * s + T * C * s)
+    ln_fwd()  # layer 0's ln1; every later layernorm runs with the residual add before it
     for l in range(L):
-        ln_fwd()
         mm_fwd("qkv", C, 3 * C)
         attn_fwd()
         mm_fwd("attproj", C, C)
-        add("residual_forward", 0, 3 * E * s)
-        ln_fwd()
+        residual_ln_fwd()  # residual2, ln2
         mm_fwd("fc", C, 4 * C, gelu=fuse)
         if not fuse:
             gelu_fwd()
         mm_fwd("fcproj", 4 * C, C)
-        add("residual_forward", 0, 3 * E * s)
-    ln_fwd()
+        residual_ln_fwd()  # residual3, the next ln1 (lnf after the last layer)
     mm_fwd("lm_head", C, Vp, bias=False)
     cls_reads = 2 if new else 3
-    add("classifier_forward_backward", 0, (cls_reads + 1) * N * Vp * s + N * 4 + N * s)
+    add("classifier_forward_backward", 0, (cls_reads + 1) * N * Vp * s + N * 4 + N * stat)
     # ---------------- backward (GPT2::backward)
     mm_bwd("lm_head", C, Vp, bias=False)
     add("memset dresidual", 0, E * s, eb=MEMSET_EFF)
@@ -520,6 +530,9 @@ def parse(argv):
     p.add_argument("--gelu-fusion", type=int, choices=[0, 1],
                    help="1: GELU / dGELU in the fc / fcproj dinp GEMM epilogues; 0: separate gelu kernels "
                         "(default: 1 with x128 kernels, 0 with scalar ones: the before state had no fusion)")
+    p.add_argument("--ln-fusion", type=int, choices=[0, 1],
+                   help="1: residual add and the next layernorm in one kernel (residual_layernorm_forward); "
+                        "0: two kernels (default: 1 with x128 kernels, 0 with scalar ones)")
     p.add_argument("--cublaslt-workspace-mib", type=int, default=32)
     p.add_argument("--ops", action="store_true", help="list every op of the step")
     p.add_argument("--memory-only", action="store_true")
@@ -537,6 +550,8 @@ def parse(argv):
     a.Vp = a.Vp or (a.V + 127) // 128 * 128
     if a.gelu_fusion is None:
         a.gelu_fusion = int(a.kernels == "x128")
+    if a.ln_fusion is None:
+        a.ln_fusion = int(a.kernels == "x128")
     return a
 
 
@@ -551,7 +566,8 @@ def main(argv):
     print("parameters N = %d (llm.c's num_parameters: all tensors, wte at Vp)" % num_params(c))
     print()
     if not a.memory_only:
-        print_roofline(c, "Step roofline: " + desc + ", GEMM eff %.2f, GELU fusion %d" % (c.eff_gemm, c.gelu_fusion))
+        print_roofline(c, "Step roofline: " + desc + ", GEMM eff %.2f, GELU fusion %d, residual+LN fusion %d" %
+                     (c.eff_gemm, c.gelu_fusion, c.ln_fusion))
         if a.ops:
             print_ops(c)
     print_memory(c, "Memory per rank: " + desc)

@@ -80,8 +80,9 @@ inline double gelu_grad_ref(double x) {
   return 0.5 * (1.0 + th) + 0.5 * x * (1.0 - th * th) * s * (1.0 + 3 * 0.044715 * x * x);
 }
 
-// Fused linear + GELU cases (cases_fused.cpp): adds the cases of `op` to `v` when
-// it is matmul_gelu_forward or matmul_gelu_backward; returns whether it was.
+// Fused cases (cases_fused.cpp): adds the cases of `op` to `v` when it is
+// matmul_gelu_forward, matmul_gelu_backward or residual_layernorm_forward;
+// returns whether it was.
 bool add_fused_cases(const std::string& op, Rng& rng, std::vector<std::unique_ptr<OpCase>>& v);
 
 // Embedding cases (cases_embedding.cpp): adds the cases of `op` to `v` when

@@ -1,6 +1,7 @@
-// Op cases of the fused linear + GELU entries (backend.h: matmul_gelu_forward,
-// matmul_gelu_backward): the fc layer with its GELU, and the fcproj backward
-// with the GELU gradient. The fp64 references are the unfused ops'. Shapes
+// Op cases of the fused entries (backend.h): matmul_gelu_forward and
+// matmul_gelu_backward (the fc layer with its GELU, the fcproj backward with
+// the GELU gradient) and residual_layernorm_forward (the residual add with the
+// layernorm of its sum). The fp64 references are the unfused ops'. Shapes
 // cover both CUDA paths: cuBLASLt's GELU epilogues (the GELU matrix's leading
 // dimension a multiple of 8) and the kernels' fallback (5 or 13 columns).
 //
@@ -108,6 +109,48 @@ class MatmulGeluBackward : public OpCase {
   bool bias_;
 };
 
+class ResidualLayernormForward : public OpCase {
+ public:
+  ResidualLayernormForward(Rng& rng, int N, int C, bool in_place) : N_(N), C_(C), in_place_(in_place) {
+    inputs = {{"a", randn(rng, size_t(N) * C, 2.0, 3.0)}, {"b", randn(rng, size_t(N) * C)},
+              {"w", randn(rng, C, 1.0, 1.0)}, {"bias", randn(rng, C)}};
+    outputs = {{"residual", Vec(size_t(N) * C), true}, {"out", Vec(size_t(N) * C), true},
+               {"mean", Vec(N), true, BufferRole::kStats}, {"rstd", Vec(N), true, BufferRole::kStats}};
+  }
+  std::string op() const override { return "residual_layernorm_forward"; }
+  std::string params() const override { return join({{"N", N_}, {"C", C_}}, in_place_ ? "in_place" : ""); }
+  void run(Ctx& c) override {
+    Tensor a = c.in[0];
+    if (in_place_) {  // residual aliases a
+      c.be.copy(c.out[0], c.in[0]);
+      a = c.out[0];
+    }
+    c.be.residual_layernorm_forward(c.out[0], c.out[1], c.out[2], c.out[3], a, c.in[1], c.in[2], c.in[3], N_, C_);
+  }
+  std::vector<DVec> reference() const override {
+    const Vec &a = inputs[0].data, &b = inputs[1].data, &w = inputs[2].data, &bias = inputs[3].data;
+    DVec sum(a.size()), out(a.size()), mean(N_), rstd(N_);
+    for (size_t i = 0; i < a.size(); i++) sum[i] = double(a[i]) + b[i];
+    for (int n = 0; n < N_; n++) {
+      double m = 0, v = 0;
+      for (int c = 0; c < C_; c++) m += sum[size_t(n) * C_ + c];
+      m /= C_;
+      for (int c = 0; c < C_; c++) v += (sum[size_t(n) * C_ + c] - m) * (sum[size_t(n) * C_ + c] - m);
+      mean[n] = m, rstd[n] = 1.0 / std::sqrt(v / C_ + 1e-5);
+      for (int c = 0; c < C_; c++) out[size_t(n) * C_ + c] = (sum[size_t(n) * C_ + c] - m) * rstd[n] * w[c] + bias[c];
+    }
+    return {sum, out, mean, rstd};
+  }
+  // The sum: one fp32 rounding. The layernorm: LayernormForward's, on the rounded sum
+  // (rstd ~ 1/3 scales that rounding down).
+  Tolerance tolerance(size_t o) const override { return o == 0 ? Tolerance{0, 1e-7} : Tolerance{2e-6, 2e-6}; }
+  double bytes() const override { return (4.0 * N_ * C_ + 2.0 * N_) * 4; }
+
+ private:
+  int N_, C_;
+  bool in_place_;
+};
+
 }  // namespace
 
 bool add_fused_cases(const std::string& op, Rng& rng, std::vector<std::unique_ptr<OpCase>>& v) {
@@ -124,6 +167,13 @@ bool add_fused_cases(const std::string& op, Rng& rng, std::vector<std::unique_pt
     add(new MatmulGeluBackward(rng, 7, 13, 5, true));    // ld 13: the kernels' path
     add(new MatmulGeluBackward(rng, 33, 64, 40, false)); // DGELU
     add(new MatmulGeluBackward(rng, 64, 288, 96, true));
+    return true;
+  }
+  if (op == "residual_layernorm_forward") {
+    add(new ResidualLayernormForward(rng, 1, 1, false));
+    add(new ResidualLayernormForward(rng, 5, 7, true));      // scalar kernel
+    add(new ResidualLayernormForward(rng, 33, 40, false));   // packed
+    add(new ResidualLayernormForward(rng, 8, 768, true));
     return true;
   }
   return false;

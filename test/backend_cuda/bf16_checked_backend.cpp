@@ -117,6 +117,18 @@ void CheckedBackend::layernorm_backward(Tensor dinp, Tensor dw, Tensor db, Tenso
   check("layernorm_backward", shape({{"N", N}, {"C", C}}), {dinp, dw, db}, ref);
 }
 
+// The sum against residual_forward's reference, then the layernorm against its
+// reference on the stored sum (what the kernel normalises).
+void CheckedBackend::residual_layernorm_forward(Tensor residual, Tensor out, Tensor mean, Tensor rstd, Tensor a,
+                                                Tensor b, Tensor w, Tensor bias, int N, int C) {
+  auto sum = bf16ref::residual_forward(get(a), get(b));  // before the call: residual may alias a
+  sum[0].name = "residual";
+  inner_.residual_layernorm_forward(residual, out, mean, rstd, a, b, w, bias, N, C);
+  const std::string shp = shape({{"N", N}, {"C", C}});
+  check("residual_layernorm_forward", shp, {residual}, sum);
+  check("residual_layernorm_forward", shp, {out, mean, rstd}, bf16ref::layernorm_forward(get(residual), get(w), get(bias), N, C));
+}
+
 void CheckedBackend::matmul_forward(Tensor out, Tensor inp, Tensor w, Tensor bias, int N, int C, int OC) {
   const std::vector<float> b = get(bias);
   const auto ref = bf16ref::matmul_forward(get(inp), get(w), bias.empty() ? nullptr : &b, N, C, OC, separate_bias_);

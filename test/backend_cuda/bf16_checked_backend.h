@@ -68,6 +68,8 @@ class CheckedBackend : public Backend {
   void matmul_forward(Tensor out, Tensor inp, Tensor w, Tensor bias, int N, int C, int OC) override;
   void matmul_backward(Tensor dinp, Tensor dw, Tensor dbias, Tensor dout, Tensor inp, Tensor w, int N, int C,
                        int OC) override;
+  void residual_layernorm_forward(Tensor residual, Tensor out, Tensor mean, Tensor rstd, Tensor a, Tensor b, Tensor w,
+                                  Tensor bias, int N, int C) override;
   void matmul_gelu_forward(Tensor out, Tensor pre, Tensor inp, Tensor w, Tensor bias, int N, int C, int OC) override;
   void matmul_gelu_backward(Tensor dinp, Tensor dw, Tensor dbias, Tensor dout, Tensor inp, Tensor w, Tensor gelu_inp,
                             int N, int C, int OC) override;

@@ -424,7 +424,8 @@ TEST(CudaBf16Model, TrainingStepTracksFp32Cpu) {
   EXPECT_EQ(checked.failures(), 0u) << checked.problems;
   for (const char* op : {"encoder_forward.out", "layernorm_forward.out", "matmul_forward.out",
                          "attention_forward.out", "matmul_gelu_forward.out", "matmul_gelu_forward.pre",
-                         "residual_forward.out", "classifier_forward_backward.logits", "matmul_backward.dw",
+                         "residual_layernorm_forward.residual", "residual_layernorm_forward.out",
+                         "classifier_forward_backward.logits", "matmul_backward.dw",
                          "layernorm_backward.dinp", "attention_backward.dqkv", "matmul_gelu_backward.dinp",
                          "encoder_backward.dwte"})
     EXPECT_EQ(checked.stats.count(op), 1u) << op << " was not checked";

@@ -6,6 +6,7 @@
 //    compute the same per-element formula, so the outputs must be the same bits,
 //    fp32 and bf16. (The harness's cases run the packed paths too: its views sit
 //    16 elements into their buffers.)
+//  * The fused residual + layernorm forward gives the two ops' bits.
 //  * Layernorm: packed vs scalar differ only in the order of fp32 partial sums:
 //    both within the harness's tolerances of the CPU backend, and a C above the
 //    shared-memory limit of the single-pass backward (accumulators in scratch).
@@ -190,6 +191,36 @@ TEST(CudaPacked, LayernormPackedScalarAndLargeC) {
         if (first.empty()) first = got;
         for (size_t o = 0; o < got.size(); o++)
           EXPECT_TRUE(same_bits(first[o], got[o])) << what << ": output " << o << " depends on the run order";
+      }
+    }
+  }
+}
+
+// residual_layernorm_forward is residual_forward + layernorm_forward to the bit,
+// fp32 and bf16, packed (aligned) and scalar (one element off), also with the sum
+// written over `a`.
+TEST(CudaPacked, ResidualLayernormGivesTheTwoOpsBits) {
+  const int N = 21, C = 768;
+  const size_t n = size_t(N) * C;
+  for (bool bf16 : {false, true}) {
+    auto be = cuda(bf16);
+    for (size_t offset : {0, 1}) {
+      for (bool in_place : {false, true}) {
+        Arrays x(*be, offset);
+        const std::vector<float> a_host = randn(n, 31, 2.0f), b_host = randn(n, 32);
+        Tensor a = x.add(a_host), b = x.add(b_host), w = x.add(randn(C, 33)), bias = x.add(randn(C, 34));
+        Tensor sum = in_place ? a : x.add(std::vector<float>(n)), out = x.add(std::vector<float>(n));
+        Tensor mean = x.add(std::vector<float>(N), BufferRole::kStats), rstd = x.add(std::vector<float>(N), BufferRole::kStats);
+        be->residual_layernorm_forward(sum, out, mean, rstd, a, b, w, bias, N, C);
+        const std::vector<std::vector<float>> fused = {x.get(sum), x.get(out), x.get(mean), x.get(rstd)};
+        Tensor a2 = x.add(a_host), sum2 = x.add(std::vector<float>(n)), out2 = x.add(std::vector<float>(n));
+        Tensor mean2 = x.add(std::vector<float>(N), BufferRole::kStats), rstd2 = x.add(std::vector<float>(N), BufferRole::kStats);
+        be->residual_forward(sum2, a2, b, n);
+        be->layernorm_forward(out2, mean2, rstd2, sum2, w, bias, N, C);
+        const std::vector<std::vector<float>> two = {x.get(sum2), x.get(out2), x.get(mean2), x.get(rstd2)};
+        for (size_t o = 0; o < fused.size(); o++)
+          EXPECT_TRUE(same_bits(fused[o], two[o])) << (bf16 ? "bf16" : "fp32") << " offset " << offset
+                                                    << (in_place ? " in place" : "") << ": output " << o;
       }
     }
   }
