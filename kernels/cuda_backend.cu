@@ -23,6 +23,7 @@
 #include <cstdlib>
 #include <stdexcept>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "backend/backend.h"
@@ -122,6 +123,17 @@ class CudaBackend final : public Backend {
   std::string name() const override { return "cuda"; }
   bool is_host_memory() const override { return false; }
   CudaPlacement placement() const { return CudaPlacement{device_, stream_}; }
+  CudaMemoryReport memory_report() const {
+    CudaMemoryReport r;
+    r.allocated = allocated_bytes_;
+    r.workspace = blas_.lt_workspace_bytes + (kern::kNormMaxBlocks + 1) * sizeof(double) +
+                  workspace_floats_ * sizeof(float);
+    size_t free_bytes = 0, total = 0;
+    CUDA_CHECK(cudaSetDevice(device_));
+    CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total));
+    r.device_in_use = total - free_bytes;
+    return r;
+  }
 
   // ---- memory -------------------------------------------------------------
   // kParams, kGrads, kActivations hold the storage type (fp32 or bf16);
@@ -139,10 +151,18 @@ class CudaBackend final : public Backend {
     if (status != cudaSuccess)
       throw std::runtime_error("backend/cuda: alloc: cudaMalloc of " + std::to_string(numel * elem) +
                                " bytes failed: " + cudaGetErrorString(status));
+    live_[p] = numel * elem;
+    allocated_bytes_ += numel * elem;
     return Tensor{p, numel, elem};
   }
   void free(Tensor t) override {
-    if (t.ptr != nullptr) CUDA_CHECK(cudaFree(t.ptr));
+    if (t.ptr == nullptr) return;
+    CUDA_CHECK(cudaFree(t.ptr));
+    const auto it = live_.find(t.ptr);
+    if (it != live_.end()) {
+      allocated_bytes_ -= it->second;
+      live_.erase(it);
+    }
   }
   void zero(Tensor t) override {
     if (t.empty()) return;
@@ -510,6 +530,8 @@ class CudaBackend final : public Backend {
   double* norm_partials_ = nullptr;
   float* workspace_ = nullptr;
   size_t workspace_floats_ = 0;
+  std::unordered_map<void*, size_t> live_;  // alloc()'s buffers and their bytes
+  size_t allocated_bytes_ = 0;
   kern::TokenStaging staging_;
 };
 
@@ -548,6 +570,13 @@ std::unique_ptr<Backend> make_cuda_backend(int device) {
 
 std::unique_ptr<Backend> make_cuda_backend(int device, const CudaBackendOptions& options) {
   return std::make_unique<CudaBackend>(device, options);
+}
+
+CudaMemoryReport cuda_memory_report(const Backend& backend) {
+  const auto* cuda = dynamic_cast<const CudaBackend*>(&backend);
+  if (cuda == nullptr)
+    throw std::runtime_error("cuda_memory_report: the " + backend.name() + " backend is not the CUDA backend");
+  return cuda->memory_report();
 }
 
 CudaPlacement cuda_placement(const Backend& backend) {

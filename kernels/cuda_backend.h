@@ -83,6 +83,16 @@ struct CudaPlacement {
   int device = -1;
   void* stream = nullptr;
 };
+
+// A CUDA backend's device memory: what its alloc() handed out and has not
+// freed (the --dry-run table's total), what it holds itself (cuBLASLt's
+// workspace, the op workspace as grown so far, the norm partials), and
+// cudaMemGetInfo's total - free for its device, which on a GPU also counts the
+// CUDA context, the libraries' own memory and anything else on the device.
+struct CudaMemoryReport {
+  size_t allocated = 0, workspace = 0, device_in_use = 0;
+};
+CudaMemoryReport cuda_memory_report(const Backend& backend);  // throws for another backend
 CudaPlacement cuda_placement(const Backend& backend);
 
 }  // namespace gpt2

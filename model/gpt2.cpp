@@ -427,7 +427,14 @@ float GPT2::forward_loss(const int32_t* targets, bool prepare_backward, float dl
 }
 
 void GPT2::begin_deferred_losses(int forwards) {
-  if (forwards < 1) throw std::runtime_error("begin_deferred_losses: need at least one forward");
+  reserve_deferred_losses(forwards);
+  deferred_slots_ = forwards;
+  deferred_rows_.clear();
+  deferred_count_ = 0;
+}
+
+void GPT2::reserve_deferred_losses(int forwards) {
+  if (forwards < 1) throw std::runtime_error("deferred losses: need at least one forward");
   const size_t Nmax = static_cast<size_t>(B_) * T_, need = static_cast<size_t>(forwards) * Nmax;
   if (loss_slots_.numel < need) {
     if (!loss_slots_.empty()) {
@@ -439,9 +446,6 @@ void GPT2::begin_deferred_losses(int forwards) {
     owned_.push_back(loss_slots_);
     activation_bytes_ += loss_slots_.bytes();
   }
-  deferred_slots_ = forwards;
-  deferred_rows_.clear();
-  deferred_count_ = 0;
 }
 
 double GPT2::collect_deferred_losses() {

@@ -162,7 +162,10 @@ class GPT2 {
   // collect_deferred_losses() downloads them in one call and sets loss_sum()
   // to the sum over the forwards, in order, of each forward's fp64 sum (the
   // value the per-forward loss_sum()s add up to) and loss_count() to their
-  // total. Slots of B*T elements are allocated on first use.
+  // total. Slots of B*T elements are allocated on first use, or ahead by
+  // reserve_deferred_losses (which defers nothing), so that memory reports and
+  // the --dry-run table count them before the first step.
+  void reserve_deferred_losses(int forwards);
   void begin_deferred_losses(int forwards);
   double collect_deferred_losses();
   // Accumulates parameter gradients of the last forward(prepare_backward=true).

@@ -59,23 +59,29 @@ std::string memory_plan_table(const TrainOptions& o) {
     GPT2 model(*be, cfg, B, T, dp.grad_mode(), dp.param_capacity(), o.recompute);
     AdamW opt(*be, layout, dp.opt_begin(), dp.opt_end());
     opt.reserve_master(model.params());
+    // the step's deferred per-token losses: one slot per micro-batch
+    const int64_t micro = static_cast<int64_t>(B) * T * world;
+    model.reserve_deferred_losses(o.total_batch_tokens > 0 && o.total_batch_tokens % micro == 0
+                                    ? static_cast<int>(o.total_batch_tokens / micro)
+                                    : 1);
     if (out.tellp() == 0) {
       out << "memory plan: " << (from_file ? o.model : o.model + " " + cfg.describe()) << ", " << layout.total
           << " parameters; " << be->name() << " " << o.dtype << ", B=" << B << " T=" << T << ", ZeRO-"
           << o.zero_stage << ", recompute " << o.recompute << "\n"
           << "per rank, from the allocations training makes (nothing allocated); plus the backend's workspace,\n"
           << "grown on demand (cuBLASLt's 32 MiB, per-op partial sums)\n";
-      std::snprintf(line, sizeof line, "%7s %12s %12s %9s %12s %12s %12s\n", "world", "params", "grads",
-                    "grads/P", "optimizer", "activations", "total");
+      std::snprintf(line, sizeof line, "%7s %12s %12s %9s %12s %12s %12s %14s\n", "world", "params", "grads",
+                    "grads/P", "optimizer", "activations", "total", "total bytes");
       out << line;
     }
     const double grads = static_cast<double>(dp.gradient_bytes(model));
     const double full = static_cast<double>(layout.total) * model.params().elem_bytes;  // one dense gradient
     const double total = static_cast<double>(be->allocated_bytes());
-    std::snprintf(line, sizeof line, "%7d %12s %12s %9.3f %12s %12s %12s\n", world,
+    std::snprintf(line, sizeof line, "%7d %12s %12s %9.3f %12s %12s %12s %14zu\n", world,
                   format_bytes(static_cast<double>(model.params().bytes())).c_str(), format_bytes(grads).c_str(),
                   grads / full, format_bytes(static_cast<double>(opt.state_bytes())).c_str(),
-                  format_bytes(static_cast<double>(model.activation_bytes())).c_str(), format_bytes(total).c_str());
+                  format_bytes(static_cast<double>(model.activation_bytes())).c_str(), format_bytes(total).c_str(),
+                  be->allocated_bytes());
     out << line;
   }
   return out.str();

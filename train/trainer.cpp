@@ -247,6 +247,7 @@ class TrainingRun {
   void init_or_resume();
   void resume_from(uint64_t step);
   void log_banner();
+  void log_device_memory(int step);
   bool train_step(int step);  // false: a stop was requested before the step
   uint64_t load_step_batches();
   double evaluate();
@@ -326,6 +327,7 @@ TrainingRun::TrainingRun(const TrainOptions& opts, const DistContext& dist, Comm
   const size_t NT = static_cast<size_t>(shape_.B) * shape_.T;
   inputs_.resize(NT * shape_.grad_accum);
   targets_.resize(NT * shape_.grad_accum);
+  model_.reserve_deferred_losses(shape_.grad_accum);  // counted by the banner's memory line
 }
 
 // Parameters and optimizer state: from the newest complete checkpoint with
@@ -581,7 +583,27 @@ bool TrainingRun::train_step(int step) {
   rec.supervised_tokens = train_loader_.has_loss_mask() ? static_cast<int64_t>(supervised) : -1;
   rec.comm_bytes = comms_.sent_bytes();
   log_.step(rec);
+  if (step == start_step_) log_device_memory(step + 1);  // workspaces have grown to their size by now
   return true;
+}
+
+// CUDA: the device memory after the first step, against the --dry-run total (the
+// backend's alloc() bytes); the rest is the backend's workspaces and, on a GPU,
+// the CUDA context and the libraries' own memory (in the emulator: nothing).
+void TrainingRun::log_device_memory(int step) {
+#ifdef GPT2_WITH_CUDA
+  if (backend_->is_host_memory()) return;
+  const CudaMemoryReport m = cuda_memory_report(*backend_);
+  const size_t known = m.allocated + m.workspace;
+  const std::string other = m.device_in_use >= known ? std::to_string(m.device_in_use - known) + " B"
+                                                     : "-" + std::to_string(known - m.device_in_use) + " B";
+  log_.info("| device mem   after step " + std::to_string(step) + ": " + format_bytes(static_cast<double>(m.device_in_use)) +
+            " in use (cudaMemGetInfo, " + std::to_string(m.device_in_use) + " B) = allocations " +
+            format_bytes(static_cast<double>(m.allocated)) + " (" + std::to_string(m.allocated) +
+            " B) + backend workspaces " + std::to_string(m.workspace) + " B + other " + other);
+#else
+  (void)step;
+#endif
 }
 
 // After the loop: validation, a sample, the last checkpoint and the final model.

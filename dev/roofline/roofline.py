@@ -206,7 +206,8 @@ def memory_table(c):
     acts += [("ln2_mean (fp32)", L * N, st), ("ln2_rstd (fp32)", L * N, st), ("fch", L * N * 4 * C, s),
              ("fch_gelu", g * N * 4 * C, s), ("residual3", L * N * C, s), ("lnf", N * C, s),
              ("lnf_mean (fp32)", N, st), ("lnf_rstd (fp32)", N, st), ("losses (fp32)", N, st),
-             ("logits", N * Vp, s)]
+             ("logits", N * Vp, s),
+             ("deferred losses (fp32, a slot per micro-batch: one here)", N, st)]
     for name, n, e in acts:
         rows.append(("activations", name, n, e))
     rows.append(("activations", "tokens (int32)", N, 4))

@@ -5,6 +5,11 @@
 #      optimizer and activations equal the "| memory/rank" line that the
 #      emulated CUDA trainer prints after really allocating them, under
 #      mpirun -np 2 (ZeRO 0/1/2, bf16) and -np 3 (ZeRO-2, fp32);
+#   1b. accurate to the device: the table's total (in bytes) equals what the
+#      emulated trainer's CUDA backend has allocated after step 1, and
+#      cudaMemGetInfo on the emulator's device shows exactly that plus the
+#      backend's own workspaces (one rank, so no communicator memory; fp32 and
+#      bf16, recompute 0 and 2, two micro-batches per step);
 #   2. ZeRO-2 keeps its promise at GPT-2 sizes: d12 (B=64) and d48 (B=4) at 8
 #      and 64 ranks, bf16: gradient bytes per rank <= 1/W of the parameters'
 #      plus the staging window (two layer buffers and their two receive
@@ -43,6 +48,21 @@ for spec in "2 0 bf16" "2 1 bf16" "2 2 bf16" "3 2 fp32"; do
   want=$(plan_line "$np" --dtype "$dt" --zero-stage "$z")
   if [ -n "$got" ] && [ "$got" == "$want" ]; then pass "-np $np ZeRO-$z $dt: --dry-run $np = the trainer's allocations: $got"
   else bad "-np $np ZeRO-$z $dt: trainer '$got', dry run '$want'"; fi
+done
+
+for spec in "fp32 0" "bf16 0" "bf16 2"; do
+  set -- $spec
+  dt=$1 rc=$2
+  flags=(--dtype "$dt" --recompute "$rc" --total-batch-tokens 128)
+  line=$("$EMU" "${common[@]}" "${flags[@]}" --max-steps 1 --val-every 0 --sample-every 0 \
+         --train-data "$W/train.bin" 2>&1 | grep '^| device mem')
+  want=$("$EMU" "${common[@]}" "${flags[@]}" --dry-run 1 | awk '$1 == 1 { print $13 }')
+  in_use=$(sed -n 's/.*cudaMemGetInfo, \([0-9]*\) B).*/\1/p' <<<"$line")
+  alloc=$(sed -n 's/.*= allocations [^(]*(\([0-9]*\) B).*/\1/p' <<<"$line")
+  ws=$(sed -n 's/.*backend workspaces \([0-9]*\) B.*/\1/p' <<<"$line")
+  if [ -n "$want" ] && [ "$alloc" == "$want" ] && [ -n "$ws" ] && [ "$in_use" == "$((alloc + ws))" ]; then
+    pass "$dt --recompute $rc: --dry-run total $want B = the backend's allocations; cudaMemGetInfo $in_use B = that + $ws B of workspaces"
+  else bad "$dt --recompute $rc: dry run '$want' B, trainer: '$line'"; fi
 done
 
 # The staging window bound of ZeRO-2, per rank, in elements of the parameters.

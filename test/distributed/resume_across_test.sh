@@ -12,9 +12,10 @@
 # fp32 resumed steps: losses within 1e-6 relative, norms 2e-5, weights 1e-5 of
 # the uninterrupted run (the order of additions changes with the rank count and
 # the backend; the bounds of zero_cuda_emu_test.sh); bf16: losses 1e-3, norms
-# 5e-3, weights 2e-3 against the uninterrupted bf16 run (zero_cuda_emu_test.sh
-# allows 2 x the summed lr, 0.016 here; measured 1.8e-3 on a weight of 4e-3,
-# a few bf16 ulps).
+# 5e-3, weights 2e-3 plus one bf16 ulp of the weight against the uninterrupted
+# bf16 run (zero_cuda_emu_test.sh allows 2 x the summed lr, 0.016 here; measured
+# 1.8e-3 on a weight of 4e-3, a few bf16 ulps; a layernorm weight near 1 whose
+# master rounds the other way differs by its ulp, 2^-8, alone).
 set -u
 cd "$(dirname "$0")/../.."
 EMU=build/train_gpt2cu_emu
@@ -54,11 +55,11 @@ resume() {
   if [ $rc = 0 ] && ! grep -q "resumed from .* at step 4" "$W/$name.log"; then bad "$name: no resume at step 4"; rc=1; fi
   return $rc
 }
-# compare REF NAME WHAT [LOSS_TOL NORM_TOL WEIGHT_TOL]
+# compare REF NAME WHAT [LOSS_TOL NORM_TOL WEIGHT_TOL WEIGHT_BF16_ULPS]
 compare() {
   local msg wmsg
   if msg=$(close_steps "$W/$1.jsonl" "$W/$2.jsonl" "${4:-1e-6}" "${5:-2e-5}") &&
-     wmsg=$(same_weights "$W/$1/model.bin" "$W/$2/model.bin" "${6:-1e-5}"); then pass "$3: $msg; weights $wmsg"
+     wmsg=$(same_weights "$W/$1/model.bin" "$W/$2/model.bin" "${6:-1e-5}" "${7:-0}"); then pass "$3: $msg; weights $wmsg"
   else bad "$3: ${msg:-} ${wmsg:-}"; fi
 }
 # close_steps wants the same steps: keep the reference's steps 5..8.
@@ -79,7 +80,7 @@ run bf16_full 2 cuda --dtype bf16 --zero-stage 2 --total-batch-tokens $total --m
 run bf16_2 2 cuda --dtype bf16 --zero-stage 2 --total-batch-tokens $total --max-steps 4 --checkpoint-every 4
 tail_steps bf16_full bf16_ref && cp -r "$W/bf16_full" "$W/bf16_ref"
 resume bf16_2 b2_to_b4 4 cuda --dtype bf16 --zero-stage 2 &&
-  compare bf16_ref b2_to_b4 "bf16 CUDA 2 ranks ZeRO-2 -> 4 ranks" 1e-3 5e-3 2e-3
+  compare bf16_ref b2_to_b4 "bf16 CUDA 2 ranks ZeRO-2 -> 4 ranks" 1e-3 5e-3 2e-3 1
 
 [ $fail = 0 ] && echo "resume_across_test: all passed"
 exit $fail
