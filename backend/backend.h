@@ -22,8 +22,10 @@
 #ifndef BACKEND_BACKEND_H
 #define BACKEND_BACKEND_H
 
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <string>
 
@@ -40,6 +42,7 @@ enum class BufferRole : uint8_t {
   kScratch,      // anything else an op needs
   kStats,        // per-row statistics and losses (layernorm mean/rstd, per-token
                  // losses): fp32 on every backend, whatever the storage type
+  kScalar64,     // fp64 values (the gradient norm's state): 8-byte elements everywhere
 };
 
 // A view of backend-owned memory. Never dereferenced by model code.
@@ -154,7 +157,9 @@ class Backend {
   // residual[N,C] = a + b, then out = layernorm(residual) with mean, rstd, w,
   // bias as layernorm_forward: the residual stream's add and the next
   // layernorm in one call (residual may alias a). The normalisation reads the
-  // stored sum, so the results are those of the two ops. Default: the two ops.
+  // stored sum, so the results are those of the two ops (on the CUDA backend to
+  // the bit when a and b are 16-byte aligned like the other views, as the
+  // model's are: kernels/layernorm.cuh). Default: the two ops.
   virtual void residual_layernorm_forward(Tensor residual, Tensor out, Tensor mean, Tensor rstd, Tensor a, Tensor b,
                                           Tensor w, Tensor bias, int N, int C) {
     residual_forward(residual, a, b, static_cast<size_t>(N) * C);
@@ -188,7 +193,44 @@ class Backend {
                             float weight_decay, float grad_scale, int t) = 0;
   // x *= s
   virtual void scale(Tensor x, float s) = 0;
+
+  // ---- gradient clipping that stays on the device ----------------------------
+  // `clip` is a kScalar64 tensor of 2 elements. The norm and the clip scale are
+  // computed where the gradients are; the host only reads the norm (to log it
+  // and act on a non-finite one), in the step's one wait:
+  //   sum_squares_into(clip, g)   clip[0] = sum_squares(g) (the same fp64 value)
+  //   (the caller all-reduces clip[0] over ranks where each holds a shard)
+  //   clip_scale(clip, max_norm)  clip[1] = clip_scale_value(clip[0], max_norm)
+  //   read_clip(dst, clip)        both values on the host, waiting only for
+  //                               the last clip_scale (not for later work)
+  //   adamw_update_clipped(...)   adamw_update with grad_scale = float(clip[1]),
+  //                               or no change at all when clip[1] is NaN
+  // download64 reads fp64 elements back (a host wait).
+  virtual void sum_squares_into(Tensor clip, Tensor g) = 0;
+  virtual void clip_scale(Tensor clip, float max_norm) = 0;
+  virtual void download64(double* dst, Tensor src) = 0;  // src.numel kScalar64 elements
+  virtual void read_clip(double* dst, Tensor clip) { download64(dst, clip.slice(0, 2)); }
+  // Default: the scale read back, then adamw_update (a host wait; the CUDA
+  // backend reads clip[1] in the kernel instead).
+  virtual void adamw_update_clipped(Tensor params, Tensor master, Tensor grads, Tensor m, Tensor v, float lr,
+                                    float beta1, float beta2, float eps, float weight_decay, Tensor clip, int t) {
+    double state[2];
+    download64(state, clip.slice(0, 2));
+    if (std::isnan(state[1])) return;
+    adamw_update(params, master, grads, m, v, lr, beta1, beta2, eps, weight_decay, static_cast<float>(state[1]), t);
+  }
 };
+
+// The gradient scale of clipping to max_norm from the fp64 sum of squares: NaN
+// (skip the step) when the norm is not finite, max_norm / norm rounded to fp32
+// when clipping is on (max_norm > 0) and the norm exceeds it, else 1. The
+// trainer's host arithmetic before clip_scale existed, kept bit for bit.
+inline double clip_scale_value(double sum_squares, float max_norm) {
+  const double norm = std::sqrt(sum_squares);
+  if (!std::isfinite(norm)) return std::numeric_limits<double>::quiet_NaN();
+  if (max_norm > 0.0f && norm > max_norm) return static_cast<float>(max_norm / norm);
+  return 1.0;
+}
 
 // Factories. `threads` <= 0 means "use the OpenMP default".
 std::unique_ptr<Backend> make_cpu_backend(int threads);

@@ -21,6 +21,7 @@ Tensor SizingBackend::alloc(size_t numel, BufferRole role) {
 }
 
 void SizingBackend::download(float* dst, Tensor src) { std::fill(dst, dst + src.numel, 0.0f); }
+void SizingBackend::download64(double* dst, Tensor src) { std::fill(dst, dst + src.numel, 0.0); }
 
 void SizingBackend::no_op(const char* op) const {
   throw std::runtime_error("sizing backend (" + sizes_.name + "): " + op +

@@ -19,7 +19,8 @@
 
 namespace gpt2 {
 
-constexpr int kNumBufferRoles = 7;
+constexpr int kNumBufferRoles = 8;
+static_assert(kNumBufferRoles == static_cast<int>(BufferRole::kScalar64) + 1, "a BufferRole without a size slot");
 
 // What a real backend would allocate: element bytes per BufferRole and its
 // attention buffer sizes (Backend::attention_saved_numel / _scratch_numel).
@@ -81,6 +82,9 @@ class SizingBackend final : public Backend {
     no_op("adamw_update");
   }
   void scale(Tensor, float) override { no_op("scale"); }
+  void sum_squares_into(Tensor, Tensor) override { no_op("sum_squares_into"); }
+  void clip_scale(Tensor, float) override { no_op("clip_scale"); }
+  void download64(double* dst, Tensor src) override;
 
  private:
   [[noreturn]] void no_op(const char* op) const;

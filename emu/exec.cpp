@@ -10,7 +10,6 @@
 
 #include <boost/context/detail/fcontext.hpp>
 #include <cuda_runtime_api.h>
-#include <sys/mman.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -29,6 +28,7 @@
 #include <vector>
 
 #include "emu/control.h"
+#include "emu/fiber_stacks.h"
 #include "emu/runtime_internal.h"
 #include "emu/settings.h"
 
@@ -47,46 +47,6 @@ thread_local ThreadContext* tls_current_thread = nullptr;
 namespace {
 
 namespace bctx = boost::context::detail;
-
-// ---- fiber stacks: mmap'd, each with a PROT_NONE guard page below it ---------------
-class StackPool {
- public:
-  ~StackPool() {
-    if (base_ != nullptr) munmap(base_, count_ * slot_bytes_);
-  }
-  void reserve(size_t count, size_t stack_bytes) {
-    if (count <= count_ && stack_bytes == stack_bytes_) return;
-    if (base_ != nullptr) munmap(base_, count_ * slot_bytes_);
-    page_ = static_cast<size_t>(sysconf(_SC_PAGESIZE));
-    stack_bytes_ = (stack_bytes + page_ - 1) / page_ * page_;
-    slot_bytes_ = stack_bytes_ + page_;
-    count_ = std::max(count, count_);
-    void* p = mmap(nullptr, count_ * slot_bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    if (p == MAP_FAILED) throw std::runtime_error("emu/exec.cpp: cannot map fiber stacks");
-    base_ = static_cast<char*>(p);
-    for (size_t i = 0; i < count_; ++i) mprotect(base_ + i * slot_bytes_, page_, PROT_NONE);
-    dirty_.assign(count_, false);
-  }
-  char* bottom(size_t i) const { return base_ + i * slot_bytes_ + page_; }
-  // Stack tops are staggered by a cache line per fiber: otherwise every fiber's
-  // live frames share one page offset, i.e. the same few L1 sets, and each switch misses.
-  char* top(size_t i) const { return bottom(i) + stack_bytes_ - (i % 64) * 64; }
-  size_t usable_bytes() const { return stack_bytes_ - 64 * 64; }
-  size_t stack_bytes() const { return stack_bytes_; }
-  // A fiber abandoned mid-call (kernel fault) leaves ASan stack poison behind.
-  void mark_dirty(size_t i) { dirty_[i] = true; }
-  void clean(size_t i) {
-#if EMU_ASAN
-    if (dirty_[i]) __asan_unpoison_memory_region(bottom(i), stack_bytes_);
-#endif
-    dirty_[i] = false;
-  }
-
- private:
-  char* base_ = nullptr;
-  size_t count_ = 0, stack_bytes_ = 0, slot_bytes_ = 0, page_ = 4096;
-  std::vector<bool> dirty_;
-};
 
 enum class Status : uint8_t { kRunnable, kBarrier, kWarp, kExited, kFaulted };
 

@@ -54,11 +54,18 @@ __device__ inline float adamw_step(float p, float g, float& m, float& v, const A
 // Thread i updates [i*P, i*P + P) (n % P == 0). Every array is read once and
 // written once: streaming loads and stores (the step touches 12-18 B/param,
 // far more than L2 holds, and nothing reads them until the next step).
+// clip (optional): clip[1] replaces s.grad_scale, and NaN there (a non-finite
+// gradient norm, global_norm.cuh) leaves every array untouched.
 template <class T, int P>
 __global__ void adamw_kernel(T* params, float* master, const T* grads, float* m, float* v,
-                             size_t n, AdamWScalars s) {
+                             size_t n, AdamWScalars s, const double* clip) {
   const size_t i = (static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x) * P;
   if (i >= n) return;
+  if (clip != nullptr) {
+    const double scale = clip[1];
+    if (isnan(scale)) return;
+    s.grad_scale = static_cast<float>(scale);
+  }
   float g[P], mi[P], vi[P], p[P];
   load_floats<P, true>(g, grads + i);
   load_floats<P, true>(mi, m + i);
@@ -76,17 +83,17 @@ __global__ void adamw_kernel(T* params, float* master, const T* grads, float* m,
 
 template <class T>
 void adamw_update(T* params, float* master, const T* grads, float* m, float* v, size_t n,
-                  const AdamWScalars& s, cudaStream_t stream) {
+                  const AdamWScalars& s, const double* clip, cudaStream_t stream) {
   const int block = 256;
   constexpr int P = kPack<T>;  // 8 for bf16: the fp32 arrays take two 128-bit accesses
   if (can_pack(n, P, params, grads) && can_pack(n, P, master, m, v)) {
     auto kernel = adamw_kernel<T, P>;
     LAUNCH_KERNEL(kernel, ceil_div(n / P, block), block, 0, stream, params, master, grads, m, v,
-                  n, s);
+                  n, s, clip);
   } else {
     auto kernel = adamw_kernel<T, 1>;
     LAUNCH_KERNEL(kernel, ceil_div(n, block), block, 0, stream, params, master, grads, m, v, n,
-                  s);
+                  s, clip);
   }
 }
 

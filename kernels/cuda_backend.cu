@@ -113,6 +113,8 @@ class CudaBackend final : public Backend {
       if (blas_.lt_workspace_bytes > 0)
         CUDA_CHECK(cudaMalloc(&blas_.lt_workspace, blas_.lt_workspace_bytes));
       CUDA_CHECK(cudaMalloc(&norm_partials_, (kern::kNormMaxBlocks + 1) * sizeof(double)));
+      CUDA_CHECK(cudaMallocHost(&clip_pinned_, 2 * sizeof(double)));
+      CUDA_CHECK(cudaEventCreateWithFlags(&clip_copied_, cudaEventDisableTiming));
     } catch (...) {
       release();
       throw;
@@ -137,11 +139,11 @@ class CudaBackend final : public Backend {
 
   // ---- memory -------------------------------------------------------------
   // kParams, kGrads, kActivations hold the storage type (fp32 or bf16);
-  // kOptimizer, kScratch are fp32, kTokens int32.
+  // kOptimizer, kScratch, kStats are fp32, kTokens int32, kScalar64 fp64.
   Tensor alloc(size_t numel, BufferRole role) override {
     const bool storage = role == BufferRole::kParams || role == BufferRole::kGrads ||
                          role == BufferRole::kActivations;
-    const uint32_t elem = storage ? storage_bytes_ : 4;
+    const uint32_t elem = storage ? storage_bytes_ : role == BufferRole::kScalar64 ? 8 : 4;
     if (numel == 0) return Tensor{nullptr, 0, elem};
     if (numel > SIZE_MAX / elem)
       throw std::runtime_error("backend/cuda: alloc: " + std::to_string(numel) +
@@ -410,19 +412,64 @@ class CudaBackend final : public Backend {
   double sum_squares(Tensor g) override {
     if (g.numel == 0) return 0.0;
     need_x(g, g.numel, "sum_squares", "g");
+    double* total_on_device = norm_partials_ + kern::kNormMaxBlocks;
     dispatch("sum_squares", [&](auto tag) {
       using X = decltype(tag);
-      kern::sum_squares<X>(norm_partials_, as<X>(g), g.numel, stream_);
+      kern::sum_squares<X>(total_on_device, norm_partials_, as<X>(g), g.numel, stream_);
     });
     double total = 0;
-    CUDA_CHECK(cudaMemcpyAsync(&total, norm_partials_ + kern::global_norm_blocks(g.numel),
-                               sizeof total, cudaMemcpyDeviceToHost, stream_));
+    CUDA_CHECK(cudaMemcpyAsync(&total, total_on_device, sizeof total, cudaMemcpyDeviceToHost, stream_));
     CUDA_CHECK(cudaStreamSynchronize(stream_));
     return total;
+  }
+  void sum_squares_into(Tensor clip, Tensor g) override {
+    need(clip, 2, "sum_squares_into", "clip", 8);
+    if (g.numel == 0) {
+      CUDA_CHECK(cudaMemsetAsync(clip.ptr, 0, sizeof(double), stream_));
+      return;
+    }
+    need_x(g, g.numel, "sum_squares_into", "g");
+    dispatch("sum_squares_into", [&](auto tag) {
+      using X = decltype(tag);
+      kern::sum_squares<X>(as<double>(clip), norm_partials_, as<X>(g), g.numel, stream_);
+    });
+  }
+  // The kernel, then both values copied to pinned memory behind it (event
+  // clip_copied_), so read_clip waits for nothing queued later.
+  void clip_scale(Tensor clip, float max_norm) override {
+    need(clip, 2, "clip_scale", "clip", 8);
+    dispatch("clip_scale", [&](auto) {
+      LAUNCH_KERNEL(kern::clip_scale_kernel, 1, 1, 0, stream_, as<double>(clip), max_norm);
+    });
+    CUDA_CHECK(cudaMemcpyAsync(clip_pinned_, clip.ptr, 2 * sizeof(double), cudaMemcpyDeviceToHost, stream_));
+    CUDA_CHECK(cudaEventRecord(clip_copied_, stream_));
+    clip_last_ = clip.ptr;
+  }
+  void read_clip(double* dst, Tensor clip) override {
+    if (clip.ptr != clip_last_) return download64(dst, clip.slice(0, 2));
+    CUDA_CHECK(cudaEventSynchronize(clip_copied_));
+    dst[0] = clip_pinned_[0];
+    dst[1] = clip_pinned_[1];
+  }
+  void download64(double* dst, Tensor src) override {
+    need(src, src.numel, "download64", "src", 8);
+    if (src.numel == 0) return;
+    CUDA_CHECK(cudaMemcpyAsync(dst, src.ptr, src.numel * sizeof(double), cudaMemcpyDeviceToHost, stream_));
+    CUDA_CHECK(cudaStreamSynchronize(stream_));
+  }
+  void adamw_update_clipped(Tensor params, Tensor master, Tensor grads, Tensor m, Tensor v, float lr, float beta1,
+                            float beta2, float eps, float weight_decay, Tensor clip, int t) override {
+    need(clip, 2, "adamw_update_clipped", "clip", 8);
+    adamw(params, master, grads, m, v, lr, beta1, beta2, eps, weight_decay, 1.0f, as<double>(clip), t);
   }
   void adamw_update(Tensor params, Tensor master, Tensor grads, Tensor m, Tensor v, float lr,
                     float beta1, float beta2, float eps, float weight_decay, float grad_scale,
                     int t) override {
+    adamw(params, master, grads, m, v, lr, beta1, beta2, eps, weight_decay, grad_scale, nullptr, t);
+  }
+  // clip: null, or the device's clip state whose [1] replaces grad_scale (global_norm.cuh)
+  void adamw(Tensor params, Tensor master, Tensor grads, Tensor m, Tensor v, float lr, float beta1, float beta2,
+             float eps, float weight_decay, float grad_scale, const double* clip, int t) {
     checks_.adamw(params, master, grads, m, v, t);
     const size_t n = params.numel;
     if (n == 0) return;
@@ -431,7 +478,7 @@ class CudaBackend final : public Backend {
     dispatch("adamw_update", [&](auto tag) {
       using X = decltype(tag);
       kern::adamw_update<X>(as<X>(params), master.empty() ? nullptr : as<float>(master),
-                            as<X>(grads), as<float>(m), as<float>(v), n, s, stream_);
+                            as<X>(grads), as<float>(m), as<float>(v), n, s, clip, stream_);
     });
   }
   void scale(Tensor x, float s) override {
@@ -508,6 +555,10 @@ class CudaBackend final : public Backend {
     staging_.release();
     if (workspace_ != nullptr) cudaFree(workspace_);
     if (norm_partials_ != nullptr) cudaFree(norm_partials_);
+    if (clip_pinned_ != nullptr) cudaFreeHost(clip_pinned_);
+    if (clip_copied_ != nullptr) cudaEventDestroy(clip_copied_);
+    clip_pinned_ = nullptr;
+    clip_copied_ = nullptr;
     if (blas_.lt_workspace != nullptr) cudaFree(blas_.lt_workspace);
     blas_.lt_plans.clear();  // cached cuBLASLt descriptors, before their handle
     if (blas_.lt != nullptr) cublasLtDestroy(blas_.lt);
@@ -528,6 +579,9 @@ class CudaBackend final : public Backend {
   cudaStream_t stream_ = nullptr;
   kern::BlasContext blas_;
   double* norm_partials_ = nullptr;
+  double* clip_pinned_ = nullptr;      // read_clip: the last clip_scale's values
+  cudaEvent_t clip_copied_ = nullptr;  // recorded after they were copied there
+  const void* clip_last_ = nullptr;
   float* workspace_ = nullptr;
   size_t workspace_floats_ = 0;
   std::unordered_map<void*, size_t> live_;  // alloc()'s buffers and their bytes
@@ -542,7 +596,8 @@ BackendSizes cuda_backend_sizes(const CudaBackendOptions& options) {
   s.name = "cuda";
   s.host_memory = false;
   const uint32_t x = options.bf16 ? 2 : 4;
-  s.elem_bytes.fill(4);  // optimizer state, tokens, scratch
+  s.elem_bytes.fill(4);  // optimizer state, tokens, scratch, statistics
+  s.elem_bytes[static_cast<size_t>(BufferRole::kScalar64)] = 8;
   for (BufferRole r : {BufferRole::kParams, BufferRole::kGrads, BufferRole::kActivations})
     s.elem_bytes[static_cast<size_t>(r)] = x;  // the storage type, as CudaBackend::alloc
   const bool flash = use_flash_attention(options.attention);

@@ -46,14 +46,26 @@ __global__ void sum_partials_kernel(double* out, const double* partials, int cou
   if (threadIdx.x == 0) *out = acc;
 }
 
-// partials: global_norm_blocks(n) + 1 doubles; the total lands in partials[blocks].
+// The clip scale from the sum of squares, clip[1] from clip[0]: backend.h's
+// clip_scale_value, the same fp64 operations (sqrt and division are correctly
+// rounded on the device too), so the device and the host agree to the bit.
+__global__ void clip_scale_kernel(double* clip, float max_norm) {
+  const double norm = sqrt(clip[0]);
+  double scale = 1.0;
+  if (!isfinite(norm))
+    scale = nan("");
+  else if (max_norm > 0.0f && norm > max_norm)
+    scale = static_cast<float>(max_norm / norm);
+  clip[1] = scale;
+}
+
+// partials: global_norm_blocks(n) doubles of scratch; the total lands in *out.
 template <class T>
-void sum_squares(double* partials, const T* x, size_t n, cudaStream_t stream) {
+void sum_squares(double* out, double* partials, const T* x, size_t n, cudaStream_t stream) {
   const int blocks = global_norm_blocks(n);
   auto partials_kernel = sum_squares_partials_kernel<T>;
   LAUNCH_KERNEL(partials_kernel, blocks, kNormBlock, 0, stream, partials, x, n);
-  LAUNCH_KERNEL(sum_partials_kernel, 1, kNormFinishBlock, 0, stream, partials + blocks, partials,
-                blocks);
+  LAUNCH_KERNEL(sum_partials_kernel, 1, kNormFinishBlock, 0, stream, out, partials, blocks);
 }
 
 }  // namespace kern

@@ -244,7 +244,8 @@ inline LtPlan lt_query(const BlasContext& ctx, LtCall& call, uint32_t align_a, u
 // Column-major D[m,n] = op(A)[m,k] op(B)[k,n] + beta D, all of type `type`, fp32
 // compute, with `epilogue` (DEFAULT, BIAS, BGRADB, GELU_AUX(_BIAS), DGELU) whose
 // vector `bias` has D's type (null when the epilogue has none) and whose GELU
-// input matrix `aux` (m x n, ld aux_ld) has D's type too. Returns false, having queued nothing, when cuBLASLt offers no algorithm;
+// input matrix `aux` (m x n, ld aux_ld) has D's type too. Returns false, having
+// queued nothing, when cuBLASLt offers no algorithm;
 // the caller then computes the same with cuBLAS and kernels.
 inline bool lt_matmul(const BlasContext& ctx, cudaDataType_t type, bool trans_a, bool trans_b,
                       int m, int n, int k, const void* A, int lda, const void* B, int ldb,

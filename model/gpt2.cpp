@@ -508,8 +508,10 @@ void GPT2::backward(const std::function<void(int)>& on_layer_done) {
     Tensor residual = l == 0 ? a.encoded.slice(0, N * C) : layer(a.residual3, l - 1, C);
     // residual3 = residual2 + fcproj: dresidual flows to both unchanged.
     Tensor fch_gelu = layer(a.fch_gelu, recompute_gelu_ ? 0 : l, 4 * C);
-    // --recompute 1: fch_gelu again from fch; bitwise the forward's where that took
-    // GELU of the stored fch (fp32 storage, or the kernels' path), else within a rounding.
+    // --recompute 1: fch_gelu again from fch with the GELU kernel: bitwise the
+    // forward's where that ran the kernel too (the CPU backend, --gelu-fusion off);
+    // after the GEMM epilogue's GELU, within its last bits (fp32: another GELU
+    // formula) or a rounding (bf16: GELU of the unrounded fch).
     if (recompute_gelu_) be.gelu_forward(fch_gelu, layer(a.fch, l, 4 * C), N * 4 * C);
     be.matmul_gelu_backward(dfch, gl(kFcprojw, l), gl(kFcprojb, l), dresidual, fch_gelu, pl(kFcprojw, l),
                             layer(a.fch, l, 4 * C), N, 4 * C, C);

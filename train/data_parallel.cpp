@@ -72,6 +72,7 @@ DataParallel::DataParallel(Backend& backend, Communicator& buffers, Communicator
     opt_end_ = std::min(s.end, num_params_);
   }
   if (stage_ == 2) allocate_stage2_buffers();
+  clip_ = backend_.alloc(2, BufferRole::kScalar64);
 }
 
 // Stage 2's gradient shard and receive buffer, both of the gradients' element
@@ -116,6 +117,7 @@ void DataParallel::allocate_stage2_buffers() {
 }
 
 DataParallel::~DataParallel() {
+  backend_.free(clip_);
   if (!shard_grads_.empty()) backend_.free(shard_grads_);
   if (!recv_.empty()) backend_.free(recv_);
   for (Tensor& r : recv_slot_)
@@ -323,12 +325,22 @@ Tensor DataParallel::shard_grads(GPT2& model) const {
   return model.grads().slice(opt_begin_, n);
 }
 
-double DataParallel::grad_norm(GPT2& model) {
-  if (stage_ == 0) return std::sqrt(backend_.sum_squares(model.grads().slice(0, num_params_)));
-  // Padding elements are zero, so squaring the whole shard is exact.
-  const ElemRange s = plan_.shard(comm_.rank());
-  Tensor mine = stage_ == 2 ? shard_grads_ : model.grads().slice(s.begin, s.size());
-  return std::sqrt(all_reduce_value(host_, backend_.sum_squares(mine), ReduceOp::kSum));
+void DataParallel::queue_grad_clip(GPT2& model, float max_norm) {
+  if (stage_ == 0) {
+    backend_.sum_squares_into(clip_, model.grads().slice(0, num_params_));
+  } else {
+    // Padding elements are zero, so squaring the whole shard is exact.
+    const ElemRange s = plan_.shard(comm_.rank());
+    backend_.sum_squares_into(clip_, stage_ == 2 ? shard_grads_ : model.grads().slice(s.begin, s.size()));
+    if (comm_.world() > 1) comm_.all_reduce(clip_.ptr, clip_.ptr, 1, DataType::kFloat64, ReduceOp::kSum);
+  }
+  backend_.clip_scale(clip_, max_norm);
+}
+
+double DataParallel::grad_norm() {
+  double state[2];
+  backend_.read_clip(state, clip_);
+  return std::sqrt(state[0]);
 }
 
 void DataParallel::gather_params(GPT2& model) {

@@ -73,7 +73,8 @@ class DataParallel {
   size_t opt_end() const { return opt_end_; }
 
   // Step protocol: begin_step, then per micro-step forward + backward(hook),
-  // then reduce_gradients, grad_norm, optimizer on shard_grads, gather_params.
+  // then reduce_gradients, queue_grad_clip, grad_norm (after the step's host
+  // wait), optimizer on shard_grads with clip_state(), gather_params.
   // Stages 0/1 hook only the last micro-step (and only with several buckets);
   // otherwise their hook is empty. Call it right before each backward: at
   // stage 2 it first makes the compute stream wait for the previous
@@ -85,7 +86,13 @@ class DataParallel {
   // in flight and adds them into the shard.
   void reduce_gradients(GPT2& model);
   Tensor shard_grads(GPT2& model) const;  // gradients of [opt_begin, opt_end)
-  double grad_norm(GPT2& model);
+  // Queues, on the backend, the global gradient norm's sum of squares (this
+  // rank's shard all-reduced over the ranks at stages 1/2, on the buffers'
+  // communicator) and the AdamW scale of clipping to max_norm (<= 0: none)
+  // into clip_state(): no host wait (Backend::clip_scale).
+  void queue_grad_clip(GPT2& model, float max_norm);
+  Tensor clip_state() const { return clip_; }
+  double grad_norm();  // of the last queue_grad_clip (Backend::read_clip)
   void gather_params(GPT2& model);
 
   // Bytes of gradient memory this rank holds (model buffers + shard + staging).
@@ -118,6 +125,7 @@ class DataParallel {
   const size_t num_params_;
   ZeroPlan plan_;
   size_t opt_begin_ = 0, opt_end_ = 0;
+  Tensor clip_;         // kScalar64 [sum of squares, clip scale]
   Tensor shard_grads_;  // stage 2: this rank's accumulated gradient shard (shard_size)
   Tensor recv_;         // stage 2: one unit's received part
   const ParamLayout layout_;

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <sstream>
 #include <stdexcept>
+#include <string>
 
 #include "backend/sizing_backend.h"
 #include "distributed/comm.h"
@@ -61,9 +62,11 @@ std::string memory_plan_table(const TrainOptions& o) {
     opt.reserve_master(model.params());
     // the step's deferred per-token losses: one slot per micro-batch
     const int64_t micro = static_cast<int64_t>(B) * T * world;
-    model.reserve_deferred_losses(o.total_batch_tokens > 0 && o.total_batch_tokens % micro == 0
-                                    ? static_cast<int>(o.total_batch_tokens / micro)
-                                    : 1);
+    if (o.total_batch_tokens > 0 && o.total_batch_tokens % micro != 0)
+      throw std::runtime_error("--total-batch-tokens " + std::to_string(o.total_batch_tokens) +
+                               " is not a multiple of B*T*world = " + std::to_string(micro) + " at world " +
+                               std::to_string(world));
+    model.reserve_deferred_losses(o.total_batch_tokens > 0 ? static_cast<int>(o.total_batch_tokens / micro) : 1);
     if (out.tellp() == 0) {
       out << "memory plan: " << (from_file ? o.model : o.model + " " + cfg.describe()) << ", " << layout.total
           << " parameters; " << be->name() << " " << o.dtype << ", B=" << B << " T=" << T << ", ZeRO-"

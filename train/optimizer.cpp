@@ -34,7 +34,7 @@ void AdamW::attach_master(Tensor params) {
   backend_.upload(master_, host.data());
 }
 
-void AdamW::step(Tensor params, Tensor shard_grads, float lr, float grad_scale, int t, const AdamWHyper& h) {
+void AdamW::step(Tensor params, Tensor shard_grads, float lr, Tensor clip, int t, const AdamWHyper& h) {
   // One update call per (tensor ∩ shard), so each piece gets its own decay.
   for (int k = 0; k < kNumParamTensors; k++) {
     const size_t lo = std::max(begin_, layout_.offset[k]);
@@ -42,9 +42,9 @@ void AdamW::step(Tensor params, Tensor shard_grads, float lr, float grad_scale, 
     if (lo >= hi) continue;
     const size_t n = hi - lo, rel = lo - begin_;
     const float wd = ParamLayout::decays(k) ? h.weight_decay : 0.0f;
-    backend_.adamw_update(params.slice(lo, n), master_.empty() ? Tensor{} : master_.slice(rel, n),
-                          shard_grads.slice(rel, n), m_.slice(rel, n),
-                          v_.slice(rel, n), lr, h.beta1, h.beta2, h.eps, wd, grad_scale, t);
+    backend_.adamw_update_clipped(params.slice(lo, n), master_.empty() ? Tensor{} : master_.slice(rel, n),
+                                  shard_grads.slice(rel, n), m_.slice(rel, n), v_.slice(rel, n), lr, h.beta1,
+                                  h.beta2, h.eps, wd, clip, t);
   }
 }
 

@@ -33,7 +33,9 @@ class AdamW {
 
   // params: the full parameter buffer; shard_grads: gradients of [begin, end)
   // (element 0 = parameter `begin`). t is the 1-based step for bias correction.
-  void step(Tensor params, Tensor shard_grads, float lr, float grad_scale, int t, const AdamWHyper& h);
+  // `clip`: the kScalar64 clip state (DataParallel::clip_state): its scale
+  // multiplies the gradients on the device, and NaN there skips the update.
+  void step(Tensor params, Tensor shard_grads, float lr, Tensor clip, int t, const AdamWHyper& h);
 
   size_t begin() const { return begin_; }
   size_t end() const { return end_; }

@@ -535,17 +535,19 @@ bool TrainingRun::train_step(int step) {
     model_.backward(dp_.backward_hook(model_, micro + 1 == grad_accum));
   }
   dp_.reduce_gradients(model_);
+  // The norm and the clip scale stay where the gradients are; the host only
+  // reads the norm back, in the step's one wait.
+  if (supervised != 0) dp_.queue_grad_clip(model_, opts_.grad_clip);
   // The step's host wait. A device communicator's collectives return once
   // enqueued: its wait_device() polls the compute stream against
   // --comm-timeout, so a hung peer ends the job here instead of leaving the
-  // norm's copy blocked forever.
+  // loss copy blocked forever. Without one, the loss copy is the wait.
   if (comms_.device) comms_.device->wait_device();
-  const double norm = dp_.grad_norm(model_);  // waits only for the norm's own kernels now
   // No wait for the optimizer and the all-gather: they run while the host
   // loads the next batches, and the next step's wait covers them. The step
   // time runs from the step's start to its wait (in steady state the period).
+  const double loss_sum = model_.collect_deferred_losses();
   const double dt = seconds_since(t0);
-  const double loss_sum = model_.collect_deferred_losses();  // the stream has drained: no second wait
   const double loss =
       supervised ? all_reduce_value(comms_.host, loss_sum, ReduceOp::kSum) / static_cast<double>(supervised) : 0.0;
   const float lr = schedule_.at(step);
@@ -553,15 +555,14 @@ bool TrainingRun::train_step(int step) {
     log_.info("step " + std::to_string(step + 1) + ": no supervised token in the batch; weights not updated");
     return true;
   }
+  const double norm = dp_.grad_norm();  // copied behind the clip scale: the wait above covered it
   const bool finite = std::isfinite(loss) && std::isfinite(norm);
   if (!finite && opts_.on_nan == "stop")
     throw std::runtime_error("non-finite " + std::string(std::isfinite(loss) ? "gradient norm" : "loss") +
                              " at step " + std::to_string(step + 1) +
                              " (weights not updated; last checkpoint kept; --on-nan skip to continue)");
-  if (finite) {
-    const float grad_scale =
-        (opts_.grad_clip > 0.0f && norm > opts_.grad_clip) ? static_cast<float>(opts_.grad_clip / norm) : 1.0f;
-    optimizer_.step(model_.params(), dp_.shard_grads(model_), lr, grad_scale, step + 1, hyper_);
+  if (finite) {  // the clip scale is read on the device (clip_scale_value)
+    optimizer_.step(model_.params(), dp_.shard_grads(model_), lr, dp_.clip_state(), step + 1, hyper_);
     dp_.gather_params(model_);
   } else {
     nan_skips_++;

@@ -64,17 +64,17 @@ class CpuBackend final : public Backend {
   bool is_host_memory() const override { return true; }
 
   Tensor alloc(size_t numel, BufferRole role) override {
-    (void)role;  // every role is 4-byte elements on this backend
-    if (numel == 0) return Tensor{nullptr, 0, 4};
-    if (numel > (SIZE_MAX - kAlign) / 4)
+    const uint32_t elem = role == BufferRole::kScalar64 ? 8 : 4;  // every other role: 4-byte elements
+    if (numel == 0) return Tensor{nullptr, 0, elem};
+    if (numel > (SIZE_MAX - kAlign) / elem)
       throw std::runtime_error("backend/cpu: alloc: " + std::to_string(numel) +
                                " elements overflow size_t");
-    const size_t bytes = (numel * 4 + kAlign - 1) / kAlign * kAlign;
+    const size_t bytes = (numel * elem + kAlign - 1) / kAlign * kAlign;
     void* p = std::aligned_alloc(kAlign, bytes);
     if (p == nullptr)
       throw std::runtime_error("backend/cpu: alloc: out of memory for " + std::to_string(bytes) +
                                " bytes");
-    return Tensor{p, numel, 4};
+    return Tensor{p, numel, elem};
   }
   void free(Tensor t) override { std::free(t.ptr); }
 
@@ -209,6 +209,19 @@ class CpuBackend final : public Backend {
                              eps, weight_decay, grad_scale, t);
   }
   void scale(Tensor x, float s) override { cpu::scale<float>(ex_, f32(x), x.numel, s); }
+  void sum_squares_into(Tensor clip, Tensor g) override {
+    checks_.need(clip, 2, "sum_squares_into", "clip", 8);
+    static_cast<double*>(clip.ptr)[0] = g.numel == 0 ? 0.0 : sum_squares(g);
+  }
+  void clip_scale(Tensor clip, float max_norm) override {
+    checks_.need(clip, 2, "clip_scale", "clip", 8);
+    double* c = static_cast<double*>(clip.ptr);
+    c[1] = clip_scale_value(c[0], max_norm);
+  }
+  void download64(double* dst, Tensor src) override {
+    checks_.need(src, src.numel, "download64", "src", 8);
+    std::copy_n(static_cast<const double*>(src.ptr), src.numel, dst);
+  }
 
  private:
   // Splits [0, bytes) into per-thread ranges (whole cache lines) and runs fn on each.
@@ -245,6 +258,7 @@ BackendSizes cpu_backend_sizes(int threads) {
   s.name = "cpu";
   s.host_memory = true;
   s.elem_bytes.fill(4);  // fp32 buffers, int32 tokens
+  s.elem_bytes[static_cast<size_t>(BufferRole::kScalar64)] = 8;
   const cpu::Exec ex{cpu::resolve_threads(threads)};
   s.attention_saved_numel = [](int B, int T, int NH) { return cpu::attention_saved_numel(B, T, NH); };
   s.attention_scratch_numel = [ex](int, int T, int) { return cpu::attention_scratch_numel(ex, T); };

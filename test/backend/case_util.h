@@ -68,6 +68,24 @@ inline void linear_backward_ref(const Vec& dout, const Vec& inp, const Vec& w, i
       for (int o = 0; o < OC; o++) (*dbias)[o] += dout[size_t(n) * OC + o];
 }
 
+// Layernorm statistics of the rows of x[N,C] in fp64 (two-pass variance, eps 1e-5).
+template <class V>
+void layernorm_stats(const V& x, int N, int C, DVec& mean, DVec& rstd) {
+  mean.assign(N, 0);
+  rstd.assign(N, 0);
+  for (int n = 0; n < N; n++) {
+    double m = 0, v = 0;
+    for (int c = 0; c < C; c++) m += x[size_t(n) * C + c];
+    m /= C;
+    for (int c = 0; c < C; c++) {
+      const double d = x[size_t(n) * C + c] - m;
+      v += d * d;
+    }
+    mean[n] = m;
+    rstd[n] = 1.0 / std::sqrt(v / C + 1e-5);
+  }
+}
+
 // GELU (tanh approximation) and its derivative in fp64.
 inline double gelu_ref(double x) {
   const double u = std::sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x);

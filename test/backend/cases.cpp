@@ -21,21 +21,6 @@ namespace {
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
 // ---------------------------------------------------------------- layernorm
-void layernorm_stats(const Vec& x, int N, int C, DVec& mean, DVec& rstd) {
-  mean.assign(N, 0);
-  rstd.assign(N, 0);
-  for (int n = 0; n < N; n++) {
-    double m = 0, v = 0;
-    for (int c = 0; c < C; c++) m += x[size_t(n) * C + c];
-    m /= C;
-    for (int c = 0; c < C; c++) {
-      const double d = x[size_t(n) * C + c] - m;
-      v += d * d;
-    }
-    mean[n] = m;
-    rstd[n] = 1.0 / std::sqrt(v / C + 1e-5);
-  }
-}
 
 class LayernormForward : public OpCase {
  public:

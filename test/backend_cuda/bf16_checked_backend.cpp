@@ -126,7 +126,8 @@ void CheckedBackend::residual_layernorm_forward(Tensor residual, Tensor out, Ten
   inner_.residual_layernorm_forward(residual, out, mean, rstd, a, b, w, bias, N, C);
   const std::string shp = shape({{"N", N}, {"C", C}});
   check("residual_layernorm_forward", shp, {residual}, sum);
-  check("residual_layernorm_forward", shp, {out, mean, rstd}, bf16ref::layernorm_forward(get(residual), get(w), get(bias), N, C));
+  check("residual_layernorm_forward", shp, {out, mean, rstd},
+        bf16ref::layernorm_forward(get(residual), get(w), get(bias), N, C));
 }
 
 void CheckedBackend::matmul_forward(Tensor out, Tensor inp, Tensor w, Tensor bias, int N, int C, int OC) {

@@ -88,6 +88,13 @@ class CheckedBackend : public Backend {
   void classifier_forward_backward(Tensor logits, Tensor losses, Tensor targets, int N, int V, int Vp,
                                    float dloss) override;
   double sum_squares(Tensor g) override { return inner_.sum_squares(g); }
+  void sum_squares_into(Tensor clip, Tensor g) override { inner_.sum_squares_into(clip, g); }
+  void clip_scale(Tensor clip, float max_norm) override { inner_.clip_scale(clip, max_norm); }
+  void download64(double* dst, Tensor src) override { inner_.download64(dst, src); }
+  void adamw_update_clipped(Tensor params, Tensor master, Tensor grads, Tensor m, Tensor v, float lr, float beta1,
+                            float beta2, float eps, float weight_decay, Tensor clip, int t) override {
+    inner_.adamw_update_clipped(params, master, grads, m, v, lr, beta1, beta2, eps, weight_decay, clip, t);
+  }
   void adamw_update(Tensor params, Tensor master, Tensor grads, Tensor m, Tensor v, float lr, float beta1,
                     float beta2, float eps, float weight_decay, float grad_scale, int t) override {
     inner_.adamw_update(params, master, grads, m, v, lr, beta1, beta2, eps, weight_decay, grad_scale, t);

@@ -619,7 +619,8 @@ std::vector<Output> matmul_gelu_forward(const Vec& inp, const Vec& w, const Vec*
     out.value[i] = x / (1 + std::exp(-2 * u));
     if (!std::isfinite(out.value[i])) continue;
     // the kernel's own error at x (relative), or the tanh form's: 0.5 |x| times 1 + tanh u's few ulps
-    const double own = std::max(kernel_gelu.delta[i] * 1.01, op_err(4, std::fabs(x)) + op_err(4, std::fabs(out.value[i])));
+    const double own =
+        std::max(kernel_gelu.delta[i] * 1.01, op_err(4, std::fabs(x)) + op_err(4, std::fabs(out.value[i])));
     out.delta[i] = gelu_lipschitz(x, r) * r + own;
   }
   return {out, pre};
@@ -750,8 +751,9 @@ Stats compare(const Vec& got, const Output& ref, const std::string& what, std::s
       if (problems && reported++ < max_reports) {
         std::ostringstream s;
         s.precision(9);
-        s << "  " << what << "[" << i << "]: got " << got[i] << ", reference " << v << (ref.fp32 ? " (fp32 " : " (bf16 ")
-          << stored(v, ref.fp32) << ", fp32 allowance " << ref.delta[i] << ", ulp " << ulp_of(v, ref.fp32) << "): " << ratio
+        s << "  " << what << "[" << i << "]: got " << got[i] << ", reference " << v
+          << (ref.fp32 ? " (fp32 " : " (bf16 ") << stored(v, ref.fp32) << ", fp32 allowance " << ref.delta[i]
+          << ", ulp " << ulp_of(v, ref.fp32) << "): " << ratio
           << "x the bound\n";
         *problems += s.str();
       }

@@ -210,11 +210,12 @@ TEST(CudaPacked, ResidualLayernormGivesTheTwoOpsBits) {
         const std::vector<float> a_host = randn(n, 31, 2.0f), b_host = randn(n, 32);
         Tensor a = x.add(a_host), b = x.add(b_host), w = x.add(randn(C, 33)), bias = x.add(randn(C, 34));
         Tensor sum = in_place ? a : x.add(std::vector<float>(n)), out = x.add(std::vector<float>(n));
-        Tensor mean = x.add(std::vector<float>(N), BufferRole::kStats), rstd = x.add(std::vector<float>(N), BufferRole::kStats);
+        const std::vector<float> rows(N);
+        Tensor mean = x.add(rows, BufferRole::kStats), rstd = x.add(rows, BufferRole::kStats);
         be->residual_layernorm_forward(sum, out, mean, rstd, a, b, w, bias, N, C);
         const std::vector<std::vector<float>> fused = {x.get(sum), x.get(out), x.get(mean), x.get(rstd)};
         Tensor a2 = x.add(a_host), sum2 = x.add(std::vector<float>(n)), out2 = x.add(std::vector<float>(n));
-        Tensor mean2 = x.add(std::vector<float>(N), BufferRole::kStats), rstd2 = x.add(std::vector<float>(N), BufferRole::kStats);
+        Tensor mean2 = x.add(rows, BufferRole::kStats), rstd2 = x.add(rows, BufferRole::kStats);
         be->residual_forward(sum2, a2, b, n);
         be->layernorm_forward(out2, mean2, rstd2, sum2, w, bias, N, C);
         const std::vector<std::vector<float>> two = {x.get(sum2), x.get(out2), x.get(mean2), x.get(rstd2)};

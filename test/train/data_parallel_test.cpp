@@ -1,12 +1,13 @@
 // DataParallel's routing over its two communicators: buffers (gradients,
-// parameters) through the buffer communicator in their own element type,
-// host scalars (the gradient norm) through the host one, for each ZeRO stage.
+// parameters, and the gradient norm's fp64 sum, which stays in the backend's
+// memory) through the buffer communicator, for each ZeRO stage.
 // Two recording communicators stand in for rank 0 of 2 (every rank holding the
 // same data: reductions copy, the all-gather is in place); the numbers of a
 // real multi-rank run are checked by test/distributed/zero_train_test.sh (CPU)
 // and test/distributed/zero_cuda_emu_test.sh (CUDA on the emulator, NCCL).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -98,7 +99,8 @@ double one_step(Backend& be, DataParallel& dp, GPT2& model) {
   model.forward(inputs.data(), targets.data(), B, T, true, 1.0f / (B * T));
   model.backward(dp.backward_hook(model));
   dp.reduce_gradients(model);
-  const double norm = dp.grad_norm(model);
+  dp.queue_grad_clip(model, 1.0f);
+  const double norm = dp.grad_norm();
   dp.gather_params(model);
   return norm;
 }
@@ -116,15 +118,19 @@ TEST_P(DataParallelRouting, BuffersAndHostScalarsTakeTheirOwnCommunicator) {
   model.init_random(7);
   EXPECT_GT(one_step(*be, dp, model), 0.0);
 
-  // Host scalars: stage 0 squares every gradient locally (no call); stages 1/2
-  // sum the shards' squares with one fp64 all-reduce on the host communicator.
-  if (stage == 0) {
-    EXPECT_TRUE(host.calls.empty());
-  } else {
-    ASSERT_EQ(host.calls.size(), 1u);
-    EXPECT_EQ(host.calls[0].kind, CommCall::kAllReduce);
-    EXPECT_EQ(host.calls[0].type, DataType::kFloat64);
-    EXPECT_EQ(host.calls[0].count, 1u);
+  // The gradient norm stays in the backend's memory: stage 0 squares every
+  // gradient locally (no call); stages 1/2 sum the shards' squares with one
+  // fp64 all-reduce on the buffer communicator, after the gradient exchange.
+  // The host communicator carries nothing here.
+  EXPECT_TRUE(host.calls.empty());
+  if (stage != 0) {
+    auto norm = std::find_if(buffers.calls.begin(), buffers.calls.end(),
+                             [](const Call& c) { return c.type == DataType::kFloat64; });
+    ASSERT_NE(norm, buffers.calls.end());
+    EXPECT_EQ(norm->kind, CommCall::kAllReduce);
+    EXPECT_EQ(norm->count, 1u);
+    EXPECT_EQ(norm + 2, buffers.calls.end()) << "the norm's all-reduce comes right before the all-gather";
+    buffers.calls.erase(norm);
   }
   // Buffers, all fp32 (the CPU backend's element size), on the buffer communicator.
   ASSERT_FALSE(buffers.calls.empty());
