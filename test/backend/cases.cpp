@@ -703,6 +703,7 @@ std::vector<std::unique_ptr<OpCase>> perf_cases(uint64_t seed) {
   add(new AttentionBackward(rng, B, T, C, NH));
   add(new AttentionForward(rng, 1, 1024, C, NH));
   add(new AttentionBackward(rng, 1, 1024, C, NH));
+  add_fused_perf_cases(rng, N, C, v);
   add(new GeluForward(rng, size_t(N) * 4 * C, false));
   add(new GeluBackward(rng, size_t(N) * 4 * C, true, false));
   add(new ResidualForward(rng, size_t(N) * C, false));

@@ -177,5 +177,11 @@ bool add_fused_cases(const std::string& op, Rng& rng, std::vector<std::unique_pt
   return false;
 }
 
+void add_fused_perf_cases(Rng& rng, int N, int C, std::vector<std::unique_ptr<OpCase>>& v) {
+  v.emplace_back(new MatmulGeluForward(rng, N, C, 4 * C, true));
+  v.emplace_back(new MatmulGeluBackward(rng, N, 4 * C, C, true));
+  v.emplace_back(new ResidualLayernormForward(rng, N, C, false));
+}
+
 }  // namespace optest
 }  // namespace gpt2
