@@ -112,7 +112,7 @@ class CudaBackend final : public Backend {
       blas_.lt_workspace_bytes = options.use_cublaslt ? options.cublaslt_workspace_bytes : 0;
       if (blas_.lt_workspace_bytes > 0)
         CUDA_CHECK(cudaMalloc(&blas_.lt_workspace, blas_.lt_workspace_bytes));
-      CUDA_CHECK(cudaMalloc(&norm_partials_, (kern::kNormMaxBlocks + 1) * sizeof(double)));
+      CUDA_CHECK(cudaMalloc(&norm_partials_, kNormPartialsBytes));
       CUDA_CHECK(cudaMallocHost(&clip_pinned_, 2 * sizeof(double)));
       CUDA_CHECK(cudaEventCreateWithFlags(&clip_copied_, cudaEventDisableTiming));
     } catch (...) {
@@ -128,7 +128,7 @@ class CudaBackend final : public Backend {
   CudaMemoryReport memory_report() const {
     CudaMemoryReport r;
     r.allocated = allocated_bytes_;
-    r.workspace = blas_.lt_workspace_bytes + (kern::kNormMaxBlocks + 1) * sizeof(double) +
+    r.workspace = blas_.lt_workspace_bytes + kNormPartialsBytes +
                   workspace_floats_ * sizeof(float);
     size_t free_bytes = 0, total = 0;
     CUDA_CHECK(cudaSetDevice(device_));
@@ -467,20 +467,6 @@ class CudaBackend final : public Backend {
                     int t) override {
     adamw(params, master, grads, m, v, lr, beta1, beta2, eps, weight_decay, grad_scale, nullptr, t);
   }
-  // clip: null, or the device's clip state whose [1] replaces grad_scale (global_norm.cuh)
-  void adamw(Tensor params, Tensor master, Tensor grads, Tensor m, Tensor v, float lr, float beta1, float beta2,
-             float eps, float weight_decay, float grad_scale, const double* clip, int t) {
-    checks_.adamw(params, master, grads, m, v, t);
-    const size_t n = params.numel;
-    if (n == 0) return;
-    const kern::AdamWScalars s =
-        kern::adamw_scalars(lr, beta1, beta2, eps, weight_decay, grad_scale, t);
-    dispatch("adamw_update", [&](auto tag) {
-      using X = decltype(tag);
-      kern::adamw_update<X>(as<X>(params), master.empty() ? nullptr : as<float>(master),
-                            as<X>(grads), as<float>(m), as<float>(v), n, s, clip, stream_);
-    });
-  }
   void scale(Tensor x, float s) override {
     if (x.numel == 0) return;
     need_x(x, x.numel, "scale", "x");
@@ -549,6 +535,21 @@ class CudaBackend final : public Backend {
     return workspace_;
   }
 
+  // clip: null, or the device's clip state whose [1] replaces grad_scale (global_norm.cuh)
+  void adamw(Tensor params, Tensor master, Tensor grads, Tensor m, Tensor v, float lr, float beta1, float beta2,
+             float eps, float weight_decay, float grad_scale, const double* clip, int t) {
+    checks_.adamw(params, master, grads, m, v, t);
+    const size_t n = params.numel;
+    if (n == 0) return;
+    const kern::AdamWScalars s =
+        kern::adamw_scalars(lr, beta1, beta2, eps, weight_decay, grad_scale, t);
+    dispatch("adamw_update", [&](auto tag) {
+      using X = decltype(tag);
+      kern::adamw_update<X>(as<X>(params), master.empty() ? nullptr : as<float>(master),
+                            as<X>(grads), as<float>(m), as<float>(v), n, s, clip, stream_);
+    });
+  }
+
   // Destructor path: no throwing, release what exists.
   void release() noexcept {
     if (stream_ != nullptr) cudaStreamSynchronize(stream_);
@@ -578,6 +579,8 @@ class CudaBackend final : public Backend {
   OpChecks checks_{"backend/cuda", storage_bytes_};
   cudaStream_t stream_ = nullptr;
   kern::BlasContext blas_;
+  // sum_squares: a partial per block, then the total in the last slot
+  static constexpr size_t kNormPartialsBytes = (kern::kNormMaxBlocks + 1) * sizeof(double);
   double* norm_partials_ = nullptr;
   double* clip_pinned_ = nullptr;      // read_clip: the last clip_scale's values
   cudaEvent_t clip_copied_ = nullptr;  // recorded after they were copied there

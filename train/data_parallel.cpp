@@ -40,11 +40,9 @@ DataType comm_data_type(uint32_t elem_bytes) {
                            "-byte buffer elements");
 }
 
-DataParallel::DataParallel(Backend& backend, Communicator& buffers, Communicator& host, const ParamLayout& layout,
-                           int zero_stage)
+DataParallel::DataParallel(Backend& backend, Communicator& buffers, const ParamLayout& layout, int zero_stage)
     : backend_(backend),
       comm_(buffers),
-      host_(host),
       stage_(zero_stage),
       num_params_(layout.total),
       plan_(zero_tensor_specs(layout), buffers.world()),
@@ -52,11 +50,6 @@ DataParallel::DataParallel(Backend& backend, Communicator& buffers, Communicator
       overlap_(buffers.is_device_memory() && buffers.world() > 1),
       bucket_bytes_(env_count("GPT2_DP_BUCKET_BYTES", kDefaultBucketBytes)) {
   if (zero_stage < 0 || zero_stage > 2) throw std::runtime_error("--zero-stage must be 0, 1 or 2");
-  if (buffers.world() != host.world() || buffers.rank() != host.rank())
-    throw std::runtime_error("data parallel: the " + buffers.name() + " and " + host.name() +
-                             " communicators disagree on rank/world");
-  if (host.world() > 1 && host.is_device_memory())
-    throw std::runtime_error("data parallel: host scalars need a host-memory communicator, not " + host.name());
   // One rank moves no buffers through the communicator except stage 2's unit
   // exchange, so only then must its memory kind match the backend's.
   if ((buffers.world() > 1 || stage_ == 2) && buffers.is_device_memory() == backend.is_host_memory())

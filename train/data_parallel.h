@@ -53,10 +53,9 @@ namespace gpt2 {
 
 class DataParallel {
  public:
-  // `buffers` and `host` span the same ranks; `host` works on host memory and
-  // `buffers` on the backend's (the same communicator for a host backend).
-  DataParallel(Backend& backend, Communicator& buffers, Communicator& host, const ParamLayout& layout,
-               int zero_stage);
+  // `buffers` moves the backend's memory (gradients, parameters, the gradient
+  // norm's sum): a host communicator for a host backend, NCCL for the CUDA one.
+  DataParallel(Backend& backend, Communicator& buffers, const ParamLayout& layout, int zero_stage);
   ~DataParallel();
   DataParallel(const DataParallel&) = delete;
   DataParallel& operator=(const DataParallel&) = delete;
@@ -120,7 +119,6 @@ class DataParallel {
 
   Backend& backend_;
   Communicator& comm_;  // the backend's buffers
-  Communicator& host_;  // host scalars
   const int stage_;
   const size_t num_params_;
   ZeroPlan plan_;

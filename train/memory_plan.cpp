@@ -55,18 +55,14 @@ std::string memory_plan_table(const TrainOptions& o) {
   for (int world : o.dry_run_worlds) {
     auto be = make_sizing_backend(o);
     PlanComm buffers(world, !be->is_host_memory()), host(world, false);
-    DataParallel dp(*be, world > 1 || o.zero_stage == 2 ? static_cast<Communicator&>(buffers) : host, host, layout,
+    DataParallel dp(*be, world > 1 || o.zero_stage == 2 ? static_cast<Communicator&>(buffers) : host, layout,
                     o.zero_stage);
     GPT2 model(*be, cfg, B, T, dp.grad_mode(), dp.param_capacity(), o.recompute);
     AdamW opt(*be, layout, dp.opt_begin(), dp.opt_end());
     opt.reserve_master(model.params());
     // the step's deferred per-token losses: one slot per micro-batch
     const int64_t micro = static_cast<int64_t>(B) * T * world;
-    if (o.total_batch_tokens > 0 && o.total_batch_tokens % micro != 0)
-      throw std::runtime_error("--total-batch-tokens " + std::to_string(o.total_batch_tokens) +
-                               " is not a multiple of B*T*world = " + std::to_string(micro) + " at world " +
-                               std::to_string(world));
-    model.reserve_deferred_losses(o.total_batch_tokens > 0 ? static_cast<int>(o.total_batch_tokens / micro) : 1);
+    model.reserve_deferred_losses(grad_accum_for(o.total_batch_tokens < 0 ? micro : o.total_batch_tokens, micro));
     if (out.tellp() == 0) {
       out << "memory plan: " << (from_file ? o.model : o.model + " " + cfg.describe()) << ", " << layout.total
           << " parameters; " << be->name() << " " << o.dtype << ", B=" << B << " T=" << T << ", ZeRO-"

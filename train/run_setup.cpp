@@ -1,5 +1,6 @@
 #include "train/run_setup.h"
 
+#include <cstdint>
 #include <cstdlib>
 #include <stdexcept>
 #include <vector>
@@ -129,6 +130,14 @@ std::string weights_path(const TrainOptions& o, const std::string& mode) {
 
 ModelFile load_mode_weights(const TrainOptions& o, const std::string& mode) {
   return read_model_file(weights_path(o, mode));
+}
+
+int grad_accum_for(int64_t total_batch, int64_t tokens_per_micro) {
+  if (total_batch <= 0) throw std::runtime_error("--total-batch-tokens " + std::to_string(total_batch) + " is not positive");
+  if (total_batch % tokens_per_micro != 0)
+    throw std::runtime_error("--total-batch-tokens " + std::to_string(total_batch) +
+                             " is not a multiple of B*T*world = " + std::to_string(tokens_per_micro));
+  return static_cast<int>(total_batch / tokens_per_micro);
 }
 
 }  // namespace gpt2

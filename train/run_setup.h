@@ -50,6 +50,11 @@ std::string resolve_init_from(const std::string& path);
 // refused: `mode` ("--eval-only") names the mode in the message.
 std::string weights_path(const TrainOptions& o, const std::string& mode);
 
+// Micro-batches per optimizer step: total_batch tokens over tokens_per_micro =
+// B*T*world, which must divide it into a positive count (else an error naming
+// --total-batch-tokens). Training and --dry-run use it alike.
+int grad_accum_for(int64_t total_batch, int64_t tokens_per_micro);
+
 // read_model_file(weights_path(o, mode)).
 ModelFile load_mode_weights(const TrainOptions& o, const std::string& mode);
 

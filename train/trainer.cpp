@@ -174,10 +174,7 @@ BatchShape batch_shape(const TrainOptions& o, const GPT2Config& cfg, int world, 
       log.info("--resume: " + std::to_string(total) + " tokens per step, as in the checkpoint (grad_accum " +
                std::to_string(total / tokens_per_micro) + " at world " + std::to_string(world) + ")");
   }
-  if (s.total_batch % tokens_per_micro != 0)
-    throw std::runtime_error("--total-batch-tokens " + std::to_string(s.total_batch) +
-                             " is not a multiple of B*T*world = " + std::to_string(tokens_per_micro));
-  s.grad_accum = static_cast<int>(s.total_batch / tokens_per_micro);
+  s.grad_accum = grad_accum_for(s.total_batch, tokens_per_micro);
   return s;
 }
 
@@ -301,7 +298,7 @@ TrainingRun::TrainingRun(const TrainOptions& opts, const DistContext& dist, Comm
       shape_(batch_shape(opts, cfg_, dist.world, has_peek_ ? &peek_ : nullptr, log_)),
       layout_(ParamLayout::for_config(cfg_)),
       comms_{host, make_buffer_communicator(*backend_, host, opts.zero_stage)},
-      dp_(*backend_, comms_.buffers(), comms_.host, layout_, opts.zero_stage),
+      dp_(*backend_, comms_.buffers(), layout_, opts.zero_stage),
       model_(*backend_, cfg_, shape_.B, shape_.T, dp_.grad_mode(), dp_.param_capacity(), opts.recompute),
       train_loader_(train_loader_options(opts, shape_, dist, cfg_.vocab_size)),
       optimizer_(*backend_, layout_, dp_.opt_begin(), dp_.opt_end()),

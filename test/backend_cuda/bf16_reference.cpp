@@ -13,6 +13,7 @@
 #include <sstream>
 
 #include "backend/backend.h"  // kIgnoreTarget
+#include "test/backend/case_util.h"  // gelu_grad_ref
 #include "util/bf16.h"
 
 namespace gpt2 {
@@ -595,15 +596,12 @@ std::vector<Output> gelu_backward(const Vec& inp, const Vec& dout) {
 // ulp, moving GELU by at most max|gelu'| over that interval (|gelu''| <= 0.8),
 // plus either implementation's own error.
 namespace {
-double gelu_grad_exact(double x) {
-  const double u = kS2Pi * (x + kA * x * x * x), t = std::tanh(u);
-  return 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * kS2Pi * (1 + 3 * kA * x * x);
-}
+using optest::gelu_grad_ref;  // gelu' in fp64 (test/backend/case_util.h)
 // How far GELU's input can be from x: its fp32 error d, or the bf16 rounding of a value within d.
 double gelu_input_spread(double x, double d) { return d + 0.5 * ulp_bf16(std::fabs(x) + d); }
 double gelu_lipschitz(double x, double r) {
-  return std::max({std::fabs(gelu_grad_exact(x - r)), std::fabs(gelu_grad_exact(x)),
-                   std::fabs(gelu_grad_exact(x + r))}) + 0.8 * r;
+  return std::max({std::fabs(gelu_grad_ref(x - r)), std::fabs(gelu_grad_ref(x)),
+                   std::fabs(gelu_grad_ref(x + r))}) + 0.8 * r;
 }
 }  // namespace
 
@@ -634,7 +632,7 @@ std::vector<Output> matmul_gelu_backward(const Vec& dw_old, const Vec* dbias_old
   const Output kernel_grad = gelu_backward(gelu_inp, Vec(gelu_inp.size(), 1.0f))[0];
   for (size_t i = 0; i < dinp.value.size(); i++) {
     const double a = dinp.value[i], da = dinp.delta[i], x = gelu_inp[i];
-    const double g = gelu_grad_exact(x), du = kS2Pi * (1 + 3 * kA * x * x);
+    const double g = gelu_grad_ref(x), du = kS2Pi * (1 + 3 * kA * x * x);
     dinp.value[i] = a * g;
     if (!std::isfinite(dinp.value[i])) continue;
     // gelu' from the kernel's formula, or the tanh form's 0.5 x (1 - t^2) du (1 - t^2 cancels)

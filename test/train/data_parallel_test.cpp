@@ -1,7 +1,7 @@
-// DataParallel's routing over its two communicators: buffers (gradients,
-// parameters, and the gradient norm's fp64 sum, which stays in the backend's
-// memory) through the buffer communicator, for each ZeRO stage.
-// Two recording communicators stand in for rank 0 of 2 (every rank holding the
+// DataParallel's routing: buffers (gradients, parameters, and the gradient
+// norm's fp64 sum, which stays in the backend's memory) through the buffer
+// communicator, for each ZeRO stage.
+// A recording communicator stands in for rank 0 of 2 (every rank holding the
 // same data: reductions copy, the all-gather is in place); the numbers of a
 // real multi-rank run are checked by test/distributed/zero_train_test.sh (CPU)
 // and test/distributed/zero_cuda_emu_test.sh (CUDA on the emulator, NCCL).
@@ -110,10 +110,10 @@ class DataParallelRouting : public ::testing::TestWithParam<int> {};
 TEST_P(DataParallelRouting, BuffersAndHostScalarsTakeTheirOwnCommunicator) {
   const int stage = GetParam();
   std::unique_ptr<Backend> be = make_cpu_backend(1);
-  RecordingComm buffers("buffers", 0, 2, false), host("host", 0, 2, false);
+  RecordingComm buffers("buffers", 0, 2, false);
   const GPT2Config cfg = tiny_config();
   const ParamLayout layout = ParamLayout::for_config(cfg);
-  DataParallel dp(*be, buffers, host, layout, stage);
+  DataParallel dp(*be, buffers, layout, stage);
   GPT2 model(*be, cfg, 2, 8, dp.grad_mode(), dp.param_capacity());
   model.init_random(7);
   EXPECT_GT(one_step(*be, dp, model), 0.0);
@@ -121,8 +121,6 @@ TEST_P(DataParallelRouting, BuffersAndHostScalarsTakeTheirOwnCommunicator) {
   // The gradient norm stays in the backend's memory: stage 0 squares every
   // gradient locally (no call); stages 1/2 sum the shards' squares with one
   // fp64 all-reduce on the buffer communicator, after the gradient exchange.
-  // The host communicator carries nothing here.
-  EXPECT_TRUE(host.calls.empty());
   if (stage != 0) {
     auto norm = std::find_if(buffers.calls.begin(), buffers.calls.end(),
                              [](const Call& c) { return c.type == DataType::kFloat64; });
@@ -243,17 +241,13 @@ TEST(DataParallel, CommunicatedTypeFollowsTheElementSize) {
 TEST(DataParallel, RefusesMismatchedCommunicators) {
   std::unique_ptr<Backend> be = make_cpu_backend(1);
   const ParamLayout layout = ParamLayout::for_config(tiny_config());
-  RecordingComm two("buffers", 0, 2, false), three("host", 0, 3, false);
-  EXPECT_THROW((DataParallel{*be, two, three, layout, 0}), std::runtime_error);
-  RecordingComm device_host("host", 0, 2, true);
-  EXPECT_THROW((DataParallel{*be, two, device_host, layout, 1}), std::runtime_error);
   // The CPU backend's host memory cannot go through a device communicator...
-  RecordingComm device_buffers("nccl", 0, 2, true), host("mpi", 0, 2, false);
-  EXPECT_THROW((DataParallel{*be, device_buffers, host, layout, 0}), std::runtime_error);
+  RecordingComm device_buffers("nccl", 0, 2, true);
+  EXPECT_THROW((DataParallel{*be, device_buffers, layout, 0}), std::runtime_error);
   // ...not even at one rank when ZeRO-2 exchanges its units.
-  RecordingComm device_one("nccl", 0, 1, true), host_one("mpi", 0, 1, false);
-  EXPECT_THROW((DataParallel{*be, device_one, host_one, layout, 2}), std::runtime_error);
-  EXPECT_NO_THROW((DataParallel{*be, device_one, host_one, layout, 1}));
+  RecordingComm device_one("nccl", 0, 1, true);
+  EXPECT_THROW((DataParallel{*be, device_one, layout, 2}), std::runtime_error);
+  EXPECT_NO_THROW((DataParallel{*be, device_one, layout, 1}));
 }
 
 }  // namespace
