@@ -52,6 +52,11 @@ struct Matrix {
   int64_t batch_stride;
 };
 
+// c (row-major m x n) = alpha * a (m x k) b (k x n), each element one fma chain over
+// k in ascending order from 0 (emu/gemm.cpp): the same bits on every CPU and for
+// every shape.
+void fixed_order_sgemm(int64_t m, int64_t n, int64_t k, float alpha, const float* a, const float* b, float* c);
+
 // The GEMM core: acc (row-major m x n) = alpha * op(A) op(B) + beta * C (C not read
 // when beta == 0 or c == nullptr). The buffers are scratch, reused between calls.
 void gemm_batch(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const Matrix& a,

@@ -4,8 +4,10 @@
 // Semantics follow NVIDIA's documentation: column-major matrices, op(A) is m x k,
 // op(B) is k x n, C/D are m x n; D = alpha*op(A)op(B) + beta*C where C is not read
 // when beta == 0; fp32 compute for every supported type (bf16/fp16 inputs are
-// exact in fp32), one rounding to the output type. The inner product runs on
-// OpenBLAS sgemm (one thread) after converting op(A)/op(B) to dense fp32. Plain cuBLAS accepts
+// exact in fp32), one rounding to the output type. The inner products run in
+// emu/gemm.cpp's fixed order (one fma chain per element, k ascending) after
+// converting op(A)/op(B) to dense fp32, so emulated results do not depend on the
+// CPU, the shape or the launcher. Plain cuBLAS accepts
 // any alignment and leading dimension (unlike cuBLASLt's heuristic).
 // TF32: with CUBLAS_COMPUTE_32F_FAST_TF32, or CUBLAS_COMPUTE_32F on a handle whose
 // math mode is CUBLAS_TF32_TENSOR_OP_MATH, every element of op(A) and op(B) is
@@ -14,14 +16,6 @@
 // kernels may round differently (or truncate), so only the error bound carries
 // over, not the bits. bf16/fp16 inputs are exact in TF32 (the rounding is a no-op).
 #include <cublas_v2.h>
-
-#include <cblas.h>
-
-// Declared by OpenBLAS's cblas.h; repeated in case another provider's cblas.h is found.
-extern "C" {
-void openblas_set_num_threads(int num_threads);
-int openblas_get_num_threads(void);
-}
 
 #include <algorithm>
 #include <cstring>
@@ -83,14 +77,7 @@ void gemm_batch_tf32(bool tf32, bool trans_a, bool trans_b, int64_t m, int64_t n
   if (k > 0 && alpha != 0.0f) {
     gather(a, batch, trans_a, m, k, tf32, a_buf);
     gather(b, batch, trans_b, k, n, tf32, b_buf);
-    // One OpenBLAS thread: its results depend on its thread count, which would
-    // otherwise follow the CPU affinity (mpirun binds a rank to one core, a
-    // plain run or srun may not), and emulated GEMMs must give the same bits
-    // however the process was launched.
-    if (openblas_get_num_threads() != 1) openblas_set_num_threads(1);
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(m), static_cast<int>(n),
-                static_cast<int>(k), alpha, a_buf.data(), static_cast<int>(k), b_buf.data(), static_cast<int>(n), 0.0f,
-                acc.data(), static_cast<int>(n));
+    fixed_order_sgemm(m, n, k, alpha, a_buf.data(), b_buf.data(), acc.data());
   }
   if (beta != 0.0f && c != nullptr) {
     int64_t base = batch * c->batch_stride;

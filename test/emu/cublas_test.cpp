@@ -190,6 +190,61 @@ TEST(Cublas, SgemmAndSgemmStridedBatched) {
   cublasDestroy(handle);
 }
 
+// The emulator's fixed summation order (emu/gemm.cpp): one fma chain per element
+// over k ascending, so every output equals this scalar loop bit for bit on any
+// CPU, and a row does not depend on how many rows the product has (OpenBLAS's
+// kernels, chosen per CPU, give neither).
+float fma_chain(const HostMatrix& a, bool ta, const HostMatrix& b, bool tb, int i, int j, int k, float alpha) {
+  float s = 0.0f;
+  for (int p = 0; p < k; ++p)
+    s = std::fma(static_cast<float>(op_at(a, 0, ta, i, p)), static_cast<float>(op_at(b, 0, tb, p, j)), s);
+  return alpha * s;
+}
+
+TEST(EmuGemm, EveryElementIsTheFixedOrderFmaChain) {
+  cublasHandle_t handle;
+  ASSERT_EQ(cublasCreate(&handle), CUBLAS_STATUS_SUCCESS);
+  // Shapes around the 4 x 32 tile: full tiles, edges, k long enough for rounding to show.
+  for (auto [m, n, k] : {std::array<int, 3>{37, 70, 29}, {64, 96, 300}, {5, 33, 1}}) {
+    for (cudaDataType type : {CUDA_R_32F, CUDA_R_16BF}) {
+      HostMatrix a = random_matrix(k, m, 3, 1, type, 11), b = random_matrix(k, n, 0, 1, type, 12);
+      DeviceMatrix da(a), db(b), dc(static_cast<size_t>(m) * n, CUDA_R_32F);
+      const float alpha = 0.75f, beta = 0.0f;
+      ASSERT_EQ(cublasGemmEx(handle, CUBLAS_OP_T, CUBLAS_OP_N, m, n, k, &alpha, da.ptr, type, a.ld, db.ptr, type, b.ld,
+                             &beta, dc.ptr, CUDA_R_32F, m, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+                CUBLAS_STATUS_SUCCESS);
+      const std::vector<float> got = dc.download();
+      int differ = 0;
+      for (int i = 0; i < m; ++i)
+        for (int j = 0; j < n; ++j) differ += got[i + j * m] != fma_chain(a, true, b, false, i, j, k, alpha);
+      EXPECT_EQ(differ, 0) << m << "x" << n << "x" << k << (type == CUDA_R_32F ? " fp32" : " bf16");
+    }
+  }
+  cublasDestroy(handle);
+}
+
+TEST(EmuGemm, ARowDoesNotDependOnTheNumberOfRows) {
+  const int n = 40, k = 257;
+  HostMatrix a = random_matrix(48, k, 0, 1, CUDA_R_32F, 21), b = random_matrix(k, n, 0, 1, CUDA_R_32F, 22);
+  DeviceMatrix da(a), db(b), c48(48 * n, CUDA_R_32F), c32(32 * n, CUDA_R_32F);
+  cublasHandle_t handle;
+  ASSERT_EQ(cublasCreate(&handle), CUBLAS_STATUS_SUCCESS);
+  const float alpha = 1.0f, beta = 0.0f;
+  // The first 32 rows of A (same leading dimension 48) against all 48.
+  ASSERT_EQ(cublasSgemm(handle, CUBLAS_OP_N, CUBLAS_OP_N, 48, n, k, &alpha, static_cast<float*>(da.ptr), 48,
+                        static_cast<float*>(db.ptr), k, &beta, static_cast<float*>(c48.ptr), 48),
+            CUBLAS_STATUS_SUCCESS);
+  ASSERT_EQ(cublasSgemm(handle, CUBLAS_OP_N, CUBLAS_OP_N, 32, n, k, &alpha, static_cast<float*>(da.ptr), 48,
+                        static_cast<float*>(db.ptr), k, &beta, static_cast<float*>(c32.ptr), 32),
+            CUBLAS_STATUS_SUCCESS);
+  const std::vector<float> all = c48.download(), first = c32.download();
+  int differ = 0;
+  for (int i = 0; i < 32; ++i)
+    for (int j = 0; j < n; ++j) differ += all[i + j * 48] != first[i + j * 32];
+  EXPECT_EQ(differ, 0);
+  cublasDestroy(handle);
+}
+
 TEST(Cublas, DocumentedErrorCodes) {
   float alpha = 1, beta = 0;
   DeviceMatrix buf(64, CUDA_R_32F);
