@@ -52,7 +52,11 @@ TEST_SCRIPTS  :=   # shell tests run by `make test` (pass = exit 0)
 TEST_PREREQS  :=   # things `make test` needs first (vocab, data)
 CLEAN_EXTRA   :=
 
-include $(sort $(wildcard */module.mk))
+# Prerequisites expand as a rule is read, so a module comes after those whose
+# variables its rules name: the CUDA backend (backend/cuda/) after emu/ and
+# backend/, the trainer after the CUDA backend.
+MODULES := $(filter-out train/module.mk,$(sort $(wildcard */module.mk))) backend/cuda/module.mk train/module.mk
+include $(MODULES)
 
 all: $(BINS)
 	@if [ -n "$(wildcard $(NVCC))" ]; then \

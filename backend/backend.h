@@ -5,7 +5,7 @@
 // from the config. A backend owns the memory behind those buffers and
 // implements every GPT-2 op, forward and backward, on raw views plus shapes.
 // The CPU backend (backend/cpu/) is fp32 and the numerical reference; the CUDA
-// backend (kernels/) implements the same entries. Precision is a property of a
+// backend (backend/cuda/) implements the same entries. Precision is a property of a
 // backend's buffers (Tensor::elem_bytes), never of the model code, which only
 // moves Tensor views around and never dereferences them.
 //
@@ -159,7 +159,7 @@ class Backend {
   // layernorm in one call (residual may alias a). The normalisation reads the
   // stored sum, so the results are those of the two ops (on the CUDA backend to
   // the bit when a and b are 16-byte aligned like the other views, as the
-  // model's are: kernels/layernorm.cuh). Default: the two ops.
+  // model's are: backend/cuda/layernorm.cuh). Default: the two ops.
   virtual void residual_layernorm_forward(Tensor residual, Tensor out, Tensor mean, Tensor rstd, Tensor a, Tensor b,
                                           Tensor w, Tensor bias, int N, int C) {
     residual_forward(residual, a, b, static_cast<size_t>(N) * C);

@@ -1,4 +1,4 @@
-// The one include for CUDA sources (kernels/*.cuh, test kernels, CUDA host code).
+// The one include for CUDA sources (backend/cuda/*.cuh, test kernels, CUDA host code).
 //
 //   nvcc  -> the toolkit headers; LAUNCH_KERNEL is kernel<<<grid, block, smem, stream>>>(args)
 //   g++   -> the same toolkit host headers (types, bf16/fp16, cudart/cuBLAS declarations)

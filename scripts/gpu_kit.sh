@@ -26,9 +26,9 @@ jobs=${GPU_KIT_JOBS:-$(nproc)}
 command -v "${NVCC:-/usr/local/cuda/bin/nvcc}" >/dev/null || { echo "gpu_kit: nvcc not found (${NVCC:-/usr/local/cuda/bin/nvcc})" >&2; exit 1; }
 
 echo "gpu_kit: building with OPT='$kit_opt' in $kit_build (nvcc object shared with the main build)"
-make --no-print-directory vocab data build/nvcc/fat/kernels/cuda_backend.o >/dev/null
+make --no-print-directory vocab data build/nvcc/fat/backend/cuda/cuda_backend.o >/dev/null
 make --no-print-directory -j"$jobs" BUILD="$kit_build" OPT="$kit_opt" \
-  KERNELS_CUDA_FAT_OBJ=build/nvcc/fat/kernels/cuda_backend.o \
+  CUDA_BACKEND_FAT_OBJ=build/nvcc/fat/backend/cuda/cuda_backend.o \
   "$kit_build/gpu/train_gpt2cu" "$kit_build/gpu/backend_cuda_gpu_test" "$kit_build/dev/cuda/bench_cuda_ops" >/dev/null
 
 stage=$(mktemp -d "${TMPDIR:-/tmp}/gpu_kit.XXXXXX")

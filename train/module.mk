@@ -11,7 +11,7 @@ $(TRAIN_LIB): $(TRAIN_SRCS:%.cpp=$(BUILD)/%.o)
 TRAINER_LIBS := $(TRAIN_LIB) $(MODEL_LIB) $(BACKEND_CPU_LIB) $(DATALOADER_LIB) $(TOKENIZER_LIB) $(DISTRIBUTED_LIB)
 TRAINER_LDLIBS := $(BACKEND_CPU_LDLIBS) $(TOKENIZER_LDLIBS) $(MPI_LDLIBS)
 
-# With nvcc present, train_gpt2cu also carries the CUDA backend (kernels/, fat
+# With nvcc present, train_gpt2cu also carries the CUDA backend (backend/cuda/, fat
 # binary for sm_80 + sm_90) and picks it at run time when a GPU is visible
 # (--device auto); without nvcc it is the CPU trainer. The trainer source is
 # compiled a second time with GPT2_WITH_CUDA for the CUDA-capable variants, and
@@ -38,12 +38,12 @@ NCCL_LDLIBS := $(if $(DISTRIBUTED_NCCL_LIB),$(if $(NCCL_HOME),-L$(NCCL_HOME)/lib
 
 HAVE_NVCC := $(wildcard $(NVCC))
 ifneq ($(HAVE_NVCC),)
-TRAINER_CUDA_LINK = $(CXX) $(LDFLAGS) -o $@ $< $(KERNELS_CUDA_FAT_OBJ) $(TRAINER_CUDA_LIBS) $(TRAINER_LDLIBS) \
+TRAINER_CUDA_LINK = $(CXX) $(LDFLAGS) -o $@ $< $(CUDA_BACKEND_FAT_OBJ) $(TRAINER_CUDA_LIBS) $(TRAINER_LDLIBS) \
                     $(CUDA_LDLIBS) $(NCCL_LDLIBS)
-train_gpt2cu: $(BUILD)/train_gpt2.cu.o $(KERNELS_CUDA_FAT_OBJ) $(TRAINER_CUDA_LIBS)
+train_gpt2cu: $(BUILD)/train_gpt2.cu.o $(CUDA_BACKEND_FAT_OBJ) $(TRAINER_CUDA_LIBS)
 	$(TRAINER_CUDA_LINK)
 # The same program under $(BUILD) (the GPU kit builds it with portable flags there).
-$(BUILD)/gpu/train_gpt2cu: $(BUILD)/train_gpt2.cu.o $(KERNELS_CUDA_FAT_OBJ) $(TRAINER_CUDA_LIBS)
+$(BUILD)/gpu/train_gpt2cu: $(BUILD)/train_gpt2.cu.o $(CUDA_BACKEND_FAT_OBJ) $(TRAINER_CUDA_LIBS)
 	@mkdir -p $(@D)
 	$(TRAINER_CUDA_LINK)
 gpu-binaries: $(BUILD)/gpu/train_gpt2cu
@@ -57,8 +57,8 @@ endif
 # The same trainer with the CUDA backend running on the emulator: executes the
 # CUDA backend through the real training loop in tests (--device cuda).
 TRAINER_EMU := $(BUILD)/train_gpt2cu_emu
-$(TRAINER_EMU): $(BUILD)/train_gpt2.cu.o $(KERNELS_CUDA_EMU_LIB) $(TRAINER_CUDA_LIBS) $(EMU_NCCL_LIB) $(EMU_LIB)
-	$(CXX) $(LDFLAGS) -o $@ $< $(TRAINER_CUDA_LIBS) $(KERNELS_CUDA_EMU_LIB) $(BACKEND_CPU_LIB) $(EMU_NCCL_LIB) \
+$(TRAINER_EMU): $(BUILD)/train_gpt2.cu.o $(CUDA_BACKEND_EMU_LIB) $(TRAINER_CUDA_LIBS) $(EMU_NCCL_LIB) $(EMU_LIB)
+	$(CXX) $(LDFLAGS) -o $@ $< $(TRAINER_CUDA_LIBS) $(CUDA_BACKEND_EMU_LIB) $(BACKEND_CPU_LIB) $(EMU_NCCL_LIB) \
 	  $(EMU_LIB) $(TRAINER_LDLIBS) $(EMU_LIBS) $(EMU_MPI_LIBS)
 
 BINS += train_gpt2cu

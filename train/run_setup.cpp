@@ -6,7 +6,7 @@
 #include <vector>
 
 #ifdef GPT2_WITH_CUDA
-#include "kernels/cuda_backend.h"
+#include "backend/cuda/cuda_backend.h"
 #include "train/device_choice.h"
 #endif
 #include "train/checkpoint.h"

@@ -14,7 +14,7 @@
 #include "backend/backend.h"
 #ifdef GPT2_WITH_CUDA
 #include "distributed/comm_nccl.h"
-#include "kernels/cuda_backend.h"
+#include "backend/cuda/cuda_backend.h"
 #endif
 #include "dataloader/dataloader.h"
 #include "distributed/comm.h"

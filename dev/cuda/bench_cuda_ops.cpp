@@ -15,7 +15,7 @@
 #include <exception>
 #include <string>
 
-#include "kernels/cuda_backend.h"
+#include "backend/cuda/cuda_backend.h"
 #include "test/backend/harness.h"
 
 int main(int argc, char** argv) {

@@ -221,7 +221,7 @@ def memory_table(c):
             continue
         rows.append(("activations", name, n, s))
     rows.append(("activations", "att_scratch (fp32, kScratch)", scratch, scratch_e))
-    # ---- backend-owned (kernels/cuda_backend.cu)
+    # ---- backend-owned (backend/cuda/cuda_backend.cu)
     ln_g = 1 if N < 32 else min(N // 32, 512)
     ln_ws = 2 * ln_g * C * (2 if C > 5120 else 1)
     cs_chunks = 1 if N < 32 else min(N // 32, 64)

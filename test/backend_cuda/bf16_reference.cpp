@@ -1,4 +1,4 @@
-// See bf16_reference.h. Every reference follows the kernel in kernels/*.cuh
+// See bf16_reference.h. Every reference follows the kernel in backend/cuda/*.cuh
 // (file named per op): the same formula, the same bf16 rounding points, fp64
 // arithmetic. The deltas are written next to the formula they bound; `sum_err`
 // is the gamma_n bound of an n-term fp32 sum or dot product of bf16 inputs
@@ -44,7 +44,7 @@ double attention_scale(int hs) { return static_cast<double>(1.0f / sqrtf(static_
 
 // Softmax of one causal row t (j <= t) from the scores' exact values s and
 // fp32 error bounds ds: exact p and a bound dp on the kernel's fp32 p
-// (kernels/attention.cuh causal_softmax_kernel: max, expf(s - mx), sum of t+1
+// (backend/cuda/attention.cuh causal_softmax_kernel: max, expf(s - mx), sum of t+1
 // terms, one reciprocal, one product).
 void softmax_row(const DVec& s, const DVec& ds, int t, DVec& p, DVec& dp) {
   double mx = -INFINITY, ds_max = 0, sum = 0;
@@ -107,7 +107,7 @@ double stored(double x, bool fp32) { return fp32 ? double(static_cast<float>(x))
 double ulp_of(double x, bool fp32) { return fp32 ? ulp_fp32(x) : ulp_bf16(x); }
 }  // namespace
 
-// ---- encoder (kernels/encoder.cuh) ------------------------------------------------------------
+// ---- encoder (backend/cuda/encoder.cuh) ------------------------------------------------------------
 std::vector<Output> encoder_forward(const std::vector<int32_t>& tokens, const Vec& wte, const Vec& wpe, int B,
                                     int T, int C) {
   const int V = static_cast<int>(wte.size() / C);
@@ -151,7 +151,7 @@ std::vector<Output> encoder_backward(const Vec& dwte_old, const Vec& dwpe_old, c
   return {dwte, dwpe};
 }
 
-// ---- layernorm (kernels/layernorm.cuh) -------------------------------------------------------
+// ---- layernorm (backend/cuda/layernorm.cuh) -------------------------------------------------------
 std::vector<Output> layernorm_forward(const Vec& inp, const Vec& w, const Vec& b, int N, int C) {
   const double eps = 1e-5f;  // kLayernormEps, an fp32 constant
   Output out = make("out", size_t(N) * C), mean = make("mean", N), rstd = make("rstd", N);
@@ -232,7 +232,7 @@ std::vector<Output> layernorm_backward(const Vec& dinp_old, const Vec& dw_old, c
   return {dinp, dw, db};
 }
 
-// ---- matmul (kernels/matmul.cuh) ----------------------------------------------------------------
+// ---- matmul (backend/cuda/matmul.cuh) ----------------------------------------------------------------
 std::vector<Output> matmul_forward(const Vec& inp, const Vec& w, const Vec* bias, int N, int C, int OC,
                                    bool separate_bias) {
   Output out = make("out", size_t(N) * OC);
@@ -296,13 +296,13 @@ std::vector<Output> matmul_backward(const Vec& dw_old, const Vec* dbias_old, con
 }
 
 // ---- attention ------------------------------------------------------------------------------------
-// Two kernels: the classic path (kernels/attention.cuh) and the flash path
-// (kernels/flash_attention.cuh, the backend's default). The reference follows the
+// Two kernels: the classic path (backend/cuda/attention.cuh) and the flash path
+// (backend/cuda/flash_attention.cuh, the backend's default). The reference follows the
 // path the backend under test runs: flash unless GPT2_ATTENTION=classic (both
 // read the same switch; the tests build backends with CudaAttention::kDefault).
 namespace {
 
-// classic: kernels/attention.cuh, bf16 instantiation
+// classic: backend/cuda/attention.cuh, bf16 instantiation
 // forward: fp32 scores -> softmax -> P stored in bf16 -> y = P v (fp32 GEMM) stored in bf16.
 std::vector<Output> classic_attention_forward(const Vec& qkv, int B, int T, int C, int NH) {
   const int hs = C / NH;
@@ -390,7 +390,7 @@ std::vector<Output> classic_attention_backward(const Vec& dout, const Vec& qkv, 
 }
 
 
-// flash: kernels/flash_attention.cuh, bf16 instantiation. Keys are visited in
+// flash: backend/cuda/flash_attention.cuh, bf16 instantiation. Keys are visited in
 // tiles of 64 (flash::kTile); the forward's P~ is exp(s - running max of the
 // tiles so far), rounded to bf16 before P~ v; O and l are rescaled by
 // alpha = exp(m_old - m_new) per tile.
@@ -548,7 +548,7 @@ std::vector<Output> attention_backward(const Vec& dout, const Vec& qkv, int B, i
                                     : classic_attention_backward(dout, qkv, B, T, C, NH);
 }
 
-// ---- GELU (kernels/gelu.cuh) -------------------------------------------------------------------
+// ---- GELU (backend/cuda/gelu.cuh) -------------------------------------------------------------------
 // u = sqrt(2/pi) (x + 0.044715 x^3), e = exp(-2u), s = 1/(1+e). The fp32 u has
 // ~4 roundings (and the fp32 constants), so exp(-2u) is off by 8|u| u relative plus expf's 2u.
 namespace {
@@ -587,7 +587,7 @@ std::vector<Output> gelu_backward(const Vec& inp, const Vec& dout) {
   return {dinp};
 }
 
-// ---- the fc layer with its GELU in the GEMM epilogue (kernels/matmul.cuh) ---------------------
+// ---- the fc layer with its GELU in the GEMM epilogue (backend/cuda/matmul.cuh) ---------------------
 // Two admissible computations: cuBLASLt's GELU_AUX_BIAS / DGELU take GELU (gelu')
 // of the fp32 product before its one rounding, with cuBLASLt's own fp32 GELU
 // (the emulator's: 0.5 x (1 + tanh u), whose 1 + tanh u cancels for x < 0); the
@@ -643,7 +643,7 @@ std::vector<Output> matmul_gelu_backward(const Vec& dw_old, const Vec* dbias_old
   return r;
 }
 
-// ---- residual, scale (kernels/residual.cuh): one fp32 operation ------------------------------
+// ---- residual, scale (backend/cuda/residual.cuh): one fp32 operation ------------------------------
 std::vector<Output> residual_forward(const Vec& a, const Vec& b) {
   Output out = make("out", a.size());
   for (size_t i = 0; i < a.size(); i++) {
@@ -662,7 +662,7 @@ std::vector<Output> scale(const Vec& x, float s) {
   return {out};
 }
 
-// ---- classifier (kernels/classifier.cuh) ---------------------------------------------------------
+// ---- classifier (backend/cuda/classifier.cuh) ---------------------------------------------------------
 // S = sum_j expf(l_j - m) in fp64; loss = log S + m - l_t (fp64, then fp32, stored so);
 // (the kernel takes each expf relative to a thread's running max m' <= m and rescales
 // its sum by exp(m' - m) in fp64: |l_j - m'| <= |l_j - m|, so the per-term bound holds)

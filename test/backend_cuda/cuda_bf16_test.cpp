@@ -59,7 +59,7 @@
 #include <vector>
 
 #include "emu/control.h"
-#include "kernels/cuda_backend.h"
+#include "backend/cuda/cuda_backend.h"
 #include "model/gpt2.h"
 #include "test/backend/harness.h"
 #include "test/backend_cuda/bf16_checked_backend.h"

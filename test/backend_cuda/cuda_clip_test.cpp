@@ -20,7 +20,7 @@
 #include <string>
 #include <vector>
 
-#include "kernels/cuda_backend.h"
+#include "backend/cuda/cuda_backend.h"
 #include "test/backend_cuda/random_data.h"
 
 namespace gpt2 {

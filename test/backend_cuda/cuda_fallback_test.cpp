@@ -22,7 +22,7 @@
 #include <string>
 #include <vector>
 
-#include "kernels/cuda_backend.h"
+#include "backend/cuda/cuda_backend.h"
 #include "test/backend/harness.h"
 
 namespace gpt2 {

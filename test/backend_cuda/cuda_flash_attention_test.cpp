@@ -1,4 +1,4 @@
-// The flash attention path of the CUDA backend (kernels/flash_attention.cuh),
+// The flash attention path of the CUDA backend (backend/cuda/flash_attention.cuh),
 // executed by the emulator, on shapes the op harness does not cover: T = 1,
 // T = 17, 65, 128, 130, 200 (tile edges: a partial last tile, exactly two
 // tiles, two tiles plus two rows, four tiles), NH = 1..4, B = 1..3, head size 64 (the packed,
@@ -24,7 +24,7 @@
 #include <vector>
 
 #include "emu/control.h"
-#include "kernels/cuda_backend.h"
+#include "backend/cuda/cuda_backend.h"
 #include "test/backend/harness.h"
 #include "test/backend_cuda/bf16_reference.h"
 

@@ -1,5 +1,5 @@
 // TF32 GEMMs (CudaBackendOptions::tf32) and the packed bias-gradient column sums
-// (kernels/matmul.cuh).
+// (backend/cuda/matmul.cuh).
 //  * The emulated cuBLAS / cuBLASLt model TF32 (emulator only; the probe is a weak
 //    symbol, absent from a GPU build, where these cases skip): FAST_TF32, or
 //    COMPUTE_32F under the math mode CUBLAS_TF32_TENSOR_OP_MATH, gives exactly the
@@ -24,7 +24,7 @@
 #include <memory>
 #include <vector>
 
-#include "kernels/cuda_backend.h"
+#include "backend/cuda/cuda_backend.h"
 #include "test/backend_cuda/random_data.h"
 
 // emu/cublas.cpp's TF32 rounding; weak, so that the GPU build links and skips.

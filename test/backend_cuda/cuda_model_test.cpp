@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "kernels/cuda_backend.h"
+#include "backend/cuda/cuda_backend.h"
 #include "model/gpt2.h"
 
 namespace gpt2 {

@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "emu/control.h"
-#include "kernels/cuda_backend.h"
+#include "backend/cuda/cuda_backend.h"
 #include "test/backend/harness.h"
 
 namespace gpt2 {

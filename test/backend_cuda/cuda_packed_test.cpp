@@ -1,5 +1,5 @@
-// The 128-bit packed kernels (kernels/pack128.cuh: P elements per access) and the
-// cached cuBLASLt plans (kernels/matmul.cuh).
+// The 128-bit packed kernels (backend/cuda/pack128.cuh: P elements per access) and the
+// cached cuBLASLt plans (backend/cuda/matmul.cuh).
 //  * Elementwise ops (gelu fwd/bwd, residual, scale, AdamW, encoder forward) on
 //    16-byte-aligned views of a size that is a multiple of the pack take the packed
 //    kernel; the same data in views one element off take the scalar one. Both
@@ -22,7 +22,7 @@
 #include <vector>
 
 #include "emu/control.h"
-#include "kernels/cuda_backend.h"
+#include "backend/cuda/cuda_backend.h"
 #include "test/backend_cuda/random_data.h"
 
 // emu/cublaslt.cpp's test-only counters; weak, so that the GPU build (real

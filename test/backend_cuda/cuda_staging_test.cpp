@@ -1,4 +1,4 @@
-// Token uploads through pinned staging (kernels/token_staging.h) under the
+// Token uploads through pinned staging (backend/cuda/token_staging.h) under the
 // emulator's deferred stream mode, where queued work runs late and a pinned
 // copy reads its source only when it runs: twelve uploads of distinct ids
 // issued back to back (three times the ring) land intact; with the slot-reuse
@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "emu/control.h"
-#include "kernels/cuda_backend.h"
+#include "backend/cuda/cuda_backend.h"
 
 namespace gpt2 {
 namespace {

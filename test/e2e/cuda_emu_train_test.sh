@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The CUDA backend through the real training loop: build/train_gpt2cu_emu
-# (the trainer with kernels/ compiled against the emulator) with --device cuda
+# (the trainer with backend/cuda/ compiled against the emulator) with --device cuda
 # must log the same 10 losses as the CPU backend (relative 1e-5, fp32) on the
 # PyTorch reference's tiny model and data; a bf16 run must stay within 1% and
 # resume exactly from a checkpoint (fp32 master weights).

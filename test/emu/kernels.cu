@@ -4,7 +4,7 @@
 #include "test/emu/kernels.h"
 
 #include "emu/cuda.cuh"
-#include "kernels/pack128.cuh"
+#include "backend/cuda/pack128.cuh"
 
 #include <cstring>
 #include <type_traits>

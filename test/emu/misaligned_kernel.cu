@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "emu/cuda.cuh"
-#include "kernels/pack128.cuh"
+#include "backend/cuda/pack128.cuh"
 
 namespace {
 

@@ -28,7 +28,7 @@ else
   echo "FAIL planted kernels:"; diff <(echo "$want") <(echo "$got") | sed 's/^/    /'; fails=$((fails + 1))
 fi
 
-for src in "kernels/*.cuh" test/emu/kernels.cu; do
+for src in "backend/cuda/*.cuh" test/emu/kernels.cu; do
   # shellcheck disable=SC2086  # the glob is meant to expand
   # The plain spelling "__global__ void NAME(" (or "<"); __x__ words there are
   # qualifiers such as __launch_bounds__, not names.

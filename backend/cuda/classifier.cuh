@@ -23,14 +23,14 @@
 // NaN row (padding 0); kIgnoreTarget (-1) gives loss 0 and, with dloss != 0, a
 // zero row. The running maxes start at -FLT_MAX, not -inf, so a thread whose
 // elements are all -inf adds exp(-inf) = 0 instead of exp(-inf - -inf) = NaN.
-#ifndef KERNELS_CLASSIFIER_CUH
-#define KERNELS_CLASSIFIER_CUH
+#ifndef BACKEND_CUDA_CLASSIFIER_CUH
+#define BACKEND_CUDA_CLASSIFIER_CUH
 
 #include <cfloat>
 
 #include "backend/backend.h"  // kIgnoreTarget
-#include "kernels/common.cuh"
-#include "kernels/pack128.cuh"
+#include "backend/cuda/common.cuh"
+#include "backend/cuda/pack128.cuh"
 
 namespace gpt2 {
 namespace kern {
@@ -125,4 +125,4 @@ void classifier_forward_backward(T* logits, float* losses, const int* targets, i
 }  // namespace kern
 }  // namespace gpt2
 
-#endif  // KERNELS_CLASSIFIER_CUH
+#endif  // BACKEND_CUDA_CLASSIFIER_CUH

@@ -5,11 +5,11 @@
 // out may alias a or b: each thread reads its elements before writing them.
 // a and b are read once (streaming loads); out is the next layernorm's input
 // and stays cacheable.
-#ifndef KERNELS_RESIDUAL_CUH
-#define KERNELS_RESIDUAL_CUH
+#ifndef BACKEND_CUDA_RESIDUAL_CUH
+#define BACKEND_CUDA_RESIDUAL_CUH
 
-#include "kernels/common.cuh"
-#include "kernels/pack128.cuh"
+#include "backend/cuda/common.cuh"
+#include "backend/cuda/pack128.cuh"
 
 namespace gpt2 {
 namespace kern {
@@ -64,4 +64,4 @@ void scale(T* x, float s, size_t n, cudaStream_t stream) {
 }  // namespace kern
 }  // namespace gpt2
 
-#endif  // KERNELS_RESIDUAL_CUH
+#endif  // BACKEND_CUDA_RESIDUAL_CUH

@@ -43,8 +43,8 @@
 //                       dbias by a deterministic two-stage column sum (fixed row
 //                       chunks, 128-bit loads where OC and dout allow, partials
 //                       summed in chunk order).
-#ifndef KERNELS_MATMUL_CUH
-#define KERNELS_MATMUL_CUH
+#ifndef BACKEND_CUDA_MATMUL_CUH
+#define BACKEND_CUDA_MATMUL_CUH
 
 #include <array>
 #include <cstdint>
@@ -52,9 +52,9 @@
 #include <memory>
 #include <utility>
 
-#include "kernels/common.cuh"
-#include "kernels/gelu.cuh"
-#include "kernels/pack128.cuh"
+#include "backend/cuda/common.cuh"
+#include "backend/cuda/gelu.cuh"
+#include "backend/cuda/pack128.cuh"
 
 namespace gpt2 {
 namespace kern {
@@ -443,4 +443,4 @@ void matmul_gelu_backward(const BlasContext& ctx, T* dinp, T* dw, T* dbias, floa
 }  // namespace kern
 }  // namespace gpt2
 
-#endif  // KERNELS_MATMUL_CUH
+#endif  // BACKEND_CUDA_MATMUL_CUH

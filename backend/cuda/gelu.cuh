@@ -13,11 +13,11 @@
 // Every |x| up to fp32's range gives a finite result; NaN propagates.
 // gelu_backward may run in place (dinp == dout): each thread reads its elements
 // before writing them.
-#ifndef KERNELS_GELU_CUH
-#define KERNELS_GELU_CUH
+#ifndef BACKEND_CUDA_GELU_CUH
+#define BACKEND_CUDA_GELU_CUH
 
-#include "kernels/common.cuh"
-#include "kernels/pack128.cuh"
+#include "backend/cuda/common.cuh"
+#include "backend/cuda/pack128.cuh"
 
 namespace gpt2 {
 namespace kern {
@@ -92,4 +92,4 @@ void gelu_backward(T* dinp, const T* inp, const T* dout, size_t n, cudaStream_t 
 }  // namespace kern
 }  // namespace gpt2
 
-#endif  // KERNELS_GELU_CUH
+#endif  // BACKEND_CUDA_GELU_CUH

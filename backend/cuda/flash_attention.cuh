@@ -30,16 +30,16 @@
 //   flash_backward_dkdv_kernel per key block, over query tiles at or below the
 //                              diagonal: dv = sum P^T dO, dk = scale sum dS^T q
 // GEMM tiles: forward 2 (S, P V), backward 2 (D pass) + 3 (dq) + 4 (dk, dv).
-#ifndef KERNELS_FLASH_ATTENTION_CUH
-#define KERNELS_FLASH_ATTENTION_CUH
+#ifndef BACKEND_CUDA_FLASH_ATTENTION_CUH
+#define BACKEND_CUDA_FLASH_ATTENTION_CUH
 
 #include <cstdint>
 #include <stdexcept>
 #include <string>
 #include <type_traits>
 
-#include "kernels/common.cuh"
-#include "kernels/pack128.cuh"
+#include "backend/cuda/common.cuh"
+#include "backend/cuda/pack128.cuh"
 
 namespace gpt2 {
 namespace kern {
@@ -509,4 +509,4 @@ void flash_attention_backward(T* dqkv, float* dsum, const T* dout, const T* qkv,
 #undef FLASH_UNROLL
 #undef FLASH_NO_UNROLL
 
-#endif  // KERNELS_FLASH_ATTENTION_CUH
+#endif  // BACKEND_CUDA_FLASH_ATTENTION_CUH

@@ -7,10 +7,10 @@
 //   stage 2  one block adds the partials in a fixed order (thread i takes
 //            partials i, i+1024, ..., then the same tree) and writes the total
 // No atomics, so repeated calls give the same bits. Traffic: read n floats.
-#ifndef KERNELS_GLOBAL_NORM_CUH
-#define KERNELS_GLOBAL_NORM_CUH
+#ifndef BACKEND_CUDA_GLOBAL_NORM_CUH
+#define BACKEND_CUDA_GLOBAL_NORM_CUH
 
-#include "kernels/common.cuh"
+#include "backend/cuda/common.cuh"
 
 namespace gpt2 {
 namespace kern {
@@ -71,4 +71,4 @@ void sum_squares(double* out, double* partials, const T* x, size_t n, cudaStream
 }  // namespace kern
 }  // namespace gpt2
 
-#endif  // KERNELS_GLOBAL_NORM_CUH
+#endif  // BACKEND_CUDA_GLOBAL_NORM_CUH

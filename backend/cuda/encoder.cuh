@@ -16,11 +16,11 @@
 //           (workspace), accumulated there and rounded back once.
 //           Out-of-range ids are skipped.
 // T (float or __nv_bfloat16) is the storage type; sums are fp32.
-#ifndef KERNELS_ENCODER_CUH
-#define KERNELS_ENCODER_CUH
+#ifndef BACKEND_CUDA_ENCODER_CUH
+#define BACKEND_CUDA_ENCODER_CUH
 
-#include "kernels/common.cuh"
-#include "kernels/pack128.cuh"
+#include "backend/cuda/common.cuh"
+#include "backend/cuda/pack128.cuh"
 
 namespace gpt2 {
 namespace kern {
@@ -146,4 +146,4 @@ void encoder_backward(T* dwte, T* dwpe, float* shadow, const T* dout, const int*
 }  // namespace kern
 }  // namespace gpt2
 
-#endif  // KERNELS_ENCODER_CUH
+#endif  // BACKEND_CUDA_ENCODER_CUH

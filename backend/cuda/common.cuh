@@ -6,8 +6,8 @@
 // a block reduction writes one partial per warp to shared memory and every
 // warp then reduces the same partials in the same order, so all threads get
 // the same bits (no separate broadcast step, no atomics).
-#ifndef KERNELS_COMMON_CUH
-#define KERNELS_COMMON_CUH
+#ifndef BACKEND_CUDA_COMMON_CUH
+#define BACKEND_CUDA_COMMON_CUH
 
 #include <cmath>
 #include <cstddef>
@@ -100,4 +100,4 @@ __device__ inline float block_max(float v, float* partials) {
 }  // namespace kern
 }  // namespace gpt2
 
-#endif  // KERNELS_COMMON_CUH
+#endif  // BACKEND_CUDA_COMMON_CUH

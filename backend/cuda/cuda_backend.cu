@@ -1,4 +1,4 @@
-// CudaBackend: the Backend seam over the kernels of kernels/*.cuh.
+// CudaBackend: the Backend seam over the kernels of backend/cuda/*.cuh.
 //
 // Memory: cudaMalloc per buffer. Parameters, gradients and activations are
 // fp32, or bf16 with CudaBackendOptions::bf16 (every op then reads and writes
@@ -27,20 +27,20 @@
 #include <vector>
 
 #include "backend/backend.h"
-#include "kernels/adamw.cuh"
-#include "kernels/attention.cuh"
-#include "kernels/classifier.cuh"
-#include "kernels/common.cuh"
-#include "kernels/cuda_backend.h"
+#include "backend/cuda/adamw.cuh"
+#include "backend/cuda/attention.cuh"
+#include "backend/cuda/classifier.cuh"
+#include "backend/cuda/common.cuh"
+#include "backend/cuda/cuda_backend.h"
 #include "backend/op_checks.h"
-#include "kernels/encoder.cuh"
-#include "kernels/flash_attention.cuh"
-#include "kernels/gelu.cuh"
-#include "kernels/global_norm.cuh"
-#include "kernels/layernorm.cuh"
-#include "kernels/matmul.cuh"
-#include "kernels/residual.cuh"
-#include "kernels/token_staging.h"
+#include "backend/cuda/encoder.cuh"
+#include "backend/cuda/flash_attention.cuh"
+#include "backend/cuda/gelu.cuh"
+#include "backend/cuda/global_norm.cuh"
+#include "backend/cuda/layernorm.cuh"
+#include "backend/cuda/matmul.cuh"
+#include "backend/cuda/residual.cuh"
+#include "backend/cuda/token_staging.h"
 
 namespace gpt2 {
 
@@ -106,7 +106,7 @@ class CudaBackend final : public Backend {
       blas_.use_lt = options.use_cublaslt;
       blas_.lt_bias_grad = options.cublaslt_bias_grad;
       blas_.lt_gelu = options.cublaslt_gelu;
-      // TF32 in fp32 mode: compute types in kernels/matmul.cuh, math mode for attention's GEMMs.
+      // TF32 in fp32 mode: compute types in backend/cuda/matmul.cuh, math mode for attention's GEMMs.
       blas_.tf32 = options.tf32 && !options.bf16;
       if (blas_.tf32) CUBLAS_CHECK(cublasSetMathMode(blas_.blas, CUBLAS_TF32_TENSOR_OP_MATH));
       blas_.lt_workspace_bytes = options.use_cublaslt ? options.cublaslt_workspace_bytes : 0;
@@ -177,7 +177,7 @@ class CudaBackend final : public Backend {
     for (size_t i = 0; i < dst.numel; i++) host[i] = __float2bfloat16(src[i]);
     to_device(dst, host.data(), "upload");
   }
-  // Asynchronous, through pinned staging (kernels/token_staging.h): no host wait.
+  // Asynchronous, through pinned staging (backend/cuda/token_staging.h): no host wait.
   void upload_tokens(Tensor dst, const int32_t* src) override {
     need(dst, dst.numel, "upload_tokens", "dst", 4);
     staging_.upload(dst.ptr, src, dst.numel, stream_);

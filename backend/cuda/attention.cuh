@@ -1,6 +1,6 @@
 // Classic causal multi-head self-attention from qkv[B,T,3C] (q | k | v, head h
 // at channels h*hs .. h*hs+hs-1 of each third), scale 1/sqrt(hs). The backend's
-// default is the fused kernel of kernels/flash_attention.cuh (head size <= 64);
+// default is the fused kernel of backend/cuda/flash_attention.cuh (head size <= 64);
 // this path is the fallback (CudaAttention::kClassic, GPT2_ATTENTION=classic)
 // and serves any head size.
 //
@@ -26,10 +26,10 @@
 // The full T x T products include the masked upper triangle (P and dS are 0
 // there), 2x the causal FLOPs, and P, dP, dS go through global memory; the
 // flash path avoids both (docs/kernels.md, "Attention"). No cuDNN path.
-#ifndef KERNELS_ATTENTION_CUH
-#define KERNELS_ATTENTION_CUH
+#ifndef BACKEND_CUDA_ATTENTION_CUH
+#define BACKEND_CUDA_ATTENTION_CUH
 
-#include "kernels/common.cuh"
+#include "backend/cuda/common.cuh"
 
 namespace gpt2 {
 namespace kern {
@@ -244,4 +244,4 @@ void attention_backward(cublasHandle_t blas, T* dqkv, float* scratch, float* wor
 }  // namespace kern
 }  // namespace gpt2
 
-#endif  // KERNELS_ATTENTION_CUH
+#endif  // BACKEND_CUDA_ATTENTION_CUH

@@ -1,22 +1,22 @@
-# kernels/: the CUDA backend (kernels/*.cuh + kernels/cuda_backend.cu), its tests
+# backend/cuda/: the CUDA backend (backend/cuda/*.cuh + backend/cuda/cuda_backend.cu), its tests
 # (test/backend_cuda/) and benchmark (dev/cuda/). docs/kernels.md describes them.
 #
 #   build/libbackend_cuda_emu.a   the backend compiled by g++ against emu/ (-O2);
 #                                 link with $(EMU_LIB) $(EMU_LIBS)
 #   make kernels-nvcc             nvcc compile check for sm_80 + sm_90, --resource-usage
-#                                 report in build/kernels/nvcc_resource_usage.txt
+#                                 report in build/backend/cuda/nvcc_resource_usage.txt
 #   make bench-cuda               per-op CUDA vs CPU timing, built with nvcc (needs a GPU)
 
-KERNELS_CUDA_SRC     := kernels/cuda_backend.cu
-KERNELS_CUDA_EMU_OBJ := $(BUILD)/kernels/emu/cuda_backend.o
-KERNELS_CUDA_EMU_LIB := $(BUILD)/libbackend_cuda_emu.a
+CUDA_BACKEND_SRC     := backend/cuda/cuda_backend.cu
+CUDA_BACKEND_EMU_OBJ := $(BUILD)/backend/cuda/emu/cuda_backend.o
+CUDA_BACKEND_EMU_LIB := $(BUILD)/libbackend_cuda_emu.a
 
 # -O2: the emulated kernels run in tests; the fibers dominate anyway.
-$(KERNELS_CUDA_EMU_OBJ): $(KERNELS_CUDA_SRC)
+$(CUDA_BACKEND_EMU_OBJ): $(CUDA_BACKEND_SRC)
 	@mkdir -p $(@D)
 	$(CXX) $(CPPFLAGS) $(EMU_CUDA_INC) $(CXXSTD) -O2 -g $(WARN) -fopenmp -pthread -x c++ -c $< -o $@
 
-$(KERNELS_CUDA_EMU_LIB): $(KERNELS_CUDA_EMU_OBJ)
+$(CUDA_BACKEND_EMU_LIB): $(CUDA_BACKEND_EMU_OBJ)
 	@mkdir -p $(@D)
 	$(AR) rcs $@ $^
 
@@ -28,12 +28,12 @@ KCUDA_TEST      := $(BUILD)/test/backend_cuda/backend_cuda_test
 KCUDA_ASAN_TEST := $(BUILD)/test/backend_cuda/backend_cuda_asan_test
 
 $(KCUDA_TEST): $(KCUDA_TEST_SRCS:%.cpp=$(BUILD)/%.o) $(KCUDA_HARNESS:%.cpp=$(BUILD)/%.o) \
-               $(KERNELS_CUDA_EMU_LIB) $(BUILD)/libmodel.a $(BACKEND_CPU_LIB) $(EMU_LIB)
+               $(CUDA_BACKEND_EMU_LIB) $(BUILD)/libmodel.a $(BACKEND_CPU_LIB) $(EMU_LIB)
 	@mkdir -p $(@D)
 	$(CXX) $(LDFLAGS) $^ $(EMU_LIBS) $(BACKEND_CPU_LDLIBS) -lgtest -lgtest_main -o $@
 
 $(KCUDA_ASAN_TEST): $(KCUDA_TEST_SRCS:%.cpp=$(BUILD)/asan/%.o) $(KCUDA_HARNESS:%.cpp=$(BUILD)/asan/%.o) \
-                    $(BUILD)/asan/kernels/cuda_backend.cu.o $(BUILD)/libmodel.a $(BACKEND_CPU_LIB) $(EMU_ASAN_LIB)
+                    $(BUILD)/asan/backend/cuda/cuda_backend.cu.o $(BUILD)/libmodel.a $(BACKEND_CPU_LIB) $(EMU_ASAN_LIB)
 	@mkdir -p $(@D)
 	$(CXX) $(EMU_SANITIZE) $(LDFLAGS) $^ $(EMU_LIBS) $(BACKEND_CPU_LDLIBS) -lgtest -lgtest_main -o $@
 
@@ -46,23 +46,23 @@ TEST_SCRIPTS += test/backend_cuda/random_order_test.sh test/backend_cuda/nvcc_co
                 test/backend_cuda/index_width_test.sh
 
 # ---- nvcc compile check: one translation unit holds every kernel, one invocation per arch -------
-KERNELS_NVCC_OBJS := $(foreach arch,$(EMU_NVCC_ARCHS),$(BUILD)/nvcc/$(arch)/kernels/cuda_backend.o)
-KERNELS_RESOURCE_USAGE := $(BUILD)/kernels/nvcc_resource_usage.txt
+CUDA_BACKEND_NVCC_OBJS := $(foreach arch,$(EMU_NVCC_ARCHS),$(BUILD)/nvcc/$(arch)/backend/cuda/cuda_backend.o)
+CUDA_BACKEND_RESOURCE_USAGE := $(BUILD)/backend/cuda/nvcc_resource_usage.txt
 
-$(KERNELS_RESOURCE_USAGE): $(KERNELS_NVCC_OBJS)
+$(CUDA_BACKEND_RESOURCE_USAGE): $(CUDA_BACKEND_NVCC_OBJS)
 	@mkdir -p $(@D)
 	@for o in $^; do echo "== $$o"; grep -E "Compiling entry|Used [0-9]+ registers|stack frame" $${o%.o}.resource.txt \
 	  | sed -E "s/.*Compiling entry function '([^']+)' for '([^']+)'.*/\2 \1/" | c++filt; done > $@
 	@echo "resource usage -> $@"
 
-kernels-nvcc: $(KERNELS_RESOURCE_USAGE)
+kernels-nvcc: $(CUDA_BACKEND_RESOURCE_USAGE)
 
 # ---- benchmark: the harness's GPT-2 d12 perf cases on the CPU and CUDA backends ------------------
 # The emulated build only proves it links; timings mean something only from the nvcc build.
 KCUDA_BENCH_EMU := $(BUILD)/dev/cuda/bench_cuda_ops_emu
 KCUDA_BENCH_GPU := $(BUILD)/dev/cuda/bench_cuda_ops
 $(KCUDA_BENCH_EMU): $(BUILD)/dev/cuda/bench_cuda_ops.o $(KCUDA_HARNESS:%.cpp=$(BUILD)/%.o) \
-                    $(KERNELS_CUDA_EMU_LIB) $(BACKEND_CPU_LIB) $(EMU_LIB)
+                    $(CUDA_BACKEND_EMU_LIB) $(BACKEND_CPU_LIB) $(EMU_LIB)
 	@mkdir -p $(@D)
 	$(CXX) $(LDFLAGS) $^ $(EMU_LIBS) $(BACKEND_CPU_LDLIBS) -o $@
 
@@ -73,14 +73,14 @@ $(KCUDA_BENCH_EMU): $(BUILD)/dev/cuda/bench_cuda_ops.o $(KCUDA_HARNESS:%.cpp=$(B
 CUDA_VISIBLE_ARCHS := $(sort $(shell nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null \
                         | tr -d . | grep -E '^[0-9]+$$'))
 CUDA_GENCODE ?= $(foreach a,$(sort 80 90 $(CUDA_VISIBLE_ARCHS)),-gencode arch=compute_$(a),code=sm_$(a))
-KERNELS_CUDA_FAT_OBJ := $(BUILD)/nvcc/fat/kernels/cuda_backend.o
+CUDA_BACKEND_FAT_OBJ := $(BUILD)/nvcc/fat/backend/cuda/cuda_backend.o
 CUDA_LDLIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcublas -lcudart
-$(KERNELS_CUDA_FAT_OBJ): $(KERNELS_CUDA_SRC) $(wildcard kernels/*.cuh kernels/*.h emu/cuda.cuh backend/*.h)
+$(CUDA_BACKEND_FAT_OBJ): $(CUDA_BACKEND_SRC) $(wildcard backend/cuda/*.cuh backend/cuda/*.h emu/cuda.cuh backend/*.h)
 	@mkdir -p $(@D)
 	$(NVCC) -std=c++17 -O3 -I. $(CUDA_GENCODE) -Xcompiler -fPIC -c $< -o $@
 
 $(KCUDA_BENCH_GPU): $(BUILD)/dev/cuda/bench_cuda_ops.o $(KCUDA_HARNESS:%.cpp=$(BUILD)/%.o) \
-                    $(KERNELS_CUDA_FAT_OBJ) $(BACKEND_CPU_LIB)
+                    $(CUDA_BACKEND_FAT_OBJ) $(BACKEND_CPU_LIB)
 	@mkdir -p $(@D)
 	$(CXX) $(LDFLAGS) $^ $(BACKEND_CPU_LDLIBS) $(CUDA_LDLIBS) -o $@
 
@@ -90,7 +90,7 @@ $(KCUDA_BENCH_GPU): $(BUILD)/dev/cuda/bench_cuda_ops.o $(KCUDA_HARNESS:%.cpp=$(B
 # three runs whose bits must still agree.
 KCUDA_GPU_TEST := $(BUILD)/gpu/backend_cuda_gpu_test
 $(KCUDA_GPU_TEST): $(KCUDA_TEST_SRCS:%.cpp=$(BUILD)/%.o) $(KCUDA_HARNESS:%.cpp=$(BUILD)/%.o) \
-                   $(BUILD)/test/backend_cuda/hw/run_order_hw.o $(KERNELS_CUDA_FAT_OBJ) \
+                   $(BUILD)/test/backend_cuda/hw/run_order_hw.o $(CUDA_BACKEND_FAT_OBJ) \
                    $(BUILD)/libmodel.a $(BACKEND_CPU_LIB)
 	@mkdir -p $(@D)
 	$(CXX) $(LDFLAGS) $^ $(BACKEND_CPU_LDLIBS) $(CUDA_LDLIBS) -lgtest -lgtest_main -o $@

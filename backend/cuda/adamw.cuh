@@ -9,13 +9,13 @@
 // With a master copy the update runs on the fp32 master and params receive
 // its value rounded to their type T (float or __nv_bfloat16): bf16 params never
 // accumulate their own rounding errors. Moments are always fp32.
-#ifndef KERNELS_ADAMW_CUH
-#define KERNELS_ADAMW_CUH
+#ifndef BACKEND_CUDA_ADAMW_CUH
+#define BACKEND_CUDA_ADAMW_CUH
 
 #include <cmath>
 
-#include "kernels/common.cuh"
-#include "kernels/pack128.cuh"
+#include "backend/cuda/common.cuh"
+#include "backend/cuda/pack128.cuh"
 
 namespace gpt2 {
 namespace kern {
@@ -100,4 +100,4 @@ void adamw_update(T* params, float* master, const T* grads, float* m, float* v, 
 }  // namespace kern
 }  // namespace gpt2
 
-#endif  // KERNELS_ADAMW_CUH
+#endif  // BACKEND_CUDA_ADAMW_CUH

@@ -1,9 +1,9 @@
-// The CUDA backend: gpt2::Backend on a GPU (kernels/*.cuh + cuBLAS/cuBLASLt).
+// The CUDA backend: gpt2::Backend on a GPU (backend/cuda/*.cuh + cuBLAS/cuBLASLt).
 // Built by nvcc for a GPU, or by g++ against emu/ (the emulator) for tests:
 // build/libbackend_cuda_emu.a. Every buffer is fp32 (tokens int32) unless
 // CudaBackendOptions::bf16 is set.
-#ifndef KERNELS_CUDA_BACKEND_H
-#define KERNELS_CUDA_BACKEND_H
+#ifndef BACKEND_CUDA_CUDA_BACKEND_H
+#define BACKEND_CUDA_CUDA_BACKEND_H
 
 #include <cstdint>
 #include <memory>
@@ -13,7 +13,7 @@
 
 namespace gpt2 {
 
-// Which causal attention the backend runs (kernels/flash_attention.cuh or kernels/attention.cuh).
+// Which causal attention the backend runs (backend/cuda/flash_attention.cuh or backend/cuda/attention.cuh).
 enum class CudaAttention : uint8_t {
   kDefault,  // GPT2_ATTENTION=flash|classic from the environment, else flash
   kFlash,    // fused flash-style kernels; saves per-row log-sum-exp only; head size <= 64
@@ -24,7 +24,7 @@ struct CudaBackendOptions {
   // cuBLASLt with the BIAS / BGRADB epilogues for the linear layers; false
   // selects the plain cuBLAS path (bias and bias gradient by kernels). Any call
   // cuBLASLt refuses (no algorithm, e.g. for operands under 16-byte alignment)
-  // falls back to cuBLAS plus kernels computing the same (kernels/matmul.cuh).
+  // falls back to cuBLAS plus kernels computing the same (backend/cuda/matmul.cuh).
   bool use_cublaslt = true;
   // With cuBLASLt and fp32 storage: the bias gradient from the BGRADB epilogue
   // of the dw GEMM; false computes it with the column-sum kernels (also the
@@ -97,4 +97,4 @@ CudaPlacement cuda_placement(const Backend& backend);
 
 }  // namespace gpt2
 
-#endif  // KERNELS_CUDA_BACKEND_H
+#endif  // BACKEND_CUDA_CUDA_BACKEND_H

@@ -31,11 +31,11 @@
 //           C > kLnSmemMaxC: the accumulators live in scratch (global), W = 1.
 // T (float or __nv_bfloat16) is the storage type of every argument but mean and
 // rstd, which are fp32 (kStats) whatever T; math is fp32.
-#ifndef KERNELS_LAYERNORM_CUH
-#define KERNELS_LAYERNORM_CUH
+#ifndef BACKEND_CUDA_LAYERNORM_CUH
+#define BACKEND_CUDA_LAYERNORM_CUH
 
-#include "kernels/common.cuh"
-#include "kernels/pack128.cuh"
+#include "backend/cuda/common.cuh"
+#include "backend/cuda/pack128.cuh"
 
 namespace gpt2 {
 namespace kern {
@@ -291,4 +291,4 @@ void layernorm_backward(T* dinp, T* dw, T* db, float* scratch, const T* dout, co
 }  // namespace kern
 }  // namespace gpt2
 
-#endif  // KERNELS_LAYERNORM_CUH
+#endif  // BACKEND_CUDA_LAYERNORM_CUH

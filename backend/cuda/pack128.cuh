@@ -6,13 +6,13 @@
 // names the address (docs/emulator.md). Row strides and offsets that are not a
 // multiple of 16 bytes (odd C, padded vocabularies, head splits, ZeRO shards) are
 // the usual cause: the caller checks them before choosing a packed kernel.
-#ifndef KERNELS_PACK128_CUH
-#define KERNELS_PACK128_CUH
+#ifndef BACKEND_CUDA_PACK128_CUH
+#define BACKEND_CUDA_PACK128_CUH
 
 #include <cstdint>
 
 #include "emu/cuda.cuh"
-#include "kernels/common.cuh"
+#include "backend/cuda/common.cuh"
 
 namespace gpt2 {
 namespace kern {
@@ -104,4 +104,4 @@ inline bool can_pack(size_t n, size_t P, const Ptrs*... ptrs) {
 }  // namespace kern
 }  // namespace gpt2
 
-#endif  // KERNELS_PACK128_CUH
+#endif  // BACKEND_CUDA_PACK128_CUH

@@ -9,8 +9,8 @@
 // tests, against the emulator, whose deferred stream mode runs a pinned copy
 // late as a GPU does (GPT2_TEST_DROP_STAGING_WAIT=1 leaves the wait out:
 // test/backend_cuda/cuda_staging_test.cpp must then see wrong tokens).
-#ifndef KERNELS_TOKEN_STAGING_H
-#define KERNELS_TOKEN_STAGING_H
+#ifndef BACKEND_CUDA_TOKEN_STAGING_H
+#define BACKEND_CUDA_TOKEN_STAGING_H
 
 #include <array>
 #include <cstdint>
@@ -18,7 +18,7 @@
 #include <cstring>
 #include <string>
 
-#include "kernels/common.cuh"
+#include "backend/cuda/common.cuh"
 
 namespace gpt2 {
 namespace kern {
@@ -77,4 +77,4 @@ class TokenStaging {
 }  // namespace kern
 }  // namespace gpt2
 
-#endif  // KERNELS_TOKEN_STAGING_H
+#endif  // BACKEND_CUDA_TOKEN_STAGING_H
