@@ -115,10 +115,12 @@ void nccl_inject_async_error(ncclComm* comm, int result, const std::string& reas
 // fallbacks run: the heuristic returns CUBLAS_STATUS_SUCCESS with zero results
 // (kNoAlgorithm), CUBLAS_STATUS_NOT_SUPPORTED (kNotSupported), or one result whose
 // .state is CUBLAS_STATUS_NOT_SUPPORTED (kBadState); cublasLtMatmul then returns
+// CUBLAS_STATUS_NOT_SUPPORTED. kMatmulNotSupported models a kernel that refuses at
+// execution: the heuristic answers as in kStrict, cublasLtMatmul returns
 // CUBLAS_STATUS_NOT_SUPPORTED. Unless set_cublaslt_mode gave one, the mode comes
-// from env GPT2_EMU_CUBLASLT=strict|refuse|not_supported|bad_state (read at every
-// heuristic and matmul call). std::nullopt hands the choice back to the env.
-enum class CublasLtMode { kStrict, kNoAlgorithm, kNotSupported, kBadState };
+// from env GPT2_EMU_CUBLASLT=strict|refuse|not_supported|bad_state|matmul_not_supported
+// (read at every heuristic and matmul call). std::nullopt hands the choice back to the env.
+enum class CublasLtMode { kStrict, kNoAlgorithm, kNotSupported, kBadState, kMatmulNotSupported };
 void set_cublaslt_mode(std::optional<CublasLtMode> mode);
 std::optional<CublasLtMode> cublaslt_mode_override();
 CublasLtMode cublaslt_mode();

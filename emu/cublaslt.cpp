@@ -21,7 +21,11 @@
 //    16-byte aligned faults like the GPU kernel would: CUBLAS_STATUS_EXECUTION_FAILED
 //    and cudaErrorMisalignedAddress as the thread's last CUDA error.
 //  * The switch of emu/control.h (set_cublaslt_mode, GPT2_EMU_CUBLASLT) makes the
-//    heuristic refuse everything, in each of the ways the header allows.
+//    heuristic refuse everything, in each of the ways the header allows, or
+//    cublasLtMatmul refuse what the heuristic accepted (CUBLAS_STATUS_NOT_SUPPORTED).
+//  * Bias and aux pointers: the heuristic takes their alignment from the values
+//    the descriptor holds (null: the default 256); cublasLtMatmul refuses with
+//    CUBLAS_STATUS_NOT_SUPPORTED a vector less aligned than that.
 #include <cublasLt.h>
 
 #include <algorithm>
@@ -60,9 +64,10 @@ CublasLtMode mode_from_env() {
   if (v == "refuse") return CublasLtMode::kNoAlgorithm;
   if (v == "not_supported") return CublasLtMode::kNotSupported;
   if (v == "bad_state") return CublasLtMode::kBadState;
+  if (v == "matmul_not_supported") return CublasLtMode::kMatmulNotSupported;
   static std::atomic<bool> warned{false};
   if (!warned.exchange(true))
-    std::fprintf(stderr, "emu: ignoring GPT2_EMU_CUBLASLT=%s (expected strict|refuse|not_supported|bad_state)\n", env);
+    std::fprintf(stderr, "emu: ignoring GPT2_EMU_CUBLASLT=%s (expected strict|refuse|not_supported|bad_state|matmul_not_supported)\n", env);
   return CublasLtMode::kStrict;
 }
 
@@ -216,20 +221,38 @@ bool layouts_fit(const LayoutDesc* const (&l)[kOperands], const uint32_t (&promi
   return true;
 }
 
-// The algorithm handed out by the heuristic: a tag, whether it can run, and the
-// alignment promises it was chosen under (cublasLtMatmul holds the pointers to them).
+bool aligned(const void* p, uint64_t bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }
+
+// The largest power of two up to kDefaultAlignment dividing p's address; a null
+// pointer is taken to have the default (the heuristic cannot know better).
+uint32_t pointer_alignment(const void* p) {
+  uint32_t a = kDefaultAlignment;
+  while (p != nullptr && a > 1 && !aligned(p, a)) a /= 2;
+  return a;
+}
+
+// The algorithm handed out by the heuristic: a tag, whether it can run, the
+// alignment promises it was chosen under (cublasLtMatmul holds the pointers to
+// them) and the alignments of the bias and aux vectors whose pointers the
+// descriptor held then ("routines that don't dereference this pointer, like
+// cublasLtMatmulAlgoGetHeuristic() depend on its value to determine expected
+// pointer alignment", cublasLt.h): a vector less aligned at cublasLtMatmul is
+// refused as an under-aligned operand is.
 constexpr uint64_t kAlgoTag = 0x47505432'4c54414cull;  // "GPT2LTAL"
 struct AlgoInfo {
   bool runnable = false;
   uint32_t promise[kOperands] = {};
+  uint32_t bias_align = kDefaultAlignment, aux_align = kDefaultAlignment;
 };
 
-cublasLtMatmulAlgo_t encode_algo(bool runnable, const uint32_t (&promise)[kOperands]) {
+cublasLtMatmulAlgo_t encode_algo(bool runnable, const uint32_t (&promise)[kOperands], const MatmulDesc& d) {
   cublasLtMatmulAlgo_t algo;
   std::memset(&algo, 0, sizeof algo);
   algo.data[0] = kAlgoTag;
   algo.data[1] = runnable ? 1 : 0;
   for (int i = 0; i < kOperands; ++i) algo.data[2 + i] = promise[i];
+  algo.data[2 + kOperands] = pointer_alignment(d.bias);
+  algo.data[3 + kOperands] = pointer_alignment(d.aux);
   return algo;
 }
 
@@ -238,10 +261,10 @@ bool decode_algo(const cublasLtMatmulAlgo_t& algo, AlgoInfo* info) {
   if (algo.data[0] != kAlgoTag) return false;
   info->runnable = algo.data[1] == 1;
   for (int i = 0; i < kOperands; ++i) info->promise[i] = static_cast<uint32_t>(algo.data[2 + i]);
+  info->bias_align = static_cast<uint32_t>(algo.data[2 + kOperands]);
+  info->aux_align = static_cast<uint32_t>(algo.data[3 + kOperands]);
   return true;
 }
-
-bool aligned(const void* p, uint64_t bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }
 
 // A bias or aux vector the kernel would read or write with misaligned vectors: on a
 // GPU a fault (cudaErrorMisalignedAddress), here reported at once.
@@ -252,9 +275,13 @@ bool vector_misaligned(const void* p, int64_t batch_stride, cudaDataType type, i
 
 // The pointer checks of cublasLtMatmul.
 cublasStatus_t check_pointers(const MatmulDesc& d, const LayoutDesc& out, const void* const (&ptr)[kOperands],
-                              const uint32_t (&promise)[kOperands]) {
+                              const AlgoInfo& info) {
   for (int i = 0; i < kOperands; ++i)
-    if (!aligned(ptr[i], promise[i])) return CUBLAS_STATUS_NOT_SUPPORTED;  // broken alignment promise
+    if (!aligned(ptr[i], info.promise[i])) return CUBLAS_STATUS_NOT_SUPPORTED;  // broken alignment promise
+  // A vector less aligned than the heuristic saw (set after the query, or changed).
+  if (((d.epilogue & kBiasVector) && d.bias != nullptr && !aligned(d.bias, info.bias_align)) ||
+      ((d.epilogue & kAux) && d.aux != nullptr && !aligned(d.aux, info.aux_align)))
+    return CUBLAS_STATUS_NOT_SUPPORTED;
   if ((d.epilogue & kBiasVector) && d.bias == nullptr) return CUBLAS_STATUS_INVALID_VALUE;
   if ((d.epilogue & kAux) && d.aux == nullptr) return CUBLAS_STATUS_INVALID_VALUE;
   const bool bias_bad = (d.epilogue & kBiasVector) &&
@@ -271,7 +298,7 @@ cublasStatus_t check_pointers(const MatmulDesc& d, const LayoutDesc& out, const 
 // implicit query with default preferences (cublasLt documentation).
 cublasStatus_t algo_for_matmul(const cublasLtMatmulAlgo_t* algo, const LayoutDesc* const (&l)[kOperands],
                                AlgoInfo* info) {
-  if (cublaslt_mode() != CublasLtMode::kStrict) return CUBLAS_STATUS_NOT_SUPPORTED;  // no kernel at all
+  if (cublaslt_mode() != CublasLtMode::kStrict) return CUBLAS_STATUS_NOT_SUPPORTED;  // no kernel (that runs)
   if (algo == nullptr) {
     info->runnable = true;
     std::fill(std::begin(info->promise), std::end(info->promise), kDefaultAlignment);
@@ -569,10 +596,11 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t handle, cublasLtM
   const CublasLtMode mode = cublaslt_mode();
   if (mode == CublasLtMode::kNotSupported) return CUBLAS_STATUS_NOT_SUPPORTED;
   const PreferenceDesc& p = *preference(pref);
-  const bool fits = mode == CublasLtMode::kStrict && layouts_fit(l, p.min_alignment);
+  const bool strict = mode == CublasLtMode::kStrict || mode == CublasLtMode::kMatmulNotSupported;
+  const bool fits = strict && layouts_fit(l, p.min_alignment);
   if (!fits && mode != CublasLtMode::kBadState) return CUBLAS_STATUS_SUCCESS;  // no algorithm
   std::memset(&results[0], 0, sizeof(results[0]));
-  results[0].algo = encode_algo(fits, p.min_alignment);
+  results[0].algo = encode_algo(fits, p.min_alignment, *matmul(op));
   results[0].workspaceSize = 0;  // the emulated algorithm needs no workspace
   results[0].state = fits ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_NOT_SUPPORTED;
   results[0].wavesCount = 1.0f;
@@ -597,7 +625,7 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t op, 
   AlgoInfo info;
   if (s == CUBLAS_STATUS_SUCCESS) s = algo_for_matmul(algo, l, &info);
   const void* const ptr[kOperands] = {A, B, C, D};
-  if (s == CUBLAS_STATUS_SUCCESS) s = check_pointers(d, *l[kD], ptr, info.promise);
+  if (s == CUBLAS_STATUS_SUCCESS) s = check_pointers(d, *l[kD], ptr, info);
   if (s != CUBLAS_STATUS_SUCCESS) return s;
   const bool ta = is_transposed(static_cast<cublasOperation_t>(d.trans_a));
   const bool tb = is_transposed(static_cast<cublasOperation_t>(d.trans_b));

@@ -20,17 +20,20 @@
 //                       kernels: BGRADB's vector must have D's type (bf16), i.e.
 //                       the sum would be rounded before the "+=" rounds again.
 //                       Every cuBLASLt call has a fallback computing the same:
-//                       cuBLASLt may refuse any call (no algorithm, or one whose
-//                       state is not success) and refuses an operand less
+//                       cuBLASLt may refuse any call (no algorithm, one whose
+//                       state is not success, or NOT_SUPPORTED from
+//                       cublasLtMatmul itself) and refuses an operand less
 //                       aligned than its promise, so each call declares the real
-//                       alignments (CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_*) and a
+//                       alignments (CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_*, and the
+//                       bias/aux pointers set before the heuristic, which reads
+//                       their alignment from them) and a
 //                       refusal takes cuBLAS plus kernels: a bias is broadcast
 //                       into out and the GEMM adds the product with beta 1 (the
 //                       BIAS epilogue's arithmetic exactly), the bias gradient
 //                       comes from the column-sum kernels. Descriptors, layouts
 //                       and the heuristic's algorithm are built once per problem
 //                       and alignment and reused (BlasContext::lt_plans); a call
-//                       then only sets the bias pointer and runs cublasLtMatmul.
+//                       then only sets its bias/aux pointers and runs cublasLtMatmul.
 //                       GELU (the fc layer, BlasContext::lt_gelu): forward with
 //                       GELU_AUX_BIAS (pre-GELU output to the aux matrix, GELU of
 //                       the fp32 value to D: one GEMM, no GELU pass over 4C
@@ -212,6 +215,14 @@ inline void lt_describe(LtCall& call, cublasComputeType_t compute, cudaDataType_
   CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&call.d, type, m, n, ldd));
 }
 
+// The bias and GELU-aux vectors a call reads or writes (null: the epilogue has none).
+inline void lt_set_vectors(LtCall& call, const void* bias, const void* aux) {
+  if (bias != nullptr)
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(call.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
+  if (aux != nullptr)
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(call.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof aux));
+}
+
 // One algorithm from the heuristic, promised the operands' real alignments (C is D).
 // Every refusal the header allows -- CUBLAS_STATUS_NOT_SUPPORTED, zero results, a
 // result whose state is not success -- gives an unusable plan; other errors throw.
@@ -245,7 +256,8 @@ inline LtPlan lt_query(const BlasContext& ctx, LtCall& call, uint32_t align_a, u
 // compute, with `epilogue` (DEFAULT, BIAS, BGRADB, GELU_AUX(_BIAS), DGELU) whose
 // vector `bias` has D's type (null when the epilogue has none) and whose GELU
 // input matrix `aux` (m x n, ld aux_ld) has D's type too. Returns false, having
-// queued nothing, when cuBLASLt offers no algorithm;
+// queued nothing, when cuBLASLt offers no algorithm or cublasLtMatmul refuses the
+// call (CUBLAS_STATUS_NOT_SUPPORTED; the plan is then dropped for good);
 // the caller then computes the same with cuBLAS and kernels.
 inline bool lt_matmul(const BlasContext& ctx, cudaDataType_t type, bool trans_a, bool trans_b,
                       int m, int n, int k, const void* A, int lda, const void* B, int ldb,
@@ -270,11 +282,9 @@ inline bool lt_matmul(const BlasContext& ctx, cudaDataType_t type, bool trans_a,
     fresh.call = std::make_unique<LtCall>();
     lt_describe(*fresh.call, compute_type(ctx, type), type, trans_a, trans_b, m, n, k, lda, ldb, ldd, epilogue,
                 aux != nullptr ? aux_ld : 0);
-    // "Routines that don't dereference [the aux pointer], like the heuristic, depend
-    // on its value to determine expected pointer alignment" (cublasLt.h).
-    if (aux != nullptr)
-      CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(fresh.call->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux,
-                                                  sizeof aux));
+    // "Routines that don't dereference [the bias or aux pointer], like the heuristic,
+    // depend on its value to determine expected pointer alignment" (cublasLt.h).
+    lt_set_vectors(*fresh.call, bias, aux);
     const LtPlan answer = lt_query(ctx, *fresh.call, align_a, align_b, align_d);
     fresh.usable = answer.usable;
     fresh.algo = answer.algo;
@@ -283,16 +293,17 @@ inline bool lt_matmul(const BlasContext& ctx, cudaDataType_t type, bool trans_a,
   }
   if (!plan->second.usable) return false;
   LtCall& call = *plan->second.call;
-  if (bias != nullptr)
-    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(call.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
-                                                sizeof bias));
-  if (aux != nullptr)
-    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(call.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux,
-                                                sizeof aux));
+  lt_set_vectors(call, bias, aux);  // this call's vectors: the key holds their alignments
   const float alpha = 1.0f;
-  CUBLAS_CHECK(cublasLtMatmul(ctx.lt, call.op, &alpha, A, call.a, B, call.b, &beta, D, call.d, D,
-                              call.d, &plan->second.algo, ctx.lt_workspace, ctx.lt_workspace_bytes,
-                              ctx.stream));
+  const cublasStatus_t status = cublasLtMatmul(ctx.lt, call.op, &alpha, A, call.a, B, call.b, &beta, D, call.d, D,
+                                               call.d, &plan->second.algo, ctx.lt_workspace,
+                                               ctx.lt_workspace_bytes, ctx.stream);
+  if (status == CUBLAS_STATUS_NOT_SUPPORTED) {  // refused at execution: nothing queued; never ask again
+    plan->second.usable = false;
+    plan->second.call.reset();
+    return false;
+  }
+  CUBLAS_CHECK(status);
   return true;
 }
 

@@ -82,7 +82,8 @@ TEST_P(CudaLtRefused, MatmulOpsMatchCpu) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(EveryRefusal, CudaLtRefused, ::testing::Values("refuse", "not_supported", "bad_state"),
+INSTANTIATE_TEST_SUITE_P(EveryRefusal, CudaLtRefused, ::testing::Values("refuse", "not_supported", "bad_state",
+                                                                               "matmul_not_supported"),
                          [](const auto& info) { return std::string(info.param); });
 
 // Outputs of every matmul case with cuBLASLt strict (the epilogues where the

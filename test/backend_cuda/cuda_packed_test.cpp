@@ -262,5 +262,37 @@ TEST(CudaLtCache, SecondCallReusesDescriptorsAndHeuristic) {
   }
 }
 
+// A bias 16 bytes past a 256-byte boundary (enough for the kernel, less than the
+// heuristic assumes for a pointer it has not seen): the backend sets the bias
+// pointer before the heuristic, so cublasLtMatmul runs the BIAS epilogue on every
+// call. And when cublasLtMatmul itself refuses (NOT_SUPPORTED at execution), the
+// call falls back to cuBLAS + kernels with the same result, and the plan is not
+// tried again.
+TEST(CudaLtCache, BiasAlignmentIsSeenByTheHeuristicAndMatmulRefusalFallsBack) {
+  if (emu::cublaslt_counts == nullptr) GTEST_SKIP() << "no emulator counters (real cuBLASLt)";
+  for (bool bf16 : {false, true}) {
+    const int N = 16, C = 32, OC = 48;
+    const auto x = randn(size_t(N) * C, 31), w = randn(size_t(OC) * C, 32), b = randn(OC, 33);
+    std::vector<std::vector<float>> results;
+    for (emu::CublasLtMode mode : {emu::CublasLtMode::kStrict, emu::CublasLtMode::kMatmulNotSupported}) {
+      emu::ScopedCublasLtMode scoped(mode);
+      auto be = cuda(bf16);
+      Arrays a(*be, 0), shifted(*be, 16 / (bf16 ? 2 : 4));
+      Tensor inp = a.add(x), wt = a.add(w, BufferRole::kParams), out = a.add(std::vector<float>(size_t(N) * OC));
+      Tensor bias = shifted.add(b, BufferRole::kParams);
+      ASSERT_EQ(reinterpret_cast<uintptr_t>(bias.ptr) % 32, 16u);
+      const uint64_t before = emu::cublaslt_counts().matmuls;
+      be->matmul_forward(out, inp, wt, bias, N, C, OC);
+      be->matmul_forward(out, inp, wt, bias, N, C, OC);
+      const uint64_t calls = emu::cublaslt_counts().matmuls - before;
+      if (mode == emu::CublasLtMode::kStrict) EXPECT_EQ(calls, 2u) << "the BIAS epilogue ran both times";
+      else EXPECT_EQ(calls, 1u) << "refused once, then the fallback without asking again";
+      results.push_back(a.get(out));
+    }
+    // The fallback is the BIAS epilogue's arithmetic (bias first, the GEMM adds with beta 1): the same bits here.
+    EXPECT_EQ(results[0], results[1]) << (bf16 ? "bf16" : "fp32");
+  }
+}
+
 }  // namespace
 }  // namespace gpt2

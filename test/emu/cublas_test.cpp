@@ -673,6 +673,31 @@ TEST(CublasLtStrict, BiasPointerMustBe16ByteAligned) {
   }
 }
 
+// The heuristic takes the bias vector's alignment from the pointer the descriptor
+// holds ("depend on its value to determine expected pointer alignment",
+// cublasLt.h; null: the default 256); a bias less aligned than that when
+// cublasLtMatmul runs (set after the query) is refused with NOT_SUPPORTED, as an
+// operand that breaks its alignment promise is.
+TEST(CublasLtStrict, HeuristicTakesTheBiasAlignmentFromThePointer) {
+  for (cudaDataType t : lt_types()) {
+    LtProbe planted(t);
+    planted.set_epilogue(CUBLASLT_EPILOGUE_BIAS);
+    cublasLtMatmulAlgo_t algo;
+    ASSERT_TRUE(planted.one_algorithm(&algo));  // no bias pointer yet
+    planted.set_bias(16);
+    EXPECT_EQ(planted.run(&algo), CUBLAS_STATUS_NOT_SUPPORTED);
+    LtProbe twin(t);
+    twin.set_epilogue(CUBLASLT_EPILOGUE_BIAS);
+    twin.set_bias(16);  // before the query
+    ASSERT_TRUE(twin.one_algorithm(&algo));
+    ASSERT_EQ(twin.run(&algo), CUBLAS_STATUS_SUCCESS);
+    twin.expect_product({}, 16);
+    twin.set_bias(32);  // more aligned than the query saw: fine
+    ASSERT_EQ(twin.run(&algo), CUBLAS_STATUS_SUCCESS);
+    twin.expect_product({}, 32);
+  }
+}
+
 // Bias and bias-gradient vectors have D's type (BIAS_DATA_TYPE; the IMMA/FP8
 // exceptions are not emulated); an aux matrix too (AUX_DATA_TYPE, INVALID_VALUE).
 TEST(CublasLtStrict, BiasVectorHasDsType) {
@@ -754,6 +779,17 @@ TEST(CublasLtSwitch, EachRefusalModeRefusesAndStrictAccepts) {
   EXPECT_EQ(probe.run(&forged), CUBLAS_STATUS_INVALID_VALUE);  // not from the heuristic
 }
 
+// kMatmulNotSupported: the heuristic offers its algorithm as in kStrict, and
+// cublasLtMatmul refuses it at execution (a kernel that declines the problem).
+TEST(CublasLtSwitch, MatmulNotSupportedRefusesAtExecution) {
+  emu::ScopedCublasLtMode scoped(emu::CublasLtMode::kMatmulNotSupported);
+  LtProbe probe(CUDA_R_32F);
+  cublasLtMatmulAlgo_t algo;
+  ASSERT_TRUE(probe.one_algorithm(&algo));
+  EXPECT_EQ(probe.run(&algo), CUBLAS_STATUS_NOT_SUPPORTED);
+  EXPECT_EQ(probe.run(nullptr), CUBLAS_STATUS_NOT_SUPPORTED);
+}
+
 // GPT2_EMU_CUBLASLT selects the mode unless set_cublaslt_mode did.
 TEST(CublasLtSwitch, EnvironmentVariableSelectsTheMode) {
   using emu::CublasLtMode;
@@ -775,6 +811,8 @@ TEST(CublasLtSwitch, EnvironmentVariableSelectsTheMode) {
     EXPECT_EQ(emu::cublaslt_mode(), CublasLtMode::kStrict);
   }
   EXPECT_EQ(emu::cublaslt_mode(), CublasLtMode::kBadState);
+  setenv("GPT2_EMU_CUBLASLT", "matmul_not_supported", 1);
+  EXPECT_EQ(emu::cublaslt_mode(), CublasLtMode::kMatmulNotSupported);
   setenv("GPT2_EMU_CUBLASLT", "strict", 1);
   cublasLtMatmulAlgo_t algo;
   EXPECT_TRUE(probe.one_algorithm(&algo));
