@@ -86,6 +86,13 @@ $(BUILD)/%.cu.o: %.cu
 test: $(BINS) $(TEST_PREREQS) $(TESTS)
 	@scripts/run_tests.sh $(TESTS) -- $(TEST_SCRIPTS)
 
+# The whole suite once per OpenBLAS core type (scripts/test_blas_variants.sh): the
+# CPU backend's GEMMs round as on the servers that select those kernels. Logs in
+# build/test-blas/. CI keeps the machine's default (make test).
+TEST_OPENBLAS_CORETYPES ?= Haswell SkylakeX Zen
+test-blas-variants: $(BINS) $(TEST_PREREQS) $(TESTS)
+	@scripts/test_blas_variants.sh $(TEST_OPENBLAS_CORETYPES) -- $(TESTS) -- $(TEST_SCRIPTS)
+
 clean:
 	rm -rf $(BUILD) $(BINS) $(CLEAN_EXTRA)
 
@@ -94,6 +101,6 @@ print-build-config:
 	@echo "NVCC=$(NVCC)"; echo "CUDA_HOME=$(CUDA_HOME)"; echo "OPT=$(OPT)"
 	@echo "CUDA=$(if $(wildcard $(NVCC)),yes,no)"; echo "NCCL=$(if $(NCCL_INC_DIR),$(NCCL_INC_DIR),no)"
 
-.PHONY: all test clean print-build-config
+.PHONY: all test test-blas-variants clean print-build-config
 
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

@@ -27,7 +27,13 @@
 // under g++. Shared memory must be per block: every block runs start to finish on
 // one OS thread, so a static thread_local is one copy per concurrently running block.
 #undef __shared__
+#if GPT2_EMU_PROFILE
+// The profile build runs one block at a time: one static copy serves, in a
+// section whose bounds tell the profiler which addresses are shared memory.
+#define __shared__ static __attribute__((section("gpt2_emu_shared")))
+#else
 #define __shared__ static thread_local
+#endif
 // __launch_bounds__(max_threads[, min_blocks[, max_cluster]]): on a GPU a launch of
 // a larger block fails. g++ cannot attach a value to a function that code reads
 // back, so the emulated build encodes max_threads / 32 in the kernel's machine

@@ -29,6 +29,7 @@
 
 #include "emu/control.h"
 #include "emu/fiber_stacks.h"
+#include "emu/profile.h"
 #include "emu/runtime_internal.h"
 #include "emu/settings.h"
 
@@ -117,12 +118,15 @@ class Worker {
     warp_syncs_ = &warp_syncs;
     size_t n = size_t(launch.block.x) * launch.block.y * launch.block.z;
     prepare(n, launch);
+    profile::launch_begin(launch.name, smem_, launch.smem);  // profile build only
     for (;;) {
       if (launch.faulted.load(std::memory_order_relaxed)) break;
       uint64_t b = launch.next_block.fetch_add(1);
       if (b >= launch.num_blocks) break;
       run_block(b, n);
+      profile::block_end();
     }
+    profile::launch_end();
     if (smem_ != nullptr) std::free(smem_), smem_ = nullptr;
     Settings& s = settings();
     s.threads_run += threads_done;
@@ -201,6 +205,7 @@ class Worker {
       at_barrier_ = 0;
       barrier_result_ = barrier_acc_;
       ++*barriers_;
+      profile::barrier_passed();
     }
     yield(t);
     if (result != nullptr) *result = barrier_result_;

@@ -133,3 +133,38 @@ bench-emu: $(BUILD)/dev/emu/bench_emu
 	$(BUILD)/dev/emu/bench_emu
 
 .PHONY: emu-nvcc bench-emu
+
+# ---- profile build: memory transactions per kernel (emu/profile.h, docs/emulator.md) --------------
+# A .cu source is compiled with clang at -O0 (every access as written: a float4 copy
+# stays one 16-byte access) and AddressSanitizer's instrumentation in callback mode;
+# $(EMU_PROFILE_LIB), the emulator built with GPT2_EMU_PROFILE=1, implements the
+# callbacks (no ASan runtime is linked). Link with $(CXX) $(LDFLAGS) ... $(EMU_PROFILE_LIB) $(EMU_LIBS).
+EMU_PROFILE_CXX   := $(firstword $(shell command -v clang++-14 clang++ 2>/dev/null))
+EMU_PROFILE_FLAGS := -std=c++17 -O0 -g -DGPT2_EMU_PROFILE=1 -pthread -Wno-unused-command-line-argument \
+                     -fsanitize=address -fno-sanitize-address-use-after-scope \
+                     -mllvm -asan-instrumentation-with-call-threshold=0 -mllvm -asan-stack=0 \
+                     -mllvm -asan-globals=0 -mllvm -asan-use-after-return=never \
+                     -mllvm -asan-opt-globals=0
+EMU_PROFILE_LIB   := $(BUILD)/profile/libemu.a
+EMU_PROFILE_OBJS  := $(EMU_SRCS:%.cpp=$(BUILD)/profile/%.o) $(BUILD)/profile/emu/profile.o
+
+$(BUILD)/profile/emu/%.o: emu/%.cpp
+	@mkdir -p $(@D)
+	$(CXX) $(CPPFLAGS) $(EMU_CUDA_INC) $(CXXFLAGS) -DGPT2_EMU_PROFILE=1 -c $< -o $@
+
+$(EMU_PROFILE_LIB): $(EMU_PROFILE_OBJS)
+	@mkdir -p $(@D)
+	ar rcs $@ $^
+
+# Any .cu file in the profile build: build/profile/X.cu.o
+$(BUILD)/profile/%.cu.o: %.cu
+	@mkdir -p $(@D)
+	$(EMU_PROFILE_CXX) $(CPPFLAGS) $(EMU_CUDA_INC) $(EMU_PROFILE_FLAGS) -x c++ -c $< -o $@
+
+# Kernels with known counts (test/emu/profile/profile_patterns_test.sh asserts them).
+$(BUILD)/test/emu/profile_patterns: $(BUILD)/profile/test/emu/profile/patterns.cu.o $(EMU_PROFILE_LIB)
+	@mkdir -p $(@D)
+	$(CXX) $(LDFLAGS) $^ $(EMU_LIBS) -o $@
+
+TEST_PREREQS += $(BUILD)/test/emu/profile_patterns
+TEST_SCRIPTS += test/emu/profile/profile_patterns_test.sh

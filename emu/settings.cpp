@@ -29,6 +29,9 @@ Settings::Settings() {
   unsigned hw = std::thread::hardware_concurrency();
   workers = hw == 0 ? 1 : static_cast<int>(hw);
   if (const char* s = std::getenv("GPT2_EMU_THREADS")) workers = std::max(1, std::atoi(s));
+#if GPT2_EMU_PROFILE
+  workers = 1;  // the profiler follows one block at a time (emu/profile.h)
+#endif
   // Kernels keep register arrays on the fiber stack; ASan frames are much larger.
   stack_bytes = (EMU_ASAN ? 256 : 64) * 1024;
   if (const char* s = std::getenv("GPT2_EMU_STACK_KB")) stack_bytes = std::max(16, std::atoi(s)) * size_t(1024);
@@ -96,7 +99,7 @@ DeviceConfig device_config() {
 }
 void set_worker_threads(int count) {
   std::lock_guard<std::mutex> lock(settings().mutex);
-  settings().workers = std::max(1, count);
+  settings().workers = GPT2_EMU_PROFILE ? 1 : std::max(1, count);
 }
 void set_kernel_fault(const std::string& message) {
   std::lock_guard<std::mutex> lock(settings().mutex);

@@ -12,6 +12,11 @@
 
 #include "emu/control.h"
 
+// The profile build of the library (emu/profile.h): one worker thread.
+#ifndef GPT2_EMU_PROFILE
+#define GPT2_EMU_PROFILE 0
+#endif
+
 #if defined(__SANITIZE_ADDRESS__)
 #define EMU_ASAN 1
 #else

@@ -16,11 +16,3 @@ TEST_SCRIPTS += test/runner/run_tests_selftest.sh test/runner/kernel_names_test.
 # The build's nvcc search and CPU flags (Makefile).
 TEST_SCRIPTS += test/build/build_config_test.sh
 
-# The whole suite once per OpenBLAS core type (scripts/test_blas_variants.sh): the
-# CPU backend's GEMMs round as on the servers that select those kernels. Logs in
-# build/test-blas/. CI keeps the machine's default (make test).
-TEST_OPENBLAS_CORETYPES ?= Haswell SkylakeX Zen
-test-blas-variants: $(BINS) $(TEST_PREREQS) $(TESTS)
-	@scripts/test_blas_variants.sh $(TEST_OPENBLAS_CORETYPES) -- $(TESTS) -- $(TEST_SCRIPTS)
-
-.PHONY: test-blas-variants
