@@ -131,6 +131,37 @@ __global__ void global_misaligned(const float* in, float* out) {
   out[t] = in[t + 1];
 }
 
+// ---- tensor-core tiles (emu/wmma.h's model: ldmatrix.x4 pieces, the mma C layout) ----
+namespace w = nvcuda::wmma;
+
+// A 16x16 bf16 tile, row-major, rows LD elements apart: 8 rows of 16 bytes per
+// quarter-warp. LD 16 (32-byte rows): 2 rows per bank group, 2-way; LD 64
+// (128-byte rows): 8-way; LD 72 (144 bytes: the padded layout): conflict-free.
+template <int LD>
+__device__ void load_tile(float* out) {
+  __shared__ __align__(32) __nv_bfloat16 tile[16 * LD];
+  w::fragment<w::matrix_a, 16, 16, 16, __nv_bfloat16, w::row_major> a;
+  w::load_matrix_sync(a, tile, LD);
+  out[threadIdx.x] = 0.0f;
+}
+__global__ void wmma_load_ld16(float* out) { load_tile<16>(out); }
+__global__ void wmma_load_ld64(float* out) { load_tile<64>(out); }
+__global__ void wmma_load_ld72(float* out) { load_tile<72>(out); }
+
+// A 16x16 fp32 accumulator stored row-major: four 8x8 blocks, one 8-byte store per
+// lane each; per half-warp rows g = 0..3 at 2t columns. LD 16 (64-byte rows):
+// rows 0 and 2 share banks, 2-way; LD 24 (96-byte rows): conflict-free.
+template <int LD>
+__device__ void store_accumulator(float* out) {
+  __shared__ __align__(32) float tile[16 * LD];
+  w::fragment<w::accumulator, 16, 16, 16, float> c;
+  w::fill_fragment(c, 1.0f);
+  w::store_matrix_sync(tile, c, LD, w::mem_row_major);
+  out[threadIdx.x] = 0.0f;
+}
+__global__ void wmma_store_ld16(float* out) { store_accumulator<16>(out); }
+__global__ void wmma_store_ld24(float* out) { store_accumulator<24>(out); }
+
 }  // namespace
 
 int main() {
@@ -154,6 +185,11 @@ int main() {
   LAUNCH_KERNEL(global_coalesced, 1, kWarp, 0, nullptr, in, out);
   LAUNCH_KERNEL(global_strided, 1, kWarp, 0, nullptr, in, out);
   LAUNCH_KERNEL(global_misaligned, 1, kWarp, 0, nullptr, in, out);
+  LAUNCH_KERNEL(wmma_load_ld16, 1, kWarp, 0, nullptr, out);
+  LAUNCH_KERNEL(wmma_load_ld64, 1, kWarp, 0, nullptr, out);
+  LAUNCH_KERNEL(wmma_load_ld72, 1, kWarp, 0, nullptr, out);
+  LAUNCH_KERNEL(wmma_store_ld16, 1, kWarp, 0, nullptr, out);
+  LAUNCH_KERNEL(wmma_store_ld24, 1, kWarp, 0, nullptr, out);
   // Twice, on 3 blocks: counts sum over blocks and launches.
   for (int i = 0; i < 2; ++i) LAUNCH_KERNEL(shared_stride2, 3, kWarp, 0, nullptr, out);
   CUDA_CHECK(cudaDeviceSynchronize());

@@ -8,7 +8,11 @@
 # Global sectors: a coalesced 4-byte request 4, shifted by 4 bytes 5, at a
 # 128-byte stride 32; float4 per lane 16. Requests: one per site and warp between
 # barriers (a loop's 4 executions are 4, divergent lanes one), summed over
-# blocks and launches.
+# blocks and launches. Tensor-core tiles as emu/wmma.h models them: a 16x16 bf16
+# load (ldmatrix.x4: 16-byte row pieces, 8 rows per quarter-warp) at rows of 32
+# bytes 2-way, of 128 bytes 8-way, of 144 bytes conflict-free; a 16x16 fp32
+# accumulator store (mma C layout, 8-byte pairs) at rows of 64 bytes 2-way, of 96
+# bytes conflict-free.
 set -u
 cd "$(dirname "$0")/../../.."
 BIN=build/test/emu/profile_patterns
@@ -39,6 +43,13 @@ want = {  # kernel: the fields above, in order
     "global_coalesced":         (1, 0, 0, 0, 0, 2, 8, 8, 1),
     "global_strided":           (1, 0, 0, 0, 0, 2, 36, 8, 1),
     "global_misaligned":        (1, 0, 0, 0, 0, 2, 9, 8, 1),
+    # emu/wmma.h: a 16x16 bf16 tile load is one ldmatrix.x4 request (4 quarter passes);
+    # a 16x16 fp32 accumulator store is four 8-byte requests (2 half passes each).
+    "wmma_load_ld16":           (1, 1, 8, 4, 0, 1, 4, 4, 1),
+    "wmma_load_ld64":           (1, 1, 32, 4, 0, 1, 4, 4, 1),
+    "wmma_load_ld72":           (1, 1, 4, 4, 0, 1, 4, 4, 1),
+    "wmma_store_ld16":          (1, 4, 16, 8, 4, 1, 4, 4, 1),
+    "wmma_store_ld24":          (1, 4, 8, 8, 4, 1, 4, 4, 1),
 }
 bad = 0
 for kernel, values in want.items():
