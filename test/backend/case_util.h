@@ -24,6 +24,21 @@ inline Vec randn(Rng& rng, size_t n, double scale = 1.0, double offset = 0.0) {
   return v;
 }
 inline DVec to_d(const Vec& v) { return DVec(v.begin(), v.end()); }
+inline Vec abs_of(const Vec& v) {
+  Vec a(v.size());
+  for (size_t i = 0; i < v.size(); i++) a[i] = std::fabs(v[i]);
+  return a;
+}
+
+// Worst-case error of an fp32 sum of n terms (products of exact inputs count as
+// terms) in ANY order, blocked, tree or fma (Higham, Accuracy and Stability,
+// Thm 3.1): |fl(sum) - sum| <= gamma(n) * sum |terms|, gamma(n) = n u / (1 - n u),
+// u = 2^-24. Every OpenBLAS sgemm kernel (Haswell, SkylakeX, Zen ...) is within
+// it, so GEMM outputs are checked against it with magnitude = sum |terms|.
+inline double gamma32(double n) {
+  const double u = 0x1p-24;
+  return n * u / (1 - n * u);
+}
 
 inline std::string join(std::initializer_list<std::pair<const char*, long>> kv, const char* extra = "") {
   std::ostringstream s;
@@ -66,6 +81,17 @@ inline void linear_backward_ref(const Vec& dout, const Vec& inp, const Vec& w, i
   if (dbias)
     for (int n = 0; n < N; n++)
       for (int o = 0; o < OC; o++) (*dbias)[o] += dout[size_t(n) * OC + o];
+}
+
+// sum |terms| of each output of linear_backward_ref (dinp, dw, dbias when db0 is
+// given), the old dw / dbias included: the magnitudes gamma32 applies to.
+inline std::vector<DVec> linear_backward_terms(const Vec& dout, const Vec& inp, const Vec& w, const Vec& dw0,
+                                               const Vec* db0, int N, int C, int OC) {
+  DVec dinp, dw = to_d(abs_of(dw0)), db = db0 ? to_d(abs_of(*db0)) : DVec();
+  linear_backward_ref(abs_of(dout), abs_of(inp), abs_of(w), N, C, OC, dinp, dw, db0 ? &db : nullptr);
+  std::vector<DVec> r = {dinp, dw};
+  if (db0) r.push_back(db);
+  return r;
 }
 
 // Layernorm statistics of the rows of x[N,C] in fp64 (two-pass variance, eps 1e-5).

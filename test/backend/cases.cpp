@@ -4,7 +4,12 @@
 //
 // Tolerances are for an fp32 backend against the fp64 truth, from the length of
 // the reductions involved (|out - ref| <= atol + rtol |ref|); a formula or
-// indexing bug gives errors orders of magnitude above them.
+// indexing bug gives errors orders of magnitude above them. Products through
+// OpenBLAS sgemm (matmul, attention, the tied lm_head) sum in a per-CPU order
+// (Haswell, SkylakeX, Zen kernels), so their bounds are worst cases over every
+// order (gamma32, case_util.h). The other ops are the backend's own loops, whose
+// order is fixed at compile time (same bits on every x86-64-v3 CPU): their bounds
+// are many-sigma allowances for random-sign roundings, u = 2^-24 per operation.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -49,7 +54,10 @@ class LayernormForward : public OpCase {
                                       inputs[1].data[c] + inputs[2].data[c];
     return {out, mean, rstd};
   }
-  // out ~ |w| * O(3) with a few fp32 roundings; mean/rstd from C-term sums.
+  // mean: a C-term sum in 8 or 16 simd partials of x ~ 3 +- 2, rel. error ~ sqrt(C/8) u;
+  // rstd: the two-pass variance plus sqrt, a few u; out = (x - mean) rstd w + b,
+  // |out| ~ |w| O(1), 4 roundings plus the stats' errors: all a few u ~ 3e-7 of
+  // O(1) values, so 2e-6 (34 u) absolute and relative is > 6 sigma.
   Tolerance tolerance(size_t) const override { return {2e-6, 2e-6}; }
   double bytes() const override { return (2.0 * N_ * C_ + 2.0 * N_) * 4; }
 
@@ -102,8 +110,12 @@ class LayernormBackward : public OpCase {
     return {dinp, dw, db};
   }
   Tolerance tolerance(size_t o) const override {
+    // dinp: two C-term row means (simd partials) and 5 roundings per element, terms
+    // ~ rstd |w dout| <= O(3): a few u of O(3) values, 5e-6 (84 u) is > 10 sigma.
     if (o == 0) return {5e-6, 5e-6};
-    return {2e-7 * N_ + 1e-6, 2e-6};  // dw, db: sums over N rows
+    // dw, db: the old value + N row terms of O(1) in fixed row blocks: the random
+    // walk of N roundings of partial sums ~ sqrt(N) is ~ u N = 6e-8 N; 2e-7 N is 3.4x that.
+    return {2e-7 * N_ + 1e-6, 2e-6};
   }
   double bytes() const override { return (4.0 * N_ * C_ + 2.0 * N_) * 4; }
 
@@ -129,8 +141,12 @@ class MatmulForward : public OpCase {
   std::vector<DVec> reference() const override {
     return {linear_ref(inputs[0].data, inputs[1].data, bias_ ? &inputs[2].data : nullptr, N_, C_, OC_)};
   }
-  // fp32 dot products of length C over O(1/sqrt(C)) terms: error grows like sqrt(C) ulp.
-  Tolerance tolerance(size_t) const override { return {2e-7 * std::sqrt(double(C_)) + 1e-7, 2e-6}; }
+  // sgemm onto the broadcast bias: C products + the bias, any order: gamma(C+1) sum |terms|.
+  Tolerance tolerance(size_t) const override { return {1e-30, gamma32(C_ + 1)}; }
+  std::vector<double> magnitude(size_t) const override {
+    const Vec b = bias_ ? abs_of(inputs[2].data) : Vec();
+    return linear_ref(abs_of(inputs[0].data), abs_of(inputs[1].data), bias_ ? &b : nullptr, N_, C_, OC_);
+  }
   double flops() const override { return 2.0 * N_ * C_ * OC_; }
   double bytes() const override { return (double(N_) * C_ + double(OC_) * C_ + double(N_) * OC_) * 4; }
 
@@ -162,12 +178,12 @@ class MatmulBackward : public OpCase {
     if (bias_) r.push_back(db);
     return r;
   }
-  Tolerance tolerance(size_t o) const override {
-    // fp32 rounding grows like sqrt(length) ulp of the partial sums: dinp sums OC
-    // terms of size 1/sqrt(C) (partial sums ~ sqrt(OC/C)); dw and dbias sum N
-    // terms of size 1 (partial sums ~ sqrt(N)).
-    if (o == 0) return {4e-7 * std::sqrt(double(OC_)) * std::max(1.0, std::sqrt(double(OC_) / C_)), 2e-6};
-    return {4e-7 * N_ + 1e-7, 2e-6};
+  // Worst case in any summation order: dinp sums OC products; dw and dbias add
+  // N terms to their old value: gamma(OC), gamma(N+1) of sum |terms|.
+  Tolerance tolerance(size_t o) const override { return {1e-30, gamma32(o == 0 ? OC_ : N_ + 1)}; }
+  std::vector<double> magnitude(size_t o) const override {
+    return linear_backward_terms(inputs[0].data, inputs[1].data, inputs[2].data, outputs[1].data,
+                                 bias_ ? &outputs[2].data : nullptr, N_, C_, OC_)[o];
   }
   double flops() const override { return 4.0 * N_ * C_ * OC_; }
   double bytes() const override {
@@ -239,7 +255,46 @@ class AttentionForward : public OpCase {
       }
     return {out};
   }
-  Tolerance tolerance(size_t) const override { return {2e-6, 2e-6}; }
+  // magnitude() is the worst-case bound (any GEMM summation order) in units of u = 2^-24.
+  Tolerance tolerance(size_t) const override { return {1e-30, 0x1p-24}; }
+  // Score s_j = fl(1/sqrt(hs)) * (q.k_j) in fp32: abs error e_j <= gamma(hs+3) sc sum|q k_j|
+  // (hs products, 1/sqrt, the alpha multiply). p_j = vexp(s_j - max): relative error
+  // eps_j <= e_j + u|s_j - max| (the subtraction) + 4u (vexp's 2 ulp); the common max
+  // cancels. out = (sum_j p_j v_j) / sum_j p_j, each a sum of <= T terms (gamma(T)), times
+  // 1/sum (2u). With P the exact probabilities, to first order (x1.01 for the rest):
+  //   |out - ref| <= sum_j P_j eps_j (|v_j| + |ref|) + gamma(T) sum_j P_j |v_j| + (gamma(T) + 2u) |ref|.
+  std::vector<double> magnitude(size_t) const override {
+    AttentionRef r{B_, T_, C_, NH_, inputs[0].data};
+    const int hs = C_ / NH_;
+    const double u = 0x1p-24, sc = 1.0 / std::sqrt(double(hs)), gT = gamma32(T_);
+    const DVec ref = reference()[0];
+    DVec bound(ref.size());
+    for (int b = 0; b < B_; b++)
+      for (int h = 0; h < NH_; h++) {
+        auto P = r.probs(b, h);
+        for (int t = 0; t < T_; t++) {
+          DVec s(t + 1, 0.0), eps(t + 1, 0.0);  // scores, then the relative errors of p
+          for (int j = 0; j <= t; j++)
+            for (int d = 0; d < hs; d++) {
+              s[j] += sc * r.q(b, t, h, d) * r.k(b, j, h, d);
+              eps[j] += gamma32(hs + 3) * sc * std::fabs(r.q(b, t, h, d) * r.k(b, j, h, d));
+            }
+          const double mx = *std::max_element(s.begin(), s.end());
+          for (int j = 0; j <= t; j++) eps[j] = std::expm1(eps[j] + u * (mx - s[j]) + 4 * u);
+          for (int d = 0; d < hs; d++) {
+            const size_t i = (size_t(b) * T_ + t) * C_ + h * hs + d;
+            double e = 0, pv = 0;
+            for (int j = 0; j <= t; j++) {
+              const double v = std::fabs(r.v(b, j, h, d));
+              e += P[t][j] * eps[j] * (v + std::fabs(ref[i]));
+              pv += P[t][j] * v;
+            }
+            bound[i] = 1.01 * (e + gT * pv + (gT + 2 * u) * std::fabs(ref[i])) / u;
+          }
+        }
+      }
+    return bound;
+  }
   double flops() const override { return 4.0 * attention_pairs(B_, T_, NH_) * (C_ / NH_); }
   double bytes() const override { return (4.0 * B_ * T_ * C_ + double(B_) * NH_ * T_) * 4; }
 
@@ -299,6 +354,9 @@ class AttentionBackward : public OpCase {
       }
     return {dqkv};
   }
+  // Not a derived worst case (scores, exp, dP, D and three more GEMMs chained): an
+  // allowance of ~sqrt(T) fp32 ulps of O(1) terms, 40x above what any of the
+  // Haswell/SkylakeX/Zen sgemm kernels gives (worst 0.024 of it).
   Tolerance tolerance(size_t) const override { return {5e-6 * std::sqrt(double(T_)), 5e-6}; }
   double flops() const override { return 10.0 * attention_pairs(B_, T_, NH_) * (C_ / NH_); }
   double bytes() const override { return (7.0 * B_ * T_ * C_ + double(B_) * NH_ * T_) * 4; }
@@ -333,7 +391,9 @@ class GeluForward : public OpCase {
     for (size_t i = 0; i < n_; i++) out[i] = gelu_ref(inputs[0].data[i]);
     return {out};
   }
-  // A handful of fp32 roundings plus vexp's ~2 ulp; atol for outputs near 0.
+  // 0.5 x (1 + tanh u): ~6 fp32 roundings plus vexp's 2 ulp (4u) in tanh, < 12 u
+  // = 7e-7 relative; 1e-6 covers it. The 1 + tanh cancellation for x < 0 (tiny
+  // results) is the atol: a few ulp of 1 times |x| ~ 1e-7 near the bend.
   Tolerance tolerance(size_t) const override { return {1e-7, 1e-6}; }
   double bytes() const override { return 2.0 * n_ * 4; }
 
@@ -378,6 +438,8 @@ class GeluBackward : public OpCase {
     }
     return m;
   }
+  // gelu' is ~10 roundings and one vexp (4u) per element, < 20 u = 1.2e-6 of the
+  // larger term (magnitude); 2e-6 covers it, the atol a dout near 0.
   Tolerance tolerance(size_t) const override { return {2e-7, 2e-6}; }
   double bytes() const override { return 3.0 * n_ * 4; }
 
@@ -414,6 +476,7 @@ class ResidualForward : public OpCase {
     for (size_t i = 0; i < n_; i++) out[i] = double(inputs[0].data[i]) + inputs[1].data[i];
     return {out};
   }
+  // One correctly rounded fp32 addition: |fl(a+b) - (a+b)| <= 2^-24 |a+b| < 6e-8 |ref|.
   Tolerance tolerance(size_t) const override { return {1e-30, 6e-8}; }
   double bytes() const override { return 3.0 * n_ * 4; }
 
@@ -487,8 +550,15 @@ class Classifier : public OpCase {
     return {dl, losses};
   }
   Tolerance tolerance(size_t o) const override {
-    if (o == 0) return {1e-7 * std::fabs(dloss_) + 1e-30, 4e-6};  // probabilities * dloss
-    return {2e-6, 1e-6};  // losses
+    // dlogits = (exp(x - max) / sum - [j == tgt]) dloss: vexp's 2 ulp (4u), the
+    // subtraction x - max (u |x - max|, up to ~1e4 u p for the huge logits, where p
+    // is then ~e^-1e4 = 0), a V-term sum in simd partials (~sqrt(V) u random walk
+    // of the sum), the divide and the multiply: < 4e-6 relative; the atol is 1.7 u
+    // of dloss for the -1 at the target.
+    if (o == 0) return {1e-7 * std::fabs(dloss_) + 1e-30, 4e-6};
+    // loss = log(sum) + max - x_tgt: log's and the sum's relative errors (a few u)
+    // become absolute; |loss| ~ 5-12 adds u per rounding relative.
+    return {2e-6, 1e-6};
   }
   double bytes() const override { return 2.0 * N_ * Vp_ * 4; }
 
@@ -549,6 +619,8 @@ class AdamW : public OpCase {
     }
     return mag;
   }
+  // m, v: 3 roundings each of the terms' size; p: m/(sqrt(v)+eps) is ~6 roundings of
+  // the step, plus the decay and the subtraction: <= ~6 u = 3.6e-7 of the magnitude.
   Tolerance tolerance(size_t) const override { return {1e-30, 4e-7}; }
   double bytes() const override { return 7.0 * n_ * 4; }
 
@@ -570,6 +642,7 @@ class Scale : public OpCase {
     for (auto& v : x) v *= s_;
     return {x};
   }
+  // One correctly rounded fp32 multiply: within 2^-24 |ref| < 6e-8 |ref|.
   Tolerance tolerance(size_t) const override { return {1e-30, 6e-8}; }
   double bytes() const override { return 2.0 * n_ * 4; }
 

@@ -117,6 +117,10 @@ TEST(SumSquares, RandomMatchesLongDouble) {
     be->upload(t, host.data());
     const double got = be->sum_squares(t);
     be->free(t);
+    // Squares of floats are exact in fp64; the sum is a fixed-order fp64 sum (no BLAS,
+    // same bits on every CPU) of positive terms in chains of <= 64Ki/4 per simd lane:
+    // a random walk of those roundings is ~sqrt(16Ki) 2^-53 ~ 1.4e-14 relative, so
+    // 1e-12 is > 50 sigma; an fp32 accumulation would be off by ~1e-7.
     EXPECT_NEAR(got, static_cast<double>(ref), 1e-12 * static_cast<double>(ref)) << but.name;
   }
 }

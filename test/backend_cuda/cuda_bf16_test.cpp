@@ -277,6 +277,7 @@ TEST(CudaBf16, SumSquaresIsFp64OfTheStoredValues) {
   for (float x : host) exact += static_cast<long double>(x) * x;
   Tensor g = cuda->alloc(n, BufferRole::kGrads);
   cuda->upload(g, host.data());
+  // n positive exact fp64 squares summed in any order: <= n 2^-53 relative, inside 1e-15 n.
   EXPECT_NEAR(cuda->sum_squares(g), static_cast<double>(exact), 1e-15 * n * static_cast<double>(exact));
   cuda->free(g);
 }
@@ -314,6 +315,8 @@ TEST(CudaBf16, AdamWWithMasterWeights) {
   cuda->download(got_master.data(), master);
   cuda->download(got_params.data(), dp);
   for (size_t i = 0; i < n; i++) {
+    // Same expressions, fmas contracted differently: 3 steps of u |p| + ~7 u lr |step|
+    // per side (cuda_ops_test.cpp, CudaAdamW), inside 1e-6 |p| + 1e-7.
     EXPECT_NEAR(got_master[i], want[i], 1e-6 * std::fabs(want[i]) + 1e-7) << i;
     EXPECT_EQ(got_params[i], round_bf16(got_master[i])) << i;
   }
@@ -444,6 +447,7 @@ TEST(CudaBf16Model, TrainingStepTracksFp32Cpu) {
     for (size_t i = off; i < off + n; i++) {
       const double g1 = got.grads[i], g2 = want.grads[i];
       const double explained = 1e-3 * std::fabs(g1 / (std::fabs(g1) + 1e-8) - g2 / (std::fabs(g2) + 1e-8));
+      // the two updates' own roundings, as derived in cuda_model_test.cpp
       const double tol = explained + 1e-6 * std::fabs(double(want.params_after[i])) + 1e-9;
       if (std::fabs(double(got.master_after[i]) - want.params_after[i]) > tol) {
         ADD_FAILURE() << ParamLayout::name(t) << "[" << i - off << "]: master after AdamW "

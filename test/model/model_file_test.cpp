@@ -65,6 +65,7 @@ TEST(ModelFile, Bf16RoundsToNearestEven) {
   EXPECT_EQ(mf.version, kModelVersionBf16);
   for (size_t i = 0; i < p.size(); i++) {
     EXPECT_EQ(mf.params[i], bf16_bits_to_float(float_to_bf16_bits(p[i])));
+    // round to nearest bf16 (8 significant bits): within half an ulp, <= 2^-8 |p|
     EXPECT_LE(std::fabs(mf.params[i] - p[i]), std::fabs(p[i]) / 256.0f + 1e-30f);
   }
   // Ties go to even: 1 + 2^-8 is halfway between bf16 1.0 and 1.0078125.

@@ -109,6 +109,7 @@ TEST(ResumeSchedule, StoredScheduleWinsAndHoldsItsFinalLr) {
   EXPECT_NE(why.find("--reset-schedule"), std::string::npos) << why;
   // step 21 (index 20) continues at the original's final lr instead of jumping back up
   EXPECT_FLOAT_EQ(used.at(20), used.at(19));
+  // 1e-3f * 0.1f in double, rounded once to float: within ~1e-11 of 1e-4 (1e-9 is 100x)
   EXPECT_NEAR(used.at(20), 1e-4, 1e-9);
   EXPECT_NEAR(used.at(39), 1e-4, 1e-9);
   EXPECT_GT(longer.at(20), 4e-4f);  // what the old behaviour gave
@@ -126,6 +127,7 @@ TEST(ResumeSchedule, StoredScheduleWinsAndHoldsItsFinalLr) {
 TEST(ResumeSchedule, EveryKindHoldsPastItsEnd) {
   for (LrScheduleKind k : {LrScheduleKind::kCosine, LrScheduleKind::kLinear, LrScheduleKind::kWsd}) {
     const LrSchedule s = schedule(k, 1.0f, 1, 10, 0.2f);
+    // one float rounding of 0.2 (<= 1.5e-8) plus 0.2f's own 3e-9: 1e-6 holds with room
     EXPECT_NEAR(s.at(9), 0.2, 1e-6) << LrSchedule::kind_name(k);
     EXPECT_FLOAT_EQ(s.at(10), s.at(9)) << LrSchedule::kind_name(k);
     EXPECT_FLOAT_EQ(s.at(1000), s.at(9)) << LrSchedule::kind_name(k);

@@ -35,10 +35,13 @@ TEST(SamplerTopP, KeepsExactlyTheNucleusInProportion) {
   EXPECT_EQ(c[2], 0);
   EXPECT_EQ(c[3], 0);
   EXPECT_EQ(c[0] + c[1], n);
+  // c0 ~ Binomial(n, 5/8): sigma(c0) = sqrt(n 5/8 3/8) = 216, and d(c0/c1)/dc0 = n / c1^2,
+  // so sigma of the ratio is 216 * 2e5 / 75000^2 = 7.7e-3: 0.04 is 5.2 sigma.
   EXPECT_NEAR(static_cast<double>(c[0]) / c[1], 5.0 / 3.0, 0.04);
   // p = 0.81: the third is needed too, never the fourth; renormalised over 0.95.
   c = histogram(logits, 1.0f, 0, 0.81f, n, 2);
   EXPECT_EQ(c[3], 0);
+  // frequencies: sigma = sqrt(p (1 - p) / n) <= sqrt(0.25 / 2e5) = 1.1e-3, 0.006 is >= 5.4 sigma
   EXPECT_NEAR(c[0] / double(n), 0.5 / 0.95, 0.006);
   EXPECT_NEAR(c[1] / double(n), 0.3 / 0.95, 0.006);
   EXPECT_NEAR(c[2] / double(n), 0.15 / 0.95, 0.006);
