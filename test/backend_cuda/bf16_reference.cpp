@@ -594,8 +594,12 @@ std::vector<Output> gelu_backward(const Vec& inp, const Vec& dout) {
 // fallback rounds the product to bf16 first and runs the GELU kernels. The
 // deltas cover both: GELU's input may be off by its fp32 error plus half a bf16
 // ulp, moving GELU by at most max|gelu'| over that interval (|gelu''| <= 0.8),
-// plus either implementation's own error.
+// plus either implementation's own error. cuBLASLt does not document its GELU: a
+// GPU's epilogue may use the hardware tanh (tanh.approx.f32, relative error up to
+// 2^-10.987), which moves 0.5 x (1 + tanh u) by up to 0.5 |x| 2^-11 and the slope
+// 0.5 (1 + t) + 0.5 x (1 - t^2) u' by up to (0.5 + |x| u') 2^-11.
 namespace {
+constexpr double kHardwareTanh = 0x1p-11;  // relative error bound of tanh.approx.f32
 using optest::gelu_grad_ref;  // gelu' in fp64 (test/backend/case_util.h)
 // How far GELU's input can be from x: its fp32 error d, or the bf16 rounding of a value within d.
 double gelu_input_spread(double x, double d) { return d + 0.5 * ulp_bf16(std::fabs(x) + d); }
@@ -616,9 +620,11 @@ std::vector<Output> matmul_gelu_forward(const Vec& inp, const Vec& w, const Vec*
     const double u = kS2Pi * (x + kA * x * x * x);
     out.value[i] = x / (1 + std::exp(-2 * u));
     if (!std::isfinite(out.value[i])) continue;
-    // the kernel's own error at x (relative), or the tanh form's: 0.5 |x| times 1 + tanh u's few ulps
-    const double own =
-        std::max(kernel_gelu.delta[i] * 1.01, op_err(4, std::fabs(x)) + op_err(4, std::fabs(out.value[i])));
+    // the kernel's own error at x (relative), or the tanh form's: 0.5 |x| times the hardware
+    // tanh's error, plus 1 + tanh u's few ulps
+    const double own = std::max(kernel_gelu.delta[i] * 1.01, 0.5 * std::fabs(x) * kHardwareTanh +
+                                                                 op_err(4, std::fabs(x)) +
+                                                                 op_err(4, std::fabs(out.value[i])));
     out.delta[i] = gelu_lipschitz(x, r) * r + own;
   }
   return {out, pre};
@@ -636,7 +642,9 @@ std::vector<Output> matmul_gelu_backward(const Vec& dw_old, const Vec* dbias_old
     dinp.value[i] = a * g;
     if (!std::isfinite(dinp.value[i])) continue;
     // gelu' from the kernel's formula, or the tanh form's 0.5 x (1 - t^2) du (1 - t^2 cancels)
-    const double dg = std::max(kernel_grad.delta[i], op_err(8, 1 + std::fabs(x) * du));
+    // with the hardware tanh's error
+    const double dg = std::max(kernel_grad.delta[i], (0.5 + std::fabs(x) * du) * kHardwareTanh +
+                                                         op_err(8, 1 + std::fabs(x) * du));
     dinp.delta[i] = std::fabs(g) * gelu_input_spread(a, da) + (std::fabs(a) + da) * dg +
                     op_err(1, std::fabs(dinp.value[i]));
   }
