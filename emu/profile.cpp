@@ -4,6 +4,7 @@
 #include "emu/profile.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -89,7 +90,10 @@ class Profiler {
  public:
   ~Profiler() { write(); }
 
+  void set_recording(bool on) { recording_ = on; }
+
   void launch_begin(const char* kernel, const void* dynamic_smem, size_t smem_bytes) {
+    if (!recording_) return;
     kernel_ = kernel;
     smem_begin_ = reinterpret_cast<uintptr_t>(dynamic_smem);
     smem_end_ = smem_begin_ + smem_bytes;
@@ -99,6 +103,7 @@ class Profiler {
   }
 
   void launch_end() {
+    if (!active_) return;
     flush();
     active_ = false;
     std::lock_guard<std::mutex> lock(mutex_);
@@ -207,6 +212,7 @@ class Profiler {
 
   std::mutex mutex_;
   std::map<std::string, KernelCounts> totals_;
+  std::atomic<bool> recording_{true};
   // The running launch: the profile build runs blocks on one worker thread.
   bool active_ = false;
   std::string kernel_;
@@ -233,6 +239,7 @@ void record(const void* site, const void* address, size_t bytes, bool store) {
   profiler().access(reinterpret_cast<uintptr_t>(site), reinterpret_cast<uintptr_t>(address), bytes, store);
 }
 std::map<std::string, KernelCounts> snapshot() { return profiler().snapshot(); }
+void set_recording(bool on) { profiler().set_recording(on); }
 
 }  // namespace profile
 }  // namespace emu

@@ -57,6 +57,8 @@ void launch_end();
 void record(const void* site, const void* address, size_t bytes, bool store);
 // What has been counted so far, by kernel name (tests; the file is written at exit).
 std::map<std::string, KernelCounts> snapshot();
+// Whether launches are counted (default true): a driver leaves set-up kernels out.
+void set_recording(bool on);
 #else
 inline void launch_begin(const char*, const void*, size_t) {}
 inline void barrier_passed() {}

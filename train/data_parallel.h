@@ -1,11 +1,11 @@
 // Data parallelism with ZeRO stages 0/1/2, on whatever memory the backend
-// owns, over two communicators:
-//   * `buffers` moves the backend's tensors (gradients, parameters): the MPI
-//     communicator for host memory (CPU backend), the NCCL communicator for
-//     device memory (CUDA backend). The element type of each call follows the
-//     tensors (Tensor::elem_bytes: 4 -> kFloat32, 2 -> kBFloat16).
-//   * `host` carries host scalars (the gradient norm's partial sums): always
-//     host memory (MPI). With the CPU backend both are the same communicator.
+// owns, over one communicator, `buffers`: it moves the backend's tensors
+// (gradients, parameters) and the gradient norm's fp64 partial sums, which stay
+// in the backend's memory: the MPI communicator for host memory (CPU backend),
+// the NCCL communicator for device memory (CUDA backend). The element type of
+// each call follows the tensors (Tensor::elem_bytes: 4 -> kFloat32, 2 ->
+// kBFloat16). The trainer's host scalars (losses) go over its own host
+// communicator, outside this class.
 //
 //   stage 0: full gradients all-reduced (averaged); every rank updates every
 //            parameter with its own full optimizer state.

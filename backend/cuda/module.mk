@@ -105,3 +105,20 @@ bench-cuda: $(KCUDA_BENCH_GPU)
 TEST_PREREQS += $(KCUDA_BENCH_EMU)
 
 .PHONY: kernels-nvcc bench-cuda gpu-binaries print-cuda-gencode
+
+# ---- profile: the d12 step's ops in the emulator's profile build (emu/profile.h) ----------------
+PROFILE_CUDA_DRIVER := $(BUILD)/dev/profile/profile_cuda_ops
+$(BUILD)/dev/profile/profile_cuda_ops.o: CPPFLAGS += -DGPT2_EMU_PROFILE=1
+$(PROFILE_CUDA_DRIVER): $(BUILD)/dev/profile/profile_cuda_ops.o $(KCUDA_HARNESS:%.cpp=$(BUILD)/%.o) \
+                        $(BUILD)/profile/backend/cuda/cuda_backend.cu.o $(BACKEND_CPU_LIB) $(EMU_PROFILE_LIB)
+	@mkdir -p $(@D)
+	$(CXX) $(LDFLAGS) $^ $(EMU_LIBS) $(BACKEND_CPU_LDLIBS) -o $@
+
+# build/profile/kernels.jsonl and the table (docs/kernels.md, "Memory transactions per kernel").
+profile-cuda: $(PROFILE_CUDA_DRIVER)
+	dev/profile/profile_cuda.sh $(PROFILE_CUDA_DRIVER) $(BUILD)/profile
+
+# Built by make test (it must keep linking); run by make profile-cuda only (minutes).
+TEST_PREREQS += $(PROFILE_CUDA_DRIVER)
+
+.PHONY: profile-cuda

@@ -25,6 +25,15 @@ Byte-counting assumptions (conservative, stated once here):
 FLOPs: tensor-core GEMM work (2 per multiply-add); flash attention counts the visited
 64x64 tiles (136 of 256 at T = 1024, causal), classic attention the full T x T.
 Elementwise arithmetic is far below the bandwidth bound and is not counted.
+
+With --profile FILE (default: build/profile/kernels.jsonl when it exists; `make
+profile-cuda` writes it) the kernels' own memory transactions, counted by the
+emulator's profile build at d12's per-warp access patterns, add a third bound to
+each op they belong to: shared-memory wavefronts at one per SM per clock
+(SMEM_WAVEFRONTS_PER_CLOCK), and the profiled global sectors (32 bytes each, at the
+L2's bandwidth: they include re-reads that hit L2). It applies to the d12 shapes
+the profile was taken at (C=768, 12 heads of 64, T=1024) and its dtype; the report
+prints attention's time before (the FLOP efficiency alone) and after.
 """
 import argparse
 import math
@@ -61,6 +70,15 @@ EFF_BW_LN_BWD_OLD = 0.95e12 / HBM_BW
 # The fp32 dv SGEMM of classic bf16 attention runs on CUDA cores at ~75% of their peak.
 EFF_SIMT = 0.75
 MEMSET_EFF = 0.9  # cudaMemsetAsync: write-only streaming
+# Shared memory and L2 (the profile's terms): H100 SXM5 has 132 SMs; the datasheet's
+# 989 TFLOP/s bf16 dense peak is 132 SMs x 4 tensor cores x 1024 FLOP/clock at
+# 1.83 GHz, the clock used here. Each SM's shared memory serves one wavefront
+# (32 banks x 4 bytes) per clock (Nsight Compute's l1tex data-pipe definition); L2
+# ~5.5 TB/s (H100 microbenchmarks report 5.5-7 TB/s; the low end).
+SMS = 132
+SM_CLOCK = 1.83e9
+SMEM_WAVEFRONTS_PER_CLOCK = 1.0
+L2_BW = 5.5e12
 
 
 class Op:
@@ -68,16 +86,23 @@ class Op:
         self.name, self.flops, self.bytes = name, float(flops), float(nbytes)
         self.peak, self.eff_f, self.eff_b, self.calls = peak, eff_f, eff_b, calls
         self.group = group or name
+        self.wavefronts = 0.0  # shared-memory wavefronts per call (from the profile)
+        self.sectors = 0.0     # global sectors per call (from the profile)
+        self.kernels = []      # the profiled kernels behind it: (name, wavefronts, sectors)
 
-    def time(self):  # seconds per call
+    def times(self):  # seconds per call: compute, DRAM, shared memory, L2
         tf = self.flops / (self.peak * self.eff_f) if self.flops else 0.0
         tb = self.bytes / (HBM_BW * self.eff_b) if self.bytes else 0.0
-        return max(tf, tb)
+        ts = self.wavefronts / (SMS * SM_CLOCK * SMEM_WAVEFRONTS_PER_CLOCK)
+        tl = self.sectors * 32 / L2_BW
+        return {"compute": tf, "memory": tb, "shared": ts, "L2": tl}
+
+    def time(self):
+        return max(self.times().values())
 
     def bound(self):
-        tf = self.flops / (self.peak * self.eff_f) if self.flops else 0.0
-        tb = self.bytes / (HBM_BW * self.eff_b) if self.bytes else 0.0
-        return "compute" if tf >= tb else "memory"
+        t = self.times()
+        return max(t, key=t.get)
 
 
 class Config:
@@ -416,6 +441,100 @@ def step_ops(c):
     return ops
 
 
+# ----------------------------------------------------------------- the profile (make profile-cuda)
+
+MATMUL_SHAPES = {"qkv": "C=768,OC=2304", "attproj": "C=768,OC=768", "fc": "C=768,OC=3072",
+                 "fcproj": "C=3072,OC=768", "lm_head": "C=768,OC=50304"}
+
+
+def load_profile(path):
+    import json
+    return [json.loads(line) for line in open(path) if line.strip()]
+
+
+def profile_applies(c, rows):
+    dtypes = {r.get("dtype") for r in rows}
+    return c.C == 768 and c.NH == 12 and c.T == 1024 and dtypes == {c.dtype}
+
+
+def profile_rows_for(op, rows):
+    """The profiled kernels one roofline op runs: (rows, factor on their scaled counts)."""
+    name = op.name
+    word, tag = (name.split(" ") + [""])[:2]
+    def case(pop, shape=None, kernel=None):
+        return [r for r in rows if r["op"] == pop and (shape is None or shape in r["shape"]) and
+                (kernel is None or kernel in r["kernel"])]
+    if word in ("encoder_forward", "encoder_backward", "layernorm_forward", "residual_layernorm_forward",
+                "layernorm_backward", "gelu_backward", "classifier_forward_backward", "adamw_update"):
+        return case(word)
+    if word.startswith("gelu_forward"):
+        return case("gelu_forward")
+    if word == "sum_squares":
+        return case("sum_squares")
+    if word == "flash_forward":
+        return case("attention_forward")
+    if word == "flash_backward_dq":
+        return case("attention_backward", kernel="backward_dq_kernel")
+    if word == "flash_backward_dkdv":
+        return case("attention_backward", kernel="backward_dkdv_kernel")
+    if word in ("bias_colsum", "bias_accumulate") and tag in MATMUL_SHAPES:
+        kernel = "accumulate_partials" if word == "bias_accumulate" else "column_sum_partials"
+        return case("matmul_backward", MATMUL_SHAPES[tag], kernel)
+    return []
+
+
+def attach_profile(c, ops, rows):
+    """Adds each op's profiled shared wavefronts and global sectors (per call at this config)."""
+    tokens_ratio = c.B * c.T / (64.0 * 1024)  # the profile's scale is to B=64, T=1024
+    P = num_params(c)
+    shard, _ = zero_plan(c)
+    n_opt = P if c.zero == 0 else min(shard, P)
+    for op in ops:
+        for r in profile_rows_for(op, rows):
+            per_elem = op.name.split(" ")[0] in ("adamw_update", "sum_squares")
+            f = r["scale"] * (n_opt / 124475904.0 if per_elem else tokens_ratio)
+            op.wavefronts += r["shared_wavefronts"] * f
+            op.sectors += r["global_sectors"] * f
+            op.kernels.append((r["kernel"], r["shared_wavefronts"] * f, r["global_sectors"] * f))
+
+
+def print_profile_report(c, ops_before, ops_after):
+    def attn(ops):
+        return sum(o.time() for o in ops if o.group.startswith("flash") or o.group.startswith("attn"))
+    tb, ta = attn(ops_before), attn(ops_after)
+    print("Attention per step: %.1f ms before the profile (FLOP efficiency alone), %.1f ms with the "
+          "profiled shared-memory and L2 terms" % (tb * 1e3, ta * 1e3))
+    print()
+    print("Five most expensive ops with their bounds (ms per call: compute / DRAM / shared / L2):")
+    print()
+    print("| op | calls | compute | DRAM | shared | L2 | bound | ms per step |")
+    print("|---|---|---|---|---|---|---|---|")
+    per = {}
+    for o in ops_after:
+        e = per.setdefault(o.name, [0, o])
+        e[0] += 1
+    top = sorted(per.values(), key=lambda e: -e[0] * e[1].time())[:5]
+    for n, o in top:
+        t = o.times()
+        print("| %s | %d | %.3f | %.3f | %.3f | %.3f | %s | %.2f |" % (
+            o.name, n, t["compute"] * 1e3, t["memory"] * 1e3, t["shared"] * 1e3, t["L2"] * 1e3, o.bound(),
+            n * o.time() * 1e3))
+    print()
+    print("Profiled kernels (per call at this config):")
+    print()
+    print("| op | kernel | shared wavefronts | global sectors | shared ms | L2 ms |")
+    print("|---|---|---|---|---|---|")
+    seen = set()
+    for o in ops_after:
+        for k, wf, sec in o.kernels:
+            if (o.name, k) in seen:
+                continue
+            seen.add((o.name, k))
+            print("| %s | `%s` | %.3g | %.3g | %.3f | %.3f |" % (
+                o.name, k, wf, sec, wf / (SMS * SM_CLOCK * SMEM_WAVEFRONTS_PER_CLOCK) * 1e3, sec * 32 / L2_BW * 1e3))
+    print()
+
+
 # ----------------------------------------------------------------- report
 
 def llmc_flops_per_token(c):
@@ -433,8 +552,10 @@ def summarize(c, ops):
     return t, tps, mfu, hw
 
 
-def print_roofline(c, title, top=14):
+def print_roofline(c, title, top=14, profile=None):
     ops = step_ops(c)
+    if profile:
+        attach_profile(c, ops, profile)
     t, tps, mfu, hw = summarize(c, ops)
     groups = {}
     for o in ops:
@@ -536,6 +657,9 @@ def parse(argv):
                         "0: two kernels (default: 1 with x128 kernels, 0 with scalar ones)")
     p.add_argument("--cublaslt-workspace-mib", type=int, default=32)
     p.add_argument("--ops", action="store_true", help="list every op of the step")
+    p.add_argument("--profile", default=None,
+                   help="the kernels' memory transactions (make profile-cuda); default build/profile/kernels.jsonl "
+                        "when it exists; 'none' to leave them out")
     p.add_argument("--memory-only", action="store_true")
     p.add_argument("--trainer-line", action="store_true", help="print the trainer's memory/rank line only")
     a = p.parse_args(argv)
@@ -567,8 +691,24 @@ def main(argv):
     print("parameters N = %d (llm.c's num_parameters: all tensors, wte at Vp)" % num_params(c))
     print()
     if not a.memory_only:
-        print_roofline(c, "Step roofline: " + desc + ", GEMM eff %.2f, GELU fusion %d, residual+LN fusion %d" %
-                     (c.eff_gemm, c.gelu_fusion, c.ln_fusion))
+        import os
+        path = a.profile if a.profile is not None else (
+            "build/profile/kernels.jsonl" if os.path.exists("build/profile/kernels.jsonl") else "none")
+        rows = load_profile(path) if path != "none" else None
+        if rows is not None and not profile_applies(c, rows):
+            print("profile %s: taken at d12 (C=768, 12 heads, T=1024) in %s; not applied to this config" %
+                  (path, "/".join(sorted({str(r.get("dtype")) for r in rows}))))
+            print()
+            rows = None
+        title = "Step roofline: " + desc + ", GEMM eff %.2f, GELU fusion %d, residual+LN fusion %d" % (
+            c.eff_gemm, c.gelu_fusion, c.ln_fusion)
+        if rows is not None:
+            title += ", with the kernels' profiled memory transactions (" + path + ")"
+        print_roofline(c, title, profile=rows)
+        if rows is not None:
+            after = step_ops(c)
+            attach_profile(c, after, rows)
+            print_profile_report(c, step_ops(c), after)
         if a.ops:
             print_ops(c)
     print_memory(c, "Memory per rank: " + desc)

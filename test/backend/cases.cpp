@@ -760,9 +760,8 @@ std::vector<std::unique_ptr<OpCase>> eval_cases(const std::string& op, uint64_t 
   return v;
 }
 
-std::vector<std::unique_ptr<OpCase>> perf_cases(uint64_t seed) {
-  // GPT-2 d12 training step at B=4, T=64.
-  const int B = 4, T = 64, C = 768, NH = 12, V = 50257, Vp = 50304, N = B * T;
+std::vector<std::unique_ptr<OpCase>> perf_cases(uint64_t seed, const PerfShape& s) {
+  const int B = s.B, T = s.T, C = 768, NH = 12, V = 50257, Vp = 50304, N = B * T;
   Rng rng(seed);
   std::vector<std::unique_ptr<OpCase>> v;
   auto add = [&](OpCase* c) { v.emplace_back(c); };
@@ -770,20 +769,22 @@ std::vector<std::unique_ptr<OpCase>> perf_cases(uint64_t seed) {
   add(new LayernormForward(rng, N, C));
   add(new LayernormBackward(rng, N, C));
   const int shapes[][2] = {{C, 3 * C}, {C, C}, {C, 4 * C}, {4 * C, C}, {C, Vp}};
-  for (auto& s : shapes) add(new MatmulForward(rng, N, s[0], s[1], s[1] != Vp));
-  for (auto& s : shapes) add(new MatmulBackward(rng, N, s[0], s[1], s[1] != Vp));
-  add(new AttentionForward(rng, B, T, C, NH));
-  add(new AttentionBackward(rng, B, T, C, NH));
-  add(new AttentionForward(rng, 1, 1024, C, NH));
-  add(new AttentionBackward(rng, 1, 1024, C, NH));
+  for (auto& sh : shapes) add(new MatmulForward(rng, N, sh[0], sh[1], sh[1] != Vp));
+  for (auto& sh : shapes) add(new MatmulBackward(rng, N, sh[0], sh[1], sh[1] != Vp));
+  if (s.attention_at_bt) {
+    add(new AttentionForward(rng, B, T, C, NH));
+    add(new AttentionBackward(rng, B, T, C, NH));
+  }
+  add(new AttentionForward(rng, 1, 1024, s.attention_NH * 64, s.attention_NH));
+  add(new AttentionBackward(rng, 1, 1024, s.attention_NH * 64, s.attention_NH));
   add_fused_perf_cases(rng, N, C, v);
   add(new GeluForward(rng, size_t(N) * 4 * C, false));
   add(new GeluBackward(rng, size_t(N) * 4 * C, true, false));
   add(new ResidualForward(rng, size_t(N) * C, false));
   add(new Classifier(rng, N, V, Vp, 1.0f / N));
-  add(new AdamW(rng, size_t(1) << 24, 10, 0.1f, 1.0f));
-  add(new SumSquares(rng, size_t(1) << 24));
-  add(new Scale(rng, size_t(1) << 24, 0.5f));
+  add(new AdamW(rng, s.elements, 10, 0.1f, 1.0f));
+  add(new SumSquares(rng, s.elements));
+  add(new Scale(rng, s.elements, 0.5f));
   return v;
 }
 

@@ -234,6 +234,18 @@ double time_case(OpCase& c, Backend& be, double min_seconds) {
   return *std::min_element(times.begin(), times.end());
 }
 
+void run_case_once(OpCase& c, Backend& be, const std::function<void()>& before_run,
+                   const std::function<void()>& after_run) {
+  Setup s(be);
+  setup(c, s);
+  c.prepare(s.ctx);
+  be.synchronize();
+  before_run();
+  c.run(s.ctx);
+  be.synchronize();
+  after_run();
+}
+
 int run_perf(double min_seconds_per_case, const std::string& op_filter) {
   for (const BackendUnderTest& but : backends_under_test()) {
     auto be = but.make();

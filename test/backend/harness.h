@@ -130,11 +130,24 @@ CaseResult eval_case(OpCase& c, Backend& be, const CaseResult* other);
 // Seconds per run(): the fastest of repeated timed runs after warm-up.
 double time_case(OpCase& c, Backend& be, double min_seconds);
 
+// Sets the case up on `be`, runs prepare(), then run() once between before_run()
+// and after_run() (the profile driver counts only the op's own kernels).
+void run_case_once(OpCase& c, Backend& be, const std::function<void()>& before_run,
+                   const std::function<void()>& after_run);
+
 // Case lists (cases.cpp): the eval cases of one op, all op names, and the perf
 // cases (GPT-2 d12 shapes).
 std::vector<std::string> eval_op_names();
 std::vector<std::unique_ptr<OpCase>> eval_cases(const std::string& op, uint64_t seed);
-std::vector<std::unique_ptr<OpCase>> perf_cases(uint64_t seed);
+// The default: d12 at B=4, T=64 (attention also at B=1, T=1024, 12 heads); the
+// profile driver (dev/profile) asks for fewer rows, one head and fewer elements.
+struct PerfShape {
+  int B = 4, T = 64;
+  bool attention_at_bt = true;  // attention at (B, T) too, besides T = 1024
+  int attention_NH = 12;        // heads of 64 at T = 1024, B = 1
+  size_t elements = size_t(1) << 24;  // AdamW, sum of squares, scale
+};
+std::vector<std::unique_ptr<OpCase>> perf_cases(uint64_t seed, const PerfShape& shape = PerfShape{});
 
 // Prints the perf table for every backend under test (only ops whose name
 // contains `op_filter` when it is not empty); returns 0.

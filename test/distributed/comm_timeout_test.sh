@@ -79,7 +79,7 @@ if [ -x "$EMU" ]; then
     "$EMU" --device cuda "${common[@]}" --max-steps 8 --zero-stage 0 --comm-timeout 5
   timed_out emu_zero0_hang nccl all_reduce
 else
-  echo "SKIP emu_nccl_hang: $EMU not built"
+  bad "emu_nccl_hang: $EMU not built (make test builds it)"
 fi
 
 # --- 3. rank 1 dies ------------------------------------------------------------------------

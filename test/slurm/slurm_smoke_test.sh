@@ -344,7 +344,7 @@ if [ -x ./train_gpt2cu ] && [ -x ./prepare_data ] && [ -f "$TXT" ] && [ -f data/
     bad "fine-tuning recipe under srun"; tail -n 20 "$W/ft.log" | sed 's/^/  | /'
   fi
 else
-  echo "SKIP 6: needs ./train_gpt2cu, ./prepare_data, the GPT-2 vocabulary and the tinyshakespeare text"
+  bad "6: needs ./train_gpt2cu, ./prepare_data, the GPT-2 vocabulary and the tinyshakespeare text (make test builds them)"
 fi
 
 [ $fail = 0 ] && echo "slurm_smoke_test: all passed"

@@ -107,7 +107,7 @@ double one_step(Backend& be, DataParallel& dp, GPT2& model) {
 
 class DataParallelRouting : public ::testing::TestWithParam<int> {};
 
-TEST_P(DataParallelRouting, BuffersAndHostScalarsTakeTheirOwnCommunicator) {
+TEST_P(DataParallelRouting, BuffersAndTheNormGoOverTheBufferCommunicator) {
   const int stage = GetParam();
   std::unique_ptr<Backend> be = make_cpu_backend(1);
   RecordingComm buffers("buffers", 0, 2, false);
