@@ -10,7 +10,14 @@ conflict-free minimum, and sectors per global request against the ideal.
 """
 import json
 import os
+import re
 import sys
+
+
+def function_name(label):
+    """The emulator labels a launch "VARIABLE (function<args>)": the function."""
+    m = re.match(r"^\w+ \((.*)\)$", label)
+    return m.group(1) if m else label
 
 
 def ratio(a, b):
@@ -36,7 +43,7 @@ def main():
     for r in rows:
         sr, gr = r["shared_requests"], r["global_requests"]
         print("| %s | %s | `%s` | %d | %d | %s | %s | %s | %d | %s | %s | %s |" % (
-            r["op"], r["shape"], r["kernel"], r["launches"], sr, ratio(r["shared_wavefronts"], sr),
+            r["op"], r["shape"], function_name(r["kernel"]), r["launches"], sr, ratio(r["shared_wavefronts"], sr),
             ratio(r["shared_ideal_wavefronts"], sr), ratio(r["shared_wavefronts"], r["shared_ideal_wavefronts"]),
             gr, ratio(r["global_sectors"], gr), ratio(r["global_ideal_sectors"], gr),
             ratio(r["global_sectors"], r["global_ideal_sectors"])))

@@ -37,6 +37,7 @@ prints attention's time before (the FLOP efficiency alone) and after.
 """
 import argparse
 import math
+import re
 import sys
 
 # ----------------------------------------------------------------- hardware (H100 SXM)
@@ -530,8 +531,9 @@ def print_profile_report(c, ops_before, ops_after):
             if (o.name, k) in seen:
                 continue
             seen.add((o.name, k))
+            m = re.match(r"^\w+ \((.*)\)$", k)  # the emulator's "VARIABLE (function)" label
             print("| %s | `%s` | %.3g | %.3g | %.3f | %.3f |" % (
-                o.name, k, wf, sec, wf / (SMS * SM_CLOCK * SMEM_WAVEFRONTS_PER_CLOCK) * 1e3, sec * 32 / L2_BW * 1e3))
+                o.name, m.group(1) if m else k, wf, sec, wf / (SMS * SM_CLOCK * SMEM_WAVEFRONTS_PER_CLOCK) * 1e3, sec * 32 / L2_BW * 1e3))
     print()
 
 

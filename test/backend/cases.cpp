@@ -575,7 +575,9 @@ class AdamW : public OpCase {
     inputs = {{"grads", randn(rng, n, 0.1)}};
     Vec v = randn(rng, n, 1e-3);
     for (auto& x : v) x = x * x;  // second moments are >= 0
-    outputs = {{"params", randn(rng, n, 0.05), false}, {"m", randn(rng, n, 0.01), false}, {"v", v, false}};
+    outputs = {{"params", randn(rng, n, 0.05), false},
+               {"m", randn(rng, n, 0.01), false, BufferRole::kOptimizer},  // fp32 on every backend
+               {"v", v, false, BufferRole::kOptimizer}};
   }
   std::string op() const override { return "adamw_update"; }
   std::string params() const override {
