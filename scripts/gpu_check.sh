@@ -56,6 +56,9 @@ source scripts/gpu_check_phases.sh
 run_phase() {  # run_phase NAME FULL_BUDGET QUICK_BUDGET FUNCTION
   local name=$1 budget=$2 fn=$4 left start rc status detail
   [ "$quick" = 1 ] && budget=$3
+  # A rehearsal runs the emulated builds on the CPU in the GPU's place: twice its budget
+  # (the run's total deadline still applies).
+  [ "$rehearsal" = 1 ] && budget=$((budget * 2))
   left=$(( deadline - $(date +%s) ))
   [ "$left" -lt "$budget" ] && budget=$left
   printf '\n===== phase %s (budget %ss) =====\n' "$name" "$budget"
