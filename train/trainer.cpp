@@ -381,6 +381,10 @@ void TrainingRun::resume_from(uint64_t step) {
   sample_rng_.set_state(st.sample_rng);
   nan_skips_ = st.nan_skips;
   start_step_ = static_cast<int>(step);
+  // Every rank has read the old shards before any rank may write: a run resumed
+  // with nothing left to train (a re-cut to another rank count) re-writes this
+  // very step's files at once, with no collective in between.
+  comms_.host.barrier();
   log_.info("resumed from " + ckpt_->model_path(step) + " at step " + std::to_string(step) + " (written by " +
             std::to_string(old_world) + " rank(s))");
 }
