@@ -2,7 +2,8 @@
 //
 //   nvcc  -> the toolkit headers; LAUNCH_KERNEL is kernel<<<grid, block, smem, stream>>>(args)
 //   g++   -> the same toolkit host headers (types, bf16/fp16, cudart/cuBLAS declarations)
-//            plus the emulator (emu/device.h, emu/cooperative_groups.h, emu/wmma.h);
+//            plus the emulator (emu/device.h, emu/cooperative_groups.h, emu/wmma.h,
+//            emu/ptx.h: the PTX instructions behind backend/cuda/mma.cuh);
 //            LAUNCH_KERNEL runs the grid on CPU fibers before it returns.
 //
 // Write kernels in ordinary CUDA C++ and launch them only through LAUNCH_KERNEL,
@@ -54,6 +55,7 @@ inline void check_launch(cudaError_t status, const char* kernel_name, const char
 #include "emu/device.h"
 #include "emu/cooperative_groups.h"
 #include "emu/wmma.h"
+#include "emu/ptx.h"
 
 namespace gpt2 {
 using emu::check_launch;

@@ -324,8 +324,8 @@ inline float max(float a, float b) { return std::fmax(a, b); }
 // Timing/clock intrinsics: monotonically increasing, not cycle accurate.
 long long int clock64();
 
-// Asynchronous copies (cp.async / TMA) have no emulation: code using them must keep
-// a plain-load fallback selected with #if GPT2_EMULATED or __CUDA_ARCH__.
+// Asynchronous copies: cp.async is emulated behind backend/cuda/mma.cuh's
+// cp_async16/cp_async_commit/cp_async_wait (emu/ptx.h); the pipeline API and TMA are not.
 template <class Unsupported = void>
 void __pipeline_memcpy_async(void*, const void*, size_t, size_t = 0) {
   static_assert(sizeof(Unsupported) == 0, "cp.async (__pipeline_memcpy_async) cannot run in the emulator");

@@ -408,6 +408,8 @@ class Worker {
       EmuThread& t = threads_[i];
       t.ctx.thread_idx = make_uint3(i % L.block.x, (i / L.block.x) % L.block.y, i / (L.block.x * L.block.y));
       t.ctx.block = &block_;
+      t.ctx.async_copies.clear();  // copies a previous block never waited for never land
+      t.ctx.async_groups.clear();
       t.linear = i;
       t.status = Status::kRunnable;
       t.fake_stack = nullptr;

@@ -16,6 +16,7 @@
 #include <tuple>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 namespace gpt2 {
 namespace emu {
@@ -27,9 +28,18 @@ struct BlockContext {
   unsigned char* dynamic_smem;  // exact-size, NaN-poisoned (0xFF bytes) per block
 };
 
+// A cp.async copy issued and not yet waited for (emu/ptx.h): `bytes` from `src`
+// (the first `src_bytes` of them; the rest zero) land in `dst` at the wait.
+struct AsyncCopy {
+  void* dst;
+  const void* src;
+  uint32_t bytes, src_bytes;
+};
 struct ThreadContext {
   uint3 thread_idx;
   const BlockContext* block;
+  std::vector<AsyncCopy> async_copies;  // issued, oldest first
+  std::vector<size_t> async_groups;     // committed groups: one past each group's last copy
 };
 
 // The emulated CUDA thread running on this OS thread (null outside kernels).

@@ -72,8 +72,8 @@ $(BUILD)/nvcc/$(1)/%.o: %.cu
 endef
 $(foreach arch,$(EMU_NVCC_ARCHS),$(eval $(call EMU_NVCC_RULE,$(arch))))
 
-# The emulator's own test kernels under nvcc (kept to one file: nvcc is slow on 2 cores).
-EMU_NVCC_SOURCES := test/emu/kernels.cu
+# The emulator's own test kernels under nvcc (few files: nvcc is slow on 2 cores).
+EMU_NVCC_SOURCES := test/emu/kernels.cu test/emu/ptx_kernels.cu
 EMU_NVCC_OBJS    := $(foreach arch,$(EMU_NVCC_ARCHS),$(EMU_NVCC_SOURCES:%.cu=$(BUILD)/nvcc/$(arch)/%.o))
 EMU_RESOURCE_USAGE := $(BUILD)/emu/nvcc_resource_usage.txt
 
@@ -87,8 +87,8 @@ emu-nvcc: $(EMU_RESOURCE_USAGE)
 
 # ---- self-tests ---------------------------------------------------------------------------------
 EMU_TEST_CPP     := test/emu/exec_test.cpp test/emu/bf16_test.cpp test/emu/cudart_test.cpp test/emu/cublas_test.cpp \
-                    test/emu/streams_test.cpp
-EMU_TEST_CU      := test/emu/kernels.cu
+                    test/emu/streams_test.cpp test/emu/ptx_test.cpp
+EMU_TEST_CU      := test/emu/kernels.cu test/emu/ptx_kernels.cu
 EMU_TEST_OBJS    := $(EMU_TEST_CPP:%.cpp=$(BUILD)/%.o) $(EMU_TEST_CU:%.cu=$(BUILD)/%.cu.o)
 EMU_TEST_ASAN_OBJS := $(EMU_TEST_CPP:%.cpp=$(BUILD)/asan/%.o) $(EMU_TEST_CU:%.cu=$(BUILD)/asan/%.cu.o)
 

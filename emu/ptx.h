@@ -1,0 +1,180 @@
+// Emulated PTX warp instructions (g++ build only) behind backend/cuda/mma.cuh:
+// ldmatrix, mma.sync (bf16 m16n8k16, tf32 m16n8k8), cvt.rna.tf32 and cp.async
+// with commit/wait groups. Under nvcc the wrappers issue the instructions.
+//
+// Fragments follow the PTX ISA's layouts exactly (lane = 4g + t, g = lane/4,
+// t = lane%4), so code that touches fragment elements behaves here as on a GPU:
+//   bf16 A 16x16  a[0]: row g,   k 2t,2t+1    a[1]: row g+8, k 2t,2t+1
+//                 a[2]: row g,   k 2t+8,+9    a[3]: row g+8, k 2t+8,+9
+//   bf16 B 16x8   b[0]: k 2t,2t+1, col g      b[1]: k 2t+8,+9, col g
+//   tf32 A 16x8   a[0]: (g, t)  a[1]: (g+8, t)  a[2]: (g, t+4)  a[3]: (g+8, t+4)
+//   tf32 B 8x8    b[0]: (k t, col g)  b[1]: (k t+4, col g)
+//   fp32 C/D 16x8 d[0], d[1]: row g, cols 2t, 2t+1;  d[2], d[3]: row g+8, same cols
+// (two bf16 in one register: the lower column or k in the low half).
+//
+// mma sums d + a_0 b_0 + ... + a_{K-1} b_{K-1} in that order, rounding each add
+// to fp32 (the products of bf16 or tf32 inputs are exact in fp32). The GPU's
+// order inside the instruction is not documented: tests bound the difference.
+//
+// cp.async: a copy is queued per thread and lands in shared memory only when a
+// cp.async.wait_group lets it complete; copies still pending when the thread
+// ends never land. So a missing wait reads stale (NaN-poisoned) shared memory
+// and fails the test that checks the result, where a GPU might just be lucky.
+//
+// Profile build: ldmatrix reports each lane's 16-byte row, cp.async its 16-byte
+// global read and shared write, at the kernel's call site (the wrappers are
+// always-inline); the element copies here are not instrumented.
+#ifndef EMU_PTX_H
+#define EMU_PTX_H
+
+#include <cstdint>
+#include <cstring>
+
+#include "emu/exec.h"
+#if GPT2_EMU_PROFILE
+#include "emu/profile.h"
+#define GPT2_EMU_PTX_UNCOUNTED __attribute__((no_sanitize("address"), noinline))
+#else
+#define GPT2_EMU_PTX_UNCOUNTED
+#endif
+
+namespace gpt2 {
+namespace emu {
+namespace ptx {
+
+namespace detail {
+inline unsigned linear_thread() {
+  const ThreadContext& t = current_thread();
+  const dim3& d = t.block->block_dim;
+  return t.thread_idx.x + d.x * (t.thread_idx.y + d.y * t.thread_idx.z);
+}
+// What each lane of the running block publishes for a warp exchange.
+struct Slot {
+  const void* ptr;
+  uint32_t w[6];
+};
+inline Slot* slots() {
+  static thread_local Slot table[1024];
+  return table;
+}
+inline void rendezvous(const char* file, int line) {
+  warp_rendezvous(WarpOp::kSyncWarp, 0xffffffffu, 0, ShuffleMode::kIdx, 0, 32, file, line);
+}
+inline float bf16_bits_to_float(uint32_t h) {
+  const uint32_t u = h << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+inline float tf32_bits_to_float(uint32_t u) {  // the tensor core reads the upper 19 bits
+  u &= 0xffffe000u;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+}  // namespace detail
+
+// ldmatrix.sync.aligned.m8n8.x4[.trans].shared.b16: lanes 8i..8i+7 give the rows of
+// 8x8 b16 matrix i (16 bytes each, 16-byte aligned); r[i] is this lane's word of
+// matrix i: non-trans row g, elements 2t, 2t+1; trans column g, rows 2t, 2t+1.
+GPT2_EMU_PTX_UNCOUNTED inline void ldmatrix_x4(uint32_t (&r)[4], const void* row, bool trans, const char* file,
+                                               int line) {
+  if (reinterpret_cast<uintptr_t>(row) % 16 != 0) misaligned_access(row, 16, "ldmatrix row");
+#if GPT2_EMU_PROFILE
+  profile::record(__builtin_return_address(0), row, 16, false);
+#endif
+  const unsigned me = detail::linear_thread(), lane = me % 32, base = me - lane, g = lane / 4, t = lane % 4;
+  detail::Slot* s = detail::slots();
+  s[me].ptr = row;
+  detail::rendezvous(file, line);
+  for (int i = 0; i < 4; ++i) {
+    if (!trans) {
+      std::memcpy(&r[i], static_cast<const char*>(s[base + 8 * i + g].ptr) + 4 * t, 4);
+    } else {
+      uint16_t lo, hi;
+      std::memcpy(&lo, static_cast<const char*>(s[base + 8 * i + 2 * t].ptr) + 2 * g, 2);
+      std::memcpy(&hi, static_cast<const char*>(s[base + 8 * i + 2 * t + 1].ptr) + 2 * g, 2);
+      r[i] = uint32_t(lo) | (uint32_t(hi) << 16);
+    }
+  }
+  detail::rendezvous(file, line);  // nobody republishes while another lane still reads
+}
+
+// mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 (kTf32 false) or
+// mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 (kTf32 true): d += a b.
+template <bool kTf32>
+GPT2_EMU_PTX_UNCOUNTED inline void mma(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2],
+                                       const char* file, int line) {
+  const unsigned me = detail::linear_thread(), lane = me % 32, base = me - lane, g = lane / 4, t = lane % 4;
+  detail::Slot* s = detail::slots();
+  for (int i = 0; i < 4; ++i) s[me].w[i] = a[i];
+  s[me].w[4] = b[0];
+  s[me].w[5] = b[1];
+  detail::rendezvous(file, line);
+  constexpr int K = kTf32 ? 8 : 16;
+  auto a_at = [&](unsigned row, unsigned k) {
+    if (kTf32) return detail::tf32_bits_to_float(s[base + 4 * (row % 8) + k % 4].w[row / 8 + 2 * (k / 4)]);
+    const uint32_t w = s[base + 4 * (row % 8) + (k % 8) / 2].w[row / 8 + 2 * (k / 8)];
+    return detail::bf16_bits_to_float(k % 2 ? w >> 16 : w & 0xffffu);
+  };
+  auto b_at = [&](unsigned k, unsigned col) {
+    if (kTf32) return detail::tf32_bits_to_float(s[base + 4 * col + k % 4].w[4 + k / 4]);
+    const uint32_t w = s[base + 4 * col + (k % 8) / 2].w[4 + k / 8];
+    return detail::bf16_bits_to_float(k % 2 ? w >> 16 : w & 0xffffu);
+  };
+  float out[4];
+  for (int e = 0; e < 4; ++e) {
+    const unsigned row = g + 8 * (e / 2), col = 2 * t + e % 2;
+    float sum = d[e];
+    for (int k = 0; k < K; ++k) sum += a_at(row, k) * b_at(k, col);
+    out[e] = sum;
+  }
+  detail::rendezvous(file, line);
+  for (int e = 0; e < 4; ++e) d[e] = out[e];
+}
+
+// cvt.rna.tf32.f32: round to 10 mantissa bits, ties away from zero (Inf/NaN kept).
+inline uint32_t cvt_rna_tf32(float x) {
+  uint32_t u;
+  std::memcpy(&u, &x, 4);
+  if ((u & 0x7f800000u) == 0x7f800000u) return u;
+  return (u + 0x1000u) & 0xffffe000u;
+}
+
+// cp.async.cg.shared.global [dst], [src], 16, src_bytes: queued until a wait.
+GPT2_EMU_PTX_UNCOUNTED inline void cp_async16(void* dst, const void* src, uint32_t src_bytes) {
+  if (reinterpret_cast<uintptr_t>(dst) % 16 != 0) misaligned_access(dst, 16, "cp.async destination");
+  if (src_bytes > 0 && reinterpret_cast<uintptr_t>(src) % 16 != 0) misaligned_access(src, 16, "cp.async source");
+#if GPT2_EMU_PROFILE
+  const void* site = __builtin_return_address(0);  // in the kernel: the wrapper is always-inline
+  if (src_bytes > 0) profile::record(site, src, 16, false);
+  profile::record(site, dst, 16, true);
+#endif
+  current_thread().async_copies.push_back(AsyncCopy{dst, src, 16, src_bytes});
+}
+// cp.async.commit_group: the copies issued since the last commit form a group.
+inline void cp_async_commit() {
+  ThreadContext& t = current_thread();
+  t.async_groups.push_back(t.async_copies.size());
+}
+// cp.async.wait_group n: every committed group but the n newest has landed.
+GPT2_EMU_PTX_UNCOUNTED inline void cp_async_wait_group(unsigned n) {
+  ThreadContext& t = current_thread();
+  if (t.async_groups.size() <= n) return;
+  const size_t done_groups = t.async_groups.size() - n, end = t.async_groups[done_groups - 1];
+  for (size_t i = 0; i < end; ++i) {
+    const AsyncCopy& c = t.async_copies[i];
+    char* dst = static_cast<char*>(c.dst);
+    const char* src = static_cast<const char*>(c.src);
+    for (uint32_t b = 0; b < c.bytes; ++b) dst[b] = b < c.src_bytes ? src[b] : 0;
+  }
+  t.async_copies.erase(t.async_copies.begin(), t.async_copies.begin() + static_cast<std::ptrdiff_t>(end));
+  t.async_groups.erase(t.async_groups.begin(), t.async_groups.begin() + static_cast<std::ptrdiff_t>(done_groups));
+  for (size_t& g : t.async_groups) g -= end;
+}
+
+}  // namespace ptx
+}  // namespace emu
+}  // namespace gpt2
+
+#endif  // EMU_PTX_H

@@ -1,0 +1,144 @@
+// Self-test kernels of backend/cuda/mma.cuh (one warp each); see ptx_kernels.h.
+#include "test/emu/ptx_kernels.h"
+
+#include "backend/cuda/mma.cuh"
+
+namespace gpt2 {
+namespace emu_test {
+namespace {
+
+using namespace kern::mma;
+
+// Stores a warp's two 16x8 accumulator tiles (n8 tiles 0 and 1) into c[16][16].
+__device__ void store_c(float* c, const float (&d)[2][4]) {
+  const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  for (int nt = 0; nt < 2; ++nt) {
+    c[g * 16 + nt * 8 + 2 * t] = d[nt][0];
+    c[g * 16 + nt * 8 + 2 * t + 1] = d[nt][1];
+    c[(g + 8) * 16 + nt * 8 + 2 * t] = d[nt][2];
+    c[(g + 8) * 16 + nt * 8 + 2 * t + 1] = d[nt][3];
+  }
+}
+
+// Rows padded by 8 bf16 (16 bytes): the 8 rows of an ldmatrix matrix fall in distinct banks.
+template <bool kBt>
+__global__ void ptx_gemm_bf16_kernel(const uint16_t* a, const uint16_t* b, float* c) {
+  constexpr int K = 32;
+  __shared__ __align__(16) uint16_t sA[16][K + 8];
+  __shared__ __align__(16) uint16_t sB[kBt ? 16 : K][(kBt ? K : 16) + 8];
+  const int lane = threadIdx.x, i = lane / 8, j = lane % 8;
+  for (int e = lane; e < 16 * K; e += 32) sA[e / K][e % K] = a[e];
+  for (int e = lane; e < 16 * K; e += 32) {
+    if (kBt) sB[e / K][e % K] = b[e];
+    else sB[e / 16][e % 16] = b[e];
+  }
+  __syncwarp();
+  float d[2][4] = {};
+  for (int k0 = 0; k0 < K; k0 += 16) {
+    uint32_t af[4], bq[4];
+    ldmatrix_x4(af, &sA[(i % 2) * 8 + j][k0 + (i / 2) * 8]);
+    if (kBt) ldmatrix_x4(bq, &sB[(i / 2) * 8 + j][k0 + (i % 2) * 8]);
+    else ldmatrix_x4_trans(bq, &sB[k0 + (i % 2) * 8 + j][(i / 2) * 8]);
+    const uint32_t b0[2] = {bq[0], bq[1]}, b1[2] = {bq[2], bq[3]};
+    mma_bf16(d[0], af, b0);
+    mma_bf16(d[1], af, b1);
+  }
+  store_c(c, d);
+}
+
+// fp32 rows padded to 20 floats (80 bytes: 8 rows in distinct 16-byte bank groups).
+__global__ void ptx_gemm_tf32_kernel(const float* a, const float* bt, float* c) {
+  constexpr int K = 16;
+  __shared__ __align__(16) float sA[16][K + 4];
+  __shared__ __align__(16) float sBt[16][K + 4];
+  const int lane = threadIdx.x, i = lane / 8, j = lane % 8;
+  for (int e = lane; e < 16 * K; e += 32) {
+    sA[e / K][e % K] = a[e];
+    sBt[e / K][e % K] = bt[e];
+  }
+  __syncwarp();
+  float d[2][4] = {};
+  for (int k0 = 0; k0 < K; k0 += 8) {
+    uint32_t af[4], bq[4];
+    ldmatrix_x4(af, &sA[(i % 2) * 8 + j][k0 + (i / 2) * 4]);
+    ldmatrix_x4(bq, &sBt[(i / 2) * 8 + j][k0 + (i % 2) * 4]);
+    for (uint32_t& w : af) w = to_tf32(__uint_as_float(w));
+    for (uint32_t& w : bq) w = to_tf32(__uint_as_float(w));
+    const uint32_t b0[2] = {bq[0], bq[1]}, b1[2] = {bq[2], bq[3]};
+    mma_tf32(d[0], af, b0);
+    mma_tf32(d[1], af, b1);
+  }
+  store_c(c, d);
+}
+
+__global__ void ptx_cp_async_kernel(const float* in, float* out, int mode) {
+  __shared__ __align__(16) float s[2][128];
+  const int lane = threadIdx.x;
+  for (int e = lane; e < 256; e += 32) s[e / 128][e % 128] = -1.0f;
+  __syncthreads();
+  cp_async16(&s[0][4 * lane], in + 4 * lane, mode == 2 ? 0 : 16);
+  cp_async_commit();
+  if (mode == 3) {
+    cp_async16(&s[1][4 * lane], in + 128 + 4 * lane, 16);
+    cp_async_commit();
+    cp_async_wait<1>();
+  } else if (mode != 1) {
+    cp_async_wait<0>();
+  }
+  __syncthreads();
+  for (int e = lane; e < 256; e += 32) out[e] = s[e / 128][e % 128];
+  if (mode == 3) {
+    __syncthreads();  // every lane has read the pending group's (stale) words
+    cp_async_wait<0>();
+    __syncthreads();
+    for (int e = lane; e < 128; e += 32) out[256 + e] = s[1][e];
+  }
+}
+
+template <class T>
+T* upload(const std::vector<T>& host) {
+  T* p = nullptr;
+  CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&p), host.size() * sizeof(T)));
+  CUDA_CHECK(cudaMemcpy(p, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice));
+  return p;
+}
+std::vector<float> download_and_free(float* p, size_t n) {
+  std::vector<float> host(n);
+  CUDA_CHECK(cudaMemcpy(host.data(), p, n * sizeof(float), cudaMemcpyDeviceToHost));
+  CUDA_CHECK(cudaFree(p));
+  return host;
+}
+
+}  // namespace
+
+std::vector<float> ptx_gemm_bf16(const std::vector<uint16_t>& a, const std::vector<uint16_t>& b, bool b_transposed) {
+  uint16_t* d_a = upload(a);
+  uint16_t* d_b = upload(b);
+  float* d_c = upload(std::vector<float>(256, 0.0f));
+  if (b_transposed) LAUNCH_KERNEL(ptx_gemm_bf16_kernel<true>, 1, 32, 0, 0, d_a, d_b, d_c);
+  else LAUNCH_KERNEL(ptx_gemm_bf16_kernel<false>, 1, 32, 0, 0, d_a, d_b, d_c);
+  CUDA_CHECK(cudaFree(d_a));
+  CUDA_CHECK(cudaFree(d_b));
+  return download_and_free(d_c, 256);
+}
+
+std::vector<float> ptx_gemm_tf32(const std::vector<float>& a, const std::vector<float>& bt) {
+  float* d_a = upload(a);
+  float* d_b = upload(bt);
+  float* d_c = upload(std::vector<float>(256, 0.0f));
+  LAUNCH_KERNEL(ptx_gemm_tf32_kernel, 1, 32, 0, 0, d_a, d_b, d_c);
+  CUDA_CHECK(cudaFree(d_a));
+  CUDA_CHECK(cudaFree(d_b));
+  return download_and_free(d_c, 256);
+}
+
+std::vector<float> ptx_cp_async(const std::vector<float>& in, int mode) {
+  float* d_in = upload(in);
+  float* d_out = upload(std::vector<float>(384, 0.0f));
+  LAUNCH_KERNEL(ptx_cp_async_kernel, 1, 32, 0, 0, d_in, d_out, mode);
+  CUDA_CHECK(cudaFree(d_in));
+  return download_and_free(d_out, 384);
+}
+
+}  // namespace emu_test
+}  // namespace gpt2

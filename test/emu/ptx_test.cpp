@@ -1,0 +1,103 @@
+// backend/cuda/mma.cuh in the emulator (emu/ptx.h): ldmatrix and mma.sync follow
+// the PTX fragment layouts (a wrong layout gives a wrong product, not a small
+// error), tf32 rounds as cvt.rna does, and a cp.async lands only at its wait.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "test/emu/ptx_kernels.h"
+
+namespace gpt2 {
+namespace {
+
+std::vector<float> random_floats(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  std::vector<float> v(n);
+  for (float& x : v) x = dist(rng);
+  return v;
+}
+uint16_t bf16_bits(float f) {  // round to nearest even (finite inputs)
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return static_cast<uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+float from_bits(uint32_t u) {
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+// cvt.rna.tf32.f32 written independently: the nearest multiple of 2^(e-10), ties away from zero.
+float tf32(float x) {
+  int e;
+  std::frexp(x, &e);  // |x| in [2^(e-1), 2^e): 11 significant bits -> step 2^(e-11)
+  const double step = std::ldexp(1.0, e - 11), q = std::fabs(x) / step;
+  const double r = std::floor(q) + (q - std::floor(q) >= 0.5 ? 1.0 : 0.0);
+  return static_cast<float>(std::copysign(r * step, x));
+}
+
+// Each element of C against the double-precision product; the products of
+// bf16/tf32 inputs are exact in fp32, K of them summed in fp32: gamma(K) sum |t|.
+void expect_product(const std::vector<float>& c, const std::vector<double>& a, const std::vector<double>& b, int K,
+                    bool b_transposed) {
+  for (int m = 0; m < 16; ++m)
+    for (int n = 0; n < 16; ++n) {
+      double ref = 0, mag = 0;
+      for (int k = 0; k < K; ++k) {
+        const double t = a[m * K + k] * (b_transposed ? b[n * K + k] : b[k * 16 + n]);
+        ref += t, mag += std::fabs(t);
+      }
+      EXPECT_NEAR(c[m * 16 + n], ref, K * 0x1p-24 * mag) << "C[" << m << "][" << n << "]";
+    }
+}
+
+TEST(EmuPtx, LdmatrixAndMmaBf16FollowTheFragmentLayouts) {
+  constexpr int K = 32;
+  for (bool bt : {false, true}) {
+    std::vector<float> af = random_floats(16 * K, 1), bf = random_floats(K * 16, 2);
+    std::vector<uint16_t> a(af.size()), b(bf.size());
+    std::vector<double> ad(af.size()), bd(bf.size());
+    for (size_t i = 0; i < a.size(); ++i) a[i] = bf16_bits(af[i]), ad[i] = from_bits(uint32_t(a[i]) << 16);
+    for (size_t i = 0; i < b.size(); ++i) b[i] = bf16_bits(bf[i]), bd[i] = from_bits(uint32_t(b[i]) << 16);
+    SCOPED_TRACE(bt ? "B^T by ldmatrix" : "B by ldmatrix.trans");
+    expect_product(emu_test::ptx_gemm_bf16(a, b, bt), ad, bd, K, bt);
+  }
+}
+
+TEST(EmuPtx, Tf32MmaRoundsItsInputsLikeCvtRna) {
+  constexpr int K = 16;
+  std::vector<float> a = random_floats(16 * K, 3), bt = random_floats(16 * K, 4);
+  a[0] = from_bits(0x3f801000u);  // 1 + 2^-11: a tie, rounds away to 1 + 2^-10
+  a[1] = from_bits(0xbf801000u);  // and its negative
+  a[2] = from_bits(0x3f800fffu);  // just below the tie: down to 1
+  std::vector<double> ad(a.size()), bd(bt.size());
+  for (size_t i = 0; i < a.size(); ++i) ad[i] = tf32(a[i]);
+  for (size_t i = 0; i < bt.size(); ++i) bd[i] = tf32(bt[i]);
+  EXPECT_EQ(ad[0], 1.0 + 0x1p-10);
+  EXPECT_EQ(ad[1], -1.0 - 0x1p-10);
+  EXPECT_EQ(ad[2], 1.0);
+  expect_product(emu_test::ptx_gemm_tf32(a, bt), ad, bd, K, true);
+}
+
+TEST(EmuPtx, CpAsyncLandsAtItsWaitAndNotBefore) {
+  std::vector<float> in(256);
+  for (size_t i = 0; i < in.size(); ++i) in[i] = static_cast<float>(i) + 0.5f;
+  const std::vector<float> waited = emu_test::ptx_cp_async(in, 0);
+  const std::vector<float> never = emu_test::ptx_cp_async(in, 1);
+  const std::vector<float> zeros = emu_test::ptx_cp_async(in, 2);
+  const std::vector<float> groups = emu_test::ptx_cp_async(in, 3);
+  for (int i = 0; i < 128; ++i) {
+    EXPECT_EQ(waited[i], in[i]) << i;
+    EXPECT_EQ(never[i], -1.0f) << i << ": a copy without a wait must not land";
+    EXPECT_EQ(zeros[i], 0.0f) << i << ": src_bytes 0 zero-fills";
+    EXPECT_EQ(groups[i], in[i]) << i << ": wait_group 1 completes the older group";
+    EXPECT_EQ(groups[128 + i], -1.0f) << i << ": ... and leaves the newest pending";
+    EXPECT_EQ(groups[256 + i], in[128 + i]) << i << ": wait_group 0 completes it";
+  }
+}
+
+}  // namespace
+}  // namespace gpt2
