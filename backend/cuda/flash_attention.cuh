@@ -39,6 +39,7 @@
 #include <type_traits>
 
 #include "backend/cuda/common.cuh"
+#include "backend/cuda/flash_mma.cuh"
 #include "backend/cuda/pack128.cuh"
 
 namespace gpt2 {
@@ -479,6 +480,13 @@ template <class T>
 void flash_attention_forward(T* out, float* lse, const T* qkv, int B, int T_, int C, int NH, cudaStream_t stream) {
   const float scale = 1.0f / sqrtf(static_cast<float>(C / NH));
   const dim3 grid = flash_grid(B, T_, NH);
+  if constexpr (std::is_same<T, __nv_bfloat16>::value) {  // mma.sync (backend/cuda/flash_mma.cuh)
+    const size_t smem = flash_mma::forward_smem();
+    flash_allow_smem(flash_forward_mma_kernel, smem);
+    LAUNCH_KERNEL(flash_forward_mma_kernel, grid, flash_mma::kThreads, smem, stream, out, lse, qkv, T_, C, NH, scale,
+                  flash_packed<T>(qkv, nullptr, C, NH) && aligned16(out));
+    return;
+  }
   const size_t smem = flash::forward_smem<T>();
   auto kernel = flash_forward_kernel<T>;
   flash_allow_smem(kernel, smem);

@@ -1,0 +1,247 @@
+// Flash attention on mma.sync (bf16 storage): the forward kernel. Same contract,
+// work split and rounding points as backend/cuda/flash_attention.cuh (64 query
+// rows per block of 4 warps, 16 per warp, key tiles of 64, hs <= 64 zero padded,
+// lse per row), but nothing but the K/V operands goes through shared memory:
+//
+//   registers  Q's A fragments (loaded once), S = Q K^T in mma C fragments, the
+//              online softmax on them (a row's 64 columns live in the 4 lanes of
+//              a quad: two shuffles reduce it), P rounded to bf16 pairs that are
+//              directly the A fragments of P V (backend/cuda/mma.cuh), O's
+//              accumulators rescaled in place by exp(m_old - m_new);
+//   shared     Q, and K and V double-buffered: tile kt+1 is in flight (cp.async)
+//              while tile kt is multiplied. Rows padded to 72 bf16 (144 bytes):
+//              the 8 rows of every ldmatrix matrix fall in 8 distinct 16-byte bank
+//              groups, and a quarter-warp's 16-byte cp.async stores cover one row.
+//              5 tiles x 9 KiB = 45 KiB.
+//
+// Shared traffic per 64x64 tile pair and warp: K by ldmatrix (16 x4 requests),
+// V by ldmatrix.trans (16), K and V staging (2 x 512 16-byte stores per block);
+// every request at its conflict-free minimum (docs/kernels.md, profile table).
+// Numerics as the WMMA kernel: S, max, sum and O in fp32, P rounded to bf16
+// relative to the running max, out = O / l rounded once.
+#ifndef BACKEND_CUDA_FLASH_MMA_CUH
+#define BACKEND_CUDA_FLASH_MMA_CUH
+
+#include <cstdint>
+
+#include "backend/cuda/common.cuh"
+#include "backend/cuda/mma.cuh"
+
+namespace gpt2 {
+namespace kern {
+namespace flash_mma {
+
+#if defined(__CUDACC__)
+#define FLASH_MMA_UNROLL _Pragma("unroll")
+#else
+#define FLASH_MMA_UNROLL
+#endif
+
+using bf16 = __nv_bfloat16;
+constexpr int kTile = 64;             // query rows per block, keys per tile
+constexpr int kHead = 64;             // head dimension in shared memory (hs <= kHead)
+constexpr int kLd = kHead + 8;        // padded row: 144 bytes
+constexpr int kWarps = 4;             // 16 query rows each
+constexpr int kThreads = kWarps * 32;
+constexpr size_t kTileBytes = size_t(kTile) * kLd * sizeof(bf16);
+constexpr size_t forward_smem() { return 5 * kTileBytes; }  // Q | K, V x 2 buffers
+
+// Rows [t0, t0+64) of one head's slice (src + t*row + d) into dst[64][kLd], zero
+// where t >= T_ or d >= hs. packed (hs == kHead, 16-byte aligned rows): cp.async,
+// landing at the caller's wait; else synchronous scalar stores.
+__device__ inline void stage_tile(bf16* dst, const bf16* src, int row, int t0, int T_, int hs, bool packed) {
+  if (packed) {
+    constexpr int kChunks = kHead / 8;  // 16-byte chunks per row
+    for (int i = threadIdx.x; i < kTile * kChunks; i += kThreads) {
+      const int r = i / kChunks, c = (i % kChunks) * 8;
+      const bool in = t0 + r < T_;
+      mma::cp_async16(dst + r * kLd + c, in ? src + size_t(t0 + r) * row + c : src, in ? 16 : 0);
+    }
+    return;
+  }
+  for (int i = threadIdx.x; i < kTile * kHead; i += kThreads) {
+    const int r = i / kHead, d = i % kHead;
+    dst[r * kLd + d] = (t0 + r < T_ && d < hs) ? src[size_t(t0 + r) * row + d] : __float2bfloat16(0.0f);
+  }
+}
+
+// ---- fragment loads from a [64][kLd] tile (lane i = lane/8 names the 8x8 matrix, j = lane%8 its row)
+// A operand: rows r0..r0+15, k0..k0+15 of a row-major tile.
+__device__ inline void load_a(uint32_t (&a)[4], const bf16* tile, int r0, int k0) {
+  const int lane = threadIdx.x % 32, i = lane / 8, j = lane % 8;
+  mma::ldmatrix_x4(a, tile + (r0 + (i % 2) * 8 + j) * kLd + k0 + (i / 2) * 8);
+}
+// B operands of n8 tiles n0.. and n0+8.. at k0, from B^T stored row-major ([n][k]: K for Q K^T).
+__device__ inline void load_b_from_rows_n(uint32_t (&b)[4], const bf16* tile, int n0, int k0) {
+  const int lane = threadIdx.x % 32, i = lane / 8, j = lane % 8;
+  mma::ldmatrix_x4(b, tile + (n0 + (i / 2) * 8 + j) * kLd + k0 + (i % 2) * 8);
+}
+// The same from B stored row-major ([k][n]: V for P V), transposed by ldmatrix.trans.
+__device__ inline void load_b_from_rows_k(uint32_t (&b)[4], const bf16* tile, int k0, int n0) {
+  const int lane = threadIdx.x % 32, i = lane / 8, j = lane % 8;
+  mma::ldmatrix_x4_trans(b, tile + (k0 + (i % 2) * 8 + j) * kLd + n0 + (i / 2) * 8);
+}
+// d0 += a b[0..1] (n8 tile n0), d1 += a b[2..3] (n8 tile n0+8).
+__device__ inline void mma_pair(float (&d0)[4], float (&d1)[4], const uint32_t (&a)[4], const uint32_t (&b)[4]) {
+  const uint32_t b0[2] = {b[0], b[1]}, b1[2] = {b[2], b[3]};
+  mma::mma_bf16(d0, a, b0);
+  mma::mma_bf16(d1, a, b1);
+}
+// acc[16 x 64] += A[16 x 64] (four k16 A fragments) B[64 x 64] from a [k][n] tile.
+__device__ inline void mma_rows_k(float (&acc)[8][4], const uint32_t (&a)[4][4], const bf16* tile) {
+  FLASH_MMA_UNROLL
+  for (int kk = 0; kk < 4; kk++) {
+    FLASH_MMA_UNROLL
+    for (int nb = 0; nb < 4; nb++) {
+      uint32_t b[4];
+      load_b_from_rows_k(b, tile, kk * 16, nb * 16);
+      mma_pair(acc[2 * nb], acc[2 * nb + 1], a[kk], b);
+    }
+  }
+}
+// acc[16 x 64] += A[16 x 64] B[64 x 64] where B^T is a [n][k] tile.
+__device__ inline void mma_rows_n(float (&acc)[8][4], const uint32_t (&a)[4][4], const bf16* tile) {
+  FLASH_MMA_UNROLL
+  for (int kk = 0; kk < 4; kk++) {
+    FLASH_MMA_UNROLL
+    for (int nb = 0; nb < 4; nb++) {
+      uint32_t b[4];
+      load_b_from_rows_n(b, tile, nb * 16, kk * 16);
+      mma_pair(acc[2 * nb], acc[2 * nb + 1], a[kk], b);
+    }
+  }
+}
+// C fragments of a 16 x 64 fp32 tile (8 n8 tiles) -> A fragments of four k16 steps, rounded to bf16.
+__device__ inline void to_a_fragments(uint32_t (&a)[4][4], const float (&c)[8][4]) {
+  FLASH_MMA_UNROLL
+  for (int n = 0; n < 8; n++) {
+    a[n / 2][(n % 2) * 2] = mma::pack_bf16(c[n][0], c[n][1]);      // row g
+    a[n / 2][(n % 2) * 2 + 1] = mma::pack_bf16(c[n][2], c[n][3]);  // row g+8
+  }
+}
+// Sum (max) over the 4 lanes of a quad: the lanes that hold one row of a C fragment.
+__device__ inline float quad_sum(float v) {
+  v += __shfl_xor_sync(0xffffffffu, v, 1);
+  return v + __shfl_xor_sync(0xffffffffu, v, 2);
+}
+__device__ inline float quad_max(float v) {
+  v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
+  return fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 2));
+}
+
+// A warp's 16 x 64 fp32 C fragments, scaled per row (rows g, g+8), to rows of a
+// [16][kLd] bf16 tile, then to global rows (t = t0 + r < T_) of `row` stride:
+// 16-byte stores when packed (hs == kHead), else hs scalars.
+__device__ inline void store_rows(bf16* dst, size_t row, int t0, int T_, int hs, bool packed, bf16* stage,
+                                  const float (&c)[8][4], float scale_g, float scale_g8) {
+  const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  FLASH_MMA_UNROLL
+  for (int n = 0; n < 8; n++) {
+    *reinterpret_cast<__nv_bfloat162*>(stage + g * kLd + n * 8 + 2 * t) =
+        __floats2bfloat162_rn(c[n][0] * scale_g, c[n][1] * scale_g);
+    *reinterpret_cast<__nv_bfloat162*>(stage + (g + 8) * kLd + n * 8 + 2 * t) =
+        __floats2bfloat162_rn(c[n][2] * scale_g8, c[n][3] * scale_g8);
+  }
+  __syncwarp();
+  if (packed) {
+    for (int i = lane; i < 16 * (kHead / 8); i += 32) {
+      const int r = i / (kHead / 8), d = (i % (kHead / 8)) * 8;
+      if (t0 + r < T_)
+        *reinterpret_cast<int4*>(dst + size_t(t0 + r) * row + d) = *reinterpret_cast<const int4*>(stage + r * kLd + d);
+    }
+  } else {
+    for (int i = lane; i < 16 * hs; i += 32) {
+      const int r = i / hs, d = i % hs;
+      if (t0 + r < T_) dst[size_t(t0 + r) * row + d] = stage[r * kLd + d];
+    }
+  }
+  __syncwarp();
+}
+
+}  // namespace flash_mma
+
+// grid (query blocks, B*NH), the last query block (most key tiles) first.
+__global__ void __launch_bounds__(flash_mma::kThreads)
+    flash_forward_mma_kernel(__nv_bfloat16* out, float* lse, const __nv_bfloat16* qkv, int T_, int C, int NH,
+                             float scale, bool packed) {
+  using namespace flash_mma;
+  DYNAMIC_SHARED(unsigned char, smem);
+  bf16* sQ = reinterpret_cast<bf16*>(smem);
+  bf16* sK[2] = {sQ + kTile * kLd, sQ + 2 * kTile * kLd};
+  bf16* sV[2] = {sQ + 3 * kTile * kLd, sQ + 4 * kTile * kLd};
+  const int qb = gridDim.x - 1 - blockIdx.x, bh = blockIdx.y, b = bh / NH, h = bh % NH;
+  const int hs = C / NH, q0 = qb * kTile, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int row0 = warp * 16, qg = q0 + row0 + lane / 4, t = lane % 4;  // this lane's rows: qg, qg + 8
+  const bf16* base = qkv + size_t(b) * T_ * 3 * C + size_t(h) * hs;
+  stage_tile(sQ, base, 3 * C, q0, T_, hs, packed);
+  stage_tile(sK[0], base + C, 3 * C, 0, T_, hs, packed);
+  stage_tile(sV[0], base + 2 * C, 3 * C, 0, T_, hs, packed);
+  mma::cp_async_commit();
+  uint32_t qf[4][4];
+  float o[8][4] = {};
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};  // l: this lane's part of the row sum
+  for (int kt = 0; kt <= qb; kt++) {
+    if (kt < qb) {  // tile kt+1 in flight while kt is used
+      stage_tile(sK[(kt + 1) % 2], base + C, 3 * C, (kt + 1) * kTile, T_, hs, packed);
+      stage_tile(sV[(kt + 1) % 2], base + 2 * C, 3 * C, (kt + 1) * kTile, T_, hs, packed);
+      mma::cp_async_commit();
+      mma::cp_async_wait<1>();
+    } else {
+      mma::cp_async_wait<0>();
+    }
+    __syncthreads();
+    if (kt == 0) {
+      FLASH_MMA_UNROLL
+      for (int kk = 0; kk < 4; kk++) load_a(qf[kk], sQ, row0, kk * 16);
+    }
+    float s[8][4] = {};
+    mma_rows_n(s, qf, sK[kt % 2]);
+    // scale and mask (key > query or key >= T), row maxima over the quad
+    const int k0 = kt * kTile;
+    float mx[2] = {-INFINITY, -INFINITY};
+    FLASH_MMA_UNROLL
+    for (int n = 0; n < 8; n++) {
+      FLASH_MMA_UNROLL
+      for (int e = 0; e < 4; e++) {
+        const int key = k0 + n * 8 + 2 * t + e % 2, q = qg + 8 * (e / 2);
+        s[n][e] = (key <= q && key < T_) ? s[n][e] * scale : -INFINITY;
+        mx[e / 2] = fmaxf(mx[e / 2], s[n][e]);
+      }
+    }
+    float alpha[2];
+    FLASH_MMA_UNROLL
+    for (int r = 0; r < 2; r++) {
+      const float m_new = fmaxf(m[r], quad_max(mx[r]));  // finite: key 0 is in tile 0
+      alpha[r] = expf(m[r] - m_new);
+      m[r] = m_new;
+      l[r] *= alpha[r];
+    }
+    FLASH_MMA_UNROLL
+    for (int n = 0; n < 8; n++) {
+      FLASH_MMA_UNROLL
+      for (int e = 0; e < 4; e++) {
+        const float p = s[n][e] == -INFINITY ? 0.0f : expf(s[n][e] - m[e / 2]);
+        l[e / 2] += p;
+        s[n][e] = p;
+        o[n][e] *= alpha[e / 2];
+      }
+    }
+    uint32_t pf[4][4];
+    to_a_fragments(pf, s);
+    mma_rows_k(o, pf, sV[kt % 2]);
+    __syncthreads();  // every warp is done with buffer kt%2 before tile kt+2 is staged into it
+  }
+  // out = O / l (rows staged through this warp's rows of sQ, free since kt = 0); lse = m + log l
+  const float l0 = quad_sum(l[0]), l8 = quad_sum(l[1]);
+  if (t == 0 && qg < T_) lse[size_t(bh) * T_ + qg] = m[0] + logf(l0);
+  if (t == 0 && qg + 8 < T_) lse[size_t(bh) * T_ + qg + 8] = m[1] + logf(l8);
+  store_rows(out + size_t(b) * T_ * C + size_t(h) * hs, C, q0 + row0, T_, hs, packed, sQ + row0 * kLd, o,
+             1.0f / l0, 1.0f / l8);
+}
+
+}  // namespace kern
+}  // namespace gpt2
+
+#undef FLASH_MMA_UNROLL
+
+#endif  // BACKEND_CUDA_FLASH_MMA_CUH
