@@ -501,6 +501,16 @@ void flash_attention_backward(T* dqkv, float* dsum, const T* dout, const T* qkv,
   const float scale = 1.0f / sqrtf(static_cast<float>(C / NH));
   const dim3 grid = flash_grid(B, T_, NH);
   const bool packed = flash_packed<T>(qkv, dout, C, NH);
+  if constexpr (std::is_same<T, __nv_bfloat16>::value) {  // mma.sync (backend/cuda/flash_mma.cuh)
+    const bool packed_out = packed && aligned16(dqkv);
+    flash_allow_smem(flash_backward_dq_mma_kernel, flash_mma::dq_smem());
+    LAUNCH_KERNEL(flash_backward_dq_mma_kernel, grid, flash_mma::kThreads, flash_mma::dq_smem(), stream, dqkv, dsum,
+                  dout, qkv, lse, T_, C, NH, scale, packed_out);
+    flash_allow_smem(flash_backward_dkdv_mma_kernel, flash_mma::dkdv_smem());
+    LAUNCH_KERNEL(flash_backward_dkdv_mma_kernel, grid, flash_mma::kThreads, flash_mma::dkdv_smem(), stream, dqkv,
+                  dout, qkv, lse, dsum, T_, C, NH, scale, packed_out);
+    return;
+  }
   auto dq = flash_backward_dq_kernel<T>;
   flash_allow_smem(dq, flash::dq_smem<T>());
   LAUNCH_KERNEL(dq, grid, flash::kThreads, flash::dq_smem<T>(), stream, dqkv, dsum, dout, qkv, lse, T_, C, NH,

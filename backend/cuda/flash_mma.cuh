@@ -45,6 +45,8 @@ constexpr int kWarps = 4;             // 16 query rows each
 constexpr int kThreads = kWarps * 32;
 constexpr size_t kTileBytes = size_t(kTile) * kLd * sizeof(bf16);
 constexpr size_t forward_smem() { return 5 * kTileBytes; }  // Q | K, V x 2 buffers
+constexpr size_t dq_smem() { return 6 * kTileBytes; }       // Q, dO | K, V x 2 buffers
+constexpr size_t dkdv_smem() { return 6 * kTileBytes + 4 * kTile * sizeof(float); }  // K, V | Q, dO, lse, D x 2
 
 // Rows [t0, t0+64) of one head's slice (src + t*row + d) into dst[64][kLd], zero
 // where t >= T_ or d >= hs. packed (hs == kHead, 16-byte aligned rows): cp.async,
@@ -158,6 +160,19 @@ __device__ inline void store_rows(bf16* dst, size_t row, int t0, int T_, int hs,
   __syncwarp();
 }
 
+// Tiles [t0, t0+64) of two head slices into two [64][kLd] tiles, as one cp.async group.
+__device__ inline void stage_pair(bf16* da, const bf16* sa, int row_a, bf16* db, const bf16* sb, int row_b, int t0,
+                                  int T_, int hs, bool packed) {
+  stage_tile(da, sa, row_a, t0, T_, hs, packed);
+  stage_tile(db, sb, row_b, t0, T_, hs, packed);
+  mma::cp_async_commit();
+}
+// Four k16 A fragments of this warp's 16 rows of a tile.
+__device__ inline void load_rows(uint32_t (&a)[4][4], const bf16* tile, int r0) {
+  FLASH_MMA_UNROLL
+  for (int kk = 0; kk < 4; kk++) load_a(a[kk], tile, r0, kk * 16);
+}
+
 }  // namespace flash_mma
 
 // grid (query blocks, B*NH), the last query block (most key tiles) first.
@@ -237,6 +252,162 @@ __global__ void __launch_bounds__(flash_mma::kThreads)
   if (t == 0 && qg + 8 < T_) lse[size_t(bh) * T_ + qg + 8] = m[1] + logf(l8);
   store_rows(out + size_t(b) * T_ * C + size_t(h) * hs, C, q0 + row0, T_, hs, packed, sQ + row0 * kLd, o,
              1.0f / l0, 1.0f / l8);
+}
+
+// ---- backward: dq (and D = rowsum(P dP)) per query block ---------------------------------
+// Pass 1 over the key tiles: D per row from S and dP in registers; pass 2: again
+// S and dP, dS = P (dP - D) rounded to bf16 pairs (the A fragments of dS K),
+// dq = scale * sum dS K. Q and dO stay in registers; K, V double-buffered.
+__global__ void __launch_bounds__(flash_mma::kThreads)
+    flash_backward_dq_mma_kernel(__nv_bfloat16* dqkv, float* dsum, const __nv_bfloat16* dout,
+                                 const __nv_bfloat16* qkv, const float* lse, int T_, int C, int NH, float scale,
+                                 bool packed) {
+  using namespace flash_mma;
+  DYNAMIC_SHARED(unsigned char, smem);
+  bf16* sQ = reinterpret_cast<bf16*>(smem);
+  bf16* sdO = sQ + kTile * kLd;
+  bf16* sK[2] = {sQ + 2 * kTile * kLd, sQ + 3 * kTile * kLd};
+  bf16* sV[2] = {sQ + 4 * kTile * kLd, sQ + 5 * kTile * kLd};
+  const int qb = gridDim.x - 1 - blockIdx.x, bh = blockIdx.y, b = bh / NH, h = bh % NH;
+  const int hs = C / NH, q0 = qb * kTile, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int row0 = warp * 16, qg = q0 + row0 + lane / 4, t = lane % 4;
+  const bf16* base = qkv + size_t(b) * T_ * 3 * C + size_t(h) * hs;
+  const bf16* dbase = dout + size_t(b) * T_ * C + size_t(h) * hs;
+  const float row_lse[2] = {qg < T_ ? lse[size_t(bh) * T_ + qg] : 0.0f,
+                            qg + 8 < T_ ? lse[size_t(bh) * T_ + qg + 8] : 0.0f};
+  stage_pair(sQ, base, 3 * C, sdO, dbase, C, q0, T_, hs, packed);
+  uint32_t qf[4][4], dof[4][4];
+  float dot[2] = {0.0f, 0.0f}, D[2] = {0.0f, 0.0f}, dq[8][4] = {};
+  // P (0 where masked) and dP of key tile kt, this warp's rows.
+  auto scores = [&](float (&p)[8][4], float (&dp)[8][4], int kt) {
+    FLASH_MMA_UNROLL
+    for (int n = 0; n < 8; n++)
+      FLASH_MMA_UNROLL
+      for (int e = 0; e < 4; e++) p[n][e] = dp[n][e] = 0.0f;
+    mma_rows_n(p, qf, sK[kt % 2]);
+    mma_rows_n(dp, dof, sV[kt % 2]);
+    FLASH_MMA_UNROLL
+    for (int n = 0; n < 8; n++)
+      FLASH_MMA_UNROLL
+      for (int e = 0; e < 4; e++) {
+        const int key = kt * kTile + n * 8 + 2 * t + e % 2, q = qg + 8 * (e / 2);
+        p[n][e] = (key <= q && q < T_) ? expf(p[n][e] * scale - row_lse[e / 2]) : 0.0f;
+      }
+  };
+  for (int pass = 0; pass < 2; pass++) {
+    stage_pair(sK[0], base + C, 3 * C, sV[0], base + 2 * C, 3 * C, 0, T_, hs, packed);
+    for (int kt = 0; kt <= qb; kt++) {
+      if (kt < qb) {
+        stage_pair(sK[(kt + 1) % 2], base + C, 3 * C, sV[(kt + 1) % 2], base + 2 * C, 3 * C, (kt + 1) * kTile, T_,
+                   hs, packed);
+        mma::cp_async_wait<1>();
+      } else {
+        mma::cp_async_wait<0>();
+      }
+      __syncthreads();
+      if (pass == 0 && kt == 0) {
+        load_rows(qf, sQ, row0);
+        load_rows(dof, sdO, row0);
+      }
+      float p[8][4], dp[8][4];
+      scores(p, dp, kt);
+      if (pass == 0) {
+        FLASH_MMA_UNROLL
+        for (int n = 0; n < 8; n++)
+          FLASH_MMA_UNROLL
+          for (int e = 0; e < 4; e++) dot[e / 2] += p[n][e] * dp[n][e];
+      } else {
+        FLASH_MMA_UNROLL
+        for (int n = 0; n < 8; n++)
+          FLASH_MMA_UNROLL
+          for (int e = 0; e < 4; e++) p[n][e] *= dp[n][e] - D[e / 2];  // dS
+        uint32_t dsf[4][4];
+        to_a_fragments(dsf, p);
+        mma_rows_k(dq, dsf, sK[kt % 2]);
+      }
+      __syncthreads();  // buffer kt%2 is free for tile kt+2
+    }
+    if (pass == 0) {
+      D[0] = quad_sum(dot[0]);
+      D[1] = quad_sum(dot[1]);
+      if (t == 0 && qg < T_) dsum[size_t(bh) * T_ + qg] = D[0];
+      if (t == 0 && qg + 8 < T_) dsum[size_t(bh) * T_ + qg + 8] = D[1];
+    }
+  }
+  store_rows(dqkv + size_t(b) * T_ * 3 * C + size_t(h) * hs, size_t(3) * C, q0 + row0, T_, hs, packed,
+             sQ + row0 * kLd, dq, scale, scale);
+}
+
+// ---- backward: dk, dv per key block -----------------------------------------------------------
+// Each warp owns 16 keys (K and V rows as A fragments in registers); per query
+// tile S^T = K Q^T and dP^T = V dO^T, P^T and dS^T = P^T (dP^T - D) rounded to
+// bf16 A fragments, dv += P^T dO, dk += dS^T Q. Q, dO, lse, D double-buffered.
+__global__ void __launch_bounds__(flash_mma::kThreads)
+    flash_backward_dkdv_mma_kernel(__nv_bfloat16* dqkv, const __nv_bfloat16* dout, const __nv_bfloat16* qkv,
+                                   const float* lse, const float* dsum, int T_, int C, int NH, float scale,
+                                   bool packed) {
+  using namespace flash_mma;
+  DYNAMIC_SHARED(unsigned char, smem);
+  bf16* sK = reinterpret_cast<bf16*>(smem);
+  bf16* sV = sK + kTile * kLd;
+  bf16* sQ[2] = {sK + 2 * kTile * kLd, sK + 3 * kTile * kLd};
+  bf16* sdO[2] = {sK + 4 * kTile * kLd, sK + 5 * kTile * kLd};
+  float* sLD = reinterpret_cast<float*>(sK + 6 * kTile * kLd);  // [buffer][lse 64 | D 64]
+  const int nqb = gridDim.x, kb = blockIdx.x, bh = blockIdx.y, b = bh / NH, h = bh % NH;
+  const int hs = C / NH, k0 = kb * kTile, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int row0 = warp * 16, kg = k0 + row0 + lane / 4, t = lane % 4;  // this lane's keys: kg, kg + 8
+  const bf16* base = qkv + size_t(b) * T_ * 3 * C + size_t(h) * hs;
+  const bf16* dbase = dout + size_t(b) * T_ * C + size_t(h) * hs;
+  // lse and D of query tile qt into buffer qt%2 (plain loads: rows of T_ floats are not 16-byte aligned)
+  auto stage_rows = [&](int qt) {
+    for (int i = threadIdx.x; i < 2 * kTile; i += kThreads) {
+      const int q = qt * kTile + i % kTile;
+      sLD[(qt % 2) * 2 * kTile + i] = q < T_ ? (i < kTile ? lse : dsum)[size_t(bh) * T_ + q] : 0.0f;
+    }
+  };
+  stage_tile(sK, base + C, 3 * C, k0, T_, hs, packed);
+  stage_tile(sV, base + 2 * C, 3 * C, k0, T_, hs, packed);
+  stage_pair(sQ[kb % 2], base, 3 * C, sdO[kb % 2], dbase, C, kb * kTile, T_, hs, packed);
+  stage_rows(kb);
+  uint32_t kf[4][4], vf[4][4];
+  float dk[8][4] = {}, dv[8][4] = {};
+  for (int qt = kb; qt < nqb; qt++) {
+    if (qt + 1 < nqb) {
+      stage_pair(sQ[(qt + 1) % 2], base, 3 * C, sdO[(qt + 1) % 2], dbase, C, (qt + 1) * kTile, T_, hs, packed);
+      stage_rows(qt + 1);
+      mma::cp_async_wait<1>();
+    } else {
+      mma::cp_async_wait<0>();
+    }
+    __syncthreads();
+    if (qt == kb) {
+      load_rows(kf, sK, row0);
+      load_rows(vf, sV, row0);
+    }
+    const bf16* Q = sQ[qt % 2];
+    const bf16* dO = sdO[qt % 2];
+    const float* L = sLD + (qt % 2) * 2 * kTile;
+    float p[8][4] = {}, dp[8][4] = {};
+    mma_rows_n(p, kf, Q);
+    mma_rows_n(dp, vf, dO);
+    FLASH_MMA_UNROLL
+    for (int n = 0; n < 8; n++)
+      FLASH_MMA_UNROLL
+      for (int e = 0; e < 4; e++) {
+        const int c = n * 8 + 2 * t + e % 2, q = qt * kTile + c, key = kg + 8 * (e / 2);
+        p[n][e] = (key <= q && q < T_) ? expf(p[n][e] * scale - L[c]) : 0.0f;
+        dp[n][e] = p[n][e] * (dp[n][e] - L[kTile + c]);  // dS^T
+      }
+    uint32_t pf[4][4], dsf[4][4];
+    to_a_fragments(pf, p);
+    to_a_fragments(dsf, dp);
+    mma_rows_k(dv, pf, dO);
+    mma_rows_k(dk, dsf, Q);
+    __syncthreads();  // buffer qt%2 is free for tile qt+2
+  }
+  bf16* drow = dqkv + size_t(b) * T_ * 3 * C + size_t(h) * hs;
+  store_rows(drow + C, size_t(3) * C, k0 + row0, T_, hs, packed, sK + row0 * kLd, dk, scale, scale);
+  store_rows(drow + 2 * C, size_t(3) * C, k0 + row0, T_, hs, packed, sV + row0 * kLd, dv, 1.0f, 1.0f);
 }
 
 }  // namespace kern
