@@ -475,9 +475,9 @@ def profile_rows_for(op, rows):
     if word == "flash_forward":
         return case("attention_forward")
     if word == "flash_backward_dq":
-        return case("attention_backward", kernel="backward_dq_kernel")
+        return case("attention_backward", kernel="backward_dq_")
     if word == "flash_backward_dkdv":
-        return case("attention_backward", kernel="backward_dkdv_kernel")
+        return case("attention_backward", kernel="backward_dkdv_")
     if word in ("bias_colsum", "bias_accumulate") and tag in MATMUL_SHAPES:
         kernel = "accumulate_partials" if word == "bias_accumulate" else "column_sum_partials"
         return case("matmul_backward", MATMUL_SHAPES[tag], kernel)
