@@ -142,9 +142,11 @@ class Backend {
   virtual size_t attention_saved_numel(int B, int T, int NH) const = 0;
   virtual void attention_forward(Tensor out, Tensor saved, Tensor qkv,
                                  int B, int T, int C, int NH) = 0;
-  // dqkv = ... (overwritten).  `scratch` has attention_scratch_numel() elements.
+  // dqkv = ... (overwritten).  `scratch` has attention_scratch_numel() elements;
+  // `out` is what attention_forward wrote for this qkv (a backend may take
+  // D = rowsum(dout * out) from it, as FlashAttention-2 does, or ignore it).
   virtual size_t attention_scratch_numel(int B, int T, int NH) const = 0;
-  virtual void attention_backward(Tensor dqkv, Tensor scratch, Tensor dout, Tensor qkv,
+  virtual void attention_backward(Tensor dqkv, Tensor scratch, Tensor dout, Tensor out, Tensor qkv,
                                   Tensor saved, int B, int T, int C, int NH) = 0;
 
   // GELU, tanh approximation: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))

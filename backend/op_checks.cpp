@@ -125,13 +125,14 @@ void OpChecks::attention_forward(const Tensor& out, const Tensor& saved, size_t 
 }
 
 void OpChecks::attention_backward(const Tensor& dqkv, const Tensor& scratch, size_t scratch_numel,
-                                  const Tensor& dout, const Tensor& qkv, const Tensor& saved, size_t saved_numel,
+                                  const Tensor& dout, const Tensor& out, const Tensor& qkv, const Tensor& saved, size_t saved_numel,
                                   int B, int T, int C, int NH) const {
   const char* op = "attention_backward";
   attention_dims(*this, op, B, T, C, NH);
   need_x(dqkv, sz(B, T, 3L * C), op, "dqkv");
   need(scratch, scratch_numel, op, "scratch", 4);
   need_x(dout, sz(B, T, C), op, "dout");
+  need_x(out, sz(B, T, C), op, "out");
   need_x(qkv, sz(B, T, 3L * C), op, "qkv");
   need_x(saved, saved_numel, op, "saved");
 }

@@ -45,8 +45,8 @@ class OpChecks {
   void attention_forward(const Tensor& out, const Tensor& saved, size_t saved_numel, const Tensor& qkv, int B,
                          int T, int C, int NH) const;
   void attention_backward(const Tensor& dqkv, const Tensor& scratch, size_t scratch_numel, const Tensor& dout,
-                          const Tensor& qkv, const Tensor& saved, size_t saved_numel, int B, int T, int C,
-                          int NH) const;
+                          const Tensor& out, const Tensor& qkv, const Tensor& saved, size_t saved_numel, int B,
+                          int T, int C, int NH) const;
   void gelu_forward(const Tensor& out, const Tensor& inp, size_t n) const;
   void gelu_backward(const Tensor& dinp, const Tensor& inp, const Tensor& dout, size_t n) const;
   void residual_forward(const Tensor& out, const Tensor& a, const Tensor& b, size_t n) const;

@@ -68,7 +68,7 @@ class SizingBackend final : public Backend {
   size_t attention_scratch_numel(int B, int T, int NH) const override {
     return sizes_.attention_scratch_numel(B, T, NH);
   }
-  void attention_backward(Tensor, Tensor, Tensor, Tensor, Tensor, int, int, int, int) override {
+  void attention_backward(Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, int, int, int, int) override {
     no_op("attention_backward");
   }
   void gelu_forward(Tensor, Tensor, size_t) override { no_op("gelu_forward"); }

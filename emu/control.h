@@ -60,6 +60,13 @@ DeviceConfig device_config();
 // Number of OS threads that run blocks (default: env GPT2_EMU_THREADS or all cores).
 void set_worker_threads(int count);
 
+// The order in which workers take blocks: ascending linear index (the default,
+// what GPUs do in practice), or descending, so that a block which waits for a
+// lower-numbered one (a cross-block protocol) starts first and really waits.
+// With fewer workers than the blocks it waits across, such a protocol hangs.
+enum class BlockDispatch { kAscending, kDescending };
+void set_block_dispatch(BlockDispatch order);
+
 // Description of the last kernel fault (barrier misuse, bad shuffle, device assert);
 // empty when the last launch succeeded.
 std::string last_kernel_fault();

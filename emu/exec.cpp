@@ -88,6 +88,7 @@ struct LaunchState {
   RunOrder order = RunOrder::kForward;
   uint64_t seed = 1;
   size_t stack_bytes = 0;
+  bool blocks_descending = false;  // set_block_dispatch(kDescending)
 };
 
 const char* op_name(WarpOp op) {
@@ -123,6 +124,7 @@ class Worker {
       if (launch.faulted.load(std::memory_order_relaxed)) break;
       uint64_t b = launch.next_block.fetch_add(1);
       if (b >= launch.num_blocks) break;
+      if (launch.blocks_descending) b = launch.num_blocks - 1 - b;
       run_block(b, n);
       profile::block_end();
     }
@@ -670,6 +672,7 @@ cudaError_t execute_grid(KernelInvoker body, dim3 grid, dim3 block, size_t smem,
   {
     std::lock_guard<std::mutex> slock(s.mutex);
     workers = s.workers;
+    launch.blocks_descending = s.blocks_descending;
   }
   int helpers = static_cast<int>(std::min<uint64_t>(static_cast<uint64_t>(workers), launch.num_blocks)) - 1;
   if (helpers <= 0) {

@@ -27,8 +27,10 @@
 #ifndef EMU_PTX_H
 #define EMU_PTX_H
 
+#include <chrono>
 #include <cstdint>
 #include <cstring>
+#include <thread>
 
 #include "emu/exec.h"
 #if GPT2_EMU_PROFILE
@@ -171,6 +173,18 @@ GPT2_EMU_PTX_UNCOUNTED inline void cp_async_wait_group(unsigned n) {
   t.async_copies.erase(t.async_copies.begin(), t.async_copies.begin() + static_cast<std::ptrdiff_t>(end));
   t.async_groups.erase(t.async_groups.begin(), t.async_groups.begin() + static_cast<std::ptrdiff_t>(done_groups));
   for (size_t& g : t.async_groups) g -= end;
+}
+
+// A flag wait between blocks (ld.acquire spin on a GPU): blocks of a grid run
+// concurrently on the emulator's workers, in launch order, so a block waits only
+// for one already running. A value that never comes faults the launch after 60 s.
+inline void wait_for_value(const int* flag, int want, const char* what) {
+  const auto start = std::chrono::steady_clock::now();
+  while (__atomic_load_n(flag, __ATOMIC_ACQUIRE) != want) {
+    std::this_thread::yield();
+    if (std::chrono::steady_clock::now() - start > std::chrono::seconds(60))
+      device_fault("spin wait", what, __FILE__, __LINE__);
+  }
 }
 
 }  // namespace ptx

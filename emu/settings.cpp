@@ -101,6 +101,10 @@ void set_worker_threads(int count) {
   std::lock_guard<std::mutex> lock(settings().mutex);
   settings().workers = GPT2_EMU_PROFILE ? 1 : std::max(1, count);
 }
+void set_block_dispatch(BlockDispatch order) {
+  std::lock_guard<std::mutex> lock(settings().mutex);
+  settings().blocks_descending = order == BlockDispatch::kDescending;
+}
 void set_kernel_fault(const std::string& message) {
   std::lock_guard<std::mutex> lock(settings().mutex);
   settings().last_fault = message;

@@ -32,6 +32,7 @@ struct Settings {
   uint64_t seed = 1;
   DeviceConfig device;
   int workers = 1;
+  bool blocks_descending = false;
   size_t stack_bytes = 0;
   std::string last_fault;
   std::atomic<uint64_t> threads_run{0}, barriers{0}, warp_syncs{0};

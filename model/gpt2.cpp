@@ -525,7 +525,7 @@ void GPT2::backward(const std::function<void(int)>& on_layer_done) {
     // residual2 = residual + attproj
     be.matmul_backward(datty, gl(kAttprojw, l), gl(kAttprojb, l), dresidual, layer(a.atty, l, C),
                        pl(kAttprojw, l), N, C, C);
-    be.attention_backward(dqkv, a.att_scratch, datty, layer(a.qkv, l, 3 * C),
+    be.attention_backward(dqkv, a.att_scratch, datty, layer(a.atty, l, C), layer(a.qkv, l, 3 * C),
                           a.att_saved.slice(l * saved_stride, saved_numel), B, T, C, NH);
     if (recompute_ln_)
       be.layernorm_forward(layer(a.ln1, 0, C), layer(a.ln1_mean, l, 1), layer(a.ln1_rstd, l, 1), residual,

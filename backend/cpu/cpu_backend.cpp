@@ -164,9 +164,10 @@ class CpuBackend final : public Backend {
   size_t attention_scratch_numel(int B, int T, int NH) const override {
     return cpu::attention_scratch_numel(ex_, T);
   }
-  void attention_backward(Tensor dqkv, Tensor scratch, Tensor dout, Tensor qkv, Tensor saved,
+  void attention_backward(Tensor dqkv, Tensor scratch, Tensor dout, Tensor out, Tensor qkv, Tensor saved,
                           int B, int T, int C, int NH) override {
-    checks_.attention_backward(dqkv, scratch, cpu::attention_scratch_numel(ex_, T), dout, qkv, saved,
+    // out is not needed: the probabilities are saved (D = rowsum(P dP) from them)
+    checks_.attention_backward(dqkv, scratch, cpu::attention_scratch_numel(ex_, T), dout, out, qkv, saved,
                                cpu::attention_saved_numel(B, T, NH), B, T, C, NH);
     cpu::attention_backward<float>(ex_, f32(dqkv), f32(scratch), f32(dout), f32(qkv), f32(saved),
                                    B, T, C, NH);

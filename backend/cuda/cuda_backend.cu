@@ -71,14 +71,17 @@ bool use_flash_attention(CudaAttention choice) {
 
 // Attention buffer sizes of the backend's choice (shared with cuda_backend_sizes).
 // Flash: saved = fp32 log-sum-exp per row (B*NH*T floats; in bf16 mode
-// 2*B*NH*T bf16 elements of the same bytes), scratch = D per row.
+// 2*B*NH*T bf16 elements of the same bytes), scratch = D per row (fp32 mode), or
+// D, the dq accumulator and turn counters (bf16: kern::flash_scratch_floats).
 // Classic: saved = P[B,NH,T,T] of the storage type, scratch = dP (+ dS).
 size_t attention_saved_numel_for(bool flash, uint32_t storage_bytes, int B, int T, int NH) {
   if (flash) return kern::flash_lse_floats(B, T, NH) * (sizeof(float) / storage_bytes);
   return kern::attention_saved_elems(B, T, NH);
 }
 size_t attention_scratch_numel_for(bool flash, uint32_t storage_bytes, int B, int T, int NH) {
-  if (flash) return kern::flash_lse_floats(B, T, NH);
+  if (flash)
+    return storage_bytes == 2 ? kern::flash_scratch_floats<__nv_bfloat16>(B, T, NH)
+                              : kern::flash_scratch_floats<float>(B, T, NH);
   return storage_bytes == 2 ? kern::attention_scratch_floats<__nv_bfloat16>(B, T, NH)
                             : kern::attention_scratch_floats<float>(B, T, NH);
 }
@@ -351,16 +354,16 @@ class CudaBackend final : public Backend {
                                  NH, stream_);
     });
   }
-  void attention_backward(Tensor dqkv, Tensor scratch, Tensor dout, Tensor qkv, Tensor saved,
+  void attention_backward(Tensor dqkv, Tensor scratch, Tensor dout, Tensor out, Tensor qkv, Tensor saved,
                           int B, int T, int C, int NH) override {
-    checks_.attention_backward(dqkv, scratch, attention_scratch_numel(B, T, NH), dout, qkv, saved,
+    checks_.attention_backward(dqkv, scratch, attention_scratch_numel(B, T, NH), dout, out, qkv, saved,
                                attention_saved_numel(B, T, NH), B, T, C, NH);
     if (flash_) {
       const float* lse = flash_lse(saved, C, NH, "attention_backward");
       dispatch("attention_backward", [&](auto tag) {
         using X = decltype(tag);
-        kern::flash_attention_backward<X>(as<X>(dqkv), as<float>(scratch), as<X>(dout), as<X>(qkv), lse, B,
-                                          T, C, NH, stream_);
+        kern::flash_attention_backward<X>(as<X>(dqkv), as<float>(scratch), as<X>(dout), as<X>(out), as<X>(qkv),
+                                          lse, B, T, C, NH, stream_);
       });
       return;
     }

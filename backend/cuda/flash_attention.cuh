@@ -494,23 +494,35 @@ void flash_attention_forward(T* out, float* lse, const T* qkv, int B, int T_, in
                 flash_packed<T>(qkv, nullptr, C, NH));
 }
 
-// dsum: B*NH*T floats of scratch (D = rowsum(P dP)); dqkv overwritten.
+// scratch: flash_scratch_floats<T>(B, T, NH) floats (bf16: D, the dq accumulator and
+// turn counters; fp32: D = rowsum(P dP)); out: the forward's output (bf16: D =
+// rowsum(dout out), FlashAttention-2's; fp32 recomputes D from P and dP); dqkv overwritten.
 template <class T>
-void flash_attention_backward(T* dqkv, float* dsum, const T* dout, const T* qkv, const float* lse, int B, int T_,
-                              int C, int NH, cudaStream_t stream) {
+inline size_t flash_scratch_floats(int B, int T_, int NH) {
+  return std::is_same<T, __nv_bfloat16>::value ? flash_mma::backward_scratch_floats(B, T_, NH)
+                                                : flash_lse_floats(B, T_, NH);
+}
+template <class T>
+void flash_attention_backward(T* dqkv, float* scratch, const T* dout, const T* out, const T* qkv, const float* lse,
+                              int B, int T_, int C, int NH, cudaStream_t stream) {
   const float scale = 1.0f / sqrtf(static_cast<float>(C / NH));
   const dim3 grid = flash_grid(B, T_, NH);
   const bool packed = flash_packed<T>(qkv, dout, C, NH);
+  float* dsum = scratch;
   if constexpr (std::is_same<T, __nv_bfloat16>::value) {  // mma.sync (backend/cuda/flash_mma.cuh)
-    const bool packed_out = packed && aligned16(dqkv);
-    flash_allow_smem(flash_backward_dq_mma_kernel, flash_mma::dq_smem());
-    LAUNCH_KERNEL(flash_backward_dq_mma_kernel, grid, flash_mma::kThreads, flash_mma::dq_smem(), stream, dqkv, dsum,
-                  dout, qkv, lse, T_, C, NH, scale, packed_out);
-    flash_allow_smem(flash_backward_dkdv_mma_kernel, flash_mma::dkdv_smem());
-    LAUNCH_KERNEL(flash_backward_dkdv_mma_kernel, grid, flash_mma::kThreads, flash_mma::dkdv_smem(), stream, dqkv,
-                  dout, qkv, lse, dsum, T_, C, NH, scale, packed_out);
+    const bool packed_io = packed && aligned16(out) && aligned16(dqkv);
+    const size_t rows = static_cast<size_t>(B) * NH * T_, heads = static_cast<size_t>(B) * NH;
+    LAUNCH_KERNEL(flash_backward_dsum_kernel, static_cast<unsigned>(ceil_div(rows, size_t{16})), 128, 0, stream, dsum,
+                  dout, out, B, T_, C, NH, packed_io);
+    int* turns = reinterpret_cast<int*>(scratch + rows + heads * flash_mma::backward_tiles(T_) * flash::kTile *
+                                                          flash::kHead);
+    CUDA_CHECK(cudaMemsetAsync(turns, 0, heads * flash_mma::backward_tiles(T_) * sizeof(int), stream));
+    flash_allow_smem(flash_backward_mma_kernel, flash_mma::backward_smem());
+    LAUNCH_KERNEL(flash_backward_mma_kernel, grid, flash_mma::kThreads, flash_mma::backward_smem(), stream, dqkv,
+                  scratch, dout, qkv, lse, T_, C, NH, scale, packed_io);
     return;
   }
+  (void)out;
   auto dq = flash_backward_dq_kernel<T>;
   flash_allow_smem(dq, flash::dq_smem<T>());
   LAUNCH_KERNEL(dq, grid, flash::kThreads, flash::dq_smem<T>(), stream, dqkv, dsum, dout, qkv, lse, T_, C, NH,

@@ -26,6 +26,7 @@
 
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/mma.cuh"
+#include "backend/cuda/pack128.cuh"
 
 namespace gpt2 {
 namespace kern {
@@ -45,8 +46,6 @@ constexpr int kWarps = 4;             // 16 query rows each
 constexpr int kThreads = kWarps * 32;
 constexpr size_t kTileBytes = size_t(kTile) * kLd * sizeof(bf16);
 constexpr size_t forward_smem() { return 5 * kTileBytes; }  // Q | K, V x 2 buffers
-constexpr size_t dq_smem() { return 6 * kTileBytes; }       // Q, dO | K, V x 2 buffers
-constexpr size_t dkdv_smem() { return 6 * kTileBytes + 4 * kTile * sizeof(float); }  // K, V | Q, dO, lse, D x 2
 
 // Rows [t0, t0+64) of one head's slice (src + t*row + d) into dst[64][kLd], zero
 // where t >= T_ or d >= hs. packed (hs == kHead, 16-byte aligned rows): cp.async,
@@ -72,6 +71,11 @@ __device__ inline void stage_tile(bf16* dst, const bf16* src, int row, int t0, i
 __device__ inline void load_a(uint32_t (&a)[4], const bf16* tile, int r0, int k0) {
   const int lane = threadIdx.x % 32, i = lane / 8, j = lane % 8;
   mma::ldmatrix_x4(a, tile + (r0 + (i % 2) * 8 + j) * kLd + k0 + (i / 2) * 8);
+}
+// A operand: rows m0..m0+15, k0..k0+15 of A stored transposed ([k][m]: dS^T for dS K), by ldmatrix.trans.
+__device__ inline void load_a_transposed(uint32_t (&a)[4], const bf16* tile, int k0, int m0) {
+  const int lane = threadIdx.x % 32, i = lane / 8, j = lane % 8;
+  mma::ldmatrix_x4_trans(a, tile + (k0 + (i / 2) * 8 + j) * kLd + m0 + (i % 2) * 8);
 }
 // B operands of n8 tiles n0.. and n0+8.. at k0, from B^T stored row-major ([n][k]: K for Q K^T).
 __device__ inline void load_b_from_rows_n(uint32_t (&b)[4], const bf16* tile, int n0, int k0) {
@@ -110,6 +114,21 @@ __device__ inline void mma_rows_n(float (&acc)[8][4], const uint32_t (&a)[4][4],
       uint32_t b[4];
       load_b_from_rows_n(b, tile, nb * 16, kk * 16);
       mma_pair(acc[2 * nb], acc[2 * nb + 1], a[kk], b);
+    }
+  }
+}
+// The same with A's 16 rows read from rows r0.. of a shared tile one k step at a
+// time (16 registers fewer than resident fragments, 4 ldmatrix more).
+__device__ inline void mma_rows_n(float (&acc)[8][4], const bf16* a_tile, int r0, const bf16* tile) {
+  FLASH_MMA_UNROLL
+  for (int kk = 0; kk < 4; kk++) {
+    uint32_t a[4];
+    load_a(a, a_tile, r0, kk * 16);
+    FLASH_MMA_UNROLL
+    for (int nb = 0; nb < 4; nb++) {
+      uint32_t b[4];
+      load_b_from_rows_n(b, tile, nb * 16, kk * 16);
+      mma_pair(acc[2 * nb], acc[2 * nb + 1], a, b);
     }
   }
 }
@@ -254,112 +273,104 @@ __global__ void __launch_bounds__(flash_mma::kThreads)
              1.0f / l0, 1.0f / l8);
 }
 
-// ---- backward: dq (and D = rowsum(P dP)) per query block ---------------------------------
-// Pass 1 over the key tiles: D per row from S and dP in registers; pass 2: again
-// S and dP, dS = P (dP - D) rounded to bf16 pairs (the A fragments of dS K),
-// dq = scale * sum dS K. Q and dO stay in registers; K, V double-buffered.
-__global__ void __launch_bounds__(flash_mma::kThreads)
-    flash_backward_dq_mma_kernel(__nv_bfloat16* dqkv, float* dsum, const __nv_bfloat16* dout,
-                                 const __nv_bfloat16* qkv, const float* lse, int T_, int C, int NH, float scale,
-                                 bool packed) {
-  using namespace flash_mma;
-  DYNAMIC_SHARED(unsigned char, smem);
-  bf16* sQ = reinterpret_cast<bf16*>(smem);
-  bf16* sdO = sQ + kTile * kLd;
-  bf16* sK[2] = {sQ + 2 * kTile * kLd, sQ + 3 * kTile * kLd};
-  bf16* sV[2] = {sQ + 4 * kTile * kLd, sQ + 5 * kTile * kLd};
-  const int qb = gridDim.x - 1 - blockIdx.x, bh = blockIdx.y, b = bh / NH, h = bh % NH;
-  const int hs = C / NH, q0 = qb * kTile, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int row0 = warp * 16, qg = q0 + row0 + lane / 4, t = lane % 4;
-  const bf16* base = qkv + size_t(b) * T_ * 3 * C + size_t(h) * hs;
-  const bf16* dbase = dout + size_t(b) * T_ * C + size_t(h) * hs;
-  const float row_lse[2] = {qg < T_ ? lse[size_t(bh) * T_ + qg] : 0.0f,
-                            qg + 8 < T_ ? lse[size_t(bh) * T_ + qg + 8] : 0.0f};
-  stage_pair(sQ, base, 3 * C, sdO, dbase, C, q0, T_, hs, packed);
-  uint32_t qf[4][4], dof[4][4];
-  float dot[2] = {0.0f, 0.0f}, D[2] = {0.0f, 0.0f}, dq[8][4] = {};
-  // P (0 where masked) and dP of key tile kt, this warp's rows.
-  auto scores = [&](float (&p)[8][4], float (&dp)[8][4], int kt) {
-    FLASH_MMA_UNROLL
-    for (int n = 0; n < 8; n++)
-      FLASH_MMA_UNROLL
-      for (int e = 0; e < 4; e++) p[n][e] = dp[n][e] = 0.0f;
-    mma_rows_n(p, qf, sK[kt % 2]);
-    mma_rows_n(dp, dof, sV[kt % 2]);
-    FLASH_MMA_UNROLL
-    for (int n = 0; n < 8; n++)
-      FLASH_MMA_UNROLL
-      for (int e = 0; e < 4; e++) {
-        const int key = kt * kTile + n * 8 + 2 * t + e % 2, q = qg + 8 * (e / 2);
-        p[n][e] = (key <= q && q < T_) ? expf(p[n][e] * scale - row_lse[e / 2]) : 0.0f;
-      }
-  };
-  for (int pass = 0; pass < 2; pass++) {
-    stage_pair(sK[0], base + C, 3 * C, sV[0], base + 2 * C, 3 * C, 0, T_, hs, packed);
-    for (int kt = 0; kt <= qb; kt++) {
-      if (kt < qb) {
-        stage_pair(sK[(kt + 1) % 2], base + C, 3 * C, sV[(kt + 1) % 2], base + 2 * C, 3 * C, (kt + 1) * kTile, T_,
-                   hs, packed);
-        mma::cp_async_wait<1>();
-      } else {
-        mma::cp_async_wait<0>();
-      }
-      __syncthreads();
-      if (pass == 0 && kt == 0) {
-        load_rows(qf, sQ, row0);
-        load_rows(dof, sdO, row0);
-      }
-      float p[8][4], dp[8][4];
-      scores(p, dp, kt);
-      if (pass == 0) {
-        FLASH_MMA_UNROLL
-        for (int n = 0; n < 8; n++)
-          FLASH_MMA_UNROLL
-          for (int e = 0; e < 4; e++) dot[e / 2] += p[n][e] * dp[n][e];
-      } else {
-        FLASH_MMA_UNROLL
-        for (int n = 0; n < 8; n++)
-          FLASH_MMA_UNROLL
-          for (int e = 0; e < 4; e++) p[n][e] *= dp[n][e] - D[e / 2];  // dS
-        uint32_t dsf[4][4];
-        to_a_fragments(dsf, p);
-        mma_rows_k(dq, dsf, sK[kt % 2]);
-      }
-      __syncthreads();  // buffer kt%2 is free for tile kt+2
-    }
-    if (pass == 0) {
-      D[0] = quad_sum(dot[0]);
-      D[1] = quad_sum(dot[1]);
-      if (t == 0 && qg < T_) dsum[size_t(bh) * T_ + qg] = D[0];
-      if (t == 0 && qg + 8 < T_) dsum[size_t(bh) * T_ + qg + 8] = D[1];
-    }
+// ---- backward ---------------------------------------------------------------------------------
+// FlashAttention-2's order: D = rowsum(dO o O) once per row (the forward's out),
+// then one kernel per key block over the query tiles at or below the diagonal,
+// five tile products per tile pair: S^T = K Q^T, dP^T = V dO^T, dv += P^T dO,
+// dk += dS^T Q, and dq's part dS K. dq of a query tile collects parts from
+// every key block at or above it; they are added in a fixed order (the
+// diagonal block first, then descending key blocks) into an fp32 accumulator
+// in scratch, each block waiting for its turn on a per-tile counter, and the
+// last one (key block 0) stores dq = scale * sum in bf16. No atomics on data:
+// deterministic. Blocks are numbered so that the block a block waits for has
+// the lower linear index (launched earlier) and reaches the tile one tile
+// earlier, so waits are short and cannot deadlock.
+
+// D[bh, t] = sum_d dO[b, t, h, d] out[b, t, h, d] (fp32 sums of exact bf16 products), 8 lanes per row.
+__global__ void __launch_bounds__(128)
+    flash_backward_dsum_kernel(float* dsum, const __nv_bfloat16* dout, const __nv_bfloat16* out, int B, int T_, int C,
+                               int NH, bool packed) {
+  const int hs = C / NH, lane8 = threadIdx.x % 8;
+  const size_t row = size_t(blockIdx.x) * 16 + threadIdx.x / 8;  // (b*NH + h)*T + t
+  const bool valid = row < size_t(B) * NH * T_;                   // all lanes stay for the shuffles
+  const int t = static_cast<int>(row % T_), bh = static_cast<int>(row / T_), b = bh / NH, h = bh % NH;
+  const size_t off = (size_t(b) * T_ + t) * C + size_t(h) * hs;
+  float acc = 0.0f;
+  if (!valid) {
+  } else if (packed) {  // hs == 64: one 16-byte load of each per lane
+    float x[8], y[8];
+    load_floats<8>(x, dout + off + lane8 * 8);
+    load_floats<8>(y, out + off + lane8 * 8);
+    for (int e = 0; e < 8; e++) acc += x[e] * y[e];
+  } else {
+    for (int d = lane8; d < hs; d += 8) acc += __bfloat162float(dout[off + d]) * __bfloat162float(out[off + d]);
   }
-  store_rows(dqkv + size_t(b) * T_ * 3 * C + size_t(h) * hs, size_t(3) * C, q0 + row0, T_, hs, packed,
-             sQ + row0 * kLd, dq, scale, scale);
+  acc += __shfl_xor_sync(0xffffffffu, acc, 1);
+  acc += __shfl_xor_sync(0xffffffffu, acc, 2);
+  acc += __shfl_xor_sync(0xffffffffu, acc, 4);
+  if (valid && lane8 == 0) dsum[row] = acc;
 }
 
-// ---- backward: dk, dv per key block -----------------------------------------------------------
-// Each warp owns 16 keys (K and V rows as A fragments in registers); per query
-// tile S^T = K Q^T and dP^T = V dO^T, P^T and dS^T = P^T (dP^T - D) rounded to
-// bf16 A fragments, dv += P^T dO, dk += dS^T Q. Q, dO, lse, D double-buffered.
+namespace flash_mma {
+// Scratch of the backward (fp32 words): D (B*NH*T), the dq accumulator
+// (B*NH x tiles x 64 rows x 64), one turn counter per (head, query tile).
+inline size_t backward_tiles(int T_) { return static_cast<size_t>((T_ + kTile - 1) / kTile); }
+inline size_t backward_scratch_floats(int B, int T_, int NH) {
+  const size_t heads = static_cast<size_t>(B) * NH, tiles = backward_tiles(T_);
+  return heads * T_ + heads * tiles * kTile * kHead + heads * tiles;
+}
+constexpr size_t backward_smem() { return 7 * kTileBytes + 4 * kTile * sizeof(float); }  // K V | Q dO x 2 | dS | lse D x 2
+
+// Waits until *turn == want (thread 0; the block then passes a __syncthreads).
+// A turn that never comes (a block not scheduled, a bug) ends the launch with an
+// error after ~30 s instead of hanging.
+__device__ inline void wait_for_turn(const int* turn, int want) {
+#if defined(__CUDA_ARCH__)
+  const long long start = clock64();
+  int now;
+  for (;;) {
+    asm volatile("ld.acquire.gpu.global.s32 %0, [%1];\n" : "=r"(now) : "l"(turn) : "memory");
+    if (now == want) break;
+    __nanosleep(64);
+    if (clock64() - start > 60LL * 1000 * 1000 * 1000) __trap();
+  }
+#elif GPT2_EMULATED
+  emu::ptx::wait_for_value(turn, want, "flash backward: a key block's turn on a dq tile never came");
+#endif
+}
+__device__ inline void pass_turn(int* turn, int next) {
+#if defined(__CUDA_ARCH__)
+  asm volatile("st.release.gpu.global.s32 [%0], %1;\n" ::"l"(turn), "r"(next) : "memory");
+#elif GPT2_EMULATED
+  __atomic_store_n(turn, next, __ATOMIC_RELEASE);
+#endif
+}
+}  // namespace flash_mma
+
+// grid (key blocks, B*NH); block x holds key block nkb-1-x (the last key block first).
 __global__ void __launch_bounds__(flash_mma::kThreads)
-    flash_backward_dkdv_mma_kernel(__nv_bfloat16* dqkv, const __nv_bfloat16* dout, const __nv_bfloat16* qkv,
-                                   const float* lse, const float* dsum, int T_, int C, int NH, float scale,
-                                   bool packed) {
+    flash_backward_mma_kernel(__nv_bfloat16* dqkv, float* scratch, const __nv_bfloat16* dout,
+                              const __nv_bfloat16* qkv, const float* lse, int T_, int C, int NH, float scale,
+                              bool packed) {
   using namespace flash_mma;
   DYNAMIC_SHARED(unsigned char, smem);
   bf16* sK = reinterpret_cast<bf16*>(smem);
   bf16* sV = sK + kTile * kLd;
   bf16* sQ[2] = {sK + 2 * kTile * kLd, sK + 3 * kTile * kLd};
   bf16* sdO[2] = {sK + 4 * kTile * kLd, sK + 5 * kTile * kLd};
-  float* sLD = reinterpret_cast<float*>(sK + 6 * kTile * kLd);  // [buffer][lse 64 | D 64]
-  const int nqb = gridDim.x, kb = blockIdx.x, bh = blockIdx.y, b = bh / NH, h = bh % NH;
+  bf16* sdS = sK + 6 * kTile * kLd;                              // dS^T [key][query]
+  float* sLD = reinterpret_cast<float*>(sK + 7 * kTile * kLd);  // [buffer][lse 64 | D 64]
+  const int nqb = gridDim.x, kb = nqb - 1 - blockIdx.x, bh = blockIdx.y, b = bh / NH, h = bh % NH;
   const int hs = C / NH, k0 = kb * kTile, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int row0 = warp * 16, kg = k0 + row0 + lane / 4, t = lane % 4;  // this lane's keys: kg, kg + 8
+  const int row0 = warp * 16, g = lane / 4, t = lane % 4, kg = k0 + row0 + g;  // this lane's keys: kg, kg + 8
+  const size_t heads = size_t(gridDim.y);
+  const float* dsum = scratch;
+  float* dq_acc = scratch + heads * T_ + size_t(bh) * nqb * kTile * kHead;  // [tile][64][64]
+  int* turns = reinterpret_cast<int*>(scratch + heads * T_ + heads * nqb * kTile * kHead) + size_t(bh) * nqb;
   const bf16* base = qkv + size_t(b) * T_ * 3 * C + size_t(h) * hs;
   const bf16* dbase = dout + size_t(b) * T_ * C + size_t(h) * hs;
-  // lse and D of query tile qt into buffer qt%2 (plain loads: rows of T_ floats are not 16-byte aligned)
-  auto stage_rows = [&](int qt) {
+  bf16* drow = dqkv + size_t(b) * T_ * 3 * C + size_t(h) * hs;
+  auto stage_rows = [&](int qt) {  // lse and D of query tile qt (plain loads: rows of T_ floats are unaligned)
     for (int i = threadIdx.x; i < 2 * kTile; i += kThreads) {
       const int q = qt * kTile + i % kTile;
       sLD[(qt % 2) * 2 * kTile + i] = q < T_ ? (i < kTile ? lse : dsum)[size_t(bh) * T_ + q] : 0.0f;
@@ -367,9 +378,9 @@ __global__ void __launch_bounds__(flash_mma::kThreads)
   };
   stage_tile(sK, base + C, 3 * C, k0, T_, hs, packed);
   stage_tile(sV, base + 2 * C, 3 * C, k0, T_, hs, packed);
-  stage_pair(sQ[kb % 2], base, 3 * C, sdO[kb % 2], dbase, C, kb * kTile, T_, hs, packed);
+  stage_pair(sQ[kb % 2], base, 3 * C, sdO[kb % 2], dbase, C, k0, T_, hs, packed);
   stage_rows(kb);
-  uint32_t kf[4][4], vf[4][4];
+  uint32_t kf[4][4];  // K's A fragments stay in registers; V's are read per tile (register pressure)
   float dk[8][4] = {}, dv[8][4] = {};
   for (int qt = kb; qt < nqb; qt++) {
     if (qt + 1 < nqb) {
@@ -380,32 +391,67 @@ __global__ void __launch_bounds__(flash_mma::kThreads)
       mma::cp_async_wait<0>();
     }
     __syncthreads();
-    if (qt == kb) {
-      load_rows(kf, sK, row0);
-      load_rows(vf, sV, row0);
-    }
+    if (qt == kb) load_rows(kf, sK, row0);
     const bf16* Q = sQ[qt % 2];
     const bf16* dO = sdO[qt % 2];
     const float* L = sLD + (qt % 2) * 2 * kTile;
-    float p[8][4] = {}, dp[8][4] = {};
-    mma_rows_n(p, kf, Q);
-    mma_rows_n(dp, vf, dO);
+    float p[8][4] = {}, ds[8][4] = {};
+    mma_rows_n(p, kf, Q);    // S^T
+    mma_rows_n(ds, sV, row0, dO);  // dP^T
     FLASH_MMA_UNROLL
     for (int n = 0; n < 8; n++)
       FLASH_MMA_UNROLL
       for (int e = 0; e < 4; e++) {
         const int c = n * 8 + 2 * t + e % 2, q = qt * kTile + c, key = kg + 8 * (e / 2);
         p[n][e] = (key <= q && q < T_) ? expf(p[n][e] * scale - L[c]) : 0.0f;
-        dp[n][e] = p[n][e] * (dp[n][e] - L[kTile + c]);  // dS^T
+        ds[n][e] = p[n][e] * (ds[n][e] - L[kTile + c]);  // dS^T
       }
     uint32_t pf[4][4], dsf[4][4];
     to_a_fragments(pf, p);
-    to_a_fragments(dsf, dp);
+    to_a_fragments(dsf, ds);
     mma_rows_k(dv, pf, dO);
     mma_rows_k(dk, dsf, Q);
-    __syncthreads();  // buffer qt%2 is free for tile qt+2
+    // dS^T (bf16, as rounded for the products above) to shared; dq's part: dS K, 16 query rows per warp
+    FLASH_MMA_UNROLL
+    for (int kk = 0; kk < 4; kk++) {
+      *reinterpret_cast<uint32_t*>(sdS + (row0 + g) * kLd + kk * 16 + 2 * t) = dsf[kk][0];
+      *reinterpret_cast<uint32_t*>(sdS + (row0 + g + 8) * kLd + kk * 16 + 2 * t) = dsf[kk][1];
+      *reinterpret_cast<uint32_t*>(sdS + (row0 + g) * kLd + kk * 16 + 8 + 2 * t) = dsf[kk][2];
+      *reinterpret_cast<uint32_t*>(sdS + (row0 + g + 8) * kLd + kk * 16 + 8 + 2 * t) = dsf[kk][3];
+    }
+    __syncthreads();
+    float dq[8][4] = {};
+    uint32_t af[4][4];
+    FLASH_MMA_UNROLL
+    for (int kk = 0; kk < 4; kk++) load_a_transposed(af[kk], sdS, kk * 16, row0);
+    mma_rows_k(dq, af, sK);
+    // add this part to the tile's sum in turn: diagonal block first, key block 0 last
+    const int turn = qt - kb;
+    if (threadIdx.x == 0 && turn > 0) wait_for_turn(turns + qt, turn);
+    __syncthreads();
+    float* acc = dq_acc + size_t(qt) * kTile * kHead + size_t(row0) * kHead;
+    FLASH_MMA_UNROLL
+    for (int n = 0; n < 8; n++)
+      FLASH_MMA_UNROLL
+      for (int r = 0; r < 2; r++) {
+        float2* cell = reinterpret_cast<float2*>(acc + (g + 8 * r) * kHead + n * 8 + 2 * t);
+        float2 v = make_float2(dq[n][2 * r], dq[n][2 * r + 1]);
+        if (turn > 0) {
+          const float2 old = __ldcg(cell);
+          v.x = old.x + v.x, v.y = old.y + v.y;
+        }
+        dq[n][2 * r] = v.x, dq[n][2 * r + 1] = v.y;
+        if (kb > 0) __stcg(cell, v);
+      }
+    if (kb == 0) {  // the last part: dq = scale * sum, stored once
+      store_rows(drow, size_t(3) * C, qt * kTile + row0, T_, hs, packed, sdS + row0 * kLd, dq, scale, scale);
+    } else {
+      __threadfence();
+      __syncthreads();
+      if (threadIdx.x == 0) pass_turn(turns + qt, turn + 1);
+    }
+    __syncthreads();  // buffers qt%2 and dS are free for the next tile
   }
-  bf16* drow = dqkv + size_t(b) * T_ * 3 * C + size_t(h) * hs;
   store_rows(drow + C, size_t(3) * C, k0 + row0, T_, hs, packed, sK + row0 * kLd, dk, scale, scale);
   store_rows(drow + 2 * C, size_t(3) * C, k0 + row0, T_, hs, packed, sV + row0 * kLd, dv, 1.0f, 1.0f);
 }

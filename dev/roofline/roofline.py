@@ -214,6 +214,9 @@ def memory_table(c):
         lse_floats = B * NH * T
         saved = lse_floats * (4 // s)   # fp32 LSE in storage-type elements
         scratch, scratch_e = lse_floats, 4  # D, fp32 (kScratch)
+        if s == 2:  # bf16 (flash_mma.cuh): D, the dq accumulator per query tile, a turn counter per tile
+            tiles = B * NH * ((T + 63) // 64)
+            scratch = lse_floats + tiles * 64 * 64 + tiles
     else:
         saved = B * NH * T * T
         S = B * NH * T * T
@@ -365,7 +368,16 @@ def step_ops(c):
             f1 = gemm_full * tile_frac * (64.0 / hs if hs < 64 else 1.0)
             peak = PEAK_BF16 if bf16 else PEAK_FP32_SIMT
             lse = B * NH * T * 4
-            # dq kernel: pass 1 (S, dP -> D), pass 2 (S, dP, dS K): 5 GEMMs
+            if bf16:  # backend/cuda/flash_mma.cuh: FlashAttention-2's order
+                # D = rowsum(dout * out): reads both once
+                add("flash_backward_dsum", 2 * E, 2 * E * s + lse, peak, EFF_ATTN_BWD)
+                # one kernel per key block: S^T, dP^T, dv, dk and dq's part dS K (5 GEMMs); the
+                # parts of dq add up in an fp32 accumulator (written and read back once from DRAM,
+                # the per-tile-pair traffic is in the profile's L2 term)
+                acc = B * NH * ((T + 63) // 64) * 64 * 64 * 4
+                add("flash_backward", 5 * f1, 3 * E * s + E * s + 2 * lse + 3 * E * s + 2 * acc, peak, EFF_ATTN_BWD)
+                return
+            # fp32 storage (flash_attention.cuh): the dq kernel, pass 1 (S, dP -> D), pass 2 (S, dP, dS K): 5 GEMMs
             add("flash_backward_dq", 5 * f1, 3 * E * s + E * s + lse + lse + E * s, peak, EFF_ATTN_BWD)
             # dk/dv kernel: S^T, dP^T, P^T dO, dS^T Q: 4 GEMMs
             add("flash_backward_dkdv", 4 * f1, 3 * E * s + E * s + 2 * lse + 2 * E * s, peak, EFF_ATTN_BWD)
@@ -474,6 +486,10 @@ def profile_rows_for(op, rows):
         return case("sum_squares")
     if word == "flash_forward":
         return case("attention_forward")
+    if word == "flash_backward":
+        return case("attention_backward", kernel="flash_backward_mma")
+    if word == "flash_backward_dsum":
+        return case("attention_backward", kernel="dsum")
     if word == "flash_backward_dq":
         return case("attention_backward", kernel="backward_dq_")
     if word == "flash_backward_dkdv":

@@ -318,7 +318,7 @@ class AttentionBackward : public OpCase {
     c.be.attention_forward(out_, saved_, c.in[1], B_, T_, C_, NH_);
   }
   void run(Ctx& c) override {
-    c.be.attention_backward(c.out[0], scratch_, c.in[0], c.in[1], saved_, B_, T_, C_, NH_);
+    c.be.attention_backward(c.out[0], scratch_, c.in[0], out_, c.in[1], saved_, B_, T_, C_, NH_);
   }
   std::vector<DVec> reference() const override {
     AttentionRef r{B_, T_, C_, NH_, inputs[1].data};

@@ -177,10 +177,10 @@ void CheckedBackend::attention_forward(Tensor out, Tensor saved, Tensor qkv, int
   check("attention_forward", shape({{"B", B}, {"T", T}, {"C", C}, {"NH", NH}}), {out}, ref);
 }
 
-void CheckedBackend::attention_backward(Tensor dqkv, Tensor scratch, Tensor dout, Tensor qkv, Tensor saved, int B,
-                                        int T, int C, int NH) {
-  const auto ref = bf16ref::attention_backward(get(dout), get(qkv), B, T, C, NH);
-  inner_.attention_backward(dqkv, scratch, dout, qkv, saved, B, T, C, NH);
+void CheckedBackend::attention_backward(Tensor dqkv, Tensor scratch, Tensor dout, Tensor out, Tensor qkv,
+                                        Tensor saved, int B, int T, int C, int NH) {
+  const auto ref = bf16ref::attention_backward(get(dout), get(out), get(qkv), B, T, C, NH);
+  inner_.attention_backward(dqkv, scratch, dout, out, qkv, saved, B, T, C, NH);
   check("attention_backward", shape({{"B", B}, {"T", T}, {"C", C}, {"NH", NH}}), {dqkv}, ref);
 }
 

@@ -80,8 +80,8 @@ class CheckedBackend : public Backend {
   size_t attention_scratch_numel(int B, int T, int NH) const override {
     return inner_.attention_scratch_numel(B, T, NH);
   }
-  void attention_backward(Tensor dqkv, Tensor scratch, Tensor dout, Tensor qkv, Tensor saved, int B, int T,
-                          int C, int NH) override;
+  void attention_backward(Tensor dqkv, Tensor scratch, Tensor dout, Tensor out, Tensor qkv, Tensor saved, int B,
+                          int T, int C, int NH) override;
   void gelu_forward(Tensor out, Tensor inp, size_t n) override;
   void gelu_backward(Tensor dinp, Tensor inp, Tensor dout, size_t n) override;
   void residual_forward(Tensor out, Tensor a, Tensor b, size_t n) override;

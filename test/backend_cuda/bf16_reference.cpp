@@ -466,10 +466,12 @@ std::vector<Output> flash_attention_forward(const Vec& qkv, int B, int T, int C,
 }
 
 // backward: P = exp(s - lse) recomputed in fp32 (lse = m + log l from the
-// forward); D = sum_j P dP (fp32); dS = P (dP - D) rounded to bf16; dq = scale
+// forward); D = sum_d dy out (FlashAttention-2's: the forward's bf16 out, exact
+// products summed in fp32); dS = P (dP - D) rounded to bf16; dq = scale
 // sum dS k, dk = scale sum dS^T q (fp32 sums of bf16 dS, the scale after the
 // sum); dv = sum bf16(P)^T dy. Each stored once in bf16.
-std::vector<Output> flash_attention_backward(const Vec& dout, const Vec& qkv, int B, int T, int C, int NH) {
+std::vector<Output> flash_attention_backward(const Vec& dout, const Vec& out, const Vec& qkv, int B, int T, int C,
+                                            int NH) {
   const int hs = C / NH;
   const double scale = attention_scale(hs);
   const Heads H{qkv, T, C, hs};
@@ -486,7 +488,12 @@ std::vector<Output> flash_attention_backward(const Vec& dout, const Vec& qkv, in
         const double logL = std::log(r.L), lse = r.M + logL;
         // the kernel's lse: its m (<= ds_max off), log of its l (eL), logf, the add
         const double dlse = r.ds_max + r.eL + op_err(2, std::fabs(logL)) + op_err(1, std::fabs(r.M) + std::fabs(logL));
-        double D = 0, dD = 0, D_mag = 0;
+        double D = 0, D_mag = 0;
+        for (int d = 0; d < hs; d++) {
+          const double x = dy(b, t, h, d) * out[(size_t(b) * T + t) * C + h * hs + d];
+          D += x, D_mag += std::fabs(x);
+        }
+        const double dD = sum_err(hs, D_mag);
         for (int j = 0; j <= t; j++) {
           p[j] = std::exp(r.s[j] - lse);
           dpe[j] = p[j] * std::expm1(r.ds[j] + dlse + op_err(std::fabs(r.s[j] - lse) + 2, 1.0));
@@ -497,11 +504,7 @@ std::vector<Output> flash_attention_backward(const Vec& dout, const Vec& qkv, in
             acc += x, mag += std::fabs(x);
           }
           dP[j] = acc, ddP[j] = sum_err(hs, mag);
-          D += p[j] * dP[j];
-          D_mag += p[j] * std::fabs(dP[j]);
-          dD += dpe[j] * std::fabs(dP[j]) + p[j] * ddP[j];
         }
-        dD += sum_err(t + 2, D_mag);  // t+1 products of fp32 P and dP, summed
         for (int j = 0; j <= t; j++) {
           const double v = p[j] * (dP[j] - D);
           const double dv = dpe[j] * std::fabs(dP[j] - D) + p[j] * (ddP[j] + dD) +
@@ -543,8 +546,8 @@ std::vector<Output> attention_forward(const Vec& qkv, int B, int T, int C, int N
   return flash_attention_selected() ? flash_attention_forward(qkv, B, T, C, NH)
                                     : classic_attention_forward(qkv, B, T, C, NH);
 }
-std::vector<Output> attention_backward(const Vec& dout, const Vec& qkv, int B, int T, int C, int NH) {
-  return flash_attention_selected() ? flash_attention_backward(dout, qkv, B, T, C, NH)
+std::vector<Output> attention_backward(const Vec& dout, const Vec& out, const Vec& qkv, int B, int T, int C, int NH) {
+  return flash_attention_selected() ? flash_attention_backward(dout, out, qkv, B, T, C, NH)
                                     : classic_attention_backward(dout, qkv, B, T, C, NH);
 }
 

@@ -27,7 +27,9 @@
 //             not the correctly rounded ref. Over all op cases (BF16_STATS=1):
 //             layernorm_backward dinp 4 of 57758 (1 ulp), matmul_forward out 2
 //             of 50528 (2 ulp, cancellation), matmul_backward dinp 2 of 31934
-//             (1 ulp), attention_backward dqkv 4 of 71472 (1 ulp), attention
+//             (1 ulp), attention_backward dqkv 82 of 71472 (FlashAttention-2's
+//             D: elements zero in exact arithmetic, e.g. dq of row 0, are
+//             rounding noise within their fp32 allowance), attention
 //             forward at T=130 10 of 23824 (<= 2 ulp, a P rounded the other
 //             way); every other output of every op: 0 (all correctly rounded).
 //   one training step (CudaBf16Model)
@@ -167,14 +169,19 @@ INSTANTIATE_TEST_SUITE_P(AllOps, CudaBf16Ops, ::testing::ValuesIn(bf16_op_names(
                          [](const auto& info) { return info.param; });
 
 // ---- strength of the check: a bug confined to the smallest elements -------------------------
-// For two forward and four backward outputs: the honest output passes the new
+// For two forward and three backward outputs: the honest output passes the new
 // bound and the old one; the same output with its smallest-magnitude 1% of
 // elements multiplied by 1.1 (and stored in bf16) fails the new bound, at 80%
 // or more of those elements (91-100% measured), and still passes the old
 // bound (1e-2 |cpu| + 1e-2 rms(cpu)). The new bound can only miss an element
 // whose 10% is within the worst-case fp32 error of the sum it comes from (a
 // near-zero result of a cancelling sum); the PERTURB line shows how small
-// those are.
+// those are. Not attention_backward: with FlashAttention-2's D = rowsum(dout *
+// out) from the bf16 out, its smallest elements (dq of row 0, zero in exact
+// arithmetic: dS = dP - D) are rounding noise, and its honest output differs
+// from the fp32 CPU backend's by up to ~1% of the rms where dP ~ D (D carries
+// out's bf16 rounding, as in PyTorch's flash backward); its derived bound is
+// checked everywhere else (CudaBf16Ops, CudaFlashAttention).
 struct StrengthCase {
   const char* op;
   const char* params;  // which case of the op
@@ -187,7 +194,6 @@ TEST(CudaBf16Strength, SmallElementBugFailsNewBoundPassesOld) {
       {"matmul_forward", "N=64,C=96,OC=288,bias", 0},     // out
       {"matmul_backward", "N=33,C=40,OC=67,bias", 0},     // dinp
       {"matmul_backward", "N=33,C=40,OC=67,bias", 1},     // dw
-      {"attention_backward", "B=2,T=17,C=64,NH=2", 0},    // dqkv
       {"layernorm_backward", "N=70,C=96", 0},             // dinp
   };
   auto cpu = make_cpu_backend(0);

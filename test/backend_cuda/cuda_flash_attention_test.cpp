@@ -12,7 +12,8 @@
 //         with its bf16 roundings; bf16_reference.h), no other slack;
 //   both: the same bits under the three emulator run orders (no atomics), every
 //         element of out and dqkv written (NaN poison before the call).
-// Also: saved/scratch sizes of each path, kClassic still selectable, and the
+// bf16: the same bits with 1 worker and with 4 taking blocks in descending order
+// (the backward's ordered dq sums wait across blocks). Also: saved/scratch sizes of each path, kClassic still selectable, and the
 // flash path refusing a head size above 64.
 #include <gtest/gtest.h>
 
@@ -21,6 +22,7 @@
 #include <cstring>
 #include <limits>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "emu/control.h"
@@ -119,7 +121,7 @@ struct Call {
     be.upload(out, nan_out.data());
     be.upload(dqkv, nan_dqkv.data());
     be.attention_forward(out, saved, qkv, s.B, s.T, s.C, s.NH);
-    be.attention_backward(dqkv, scratch, dout, qkv, saved, s.B, s.T, s.C, s.NH);
+    be.attention_backward(dqkv, scratch, dout, out, qkv, saved, s.B, s.T, s.C, s.NH);
     o->resize(out.numel);
     dq->resize(dqkv.numel);
     be.download(o->data(), out);
@@ -193,17 +195,16 @@ TEST(CudaFlashAttention, Bf16MatchesFlashReferencePerElement) {
     for (auto& x : qkv) x = bf16ref::round_bf16(x);  // what the device holds
     for (auto& x : dy) x = bf16ref::round_bf16(x);
     std::vector<bf16ref::Output> ref_out, ref_dq;
-    {
-      ScopedEnv flash_reference("GPT2_ATTENTION", "flash");  // bf16ref follows GPT2_ATTENTION
-      ref_out = bf16ref::attention_forward(qkv, s.B, s.T, s.C, s.NH);
-      ref_dq = bf16ref::attention_backward(dy, qkv, s.B, s.T, s.C, s.NH);
-    }
+    ScopedEnv flash_reference("GPT2_ATTENTION", "flash");  // bf16ref follows GPT2_ATTENTION
+    ref_out = bf16ref::attention_forward(qkv, s.B, s.T, s.C, s.NH);
     std::vector<float> first_out, first_dq;
     for (RunOrder order : {RunOrder::kForward, RunOrder::kReverse, RunOrder::kRandom}) {
       emu::ScopedRunOrder scoped(order, 5);
       Call c(*cuda, s);
       std::vector<float> out, dq;
       c.run(s, qkv, dy, &out, &dq);
+      // the backward's reference takes the out it was given (D = rowsum(dy out))
+      if (ref_dq.empty()) ref_dq = bf16ref::attention_backward(dy, out, qkv, s.B, s.T, s.C, s.NH);
       std::string problems;
       EXPECT_EQ(bf16ref::compare(out, ref_out[0], s.str() + " out", &problems).failures, 0u) << problems;
       EXPECT_EQ(bf16ref::compare(dq, ref_dq[0], s.str() + " dqkv", &problems).failures, 0u) << problems;
@@ -217,13 +218,44 @@ TEST(CudaFlashAttention, Bf16MatchesFlashReferencePerElement) {
   }
 }
 
+// The bf16 backward adds each query tile's dq parts in a fixed order, a key block
+// waiting for its turn on a counter: with the 4 key blocks of a head running at
+// once on 4 emulator workers, taken in descending order (key block 0, the last
+// in every tile's order, starts first, so each block really waits), the same
+// bits as one block at a time in the GPU's order.
+TEST(CudaFlashAttention, Bf16BackwardSameBitsWithConcurrentBlocks) {
+  auto cuda = make(true);
+  optest::Rng rng(20261127);
+  const Shape s{2, 200, 128, 2, 1.0, false};  // 4 key tiles per head
+  const size_t n = size_t(s.B) * s.T * s.C;
+  std::vector<float> qkv = randn(rng, 3 * n, 1.0), dy = randn(rng, n, 1.0);
+  for (auto& x : qkv) x = bf16ref::round_bf16(x);
+  for (auto& x : dy) x = bf16ref::round_bf16(x);
+  std::vector<float> out[2], dq[2];
+  const int workers[2] = {1, 4};
+  for (int i = 0; i < 2; i++) {
+    emu::set_worker_threads(workers[i]);
+    emu::set_block_dispatch(i == 0 ? emu::BlockDispatch::kAscending : emu::BlockDispatch::kDescending);
+    Call c(*cuda, s);
+    c.run(s, qkv, dy, &out[i], &dq[i]);
+  }
+  emu::set_block_dispatch(emu::BlockDispatch::kAscending);
+  const char* env = std::getenv("GPT2_EMU_THREADS");
+  emu::set_worker_threads(env ? std::atoi(env) : static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
+  EXPECT_TRUE(same_bits(out[0], out[1]));
+  EXPECT_TRUE(same_bits(dq[0], dq[1])) << "dqkv depends on how many blocks run at once";
+  for (float x : dq[1]) ASSERT_TRUE(std::isfinite(x));
+}
+
 TEST(CudaFlashAttention, SavedAndScratchSizes) {
   const int B = 3, T = 17, NH = 4;
   const size_t rows = size_t(B) * NH * T;
   EXPECT_EQ(make(false)->attention_saved_numel(B, T, NH), rows);          // fp32 lse
   EXPECT_EQ(make(true)->attention_saved_numel(B, T, NH), 2 * rows);       // the same bytes in bf16 elements
   EXPECT_EQ(make(false)->attention_scratch_numel(B, T, NH), rows);        // D
-  EXPECT_EQ(make(true)->attention_scratch_numel(B, T, NH), rows);
+  // bf16: D, the dq accumulator (per head: query tiles of 64 rows x 64), a turn counter per head and tile
+  const size_t heads = size_t(B) * NH, tiles = (T + 63) / 64;
+  EXPECT_EQ(make(true)->attention_scratch_numel(B, T, NH), rows + heads * tiles * 64 * 64 + heads * tiles);
   EXPECT_EQ(make(false, CudaAttention::kClassic)->attention_saved_numel(B, T, NH), rows * T);  // P
   EXPECT_EQ(make(true, CudaAttention::kClassic)->attention_saved_numel(B, T, NH), rows * T);
 }
