@@ -18,7 +18,8 @@ rm -f "$out/log.jsonl"
   --model d4 --config n_layer=4,n_head=4,n_embd=256,max_seq=128 \
   -B 8 -T 128 --max-steps 300 --lr 1e-3 --warmup-steps 20 --lr-schedule cosine --weight-decay 0.1 \
   --val-every 50 --val-steps 16 --sample-every 100 --gen-tokens 64 --top-k 40 \
-  --output-dir "$out" --checkpoint-every 100 --keep-checkpoints 1 --log-jsonl "$out/log.jsonl" "$@" \
+  --output-dir "$out" --overwrite-output-dir --checkpoint-every 100 --keep-checkpoints 1 \
+  --log-jsonl "$out/log.jsonl" "$@" \
   | tee "$out/train.log"
 /usr/bin/python3 scripts/plot_log.py "$out/log.jsonl" -o "$out/loss.png" --smooth 10
 echo "done: model $out/model.bin, loss curve $out/loss.png"

@@ -447,13 +447,14 @@ int64_t CheckpointDir::select_resume_step(Communicator& comm, bool fallback, con
   return step;
 }
 
-void CheckpointDir::prune(int keep) const {
+void CheckpointDir::prune(int keep, uint64_t written) const {
   std::vector<uint64_t> done = complete_steps();
   if (done.empty()) return;
   const uint64_t newest = done.back();
   std::vector<uint64_t> remove_steps;
   if (keep > 0 && done.size() > static_cast<size_t>(keep))
-    remove_steps.assign(done.begin(), done.end() - keep);
+    for (auto it = done.begin(); it != done.end() - keep; ++it)
+      if (*it != written) remove_steps.push_back(*it);
   // Leftovers of incomplete checkpoints (a crash mid-save) older than the newest complete one.
   DIR* d = opendir(dir_.c_str());
   std::vector<std::string> names;
@@ -475,6 +476,24 @@ void CheckpointDir::prune(int keep) const {
     const bool doomed = std::find(remove_steps.begin(), remove_steps.end(), step) != remove_steps.end();
     if (doomed || (!complete && step < newest)) std::remove((dir_ + "/" + name).c_str());
   }
+}
+
+std::vector<uint64_t> CheckpointDir::remove_all() const {
+  const std::vector<uint64_t> done = complete_steps();
+  for (uint64_t step : done) std::remove(done_path(step).c_str());  // markers first
+  DIR* d = opendir(dir_.c_str());
+  std::vector<std::string> names;
+  if (d) {
+    while (dirent* e = readdir(d)) names.push_back(e->d_name);
+    closedir(d);
+  }
+  for (const std::string& name : names) {
+    uint64_t step;
+    if (std::sscanf(name.c_str(), "DONE_%" SCNu64, &step) == 1 || std::sscanf(name.c_str(), "model_%" SCNu64, &step) == 1 ||
+        std::sscanf(name.c_str(), "state_%" SCNu64, &step) == 1 || name == "model.bin")
+      std::remove((dir_ + "/" + name).c_str());
+  }
+  return done;
 }
 
 void load_resharded_moments(const CheckpointDir& ckpt, uint64_t step, uint32_t old_world, uint64_t begin,

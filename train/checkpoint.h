@@ -132,8 +132,13 @@ class CheckpointDir {
   int64_t select_resume_step(Communicator& comm, bool fallback, const Notify& note) const;
 
   // Keeps the newest `keep` complete checkpoints (0 = all) and removes files of
-  // incomplete checkpoints older than the newest complete one.
-  void prune(int keep) const;
+  // incomplete checkpoints older than the newest complete one; never the
+  // checkpoint of step `written` (the one just written).
+  void prune(int keep, uint64_t written) const;
+  // Removes every checkpoint (markers first, then model_N/state_N files and
+  // leftovers; DIR/model.bin too): a new run replacing the old one. Returns the
+  // complete steps it removed.
+  std::vector<uint64_t> remove_all() const;
 
  private:
   uint64_t pick_resume_step(bool fallback, const Notify& note) const;

@@ -112,10 +112,11 @@ const std::vector<OptionSpec>& option_table() {
       {"weight-decay", 0, "X", "AdamW decoupled weight decay on matmul weights and embeddings [0]", FLT(weight_decay, "weight-decay", 0.0, 10.0)},
       {"beta1", 0, "X", "AdamW beta1 [0.9]", FLT(beta1, "beta1", 0.0, 0.999999)},
       {"beta2", 0, "X", "AdamW beta2 [0.95]", FLT(beta2, "beta2", 0.0, 0.999999)},
-      {"adam-eps", 0, "X", "AdamW epsilon [1e-8]", FLT(adam_eps, "adam-eps", 0.0, 1.0)},
+      {"adam-eps", 0, "X", "AdamW epsilon, in (0, 1] (0 divides by a zero second moment) [1e-8]", [](TrainOptions& o, const char* v) { o.adam_eps = parse_float("adam-eps", v, -1e30, 1e30); if (!(o.adam_eps > 0.0f && o.adam_eps <= 1.0f)) bad_value("adam-eps", v, "a number in (0, 1]"); }, [](const TrainOptions& o) { return fmt(o.adam_eps); }},
       {"grad-clip", 0, "X", "clip the global gradient norm to X; 0 disables [1.0]", FLT(grad_clip, "grad-clip", 0.0, 1e9)},
       {"max-steps", 0, "N", "optimizer steps (in all, counting those before a --resume); -1 = one epoch of the training data [-1]", [](TrainOptions& o, const char* v) { o.max_steps = static_cast<int>(parse_int("max-steps", v, -1, 1 << 30)); if (o.max_steps == 0) throw std::runtime_error("--max-steps must be positive, or -1 for one epoch"); }, [](const TrainOptions& o) { return std::to_string(o.max_steps); }},
       {"on-nan", 0, "skip|stop", "non-finite loss or gradient norm: skip the update, or stop with an error (checkpoints kept) [stop]", [](TrainOptions& o, const char* v) { o.on_nan = choice("on-nan", v, {"skip", "stop"}); }, [](const TrainOptions& o) { return o.on_nan; }},
+      {"max-nan-skips", 0, "N", "--on-nan skip: stop with an error after N consecutive skipped steps [10]", INT(max_nan_skips, "max-nan-skips", 1, 1 << 30)},
       {"seed", 0, "N", "seed for init, data shuffling and sampling [1337]", INT(seed, "seed", 0, kBig)},
       // evaluation and sampling
       {"val-every", 0, "N", "validation every N steps and at the end; 0 disables [20]", INT(val_every, "val-every", 0, 1 << 30)},
@@ -140,6 +141,7 @@ const std::vector<OptionSpec>& option_table() {
       {"checkpoint-every", 0, "N", "checkpoint every N steps (and always at the end) [0]", INT(checkpoint_every, "checkpoint-every", 0, 1 << 30)},
       {"keep-checkpoints", 0, "K", "keep the newest K checkpoints; 0 keeps all [0]", INT(keep_checkpoints, "keep-checkpoints", 0, 1 << 30)},
       {"resume", 0, nullptr, "continue from the newest complete checkpoint in --output-dir", FLAG(resume)},
+      {"overwrite-output-dir", 0, nullptr, "start a new run in an --output-dir that holds another run's checkpoints, deleting them first (without it such a directory is refused: --resume continues that run)", FLAG(overwrite_output_dir)},
       {"resume-fallback", 0, nullptr, "--resume, and if the newest checkpoint fails its checksums, resume from the newest one that passes (warning) instead of stopping", [](TrainOptions& o, const char*) { o.resume = o.resume_fallback = true; }, [](const TrainOptions& o) { return std::string(o.resume_fallback ? "yes" : "no"); }},
       {"reset-schedule", 0, nullptr, "with --resume: define the lr schedule from this run's flags (--lr, --lr-schedule, --warmup-steps, --final-lr-frac, --wsd-decay-frac, --max-steps) instead of keeping the checkpoint's; the step count continues", FLAG(reset_schedule)},
       {"save-dtype", 0, "fp32|bf16", "element type of saved model files (llm.c v3 / v5) [fp32]", [](TrainOptions& o, const char* v) { o.save_dtype = choice("save-dtype", v, {"fp32", "bf16"}); }, [](const TrainOptions& o) { return o.save_dtype; }},
@@ -251,6 +253,10 @@ bool parse_train_options(int argc, char** argv, TrainOptions* opts) {
     throw std::runtime_error("--config applies to dN presets, not to --init-from weights");
   if (opts->resume && opts->output_dir.empty())
     throw std::runtime_error("--resume needs --output-dir (where the checkpoints are)");
+  if (opts->overwrite_output_dir && opts->output_dir.empty())
+    throw std::runtime_error("--overwrite-output-dir needs --output-dir");
+  if (opts->overwrite_output_dir && opts->resume)
+    throw std::runtime_error("--overwrite-output-dir deletes the checkpoints that --resume continues: give one");
   check_modes(*opts);
   return true;
 }

@@ -33,6 +33,7 @@ struct TrainOptions {
   float grad_clip = 1.0f;             // <= 0 disables clipping
   int max_steps = -1;                 // -1: one epoch of the training data (0 is refused)
   std::string on_nan = "stop";        // skip | stop
+  int max_nan_skips = 10;             // --on-nan skip: consecutive skipped steps before stopping
   uint64_t seed = 1337;
   // evaluation and sampling
   int val_every = 20;                 // 0 disables
@@ -56,6 +57,7 @@ struct TrainOptions {
   int checkpoint_every = 0;           // 0: only at the end
   int keep_checkpoints = 0;           // 0: keep all
   bool resume = false;
+  bool overwrite_output_dir = false;  // a fresh run may delete another run's checkpoints in output_dir
   bool resume_fallback = false;       // corrupt newest checkpoint: resume from an older one
   bool reset_schedule = false;        // --resume: lr schedule from the flags, not the checkpoint
   std::string save_dtype = "fp32";    // fp32 | bf16 for model files

@@ -43,6 +43,22 @@ double seconds_since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
+size_t count_nonfinite(const std::vector<float>& v, size_t* first = nullptr) {
+  size_t bad = 0;
+  for (size_t i = 0; i < v.size(); i++)
+    if (!std::isfinite(v[i]) && bad++ == 0 && first) *first = i;
+  return bad;
+}
+
+// Weights are never loaded with NaN or Inf: every step, and every resume of a
+// checkpoint made from them, would fail again.
+void require_finite(const std::vector<float>& v, const std::string& what) {
+  size_t first = 0;
+  if (const size_t bad = count_nonfinite(v, &first))
+    throw std::runtime_error(what + ": " + std::to_string(bad) + " non-finite value(s), the first at index " +
+                             std::to_string(first));
+}
+
 // ---- test hook: faults of one rank ------------------------------------------------
 // For the fault tests (test/distributed/comm_timeout_test.sh) only, read here and
 // nowhere else: at the start of optimizer step N (1-based, as logged) of rank R,
@@ -242,6 +258,7 @@ class TrainingRun {
 
  private:
   void init_or_resume();
+  void claim_output_dir();
   void resume_from(uint64_t step);
   void log_banner();
   void log_device_memory(int step);
@@ -281,6 +298,7 @@ class TrainingRun {
   int start_step_ = 0;
   int last_step_done_ = 0;
   uint64_t nan_skips_ = 0;
+  int nan_run_ = 0;  // consecutive skipped steps
   Rng sample_rng_;
   std::vector<int32_t> inputs_, targets_;
   double time_sum_ = 0.0;
@@ -332,8 +350,14 @@ TrainingRun::TrainingRun(const TrainOptions& opts, const DistContext& dist, Comm
 void TrainingRun::init_or_resume() {
   const Notify info = [this](const std::string& line) { log_.info(line); };
   if (!opts_.output_dir.empty()) {
-    // Rank 0 creates the directory and locks it for the run (a second run on it fails here).
-    if (main_rank_) ckpt_ = std::make_unique<CheckpointDir>(opts_.output_dir, /*lock=*/true, info);
+    // Rank 0 creates the directory and locks it for the run (a second run on it
+    // fails here); a fresh run into another run's checkpoints is refused or,
+    // with --overwrite-output-dir, replaces them (a refusal's error exit aborts
+    // the ranks waiting in the barrier).
+    if (main_rank_) {
+      ckpt_ = std::make_unique<CheckpointDir>(opts_.output_dir, /*lock=*/true, info);
+      if (!opts_.resume) claim_output_dir();
+    }
     comms_.host.barrier();
     if (!main_rank_) ckpt_ = std::make_unique<CheckpointDir>(opts_.output_dir);
   }
@@ -348,11 +372,30 @@ void TrainingRun::init_or_resume() {
   }
   if (opts_.resume) log_.info("--resume: no complete checkpoint in " + opts_.output_dir + "; starting fresh");
   if (from_file_) {
-    model_.set_parameters(read_model_file(opts_.model).params);
+    ModelFile mf = read_model_file(opts_.model);
+    require_finite(mf.params, opts_.model + ": the initial weights");
+    model_.set_parameters(mf.params);
   } else {
     model_.init_random(opts_.seed);
   }
   optimizer_.attach_master(model_.params());
+}
+
+// A fresh run owns its output directory: another run's checkpoints there would
+// be pruned as "older" or "newer" than this run's, or resumed by mistake.
+void TrainingRun::claim_output_dir() {
+  const std::vector<uint64_t> steps = ckpt_->complete_steps();
+  if (steps.empty()) return;
+  std::string list;
+  for (size_t i = 0; i < steps.size() && i < 4; i++) list += (i ? ", " : "") + std::to_string(steps[i]);
+  if (steps.size() > 4) list += ", ... " + std::to_string(steps.back());
+  if (!opts_.overwrite_output_dir)
+    throw std::runtime_error("--output-dir " + opts_.output_dir + " holds " + std::to_string(steps.size()) +
+                             " checkpoint(s) of another run (steps " + list +
+                             "): --resume continues that run, --overwrite-output-dir deletes them and starts "
+                             "anew, or give another --output-dir");
+  ckpt_->remove_all();
+  log_.info("--overwrite-output-dir: removed the checkpoints of steps " + list + " from " + opts_.output_dir);
 }
 
 void TrainingRun::resume_from(uint64_t step) {
@@ -370,6 +413,7 @@ void TrainingRun::resume_from(uint64_t step) {
                              " total-batch-tokens=" + std::to_string(st.total_batch_tokens) +
                              "; this run has B=" + std::to_string(B) + " T=" + std::to_string(T) +
                              " total-batch-tokens=" + std::to_string(shape_.total_batch));
+  require_finite(mf.params, ckpt_->model_path(step));
   model_.set_parameters(mf.params);
   std::vector<float> m, v, master;
   load_resharded_moments(*ckpt_, step, old_world, optimizer_.begin(), optimizer_.end(), &m, &v, &master);
@@ -459,9 +503,6 @@ void TrainingRun::save_checkpoint(int step) {
   backend_->synchronize();
   const auto t0 = Clock::now();
   std::vector<float> params = model_.get_parameters();
-  if (main_rank_)
-    write_model_file(ckpt_->model_path(step), cfg_, params,
-                     opts_.save_dtype == "bf16" ? kModelVersionBf16 : kModelVersionFp32);
   TrainState st;
   st.step = step;
   st.config = cfg_;
@@ -481,10 +522,23 @@ void TrainingRun::save_checkpoint(int step) {
   st.schedule = schedule_;
   st.loader_state = train_loader_.save_state();
   optimizer_.get_state(&st.m, &st.v, &st.master);
+  // Only finite weights and moments become a checkpoint (every rank checks its
+  // shard; all agree before any file exists): the last good one stays newest.
+  const size_t bad = count_nonfinite(params) + count_nonfinite(st.m) + count_nonfinite(st.v) +
+                     count_nonfinite(st.master);
+  const double bad_all = all_reduce_value(comms_.host, static_cast<double>(bad), ReduceOp::kSum);
+  if (bad_all > 0)
+    throw std::runtime_error("checkpoint step " + std::to_string(step) + " not written: the weights or optimizer "
+                             "moments hold " + std::to_string(static_cast<uint64_t>(bad_all)) +
+                             " non-finite value(s); the last complete checkpoint in " + opts_.output_dir +
+                             " is kept");
+  if (main_rank_)
+    write_model_file(ckpt_->model_path(step), cfg_, params,
+                     opts_.save_dtype == "bf16" ? kModelVersionBf16 : kModelVersionFp32);
   const FileDigest state_digest = write_state_file(ckpt_->state_path(step, dist_.rank), st);
   // Waits for every rank's files; rank 0 writes the marker with all their checksums.
   ckpt_->complete_checkpoint(comms_.host, step, opts_.zero_stage, state_digest);
-  if (main_rank_) ckpt_->prune(opts_.keep_checkpoints);
+  if (main_rank_) ckpt_->prune(opts_.keep_checkpoints, static_cast<uint64_t>(step));
   comms_.host.barrier();
   log_.info("checkpoint step " + std::to_string(step) + " -> " + opts_.output_dir + " (" +
             std::to_string(seconds_since(t0)).substr(0, 5) + " s)");
@@ -565,8 +619,14 @@ bool TrainingRun::train_step(int step) {
   if (finite) {  // the clip scale is read on the device (clip_scale_value)
     optimizer_.step(model_.params(), dp_.shard_grads(model_), lr, dp_.clip_state(), step + 1, hyper_);
     dp_.gather_params(model_);
+    nan_run_ = 0;
   } else {
     nan_skips_++;
+    if (++nan_run_ >= opts_.max_nan_skips)  // the same on every rank: loss and norm are all-reduced
+      throw std::runtime_error("non-finite " + std::string(std::isfinite(loss) ? "gradient norm" : "loss") +
+                               " in " + std::to_string(nan_run_) + " consecutive steps, the last step " +
+                               std::to_string(step + 1) + " (--on-nan skip, --max-nan-skips " +
+                               std::to_string(opts_.max_nan_skips) + "; last checkpoint kept)");
   }
   if (step > start_step_) {  // the first step warms caches and is not representative
     time_sum_ += dt;
@@ -621,6 +681,7 @@ int TrainingRun::finish() {
     }
   }
   if (!opts_.save_hf.empty() && main_rank_) {
+    require_finite(model_.get_parameters(), "--save-hf " + opts_.save_hf + ": the final weights");
     write_hf_checkpoint(opts_.save_hf, cfg_, model_.get_parameters(),
                         opts_.save_dtype == "bf16" ? HfDtype::kBF16 : HfDtype::kF32);
     log_.info("Hugging Face model -> " + opts_.save_hf);

@@ -81,8 +81,8 @@ for name in "$(printf 'model_%08d.bin' $steps)" "$(printf 'state_%08d_00000.bin'
 done
 
 # ---- 2. two runs on one directory ---------------------------------------------------
-start_long() {
-  "$bin" "${common[@]}" --max-steps 100000 --output-dir "$work/shared" > "$work/first.log" 2>&1 &
+start_long() {  # start_long [ARGS...]: a long run on $work/shared (a later one continues it: --resume)
+  "$bin" "${common[@]}" --max-steps 100000 --output-dir "$work/shared" "$@" > "$work/first.log" 2>&1 &
   pid=$!
   for _ in $(seq 3000); do grep -q "pid=$pid" "$work/shared/.lock" 2>/dev/null && return; sleep 0.01; done
   cat "$work/first.log"
@@ -101,13 +101,13 @@ pid=""
 [ "$rc" -eq 75 ] || fail "SIGTERM: exit status $rc, expected 75"
 [ ! -e "$work/shared/.lock" ] || fail "a run stopped by SIGTERM left its lock behind"
 echo "SIGTERM: exit 75, lock released"
-start_long
+start_long --resume  # the requeued job
 kill -9 "$pid"
 wait "$pid" 2>/dev/null || true
 stale=$pid
 pid=""
 [ -e "$work/shared/.lock" ] || fail "kill -9 should leave the lock file behind"
-"$bin" "${common[@]}" --max-steps 1 --output-dir "$work/shared" > "$work/third.log" 2>&1 ||
+"$bin" "${common[@]}" --max-steps 1 --resume --output-dir "$work/shared" > "$work/third.log" 2>&1 ||
   { cat "$work/third.log"; fail "the stale lock of a killed run was not taken over"; }
 grep -q "WARNING: taking over the stale lock .* of PID $stale on host $host" "$work/third.log" ||
   { cat "$work/third.log"; fail "no stale-lock warning"; }

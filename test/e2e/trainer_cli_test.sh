@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The trainer binary from outside: --help, bad flags, bad data, bad config,
 # --device cuda/auto on this machine (with or without a GPU), NaN handling
-# (--on-nan stop keeps checkpoints and fails; skip continues), atomic
+# (NaN weights refused at load; --on-nan stop keeps checkpoints and fails;
+# skip continues), atomic
 # checkpoints and pruning.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -89,24 +90,36 @@ check log-in-new-output-dir 0 "final model -> " -- ./train_gpt2cu "${tiny[@]}" -
 n=$(grep -c '"type":"train"' "$work/fresh/run/log.jsonl" 2>/dev/null)
 if [ "$n" = 2 ]; then echo "ok   log created with its directory: 2 train records"; else echo "FAIL log records: '$n'"; fails=$((fails + 1)); fi
 
-# NaN: poison one layernorm weight of a saved model.
-/usr/bin/python3 - "$work/ck/model.bin" "$work/nan.bin" <<'PY'
+# Non-finite losses: one layernorm weight of a saved model set to 3e38 (finite, so
+# the weights load; the first forward overflows). A NaN weight is refused at load.
+poison() {  # poison VALUE OUT
+  /usr/bin/python3 - "$work/ck/model.bin" "$2" "$1" <<'PY'
 import struct, sys
 b = bytearray(open(sys.argv[1], "rb").read())
 hdr = struct.unpack("<256i", b[:1024])
 Vp, C, maxT = hdr[7], hdr[6], hdr[2]
 off = 1024 + 4 * (Vp * C + maxT * C)   # first element of ln1w
-b[off:off + 4] = struct.pack("<f", float("nan"))
+b[off:off + 4] = struct.pack("<f", float(sys.argv[3]))
 open(sys.argv[2], "wb").write(b)
 PY
-nanrun=("${tiny[@]/d2/$work/nan.bin}")
-nanrun=("${nanrun[@]/--config/--seed}")
-nanrun=("${nanrun[@]/n_embd=32,n_head=2,max_seq=32,vocab_size=256/7}")
-check nan-stop 1 "non-finite loss at step 1" -- ./train_gpt2cu "${nanrun[@]}" --max-steps 3
-check nan-skip 0 "skipped 3 step" -- ./train_gpt2cu "${nanrun[@]}" --max-steps 3 --on-nan skip
-# A non-finite stop never destroys earlier checkpoints.
-check nan-keeps-checkpoints 1 "non-finite" -- ./train_gpt2cu "${nanrun[@]}" --max-steps 3 --output-dir "$work/ck"
-if [ -e "$work/ck/DONE_00000006" ] && [ -e "$work/ck/model.bin" ]; then echo "ok   checkpoints intact after NaN stop"
+}
+poison 3e38 "$work/huge.bin"
+poison nan "$work/nan.bin"
+hugerun=("${tiny[@]/d2/$work/huge.bin}")
+hugerun=("${hugerun[@]/--config/--seed}")
+hugerun=("${hugerun[@]/n_embd=32,n_head=2,max_seq=32,vocab_size=256/7}")
+nanrun=("${hugerun[@]/$work\/huge.bin/$work/nan.bin}")
+check nan-weights 1 "nan.bin: the initial weights: 1 non-finite value" -- ./train_gpt2cu "${nanrun[@]}" --max-steps 3
+check nan-stop 1 "non-finite loss at step 1" -- ./train_gpt2cu "${hugerun[@]}" --max-steps 3
+check nan-skip 0 "skipped 3 step" -- ./train_gpt2cu "${hugerun[@]}" --max-steps 3 --on-nan skip
+# A non-finite stop never destroys earlier checkpoints: two skipped steps checkpointed, then
+# the resumed run (--on-nan stop) stops at step 3.
+check nan-skip-checkpoints 0 "skipped 2 step" -- ./train_gpt2cu "${hugerun[@]}" --max-steps 2 --on-nan skip \
+  --checkpoint-every 1 --output-dir "$work/nanck"
+check nan-keeps-checkpoints 1 "non-finite loss at step 3" -- ./train_gpt2cu "${hugerun[@]}" --max-steps 4 --resume \
+  --output-dir "$work/nanck"
+if [ -e "$work/nanck/DONE_00000002" ] && [ -e "$work/nanck/DONE_00000001" ] && [ -e "$work/nanck/model.bin" ]; then
+  echo "ok   checkpoints intact after NaN stop"
 else echo "FAIL checkpoints lost after NaN stop"; fails=$((fails + 1)); fi
 
 echo "$fails failure(s)"

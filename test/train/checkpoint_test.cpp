@@ -129,7 +129,7 @@ TEST(CheckpointDir, MarkersPruneAndReshard) {
   EXPECT_THROW(load_resharded_moments(ck, 10, 2, 0, 100, &m, &v, &master), std::runtime_error);
 
   write_text_file_atomic(ck.done_path(12) + ".tmp", "step=12");  // a marker write cut short
-  ck.prune(2);
+  ck.prune(2, 15);
   EXPECT_FALSE(file_exists(ck.done_path(12) + ".tmp"));
   EXPECT_EQ(ck.complete_steps(), (std::vector<uint64_t>{10, 15}));
   EXPECT_FALSE(file_exists(ck.model_path(5)));
@@ -137,6 +137,21 @@ TEST(CheckpointDir, MarkersPruneAndReshard) {
   EXPECT_TRUE(file_exists(ck.model_path(15)));
   // The incomplete step 20 is newer than the newest complete one: kept (it may be in progress).
   EXPECT_TRUE(file_exists(ck.model_path(20)));
+  // The checkpoint just written is never pruned, even when newer ones exist (a
+  // run resumed from an older checkpoint): keep 1 with 10 just written keeps 10 and 15.
+  ck.prune(1, 10);
+  EXPECT_EQ(ck.complete_steps(), (std::vector<uint64_t>{10, 15}));
+  EXPECT_TRUE(file_exists(ck.model_path(10)));
+  ck.prune(1, 15);
+  EXPECT_EQ(ck.complete_steps(), (std::vector<uint64_t>{15}));
+  // A new run replacing the directory's: every checkpoint file goes, markers first.
+  write_text_file_atomic(ck.final_model_path(), "final");
+  EXPECT_EQ(ck.remove_all(), (std::vector<uint64_t>{15}));
+  EXPECT_TRUE(ck.complete_steps().empty());
+  EXPECT_FALSE(file_exists(ck.model_path(15)));
+  EXPECT_FALSE(file_exists(ck.state_path(15, 0)));
+  EXPECT_FALSE(file_exists(ck.model_path(20)));
+  EXPECT_FALSE(file_exists(ck.final_model_path()));
 }
 
 // ---- checksums ------------------------------------------------------------------
