@@ -68,9 +68,10 @@ void clear_stop_signal() { g_stop_signal = 0; }
 void request_stop(int signum) { g_stop_signal = signum; }
 
 bool should_stop(Communicator& comm) {
-  int32_t flag = g_stop_signal != 0 ? 1 : 0;
-  comm.all_reduce(&flag, &flag, 1, DataType::kInt32, ReduceOp::kMax);
-  return flag != 0;
+  int32_t sig = g_stop_signal;
+  comm.all_reduce(&sig, &sig, 1, DataType::kInt32, ReduceOp::kMax);
+  if (sig != 0 && g_stop_signal == 0) g_stop_signal = sig;  // another rank's signal
+  return sig != 0;
 }
 
 }  // namespace gpt2

@@ -11,6 +11,7 @@
 #ifndef DISTRIBUTED_PREEMPT_H
 #define DISTRIBUTED_PREEMPT_H
 
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -41,9 +42,21 @@ void clear_stop_signal();
 // wants to stop for its own reasons through the same path).
 void request_stop(int signum);
 
-// Collective: true on every rank when any rank received a stop signal. Costs
-// one 1-element all-reduce (max); call it at every step boundary.
+// Collective: true on every rank when any rank received a stop signal (a rank
+// that saw none then records the other's, so every rank names the same
+// signal). Costs one 1-element all-reduce (max); call it at every step
+// boundary, and per batch in long collective phases (validation, evaluation).
 bool should_stop(Communicator& comm);
+
+// Thrown where a long phase notices a stop request (validation, --eval-only);
+// the mode's runner catches it and exits.
+struct StopRequested : std::runtime_error {
+  explicit StopRequested(int s) : std::runtime_error("stop requested by signal " + std::to_string(s)), signum(s) {}
+  int signum;
+};
+// Exit status of a run stopped by signal `signum` without a checkpoint to
+// continue from: 128 + signum, as a shell reports a process the signal ended.
+inline int stopped_exit_code(int signum) { return 128 + signum; }
 
 }  // namespace gpt2
 

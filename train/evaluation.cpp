@@ -1,5 +1,6 @@
 #include "train/evaluation.h"
 
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -13,6 +14,7 @@
 
 #include "dataloader/dataloader.h"
 #include "dataloader/shard.h"
+#include "distributed/preempt.h"
 #include "model/model_file.h"
 #include "train/run_setup.h"
 #include "util/checked_io.h"
@@ -263,8 +265,19 @@ int run_evaluation(const TrainOptions& opts, const DistContext& dist, Communicat
   const auto t0 = Clock::now();
   const RankSum sum = [&comm](std::vector<double>& v) { all_reduce(comm, v.data(), v.size(), ReduceOp::kSum); };
   EvalReport r;
-  r.totals = evaluate_sliding_windows(model, spec, data.reader(mf.config.vocab_size), sum,
-                                      progress_printer(dist.is_main()));
+  // A stop signal is honoured after the round in flight (every rank agrees).
+  const auto print = progress_printer(dist.is_main());
+  const auto progress = [&](uint64_t done, uint64_t total) {
+    print(done, total);
+    if (should_stop(comm)) throw StopRequested(local_stop_signal());
+  };
+  try {
+    r.totals = evaluate_sliding_windows(model, spec, data.reader(mf.config.vocab_size), sum, progress);
+  } catch (const StopRequested& stop) {
+    if (dist.is_main())
+      std::fprintf(stderr, "--eval-only: %s; no result (exit %d)\n", stop.what(), stopped_exit_code(stop.signum));
+    return stopped_exit_code(stop.signum);
+  }
   r.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
   if (r.totals.tokens == 0) throw std::runtime_error(opts.val_data + ": no token to score (shards of < 2 tokens)");
   r.model = path;

@@ -1,5 +1,6 @@
 #include "train/generation.h"
 
+
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
@@ -13,6 +14,7 @@
 #include <stdexcept>
 #include <vector>
 
+#include "distributed/preempt.h"
 #include "model/gpt2.h"
 #include "model/model_file.h"
 #include "tokenizer/tokenizer.h"
@@ -104,6 +106,11 @@ int run_generation(const TrainOptions& opts, const DistContext& dist) {
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     std::fputs(format_sample(i, opts.num_samples, render(tok.get(), prompt, ids)).c_str(), stdout);
     std::fflush(stdout);
+    if (const int sig = local_stop_signal()) {  // generate() returned early: print what there is and go
+      std::fprintf(stderr, "generate: sample %d: stopped by signal %d after %zu token(s) (exit %d)\n", i + 1, sig,
+                   ids.size(), stopped_exit_code(sig));
+      return stopped_exit_code(sig);
+    }
     std::fprintf(stderr, "generate: sample %d: %zu token(s)%s, %.1f tokens/s\n", i + 1, ids.size(),
                  static_cast<int>(ids.size()) < opts.gen_tokens ? " (stopped at <|endoftext|>)" : "",
                  ids.size() / std::max(s, 1e-9));

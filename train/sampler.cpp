@@ -1,5 +1,7 @@
 #include "train/sampler.h"
 
+#include "distributed/preempt.h"
+
 #include <algorithm>
 #include <cmath>
 #include <stdexcept>
@@ -85,7 +87,7 @@ std::vector<int32_t> generate(GPT2& model, std::vector<int32_t> context, int cou
   if (context.empty()) throw std::runtime_error("generate: empty context");
   std::vector<int32_t> out;
   const int window = model.max_seq();
-  for (int i = 0; i < count; i++) {
+  for (int i = 0; i < count && local_stop_signal() == 0; i++) {
     const int T = std::min<int>(window, static_cast<int>(context.size()));
     const int32_t* start = context.data() + context.size() - T;
     model.forward(start, nullptr, 1, T);

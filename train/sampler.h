@@ -26,8 +26,9 @@ int sample_token(const std::vector<float>& logits, float temperature, int top_k,
 
 // Appends up to `count` sampled tokens to `context` and returns only the new
 // ones. A sampled `stop_token` (>= 0; -1: none) ends the generation and is not
-// returned. Runs a full forward over the last max_seq() tokens per new token
-// (no KV cache). Overwrites the model's activations.
+// returned; so does a stop signal (local_stop_signal(), checked per token: the
+// caller sees it). Runs a full forward over the last max_seq() tokens per new
+// token (no KV cache). Overwrites the model's activations.
 std::vector<int32_t> generate(GPT2& model, std::vector<int32_t> context, int count, float temperature, int top_k,
                               Rng& rng, float top_p = 1.0f, int32_t stop_token = -1);
 

@@ -268,6 +268,7 @@ class TrainingRun {
   void sample(int step);
   void save_checkpoint(int step);
   int finish();
+  int stop();
 
   const TrainOptions& opts_;
   const DistContext& dist_;
@@ -472,6 +473,8 @@ double TrainingRun::evaluate() {
   val_loader_->reset();
   double sums[2] = {0.0, 0.0};  // loss sum, supervised targets
   for (int i = 0; i < opts_.val_steps; i++) {
+    // a stop signal is honoured between batches, not after --val-steps of them
+    if (should_stop(comms_.host)) throw StopRequested(local_stop_signal());
     val_loader_->next_batch(inputs_.data(), targets_.data());
     model_.forward(inputs_.data(), targets_.data(), shape_.B, shape_.T);
     sums[0] += model_.loss_sum();
@@ -695,19 +698,34 @@ int TrainingRun::run() {
   init_or_resume();
   log_banner();
   last_step_done_ = start_step_;
-  for (int step = start_step_; step < total_steps_; step++) {
-    if (!train_step(step)) {
-      log_.info("stop requested by signal " + std::to_string(local_stop_signal()) + "; checkpointing at step " +
-                std::to_string(last_step_done_));
-      if (last_step_done_ > start_step_ || done_.empty()) save_checkpoint(last_step_done_);
-      return kPreemptedExitCode;
+  try {
+    for (int step = start_step_; step < total_steps_; step++) {
+      if (!train_step(step)) return stop();
+      last_step_done_ = step + 1;
+      if (opts_.checkpoint_every > 0 && last_step_done_ % opts_.checkpoint_every == 0 &&
+          last_step_done_ < total_steps_)
+        save_checkpoint(last_step_done_);
     }
-    last_step_done_ = step + 1;
-    if (opts_.checkpoint_every > 0 && last_step_done_ % opts_.checkpoint_every == 0 &&
-        last_step_done_ < total_steps_)
-      save_checkpoint(last_step_done_);
+    return finish();
+  } catch (const StopRequested&) {  // a signal during validation
+    return stop();
   }
-  return finish();
+}
+
+// A stop signal (every rank agreed): checkpoint the last completed step and exit
+// kPreemptedExitCode, so a requeued job continues; without --output-dir nothing
+// can continue: 128 + the signal.
+int TrainingRun::stop() {
+  const int sig = local_stop_signal();
+  if (!ckpt_) {
+    log_.info("stop requested by signal " + std::to_string(sig) + " after step " + std::to_string(last_step_done_) +
+              "; no --output-dir: nothing saved (exit " + std::to_string(stopped_exit_code(sig)) + ")");
+    return stopped_exit_code(sig);
+  }
+  log_.info("stop requested by signal " + std::to_string(sig) + "; checkpointing at step " +
+            std::to_string(last_step_done_));
+  if (last_step_done_ > start_step_ || done_.empty()) save_checkpoint(last_step_done_);
+  return kPreemptedExitCode;
 }
 
 }  // namespace

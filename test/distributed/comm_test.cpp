@@ -368,6 +368,7 @@ TEST_F(CommTest, StopCheckIsCollective) {
   // Only the last rank saw the signal; every rank must decide to stop.
   if (rank == world - 1) request_stop(SIGUSR1);
   EXPECT_TRUE(should_stop(*comm));
+  EXPECT_EQ(local_stop_signal(), SIGUSR1);  // every rank names the signal another rank saw
   clear_stop_signal();
   EXPECT_FALSE(should_stop(*comm));
 }
