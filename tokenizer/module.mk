@@ -3,7 +3,8 @@
 TOKENIZER_LIB  := $(BUILD)/libtokenizer.a
 TOKENIZER_LDLIBS := -lpcre2-8
 
-$(TOKENIZER_LIB): $(BUILD)/tokenizer/tokenizer.o
+# util/checked_io (also in libmodel.a): the tokenizer's file output, standalone.
+$(TOKENIZER_LIB): $(BUILD)/tokenizer/tokenizer.o $(BUILD)/util/checked_io.o
 	@mkdir -p $(@D)
 	$(AR) rcs $@ $^
 

@@ -1,5 +1,7 @@
 #include "tokenizer/tokenizer.h"
 
+#include "util/checked_io.h"
+
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
 
@@ -701,25 +703,15 @@ void Tokenizer::write_llmc_file(const std::string& path) const {
   header[1] = 2;
   header[2] = static_cast<uint32_t>(vocab_size());
   header[3] = impl_->eot_id;
-  const std::string tmp = path + ".tmp";
-  std::FILE* f = std::fopen(tmp.c_str(), "wb");
-  if (!f) throw std::runtime_error(tmp + ": cannot open for writing");
-  bool ok = std::fwrite(header, sizeof header, 1, f) == 1;
+  std::string data(reinterpret_cast<const char*>(header), sizeof header);
   for (const std::string& t : impl_->id_to_bytes) {
     // llm.c stores the length in one byte and asserts it is > 0.
-    if (t.empty() || t.size() > 255) {
-      std::fclose(f);
-      std::remove(tmp.c_str());
+    if (t.empty() || t.size() > 255)
       throw std::runtime_error(path + ": token of " + std::to_string(t.size()) + " bytes cannot be stored (1..255)");
-    }
-    const auto len = static_cast<unsigned char>(t.size());
-    ok = ok && std::fwrite(&len, 1, 1, f) == 1 && std::fwrite(t.data(), 1, t.size(), f) == t.size();
+    data += static_cast<char>(static_cast<unsigned char>(t.size()));
+    data += t;
   }
-  ok = (std::fclose(f) == 0) && ok;
-  if (!ok || std::rename(tmp.c_str(), path.c_str()) != 0) {
-    std::remove(tmp.c_str());
-    throw std::runtime_error(path + ": write failed");
-  }
+  write_text_file_atomic(path, data);  // a regular file atomically; "-", devices and FIFOs in place
 }
 
 std::vector<std::string> Tokenizer::read_llmc_file(const std::string& path) {

@@ -242,6 +242,7 @@ void write_report_json(const std::string& path, const EvalReport& r) {
 }  // namespace
 
 int run_evaluation(const TrainOptions& opts, const DistContext& dist, Communicator& comm) {
+  if (dist.is_main()) check_output_path("--eval-json", opts.eval_json, false);  // before the evaluation, not after
   std::unique_ptr<Backend> backend = make_run_backend(opts, dist);
   const std::string path = weights_path(opts, "--eval-only");
   ModelFile mf = read_model_file(path);

@@ -130,7 +130,7 @@ const std::vector<OptionSpec>& option_table() {
       // modes
       {"eval-only", 0, nullptr, "no training: perplexity of --val-data with Hugging Face's strided sliding window (context --seq-len, --eval-stride) on the weights of --model FILE|HF_DIR or --init-from", FLAG(eval_only)},
       {"eval-stride", 0, "S", "--eval-only: window stride; each window scores only the tokens after the previous window's end [--seq-len]", INT(eval_stride, "eval-stride", 1, 1 << 20)},
-      {"eval-json", 0, "PATH", "--eval-only: also write the result as JSON (rank 0)", STR(eval_json)},
+      {"eval-json", 0, "PATH", "--eval-only: also write the result as JSON (rank 0; - = standard output; checked before the evaluation)", STR(eval_json)},
       {"generate", 0, nullptr, "no training: print --num-samples samples of --gen-tokens tokens after the prompt, from the weights of --model FILE|HF_DIR or --init-from (rank 0)", FLAG(generate)},
       {"prompt-file", 0, "PATH", "--generate: read the prompt from PATH (- = stdin); not with --prompt", STR(prompt_file)},
       {"max-new-tokens", 0, "N", "alias of --gen-tokens", INT(gen_tokens, "max-new-tokens", 1, 1 << 20)},

@@ -350,6 +350,8 @@ TrainingRun::TrainingRun(const TrainOptions& opts, const DistContext& dist, Comm
 // --resume, else from --model (a file) or a random init.
 void TrainingRun::init_or_resume() {
   const Notify info = [this](const std::string& line) { log_.info(line); };
+  // The final export's directory is checked now, not after the training.
+  if (main_rank_) check_output_path("--save-hf", opts_.save_hf, true);
   if (!opts_.output_dir.empty()) {
     // Rank 0 creates the directory and locks it for the run (a second run on it
     // fails here); a fresh run into another run's checkpoints is refused or,

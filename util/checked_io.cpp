@@ -1,6 +1,8 @@
 #include "util/checked_io.h"
 
 #include <cerrno>
+#include <climits>
+#include <cstdlib>
 #include <cstring>
 #include <fcntl.h>
 #include <stdexcept>
@@ -44,25 +46,64 @@ void InputFile::read(void* dst, size_t bytes, const char* what) {
   pos_ += bytes;
 }
 
-AtomicOutputFile::AtomicOutputFile(const std::string& path)
-    : path_(path), tmp_path_(path + ".tmp") {
+namespace {
+// The path a write replaces: a symlink's target (resolved), else the path itself.
+std::string replaced_path(const std::string& path) {
+  struct stat st;
+  if (lstat(path.c_str(), &st) != 0 || !S_ISLNK(st.st_mode)) return path;
+  char* real = realpath(path.c_str(), nullptr);
+  if (!real) return path;  // a dangling link: replaced by the file (as before)
+  std::string r(real);
+  std::free(real);
+  return r;
+}
+bool exists_not_regular(const std::string& path) {
+  struct stat st;
+  return stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode);
+}
+}  // namespace
+
+AtomicOutputFile::AtomicOutputFile(const std::string& path) : path_(path) {
+  if (path == "-") {
+    is_stdout_ = true;
+    f_ = stdout;
+    return;
+  }
+  if (exists_not_regular(path)) {  // a device, FIFO or socket: never replaced
+    f_ = std::fopen(path.c_str(), "wb");
+    if (!f_) throw std::runtime_error(path + ": cannot open for writing: " + errno_text());
+    return;
+  }
+  path_ = replaced_path(path);
+  tmp_path_ = path_ + ".tmp";
   f_ = std::fopen(tmp_path_.c_str(), "wb");
   if (!f_) throw std::runtime_error(tmp_path_ + ": cannot open for writing: " + errno_text());
 }
 
 AtomicOutputFile::~AtomicOutputFile() {
-  if (f_) {
+  if (f_ && !is_stdout_) {
     std::fclose(f_);
-    std::remove(tmp_path_.c_str());
+    if (!tmp_path_.empty()) std::remove(tmp_path_.c_str());
   }
 }
 
 void AtomicOutputFile::write(const void* src, size_t bytes) {
   if (bytes && std::fwrite(src, 1, bytes, f_) != bytes)
-    throw std::runtime_error(tmp_path_ + ": write failed: " + errno_text());
+    throw std::runtime_error((tmp_path_.empty() ? path_ : tmp_path_) + ": write failed: " + errno_text());
 }
 
 void AtomicOutputFile::commit() {
+  if (tmp_path_.empty()) {  // in place: flushed (a device's error shows here), not synced or renamed
+    const bool ok = std::fflush(f_) == 0;
+    const std::string err = ok ? "" : errno_text();
+    if (!is_stdout_ && std::fclose(f_) != 0 && ok) {
+      f_ = nullptr;
+      throw std::runtime_error(path_ + ": close failed: " + errno_text());
+    }
+    f_ = nullptr;
+    if (!ok) throw std::runtime_error(path_ + ": write failed: " + err);
+    return;
+  }
   if (std::fflush(f_) != 0 || fsync(fileno(f_)) != 0)
     throw std::runtime_error(tmp_path_ + ": flush/fsync failed: " + errno_text());
   if (std::fclose(f_) != 0) {
@@ -82,6 +123,34 @@ void AtomicOutputFile::commit() {
 bool file_exists(const std::string& path) {
   struct stat st;
   return stat(path.c_str(), &st) == 0;
+}
+
+void check_output_path(const std::string& flag, const std::string& path, bool is_directory) {
+  const std::string what = flag + " " + path;
+  if (path.empty()) return;
+  if (!is_directory && (path == "-" || exists_not_regular(path))) {
+    if (path != "-" && access(path.c_str(), W_OK) != 0)
+      throw std::runtime_error(what + ": not writable: " + errno_text());
+    return;
+  }
+  std::string dir = path;
+  if (!is_directory) {
+    const std::string target = replaced_path(path);
+    const size_t slash = target.find_last_of('/');
+    dir = slash == std::string::npos ? "." : (slash == 0 ? "/" : target.substr(0, slash));
+  }
+  struct stat st;
+  if (stat(dir.c_str(), &st) != 0) {
+    if (!is_directory) throw std::runtime_error(what + ": directory " + dir + " does not exist");
+    try {
+      make_directories(dir);
+    } catch (const std::exception& e) {
+      throw std::runtime_error(what + ": " + e.what());
+    }
+  } else if (!S_ISDIR(st.st_mode)) {
+    throw std::runtime_error(what + ": " + dir + " exists and is not a directory");
+  }
+  if (access(dir.c_str(), W_OK) != 0) throw std::runtime_error(what + ": directory " + dir + " is not writable: " + errno_text());
 }
 
 void make_directories(const std::string& path) {

@@ -32,6 +32,10 @@ class InputFile {
 
 // Writes PATH.tmp; commit() flushes, fsyncs and renames it to PATH (and fsyncs
 // the directory). Destroyed without commit(): the temp file is removed.
+// Only a regular file is replaced that way: "-" is standard output, and a path
+// that exists as something else (a device such as /dev/stdout or /dev/full, a
+// FIFO) is written in place, where a failed write is still an error. A symlink
+// is followed: its target is replaced, the link stays.
 class AtomicOutputFile {
  public:
   explicit AtomicOutputFile(const std::string& path);
@@ -43,11 +47,17 @@ class AtomicOutputFile {
   const std::string& path() const { return path_; }
 
  private:
-  std::string path_, tmp_path_;
+  std::string path_, tmp_path_;  // tmp_path_ empty: written in place
   FILE* f_ = nullptr;
+  bool is_stdout_ = false;
 };
 
 bool file_exists(const std::string& path);
+// Checks at start that an output can be written later: PATH itself when it is
+// "-" or exists as a non-regular file, else the directory it goes in (for a
+// directory output, PATH itself, created now when missing). The error names the
+// flag, the path and why.
+void check_output_path(const std::string& flag, const std::string& path, bool is_directory);
 void make_directories(const std::string& path);  // mkdir -p; error names the path
 void fsync_directory(const std::string& dir);
 std::string read_text_file(const std::string& path);

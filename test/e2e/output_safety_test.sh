@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# What a run does with its output directory and with non-finite numbers
-# (issue 25, items 1 and 3), on the CPU backend:
+# What a run does with its output directory, its output files and non-finite
+# numbers (issue 25, items 1, 3, 5 and 6), on the CPU backend:
 #   1. a fresh run into a directory holding another run's checkpoints is refused
 #      at start, naming them and --resume / --overwrite-output-dir, and leaves
 #      them untouched; --overwrite-output-dir deletes them and starts anew
@@ -9,7 +9,11 @@
 #   3. --adam-eps 0 (a zero second moment divides by zero) is refused; initial
 #      weights holding a NaN are refused naming the file; --on-nan skip stops
 #      with an error after --max-nan-skips consecutive skipped steps, keeping
-#      the last checkpoint, instead of skipping forever.
+#      the last checkpoint, instead of skipping forever;
+#   5. --eval-json - goes to standard output, /dev/full stays a device and its
+#      failed write is an error;
+#   6. an unusable --save-hf or --eval-json is an error at start, not after the
+#      training or the evaluation.
 set -u
 cd "$(dirname "$0")/../.."
 BIN=${TRAINER:-./train_gpt2cu}  # any trainer binary with the CPU backend
@@ -89,6 +93,30 @@ if [ $rc -ne 0 ] && grep -q "in 3 consecutive steps, the last step 3 (--on-nan s
    [ "$(steps_in "$W/skip")" = "1 2 " ]; then
   pass "--on-nan skip stops after 3 consecutive skips (exit $rc), checkpoints 1 and 2 kept"
 else bad "--on-nan skip limit: exit $rc, checkpoints $(steps_in "$W/skip")"; tail -n 3 "$W/h.log"; fi
+
+# --- 5, 6. outputs: checked at start, special files written in place -------------------------
+echo x >"$W/file"
+train --max-steps 2 --save-hf "$W/file/hf" >"$W/i.log" 2>&1
+rc=$?
+if [ $rc -eq 1 ] && grep -q -- "--save-hf $W/file/hf: " "$W/i.log" && ! grep -q "^step " "$W/i.log"; then
+  pass "an unusable --save-hf is an error before the first step"
+else bad "--save-hf under a file: exit $rc"; tail -n 3 "$W/i.log"; fi
+model="$W/run/model_00000003.bin"
+train_file --model "$model" --eval-only --eval-json "$W/no/r.json" >"$W/j.log" 2>&1
+rc=$?
+if [ $rc -eq 1 ] && grep -q -- "--eval-json $W/no/r.json: directory $W/no does not exist" "$W/j.log" &&
+   ! grep -q "^eval: " "$W/j.log"; then
+  pass "an unusable --eval-json is an error before the evaluation"
+else bad "--eval-json in a missing directory: exit $rc"; tail -n 3 "$W/j.log"; fi
+train_file --model "$model" --val-data "$W/train.bin" --eval-only --eval-json - >"$W/k.json" 2>"$W/k.log"
+if [ $? -eq 0 ] && /usr/bin/env python3 -c 'import json,sys; json.loads(open(sys.argv[1]).read()[open(sys.argv[1]).read().index("{"):])' "$W/k.json"; then
+  pass "--eval-json - writes the JSON to standard output"
+else bad "--eval-json -"; tail -n 3 "$W/k.log"; fi
+train_file --model "$model" --val-data "$W/train.bin" --eval-only --eval-json /dev/full >"$W/l.log" 2>&1
+rc=$?
+if [ $rc -eq 1 ] && grep -q "/dev/full: write failed" "$W/l.log" && [ -c /dev/full ]; then
+  pass "--eval-json /dev/full: the failed write is an error (exit 1), the device stays a device"
+else bad "--eval-json /dev/full: exit $rc, $(ls -l /dev/full)"; tail -n 3 "$W/l.log"; fi
 
 [ $fail = 0 ] && echo "output_safety_test: all passed"
 exit $fail

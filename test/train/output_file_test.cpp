@@ -1,0 +1,97 @@
+// util/checked_io's outputs: a regular file is replaced atomically, anything else
+// that already exists is written in place (a FIFO keeps being a FIFO, a symlink
+// a symlink, /dev/full a device whose failed write is an error), and an output
+// path is checked at start (check_output_path).
+#include <gtest/gtest.h>
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <stdexcept>
+#include <string>
+#include <thread>
+
+#include "test/train/temp_dir.h"
+#include "util/checked_io.h"
+
+namespace gpt2 {
+namespace {
+
+bool is_fifo(const std::string& p) {
+  struct stat st;
+  return lstat(p.c_str(), &st) == 0 && S_ISFIFO(st.st_mode);
+}
+bool is_symlink(const std::string& p) {
+  struct stat st;
+  return lstat(p.c_str(), &st) == 0 && S_ISLNK(st.st_mode);
+}
+// The message of what `f` throws ("" when it does not).
+template <class F>
+std::string error_of(F f) {
+  try {
+    f();
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(OutputFile, FifoIsWrittenInPlace) {
+  const std::string d = temp_dir("output_fifo"), fifo = d + "/pipe";
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  std::string got;
+  std::thread reader([&] {
+    std::FILE* f = std::fopen(fifo.c_str(), "rb");
+    if (!f) return;
+    char buf[64];
+    size_t n;
+    while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) got.append(buf, n);
+    std::fclose(f);
+  });
+  write_text_file_atomic(fifo, "through the pipe");
+  reader.join();
+  EXPECT_EQ(got, "through the pipe");
+  EXPECT_TRUE(is_fifo(fifo)) << "the FIFO was replaced by a file";
+  EXPECT_FALSE(file_exists(fifo + ".tmp"));
+}
+
+TEST(OutputFile, SymlinkKeepsPointingAtItsReplacedTarget) {
+  const std::string d = temp_dir("output_link");
+  write_text_file_atomic(d + "/target.json", "old");
+  ASSERT_EQ(symlink("target.json", (d + "/link.json").c_str()), 0);
+  write_text_file_atomic(d + "/link.json", "new");
+  EXPECT_TRUE(is_symlink(d + "/link.json")) << "the link was replaced by a file";
+  EXPECT_EQ(read_text_file(d + "/target.json"), "new");
+}
+
+TEST(OutputFile, DeviceIsNotReplacedAndAFailedWriteIsAnError) {
+  struct stat st;
+  ASSERT_EQ(stat("/dev/full", &st), 0) << "this test needs /dev/full";
+  ASSERT_TRUE(S_ISCHR(st.st_mode));
+  const std::string err = error_of([] { write_text_file_atomic("/dev/full", std::string(1 << 16, 'x')); });
+  EXPECT_NE(err.find("/dev/full: write failed"), std::string::npos) << err;
+  ASSERT_EQ(stat("/dev/full", &st), 0);
+  EXPECT_TRUE(S_ISCHR(st.st_mode)) << "/dev/full was replaced";
+  EXPECT_FALSE(file_exists("/dev/full.tmp"));
+}
+
+TEST(OutputFile, OutputPathsAreCheckedAtStart) {
+  const std::string d = temp_dir("output_check");
+  write_text_file_atomic(d + "/file", "x");
+  EXPECT_EQ(error_of([&] { check_output_path("--eval-json", d + "/r.json", false); }), "");
+  EXPECT_EQ(error_of([&] { check_output_path("--eval-json", "-", false); }), "");
+  EXPECT_EQ(error_of([&] { check_output_path("--eval-json", "/dev/null", false); }), "");
+  const std::string missing = error_of([&] { check_output_path("--eval-json", d + "/no/r.json", false); });
+  EXPECT_NE(missing.find("--eval-json " + d + "/no/r.json: directory " + d + "/no does not exist"),
+            std::string::npos) << missing;
+  const std::string under_file = error_of([&] { check_output_path("--save-hf", d + "/file/hf", true); });
+  EXPECT_NE(under_file.find("--save-hf " + d + "/file/hf: "), std::string::npos) << under_file;
+  EXPECT_FALSE(file_exists(d + "/file/hf"));
+  EXPECT_EQ(error_of([&] { check_output_path("--save-hf", d + "/new/hf", true); }), "");
+  struct stat st;
+  EXPECT_TRUE(stat((d + "/new/hf").c_str(), &st) == 0 && S_ISDIR(st.st_mode)) << "the directory output is created";
+}
+
+}  // namespace
+}  // namespace gpt2
