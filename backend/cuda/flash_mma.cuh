@@ -44,7 +44,8 @@ constexpr int kHead = 64;             // head dimension in shared memory (hs <= 
 constexpr int kLd = kHead + 8;        // padded row: 144 bytes
 constexpr int kWarps = 4;             // 16 query rows each
 constexpr int kThreads = kWarps * 32;
-constexpr size_t kTileBytes = size_t(kTile) * kLd * sizeof(bf16);
+constexpr size_t kTileElems = size_t(kTile) * kLd;  // one [64][kLd] tile
+constexpr size_t kTileBytes = kTileElems * sizeof(bf16);
 constexpr size_t forward_smem() { return 5 * kTileBytes; }  // Q | K, V x 2 buffers
 
 // Rows [t0, t0+64) of one head's slice (src + t*row + d) into dst[64][kLd], zero
@@ -56,7 +57,8 @@ __device__ inline void stage_tile(bf16* dst, const bf16* src, int row, int t0, i
     for (int i = threadIdx.x; i < kTile * kChunks; i += kThreads) {
       const int r = i / kChunks, c = (i % kChunks) * 8;
       const bool in = t0 + r < T_;
-      mma::cp_async16(dst + r * kLd + c, in ? src + size_t(t0 + r) * row + c : src, in ? 16 : 0);
+      const int at = r * kLd + c;  // offsets in int first: small, and never widened after a product
+      mma::cp_async16(dst + at, in ? src + size_t(t0 + r) * row + c : src, in ? 16 : 0);
     }
     return;
   }
@@ -70,22 +72,26 @@ __device__ inline void stage_tile(bf16* dst, const bf16* src, int row, int t0, i
 // A operand: rows r0..r0+15, k0..k0+15 of a row-major tile.
 __device__ inline void load_a(uint32_t (&a)[4], const bf16* tile, int r0, int k0) {
   const int lane = threadIdx.x % 32, i = lane / 8, j = lane % 8;
-  mma::ldmatrix_x4(a, tile + (r0 + (i % 2) * 8 + j) * kLd + k0 + (i / 2) * 8);
+  const int at = (r0 + (i % 2) * 8 + j) * kLd + k0 + (i / 2) * 8;
+  mma::ldmatrix_x4(a, tile + at);
 }
 // A operand: rows m0..m0+15, k0..k0+15 of A stored transposed ([k][m]: dS^T for dS K), by ldmatrix.trans.
 __device__ inline void load_a_transposed(uint32_t (&a)[4], const bf16* tile, int k0, int m0) {
   const int lane = threadIdx.x % 32, i = lane / 8, j = lane % 8;
-  mma::ldmatrix_x4_trans(a, tile + (k0 + (i / 2) * 8 + j) * kLd + m0 + (i % 2) * 8);
+  const int at = (k0 + (i / 2) * 8 + j) * kLd + m0 + (i % 2) * 8;
+  mma::ldmatrix_x4_trans(a, tile + at);
 }
 // B operands of n8 tiles n0.. and n0+8.. at k0, from B^T stored row-major ([n][k]: K for Q K^T).
 __device__ inline void load_b_from_rows_n(uint32_t (&b)[4], const bf16* tile, int n0, int k0) {
   const int lane = threadIdx.x % 32, i = lane / 8, j = lane % 8;
-  mma::ldmatrix_x4(b, tile + (n0 + (i / 2) * 8 + j) * kLd + k0 + (i % 2) * 8);
+  const int at = (n0 + (i / 2) * 8 + j) * kLd + k0 + (i % 2) * 8;
+  mma::ldmatrix_x4(b, tile + at);
 }
 // The same from B stored row-major ([k][n]: V for P V), transposed by ldmatrix.trans.
 __device__ inline void load_b_from_rows_k(uint32_t (&b)[4], const bf16* tile, int k0, int n0) {
   const int lane = threadIdx.x % 32, i = lane / 8, j = lane % 8;
-  mma::ldmatrix_x4_trans(b, tile + (k0 + (i % 2) * 8 + j) * kLd + n0 + (i / 2) * 8);
+  const int at = (k0 + (i % 2) * 8 + j) * kLd + n0 + (i / 2) * 8;
+  mma::ldmatrix_x4_trans(b, tile + at);
 }
 // d0 += a b[0..1] (n8 tile n0), d1 += a b[2..3] (n8 tile n0+8).
 __device__ inline void mma_pair(float (&d0)[4], float (&d1)[4], const uint32_t (&a)[4], const uint32_t (&b)[4]) {
@@ -101,7 +107,7 @@ __device__ inline void mma_rows_k(float (&acc)[8][4], const uint32_t (&a)[4][4],
     for (int nb = 0; nb < 4; nb++) {
       uint32_t b[4];
       load_b_from_rows_k(b, tile, kk * 16, nb * 16);
-      mma_pair(acc[2 * nb], acc[2 * nb + 1], a[kk], b);
+      mma_pair(acc[nb + nb], acc[nb + nb + 1], a[kk], b);  // n8 tiles 2nb, 2nb+1
     }
   }
 }
@@ -113,7 +119,7 @@ __device__ inline void mma_rows_n(float (&acc)[8][4], const uint32_t (&a)[4][4],
     for (int nb = 0; nb < 4; nb++) {
       uint32_t b[4];
       load_b_from_rows_n(b, tile, nb * 16, kk * 16);
-      mma_pair(acc[2 * nb], acc[2 * nb + 1], a[kk], b);
+      mma_pair(acc[nb + nb], acc[nb + nb + 1], a[kk], b);  // n8 tiles 2nb, 2nb+1
     }
   }
 }
@@ -128,7 +134,7 @@ __device__ inline void mma_rows_n(float (&acc)[8][4], const bf16* a_tile, int r0
     for (int nb = 0; nb < 4; nb++) {
       uint32_t b[4];
       load_b_from_rows_n(b, tile, nb * 16, kk * 16);
-      mma_pair(acc[2 * nb], acc[2 * nb + 1], a, b);
+      mma_pair(acc[nb + nb], acc[nb + nb + 1], a, b);
     }
   }
 }
@@ -136,8 +142,9 @@ __device__ inline void mma_rows_n(float (&acc)[8][4], const bf16* a_tile, int r0
 __device__ inline void to_a_fragments(uint32_t (&a)[4][4], const float (&c)[8][4]) {
   FLASH_MMA_UNROLL
   for (int n = 0; n < 8; n++) {
-    a[n / 2][(n % 2) * 2] = mma::pack_bf16(c[n][0], c[n][1]);      // row g
-    a[n / 2][(n % 2) * 2 + 1] = mma::pack_bf16(c[n][2], c[n][3]);  // row g+8
+    const int half = (n % 2) + (n % 2);  // registers 0, 1 (n even) or 2, 3 (n odd) of k step n/2
+    a[n / 2][half] = mma::pack_bf16(c[n][0], c[n][1]);      // row g
+    a[n / 2][half + 1] = mma::pack_bf16(c[n][2], c[n][3]);  // row g+8
   }
 }
 // Sum (max) over the 4 lanes of a quad: the lanes that hold one row of a C fragment.
@@ -158,17 +165,17 @@ __device__ inline void store_rows(bf16* dst, size_t row, int t0, int T_, int hs,
   const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   FLASH_MMA_UNROLL
   for (int n = 0; n < 8; n++) {
-    *reinterpret_cast<__nv_bfloat162*>(stage + g * kLd + n * 8 + 2 * t) =
-        __floats2bfloat162_rn(c[n][0] * scale_g, c[n][1] * scale_g);
-    *reinterpret_cast<__nv_bfloat162*>(stage + (g + 8) * kLd + n * 8 + 2 * t) =
-        __floats2bfloat162_rn(c[n][2] * scale_g8, c[n][3] * scale_g8);
+    const int at = g * kLd + n * 8 + 2 * t, at8 = at + 8 * kLd;
+    *reinterpret_cast<__nv_bfloat162*>(stage + at) = __floats2bfloat162_rn(c[n][0] * scale_g, c[n][1] * scale_g);
+    *reinterpret_cast<__nv_bfloat162*>(stage + at8) = __floats2bfloat162_rn(c[n][2] * scale_g8, c[n][3] * scale_g8);
   }
   __syncwarp();
   if (packed) {
     for (int i = lane; i < 16 * (kHead / 8); i += 32) {
       const int r = i / (kHead / 8), d = (i % (kHead / 8)) * 8;
+      const int at = r * kLd + d;
       if (t0 + r < T_)
-        *reinterpret_cast<int4*>(dst + size_t(t0 + r) * row + d) = *reinterpret_cast<const int4*>(stage + r * kLd + d);
+        *reinterpret_cast<int4*>(dst + size_t(t0 + r) * row + d) = *reinterpret_cast<const int4*>(stage + at);
     }
   } else {
     for (int i = lane; i < 16 * hs; i += 32) {
@@ -201,15 +208,15 @@ __global__ void __launch_bounds__(flash_mma::kThreads)
   using namespace flash_mma;
   DYNAMIC_SHARED(unsigned char, smem);
   bf16* sQ = reinterpret_cast<bf16*>(smem);
-  bf16* sK[2] = {sQ + kTile * kLd, sQ + 2 * kTile * kLd};
-  bf16* sV[2] = {sQ + 3 * kTile * kLd, sQ + 4 * kTile * kLd};
+  bf16* sK[2] = {sQ + kTileElems, sQ + kTileElems * size_t{2}};
+  bf16* sV[2] = {sQ + kTileElems * size_t{3}, sQ + kTileElems * size_t{4}};
   const int qb = gridDim.x - 1 - blockIdx.x, bh = blockIdx.y, b = bh / NH, h = bh % NH;
   const int hs = C / NH, q0 = qb * kTile, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int row0 = warp * 16, qg = q0 + row0 + lane / 4, t = lane % 4;  // this lane's rows: qg, qg + 8
   const bf16* base = qkv + size_t(b) * T_ * 3 * C + size_t(h) * hs;
   stage_tile(sQ, base, 3 * C, q0, T_, hs, packed);
   stage_tile(sK[0], base + C, 3 * C, 0, T_, hs, packed);
-  stage_tile(sV[0], base + 2 * C, 3 * C, 0, T_, hs, packed);
+  stage_tile(sV[0], base + size_t{2} * C, 3 * C, 0, T_, hs, packed);
   mma::cp_async_commit();
   uint32_t qf[4][4];
   float o[8][4] = {};
@@ -217,7 +224,7 @@ __global__ void __launch_bounds__(flash_mma::kThreads)
   for (int kt = 0; kt <= qb; kt++) {
     if (kt < qb) {  // tile kt+1 in flight while kt is used
       stage_tile(sK[(kt + 1) % 2], base + C, 3 * C, (kt + 1) * kTile, T_, hs, packed);
-      stage_tile(sV[(kt + 1) % 2], base + 2 * C, 3 * C, (kt + 1) * kTile, T_, hs, packed);
+      stage_tile(sV[(kt + 1) % 2], base + size_t{2} * C, 3 * C, (kt + 1) * kTile, T_, hs, packed);
       mma::cp_async_commit();
       mma::cp_async_wait<1>();
     } else {
@@ -269,7 +276,7 @@ __global__ void __launch_bounds__(flash_mma::kThreads)
   const float l0 = quad_sum(l[0]), l8 = quad_sum(l[1]);
   if (t == 0 && qg < T_) lse[size_t(bh) * T_ + qg] = m[0] + logf(l0);
   if (t == 0 && qg + 8 < T_) lse[size_t(bh) * T_ + qg + 8] = m[1] + logf(l8);
-  store_rows(out + size_t(b) * T_ * C + size_t(h) * hs, C, q0 + row0, T_, hs, packed, sQ + row0 * kLd, o,
+  store_rows(out + size_t(b) * T_ * C + size_t(h) * hs, C, q0 + row0, T_, hs, packed, sQ + size_t(row0) * kLd, o,
              1.0f / l0, 1.0f / l8);
 }
 
@@ -299,8 +306,8 @@ __global__ void __launch_bounds__(128)
   if (!valid) {
   } else if (packed) {  // hs == 64: one 16-byte load of each per lane
     float x[8], y[8];
-    load_floats<8>(x, dout + off + lane8 * 8);
-    load_floats<8>(y, out + off + lane8 * 8);
+    load_floats<8>(x, dout + off + size_t(lane8) * 8);
+    load_floats<8>(y, out + off + size_t(lane8) * 8);
     for (int e = 0; e < 8; e++) acc += x[e] * y[e];
   } else {
     for (int d = lane8; d < hs; d += 8) acc += __bfloat162float(dout[off + d]) * __bfloat162float(out[off + d]);
@@ -319,7 +326,7 @@ inline size_t backward_scratch_floats(int B, int T_, int NH) {
   const size_t heads = static_cast<size_t>(B) * NH, tiles = backward_tiles(T_);
   return heads * T_ + heads * tiles * kTile * kHead + heads * tiles;
 }
-constexpr size_t backward_smem() { return 7 * kTileBytes + 4 * kTile * sizeof(float); }  // K V | Q dO x 2 | dS | lse D x 2
+constexpr size_t backward_smem() { return 7 * kTileBytes + sizeof(float) * 4 * kTile; }  // K V | Q dO x 2 | dS | lse D x 2
 
 // Waits until *turn == want (thread 0; the block then passes a __syncthreads).
 // A turn that never comes (a block not scheduled, a bug) ends the launch with an
@@ -355,11 +362,11 @@ __global__ void __launch_bounds__(flash_mma::kThreads)
   using namespace flash_mma;
   DYNAMIC_SHARED(unsigned char, smem);
   bf16* sK = reinterpret_cast<bf16*>(smem);
-  bf16* sV = sK + kTile * kLd;
-  bf16* sQ[2] = {sK + 2 * kTile * kLd, sK + 3 * kTile * kLd};
-  bf16* sdO[2] = {sK + 4 * kTile * kLd, sK + 5 * kTile * kLd};
-  bf16* sdS = sK + 6 * kTile * kLd;                              // dS^T [key][query]
-  float* sLD = reinterpret_cast<float*>(sK + 7 * kTile * kLd);  // [buffer][lse 64 | D 64]
+  bf16* sV = sK + kTileElems;
+  bf16* sQ[2] = {sK + kTileElems * size_t{2}, sK + kTileElems * size_t{3}};
+  bf16* sdO[2] = {sK + kTileElems * size_t{4}, sK + kTileElems * size_t{5}};
+  bf16* sdS = sK + kTileElems * size_t{6};                              // dS^T [key][query]
+  float* sLD = reinterpret_cast<float*>(sK + kTileElems * size_t{7});  // [buffer][lse 64 | D 64]
   const int nqb = gridDim.x, kb = nqb - 1 - blockIdx.x, bh = blockIdx.y, b = bh / NH, h = bh % NH;
   const int hs = C / NH, k0 = kb * kTile, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int row0 = warp * 16, g = lane / 4, t = lane % 4, kg = k0 + row0 + g;  // this lane's keys: kg, kg + 8
@@ -377,7 +384,7 @@ __global__ void __launch_bounds__(flash_mma::kThreads)
     }
   };
   stage_tile(sK, base + C, 3 * C, k0, T_, hs, packed);
-  stage_tile(sV, base + 2 * C, 3 * C, k0, T_, hs, packed);
+  stage_tile(sV, base + size_t{2} * C, 3 * C, k0, T_, hs, packed);
   stage_pair(sQ[kb % 2], base, 3 * C, sdO[kb % 2], dbase, C, k0, T_, hs, packed);
   stage_rows(kb);
   uint32_t kf[4][4];  // K's A fragments stay in registers; V's are read per tile (register pressure)
@@ -394,7 +401,7 @@ __global__ void __launch_bounds__(flash_mma::kThreads)
     if (qt == kb) load_rows(kf, sK, row0);
     const bf16* Q = sQ[qt % 2];
     const bf16* dO = sdO[qt % 2];
-    const float* L = sLD + (qt % 2) * 2 * kTile;
+    const float* L = sLD + size_t(qt % 2) * 2 * kTile;
     float p[8][4] = {}, ds[8][4] = {};
     mma_rows_n(p, kf, Q);    // S^T
     mma_rows_n(ds, sV, row0, dO);  // dP^T
@@ -414,10 +421,11 @@ __global__ void __launch_bounds__(flash_mma::kThreads)
     // dS^T (bf16, as rounded for the products above) to shared; dq's part: dS K, 16 query rows per warp
     FLASH_MMA_UNROLL
     for (int kk = 0; kk < 4; kk++) {
-      *reinterpret_cast<uint32_t*>(sdS + (row0 + g) * kLd + kk * 16 + 2 * t) = dsf[kk][0];
-      *reinterpret_cast<uint32_t*>(sdS + (row0 + g + 8) * kLd + kk * 16 + 2 * t) = dsf[kk][1];
-      *reinterpret_cast<uint32_t*>(sdS + (row0 + g) * kLd + kk * 16 + 8 + 2 * t) = dsf[kk][2];
-      *reinterpret_cast<uint32_t*>(sdS + (row0 + g + 8) * kLd + kk * 16 + 8 + 2 * t) = dsf[kk][3];
+      const int at = (row0 + g) * kLd + kk * 16 + 2 * t, at8 = at + 8 * kLd;
+      *reinterpret_cast<uint32_t*>(sdS + at) = dsf[kk][0];
+      *reinterpret_cast<uint32_t*>(sdS + at8) = dsf[kk][1];
+      *reinterpret_cast<uint32_t*>(sdS + at + 8) = dsf[kk][2];
+      *reinterpret_cast<uint32_t*>(sdS + at8 + 8) = dsf[kk][3];
     }
     __syncthreads();
     float dq[8][4] = {};
@@ -434,17 +442,18 @@ __global__ void __launch_bounds__(flash_mma::kThreads)
     for (int n = 0; n < 8; n++)
       FLASH_MMA_UNROLL
       for (int r = 0; r < 2; r++) {
-        float2* cell = reinterpret_cast<float2*>(acc + (g + 8 * r) * kHead + n * 8 + 2 * t);
-        float2 v = make_float2(dq[n][2 * r], dq[n][2 * r + 1]);
+        const int at = (g + 8 * r) * kHead + n * 8 + 2 * t, e = r + r;  // e: this row's pair in the fragment
+        float2* cell = reinterpret_cast<float2*>(acc + at);
+        float2 v = make_float2(dq[n][e], dq[n][e + 1]);
         if (turn > 0) {
           const float2 old = __ldcg(cell);
           v.x = old.x + v.x, v.y = old.y + v.y;
         }
-        dq[n][2 * r] = v.x, dq[n][2 * r + 1] = v.y;
+        dq[n][e] = v.x, dq[n][e + 1] = v.y;
         if (kb > 0) __stcg(cell, v);
       }
     if (kb == 0) {  // the last part: dq = scale * sum, stored once
-      store_rows(drow, size_t(3) * C, qt * kTile + row0, T_, hs, packed, sdS + row0 * kLd, dq, scale, scale);
+      store_rows(drow, size_t(3) * C, qt * kTile + row0, T_, hs, packed, sdS + size_t(row0) * kLd, dq, scale, scale);
     } else {
       __threadfence();
       __syncthreads();
@@ -452,8 +461,9 @@ __global__ void __launch_bounds__(flash_mma::kThreads)
     }
     __syncthreads();  // buffers qt%2 and dS are free for the next tile
   }
-  store_rows(drow + C, size_t(3) * C, k0 + row0, T_, hs, packed, sK + row0 * kLd, dk, scale, scale);
-  store_rows(drow + 2 * C, size_t(3) * C, k0 + row0, T_, hs, packed, sV + row0 * kLd, dv, 1.0f, 1.0f);
+  store_rows(drow + C, size_t(3) * C, k0 + row0, T_, hs, packed, sK + size_t(row0) * kLd, dk, scale, scale);
+  store_rows(drow + size_t{2} * C, size_t(3) * C, k0 + row0, T_, hs, packed, sV + size_t(row0) * kLd, dv, 1.0f,
+             1.0f);
 }
 
 }  // namespace kern
