@@ -269,7 +269,7 @@ int run_evaluation(const TrainOptions& opts, const DistContext& dist, Communicat
   // A stop signal is honoured after the round in flight (every rank agrees).
   const auto print = progress_printer(dist.is_main());
   const auto progress = [&](uint64_t done, uint64_t total) {
-    print(done, total);
+    if (print) print(done, total);  // empty off rank 0
     if (should_stop(comm)) throw StopRequested(local_stop_signal());
   };
   try {

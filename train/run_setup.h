@@ -51,8 +51,10 @@ std::string resolve_init_from(const std::string& path);
 std::string weights_path(const TrainOptions& o, const std::string& mode);
 
 // Micro-batches per optimizer step: total_batch tokens over tokens_per_micro =
-// B*T*world, which must divide it into a positive count (else an error naming
-// --total-batch-tokens). Training and --dry-run use it alike.
+// B*T*world, which must divide it into a positive count of at most
+// kMaxGradAccum (else an error naming --total-batch-tokens). Training and
+// --dry-run use it alike.
+constexpr int64_t kMaxGradAccum = int64_t{1} << 20;
 int grad_accum_for(int64_t total_batch, int64_t tokens_per_micro);
 
 // read_model_file(weights_path(o, mode)).

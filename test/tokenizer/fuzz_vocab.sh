@@ -6,10 +6,10 @@ set -euo pipefail
 out=build/test/tokenizer/fuzz
 bin=$out/fuzz_vocab
 mkdir -p "$out"
-srcs=(test/tokenizer/fuzz_vocab.cpp tokenizer/tokenizer.cpp tokenizer/tokenizer.h)
+srcs=(test/tokenizer/fuzz_vocab.cpp tokenizer/tokenizer.cpp tokenizer/tokenizer.h util/checked_io.cpp util/checked_io.h)
 if [ ! -x "$bin" ] || [ -n "$(find "${srcs[@]}" -newer "$bin" 2>/dev/null)" ]; then
   clang++ -std=c++17 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -I. \
-    test/tokenizer/fuzz_vocab.cpp tokenizer/tokenizer.cpp -lpcre2-8 -o "$bin.tmp"
+    test/tokenizer/fuzz_vocab.cpp tokenizer/tokenizer.cpp util/checked_io.cpp -lpcre2-8 -o "$bin.tmp"
   mv -f "$bin.tmp" "$bin"
 fi
 seeds=$(mktemp -d "${TMPDIR:-/tmp}/fuzz_vocab_seeds.XXXXXX")

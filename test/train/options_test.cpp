@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "train/options.h"
+#include "train/run_setup.h"
 
 namespace gpt2 {
 namespace {
@@ -119,6 +120,28 @@ TEST(Options, DryRunTakesAListOfWorldSizesAndIsAModeOfItsOwn) {
   EXPECT_THROW(parse({"--dry-run", "8", "--eval-only"}), std::runtime_error);
   EXPECT_EQ(parse({"--recompute", "2"}).recompute, 2);
   EXPECT_THROW(parse({"--recompute", "3"}), std::runtime_error);
+}
+
+}  // namespace
+}  // namespace gpt2
+
+namespace gpt2 {
+namespace {
+
+// --total-batch-tokens over B*T*world: exact, positive, and not past kMaxGradAccum
+// micro-batches (2^39 + 128 tokens at 128 per micro-batch once ran as 1: an int cast).
+TEST(GradAccum, DividesExactlyAndNeverOverflows) {
+  EXPECT_EQ(grad_accum_for(512, 128), 4);
+  EXPECT_EQ(grad_accum_for(kMaxGradAccum * 128, 128), kMaxGradAccum);
+  EXPECT_THROW(grad_accum_for(500, 128), std::runtime_error);
+  EXPECT_THROW(grad_accum_for(0, 128), std::runtime_error);
+  try {
+    grad_accum_for(549755814016LL, 128);
+    ADD_FAILURE() << "2^32 + 1 micro-batches accepted";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("--total-batch-tokens 549755814016 needs 4294967297 micro-batches"),
+              std::string::npos) << e.what();
+  }
 }
 
 }  // namespace
