@@ -12,10 +12,14 @@
 // side (64 keys or 64 queries) are staged in shared memory by the whole block.
 // Causal: key tiles above the diagonal are never visited.
 //
-// Products: bf16 storage runs every tile product on tensor cores (WMMA
-// 16x16x16, bf16 inputs from shared memory, fp32 accumulators); fp32 storage
-// runs the same tile products as fp32 FMAs (WarpMma<float>), so the fp32 mode
-// is the same algorithm, comparable with the CPU backend.
+// Which kernels run: bf16 storage launches the mma.sync kernels of
+// backend/cuda/flash_mma.cuh (the launchers below dispatch; this file's
+// kernels are then not instantiated for bf16, and the backward there follows
+// FlashAttention-2: D = rowsum(dout out), five tile products). fp32 storage
+// runs this file's kernels with the tile products as fp32 FMAs
+// (WarpMma<float>), comparable with the CPU backend. WarpMma<__nv_bfloat16>
+// (WMMA) and the bf16 numerics below describe the WMMA path these kernels
+// still take if instantiated for bf16.
 //
 // Numerics (bf16): scores, softmax statistics, D and every accumulator fp32;
 // what is rounded to bf16 is P (forward: relative to the running max of the
