@@ -24,16 +24,19 @@ extern "C" void record_stop_signal(int signum) { g_stop_signal = signum; }
 
 }  // namespace
 
-void install_stop_handlers(const std::vector<int>& signals) {
+void install_stop_handlers(const std::vector<int>& signals, bool second_is_default) {
   for (int signum : signals) {
     if (signum == SIGKILL || signum == SIGSTOP || signum <= 0 || signum >= NSIG)
       throw std::runtime_error("distributed/preempt.cpp: cannot handle signal " +
                                std::to_string(signum));
     struct sigaction action;
+    // An interrupt inherited as ignored (a script's background job, nohup) stays
+    // ignored: Ctrl-C at the terminal is not meant for it.
+    if (second_is_default && sigaction(signum, nullptr, &action) == 0 && action.sa_handler == SIG_IGN) continue;
     std::memset(&action, 0, sizeof action);
     action.sa_handler = record_stop_signal;
     sigemptyset(&action.sa_mask);
-    action.sa_flags = SA_RESTART;
+    action.sa_flags = SA_RESTART | (second_is_default ? SA_RESETHAND : 0);
     if (sigaction(signum, &action, nullptr) != 0)
       throw std::runtime_error("distributed/preempt.cpp: sigaction(" + std::to_string(signum) +
                                ") failed: " + std::strerror(errno));

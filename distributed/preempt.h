@@ -27,8 +27,12 @@ constexpr int kPreemptedExitCode = 75;
 // Installs the recording handler for each signal (sigaction, SA_RESTART so
 // blocking I/O is not interrupted). Default set: SIGUSR1 and SIGTERM. A signal
 // arriving later sets the flag; the handler stays installed, so repeated
-// signals are harmless. Throws on an invalid signal number.
-void install_stop_handlers(const std::vector<int>& signals);
+// signals are harmless - unless second_is_default: then the first signal is
+// recorded and the default action comes back for the next (SA_RESETHAND), so a
+// second Ctrl-C ends a process that is slow to stop, and a signal inherited
+// as ignored stays ignored (a script's background job, nohup). Throws on an
+// invalid signal number.
+void install_stop_handlers(const std::vector<int>& signals, bool second_is_default = false);
 
 // Parses "USR1", "SIGUSR1", "TERM", "10" ... into a signal number (throws on
 // anything else). For a --stop-signal style flag.

@@ -39,6 +39,22 @@ TEST(Preempt, SignalFromAnotherProcess) {
   clear_stop_signal();
 }
 
+// SIGINT's handler (second_is_default): the first Ctrl-C is recorded, the
+// default action is back for the second.
+TEST(Preempt, SecondSignalTakesTheDefaultAction) {
+  install_stop_handlers({SIGUSR2}, /*second_is_default=*/true);
+  clear_stop_signal();
+  ASSERT_EQ(raise(SIGUSR2), 0);
+  EXPECT_EQ(local_stop_signal(), SIGUSR2);
+  struct sigaction now;
+  ASSERT_EQ(sigaction(SIGUSR2, nullptr, &now), 0);
+  EXPECT_EQ(now.sa_handler, SIG_DFL);
+  install_stop_handlers({SIGUSR2});  // back to recording, for the other tests
+  ASSERT_EQ(sigaction(SIGUSR2, nullptr, &now), 0);
+  EXPECT_NE(now.sa_handler, SIG_DFL);
+  clear_stop_signal();
+}
+
 TEST(Preempt, RequestStopWithoutASignal) {
   clear_stop_signal();
   request_stop(SIGTERM);

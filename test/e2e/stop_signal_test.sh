@@ -8,7 +8,9 @@
 #   c. during the step-2 training sample of 2^20 tokens: the sample ends, the run
 #      stops at the next step boundary (2 or 3): exit 75 with its checkpoint;
 #   d. --eval-only over every window at stride 1: exit 143, no result;
-#   e. --generate of 2^20 tokens: exit 143 after the tokens so far.
+#   e. --generate of 2^20 tokens: exit 143 after the tokens so far;
+#   f. SIGINT (Ctrl-C) stops like SIGTERM: exit 75 with its checkpoint, and
+#      DIR/.lock is gone (issue 25, item 9: SIGINT killed the run, leaving the lock).
 set -u
 cd "$(dirname "$0")/../.."
 BIN=${TRAINER:-./train_gpt2cu}  # any trainer binary with the CPU backend
@@ -28,15 +30,18 @@ common=(--device cpu -B 2 -T 32 --lr 1e-3 --threads 1 --no-shuffle --train-data 
 preset=(--model d2 --config n_embd=64,n_head=2,max_seq=64,vocab_size=50257,padded_vocab_size=50304)
 
 # stopped NAME LOG PATTERN ARGS...: runs the trainer in the background, waits (up to
-# 60 s) for PATTERN in LOG, sends SIGTERM 1 s later, and sets rc and secs (signal to exit).
+# 60 s) for PATTERN in LOG, sends $SIG (TERM) 1 s later, and sets rc and secs (signal
+# to exit). Job control (set -m): a script's background job would inherit SIGINT ignored.
 stopped() {
   local name=$1 log=$2 pattern=$3 pid t0; shift 3
+  set -m
   timeout -k 5 300 "$BIN" "$@" >"$log" 2>&1 &
   pid=$!
+  set +m
   for _ in $(seq 600); do grep -q -- "$pattern" "$log" 2>/dev/null && break; sleep 0.1; done
   sleep 1
   t0=$(date +%s)
-  kill -TERM "$pid"
+  kill "-${SIG:-TERM}" "$pid"
   wait "$pid"
   rc=$?
   secs=$(($(date +%s) - t0))
@@ -73,6 +78,13 @@ stopped e "$W/e.log" "generate:" "${common[@]}" --model "$model" --generate --ge
 if [ $rc -eq 143 ] && in_time && grep -q "stopped by signal 15 after [0-9]* token(s) (exit 143)" "$W/e.log"; then
   pass "e: SIGTERM during --generate: exit 143 after $secs s"
 else bad "e: --generate: exit $rc after $secs s"; tail -n 3 "$W/e.log"; fi
+
+SIG=INT stopped f "$W/f.log" "^step     2/" "${common[@]}" "${preset[@]}" --max-steps 1000000 --val-every 0 \
+  --sample-every 0 -o "$W/f"
+n=$(sed -n 's/^stop requested by signal 2; checkpointing at step \([0-9]*\)$/\1/p' "$W/f.log")
+if [ $rc -eq 75 ] && in_time && [ -n "$n" ] && [ -e "$W/f/DONE_$(printf %08d "$n")" ] && [ ! -e "$W/f/.lock" ]; then
+  pass "f: SIGINT: exit 75 after $secs s, checkpoint of step $n, DIR/.lock released"
+else bad "f: SIGINT: exit $rc after $secs s, $(ls -A "$W/f" 2>/dev/null | tr '\n' ' ')"; tail -n 3 "$W/f.log"; fi
 
 [ $fail = 0 ] && echo "stop_signal_test: all passed"
 exit $fail
