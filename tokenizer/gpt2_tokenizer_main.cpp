@@ -4,17 +4,16 @@
 //   ./gpt2_tokenizer export-llmc OUT llm.c's decode-only tokenizer file (magic 20240328, version 2)
 #include "tokenizer/tokenizer.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
-#include <iostream>
-#include <iterator>
-#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <vector>
+
+#include "util/checked_io.h"
 
 namespace {
 
@@ -35,18 +34,42 @@ constexpr const char* kUsage =
     "                    data/gpt2, filled by `make vocab` / scripts/get_gpt2_vocab.sh)\n"
     "  -h, --help        this help\n";
 
-std::string read_input(const std::string& file) {
-  std::ostringstream ss;
-  if (file.empty()) {
-    ss << std::cin.rdbuf();
-    if (std::cin.bad()) throw std::runtime_error("<stdin>: read error");
-    return ss.str();
+// The word as it can be printed: bytes outside printable ASCII as \xHH (a NUL
+// shows as \x00 instead of ending the message).
+std::string printable(const std::string& word) {
+  std::string out;
+  char hex[8];
+  for (unsigned char c : word) {
+    if (c >= 0x20 && c < 0x7f) {
+      out += static_cast<char>(c);
+    } else {
+      std::snprintf(hex, sizeof hex, "\\x%02x", c);
+      out += hex;
+    }
   }
-  std::ifstream in(file, std::ios::binary);
-  if (!in) throw std::runtime_error(file + ": cannot open (" + std::strerror(errno) + ")");
-  ss << in.rdbuf();
-  if (in.bad()) throw std::runtime_error(file + ": read error");
-  return ss.str();
+  return out;
+}
+
+// decode's input: ids in decimal separated by ASCII whitespace. Anything else
+// in a word (a sign, a NUL, a letter) or an id outside the vocabulary is an
+// error naming the word and its byte offset.
+std::vector<uint32_t> parse_ids(const std::string& input, const std::string& name, size_t vocab_size) {
+  std::vector<uint32_t> ids;
+  constexpr const char* kSpace = " \t\n\r\v\f";
+  size_t pos = input.find_first_not_of(kSpace);
+  while (pos != std::string::npos) {
+    const size_t end = std::min(input.find_first_of(kSpace, pos), input.size());
+    const std::string word = input.substr(pos, end - pos);
+    uint64_t v = 0;  // stays below 10 * vocab_size: digits stop counting at the first id out of range
+    bool ok = true;
+    for (char c : word) ok = ok && c >= '0' && c <= '9' && (v = v * 10 + static_cast<uint64_t>(c - '0')) < vocab_size;
+    if (!ok)
+      throw std::runtime_error(name + ": bad token id '" + printable(word) + "' at byte offset " +
+                               std::to_string(pos) + " (expected 0.." + std::to_string(vocab_size - 1) + ")");
+    ids.push_back(static_cast<uint32_t>(v));
+    pos = input.find_first_not_of(kSpace, end);
+  }
+  return ids;
 }
 
 gpt2::Tokenizer load(const std::string& vocab_dir) {
@@ -94,7 +117,7 @@ int run(int argc, char** argv) {
     const std::string file = rest.empty() ? "" : rest[0];
     const std::string name = file.empty() ? "<stdin>" : file;
     const gpt2::Tokenizer tok = load(vocab_dir);
-    std::string input = read_input(file);
+    std::string input = gpt2::read_all_bytes(file.empty() ? "-" : file);
     if (command == "encode") {
       if (replace_invalid) input = gpt2::replace_invalid_utf8(input);
       std::vector<uint32_t> ids;
@@ -112,19 +135,7 @@ int run(int argc, char** argv) {
       line += '\n';
       write_all(line);
     } else {
-      std::vector<uint32_t> ids;
-      std::istringstream in(input);
-      std::string word;
-      while (in >> word) {
-        char* end = nullptr;
-        errno = 0;
-        const unsigned long v = std::strtoul(word.c_str(), &end, 10);
-        if (word[0] == '-' || *end != '\0' || errno == ERANGE || v >= tok.vocab_size()) {
-          throw std::runtime_error(name + ": bad token id '" + word + "' (expected 0.." +
-                                   std::to_string(tok.vocab_size() - 1) + ")");
-        }
-        ids.push_back(static_cast<uint32_t>(v));
-      }
+      const std::vector<uint32_t> ids = parse_ids(input, name, tok.vocab_size());
       write_all(tok.decode(ids));
     }
     return 0;

@@ -1,14 +1,10 @@
 #include "train/generation.h"
 
-
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
-#include <iostream>
-#include <iterator>
-#include <fstream>
 #include <memory>
 #include <sstream>
 #include <stdexcept>
@@ -20,23 +16,18 @@
 #include "tokenizer/tokenizer.h"
 #include "train/run_setup.h"
 #include "train/sampler.h"
+#include "util/checked_io.h"
 #include "util/rng.h"
 
 namespace gpt2 {
 
 std::string read_prompt(const TrainOptions& opts) {
   if (opts.prompt_file.empty()) return opts.prompt;
-  if (opts.prompt_file == "-") {
-    std::string text((std::istreambuf_iterator<char>(std::cin)), std::istreambuf_iterator<char>());
-    if (std::cin.bad()) throw std::runtime_error("--prompt-file -: cannot read stdin");
-    return text;
+  try {
+    return read_all_bytes(opts.prompt_file);  // every byte: a NUL is text like any other
+  } catch (const std::exception& e) {
+    throw std::runtime_error("--prompt-file " + std::string(e.what()));
   }
-  std::ifstream in(opts.prompt_file, std::ios::binary);
-  if (!in) throw std::runtime_error("--prompt-file " + opts.prompt_file + ": cannot open (" + std::strerror(errno) + ")");
-  std::ostringstream s;
-  s << in.rdbuf();
-  if (in.bad()) throw std::runtime_error("--prompt-file " + opts.prompt_file + ": read error");
-  return s.str();
 }
 
 std::string format_sample(int i, int n, const std::string& text) {
@@ -82,6 +73,13 @@ std::string render(const Tokenizer* tok, const std::string& prompt, const std::v
   return prompt + tok->decode(u);
 }
 
+// Every byte (a NUL included), and a failed write (a full disk, /dev/full) is
+// an error at once, not exit 0 after the last sample.
+void write_stdout(const std::string& text) {
+  if (std::fwrite(text.data(), 1, text.size(), stdout) != text.size() || std::fflush(stdout) != 0)
+    throw std::runtime_error(std::string("--generate: standard output: write failed: ") + std::strerror(errno));
+}
+
 }  // namespace
 
 int run_generation(const TrainOptions& opts, const DistContext& dist) {
@@ -104,8 +102,7 @@ int run_generation(const TrainOptions& opts, const DistContext& dist) {
     const std::vector<int32_t> ids =
         generate(model, context, opts.gen_tokens, opts.temperature, opts.top_k, rng, opts.top_p, stop);
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    std::fputs(format_sample(i, opts.num_samples, render(tok.get(), prompt, ids)).c_str(), stdout);
-    std::fflush(stdout);
+    write_stdout(format_sample(i, opts.num_samples, render(tok.get(), prompt, ids)));
     if (const int sig = local_stop_signal()) {  // generate() returned early: print what there is and go
       std::fprintf(stderr, "generate: sample %d: stopped by signal %d after %zu token(s) (exit %d)\n", i + 1, sig,
                    ids.size(), stopped_exit_code(sig));

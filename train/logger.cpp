@@ -63,7 +63,9 @@ void TrainLogger::val(int step, double val_loss) {
 
 void TrainLogger::sample(int step, const std::string& text) {
   if (!enabled_) return;
-  std::printf("sample at step %d:\n---\n%s\n---\n", step, text.c_str());
+  // every byte of the text: a decoded token may be a NUL, which %s would end at
+  const std::string block = "sample at step " + std::to_string(step) + ":\n---\n" + text + "\n---\n";
+  std::fwrite(block.data(), 1, block.size(), stdout);
   std::fflush(stdout);
   jsonl("{\"type\":\"sample\",\"step\":" + std::to_string(step) + ",\"text\":\"" + json_escape(text) + "\"}");
 }

@@ -183,6 +183,27 @@ std::string read_text_file(const std::string& path) {
   return s;
 }
 
+std::string read_all_bytes(const std::string& path) {
+  const bool is_stdin = path == "-";
+  const std::string name = is_stdin ? "<stdin>" : path;
+  FILE* f = is_stdin ? stdin : std::fopen(path.c_str(), "rb");
+  if (!f) throw std::runtime_error(name + ": cannot open for reading: " + errno_text());
+  struct Closer {
+    FILE* f;
+    bool owned;
+    ~Closer() { if (owned) std::fclose(f); }
+  } closer{f, !is_stdin};
+  struct stat st;
+  if (fstat(fileno(f), &st) == 0 && S_ISDIR(st.st_mode))
+    throw std::runtime_error(name + ": is a directory, expected a file");
+  std::string bytes;
+  char chunk[1 << 16];
+  size_t got = 0;
+  while ((got = std::fread(chunk, 1, sizeof chunk, f)) > 0) bytes.append(chunk, got);
+  if (std::ferror(f)) throw std::runtime_error(name + ": read error: " + errno_text());
+  return bytes;
+}
+
 void write_text_file_atomic(const std::string& path, const std::string& text) {
   AtomicOutputFile out(path);
   out.write(text.data(), text.size());

@@ -61,6 +61,10 @@ void check_output_path(const std::string& flag, const std::string& path, bool is
 void make_directories(const std::string& path);  // mkdir -p; error names the path
 void fsync_directory(const std::string& dir);
 std::string read_text_file(const std::string& path);
+// Every byte of PATH, NULs included, read to its end (so also a FIFO or a
+// device); "-" is standard input, named "<stdin>" in errors. A directory, a
+// file that cannot be opened and a read error are errors naming the path.
+std::string read_all_bytes(const std::string& path);
 void write_text_file_atomic(const std::string& path, const std::string& text);
 
 // 64-bit FNV-1a, used as a content checksum in state files.

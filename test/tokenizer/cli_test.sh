@@ -59,9 +59,32 @@ echo "15496 50257" > "$tmp/ids"
 expect_error "bad token id '50257'" $tool decode "$tmp/ids"
 echo "15496 abc" > "$tmp/ids"
 expect_error "bad token id 'abc'" $tool decode "$tmp/ids"
+# Issue 25, item 8: a NUL is no separator and no id (once: '15496\0995' decoded as 15496, a lone NUL as
+# id 0), a directory is no input file (once: exit 0)
+printf '15496\000995' > "$tmp/ids"
+expect_error "<stdin>: bad token id '15496\\\\x00995' at byte offset 0" $tool decode < "$tmp/ids"
+printf '15496 \000' > "$tmp/ids"
+expect_error "$tmp/ids: bad token id '\\\\x00' at byte offset 6" $tool decode "$tmp/ids"
+echo "15496 +995" > "$tmp/ids"
+expect_error "bad token id '+995' at byte offset 6" $tool decode "$tmp/ids"
+expect_error "$tmp: is a directory, expected a file" $tool encode "$tmp"
+expect_error "$tmp: is a directory, expected a file" $tool decode "$tmp"
+expect_error "<stdout>: write error" sh -c "echo hi | $tool encode > /dev/full"
 expect_error "unknown command 'frobnicate'" $tool frobnicate
 expect_error "unknown option --bogus" $tool encode --bogus
 GPT2_VOCAB_DIR="$tmp/novocab" expect_error "GPT-2 vocabulary not found" $tool encode test/tokenizer/stress.txt
+
+# 6b. a NUL in the text is a byte like any other: tiktoken's ids, and back to the same bytes
+printf 'ab\000cd\000' > "$tmp/nul.txt"
+got=$($tool encode "$tmp/nul.txt")
+want=$(node -e '
+  const r = require("module").createRequire(process.cwd() + "/build/node/x.js");
+  const { Tiktoken } = r("tiktoken/lite"); const g = r("tiktoken/encoders/gpt2.json");
+  const e = new Tiktoken(g.bpe_ranks, g.special_tokens, g.pat_str);
+  console.log(Array.from(e.encode_ordinary("ab\u0000cd\u0000")).join(" "));')
+[ "$got" = "$want" ] && [ -n "$got" ] && ok "encode 'ab\\0cd\\0' = $got" || fail "encode with NULs: got '$got', tiktoken '$want'"
+echo "$got" | $tool decode > "$tmp/nul.back" && cmp -s "$tmp/nul.back" "$tmp/nul.txt" \
+  && ok "decode gives the NULs back" || fail "decode of the NUL text: $(od -c "$tmp/nul.back" | head -1)"
 
 # 7. --replace-invalid: U+FFFD for the bad byte, like Python's errors="replace"
 got=$($tool encode --replace-invalid "$tmp/bad.txt" | $tool decode)
