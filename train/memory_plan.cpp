@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <memory>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -43,6 +44,29 @@ class PlanComm final : public Communicator {
   bool device_;
 };
 
+// The objects a training run constructs at `world` ranks, on a backend that
+// allocates nothing but counts (rank 0's view).
+struct PlannedRun {
+  PlannedRun(const TrainOptions& o, const GPT2Config& cfg, const ParamLayout& layout, int world)
+      : be(make_sizing_backend(o)),
+        buffers(world, !be->is_host_memory()),
+        host(world, false),
+        dp(*be, world > 1 || o.zero_stage == 2 ? static_cast<Communicator&>(buffers) : host, layout, o.zero_stage),
+        model(*be, cfg, o.batch_size, std::min(o.seq_len, cfg.max_seq_len), dp.grad_mode(), dp.param_capacity(),
+              o.recompute),
+        opt(*be, layout, dp.opt_begin(), dp.opt_end()) {
+    opt.reserve_master(model.params());
+    // the step's deferred per-token losses: one slot per micro-batch
+    const int64_t micro = static_cast<int64_t>(o.batch_size) * std::min(o.seq_len, cfg.max_seq_len) * world;
+    model.reserve_deferred_losses(grad_accum_for(o.total_batch_tokens < 0 ? micro : o.total_batch_tokens, micro));
+  }
+  std::unique_ptr<SizingBackend> be;
+  PlanComm buffers, host;
+  DataParallel dp;
+  GPT2 model;
+  AdamW opt;
+};
+
 }  // namespace
 
 std::string memory_plan_table(const TrainOptions& o) {
@@ -53,19 +77,11 @@ std::string memory_plan_table(const TrainOptions& o) {
   std::ostringstream out;
   char line[256];
   for (int world : o.dry_run_worlds) {
-    auto be = make_sizing_backend(o);
-    PlanComm buffers(world, !be->is_host_memory()), host(world, false);
-    DataParallel dp(*be, world > 1 || o.zero_stage == 2 ? static_cast<Communicator&>(buffers) : host, layout,
-                    o.zero_stage);
-    GPT2 model(*be, cfg, B, T, dp.grad_mode(), dp.param_capacity(), o.recompute);
-    AdamW opt(*be, layout, dp.opt_begin(), dp.opt_end());
-    opt.reserve_master(model.params());
-    // the step's deferred per-token losses: one slot per micro-batch
-    const int64_t micro = static_cast<int64_t>(B) * T * world;
-    model.reserve_deferred_losses(grad_accum_for(o.total_batch_tokens < 0 ? micro : o.total_batch_tokens, micro));
+    const PlannedRun run(o, cfg, layout, world);
+    const SizingBackend& be = *run.be;
     if (out.tellp() == 0) {
       out << "memory plan: " << (from_file ? o.model : o.model + " " + cfg.describe()) << ", " << layout.total
-          << " parameters; " << be->name() << " " << o.dtype << ", B=" << B << " T=" << T << ", ZeRO-"
+          << " parameters; " << be.name() << " " << o.dtype << ", B=" << B << " T=" << T << ", ZeRO-"
           << o.zero_stage << ", recompute " << o.recompute << "\n"
           << "per rank, from the allocations training makes (nothing allocated); plus the backend's workspace,\n"
           << "grown on demand (cuBLASLt's 32 MiB, per-op partial sums)\n";
@@ -73,17 +89,24 @@ std::string memory_plan_table(const TrainOptions& o) {
                     "grads/P", "optimizer", "activations", "total", "total bytes");
       out << line;
     }
-    const double grads = static_cast<double>(dp.gradient_bytes(model));
-    const double full = static_cast<double>(layout.total) * model.params().elem_bytes;  // one dense gradient
-    const double total = static_cast<double>(be->allocated_bytes());
+    const double grads = static_cast<double>(run.dp.gradient_bytes(run.model));
+    const double full = static_cast<double>(layout.total) * run.model.params().elem_bytes;  // one dense gradient
+    const double total = static_cast<double>(be.allocated_bytes());
     std::snprintf(line, sizeof line, "%7d %12s %12s %9.3f %12s %12s %12s %14zu\n", world,
-                  format_bytes(static_cast<double>(model.params().bytes())).c_str(), format_bytes(grads).c_str(),
-                  grads / full, format_bytes(static_cast<double>(opt.state_bytes())).c_str(),
-                  format_bytes(static_cast<double>(model.activation_bytes())).c_str(), format_bytes(total).c_str(),
-                  be->allocated_bytes());
+                  format_bytes(static_cast<double>(run.model.params().bytes())).c_str(), format_bytes(grads).c_str(),
+                  grads / full, format_bytes(static_cast<double>(run.opt.state_bytes())).c_str(),
+                  format_bytes(static_cast<double>(run.model.activation_bytes())).c_str(), format_bytes(total).c_str(),
+                  be.allocated_bytes());
     out << line;
   }
   return out.str();
+}
+
+size_t planned_rank_bytes(const TrainOptions& o, int world) {
+  bool from_file = false;
+  const GPT2Config cfg = requested_config(o, &from_file);
+  const PlannedRun run(o, cfg, ParamLayout::for_config(cfg), world);
+  return run.be->allocated_bytes();
 }
 
 int run_memory_plan(const TrainOptions& o) {
@@ -92,7 +115,7 @@ int run_memory_plan(const TrainOptions& o) {
     return 0;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "error: --dry-run: %s\n", e.what());
-    return 1;
+    return dynamic_cast<const UsageError*>(&e) ? 2 : 1;
   }
 }
 

@@ -6,6 +6,7 @@
 #ifndef TRAIN_MEMORY_PLAN_H
 #define TRAIN_MEMORY_PLAN_H
 
+#include <cstddef>
 #include <string>
 
 #include "train/options.h"
@@ -15,6 +16,11 @@ namespace gpt2 {
 // The table as printed (rank 0's view; other ranks differ by at most the
 // shard padding). Throws std::runtime_error for an invalid configuration.
 std::string memory_plan_table(const TrainOptions& o);
+
+// The total of the table's row for `world` ranks: the bytes rank 0 of a
+// training run with these options allocates on the backend of --device/--dtype
+// (pass --device cpu for the CPU backend).
+size_t planned_rank_bytes(const TrainOptions& o, int world);
 
 // Prints memory_plan_table to stdout; returns the exit status (0, or 1 with
 // the error on stderr).

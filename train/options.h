@@ -4,10 +4,19 @@
 #define TRAIN_OPTIONS_H
 
 #include <cstdint>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
 namespace gpt2 {
+
+// A command-line error found after parsing, where the flags meet the world
+// size, the model or the data (a --total-batch-tokens that B*T*world does not
+// divide, an --eval-stride over the model's context): main exits 2 for it, as
+// for the errors parse_train_options throws.
+struct UsageError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
 
 struct TrainOptions {
   // model
@@ -72,6 +81,7 @@ struct TrainOptions {
   int zero_stage = 0;                 // 0 | 1 | 2
   int recompute = 0;                  // 0 | 1 (GELU output recomputed in the backward) | 2 (also layernorm)
   float comm_timeout = 600.0f;        // seconds one collective may wait for its peers; 0: forever
+  std::string memory_check = "on";    // on | warn | off: the planned memory against what the machine has
   std::vector<int> dry_run_worlds;    // --dry-run W[,W...]: print the memory table at these world sizes
 };
 

@@ -53,6 +53,21 @@ cpu::GemmThreading gemm_threading_from_env() {
                            " (expected split or openblas)");
 }
 
+// What a buffer holds, for an allocation failure's message.
+const char* role_name(BufferRole role) {
+  switch (role) {
+    case BufferRole::kParams: return "parameters";
+    case BufferRole::kGrads: return "gradients";
+    case BufferRole::kOptimizer: return "optimizer state";
+    case BufferRole::kActivations: return "activations";
+    case BufferRole::kTokens: return "token ids";
+    case BufferRole::kScratch: return "scratch";
+    case BufferRole::kStats: return "per-row statistics";
+    case BufferRole::kScalar64: return "fp64 scalars";
+  }
+  return "a buffer";
+}
+
 class CpuBackend final : public Backend {
  public:
   explicit CpuBackend(int threads) {
@@ -72,8 +87,8 @@ class CpuBackend final : public Backend {
     const size_t bytes = (numel * elem + kAlign - 1) / kAlign * kAlign;
     void* p = std::aligned_alloc(kAlign, bytes);
     if (p == nullptr)
-      throw std::runtime_error("backend/cpu: alloc: out of memory for " + std::to_string(bytes) +
-                               " bytes");
+      throw std::runtime_error("backend/cpu: alloc: out of memory for " + std::to_string(bytes) + " bytes of " +
+                               role_name(role) + " (the trainer's --dry-run 1 prints what a run needs)");
     return Tensor{p, numel, elem};
   }
   void free(Tensor t) override { std::free(t.ptr); }

@@ -1,0 +1,101 @@
+// --memory-check's measurement and comparison (issue 25, item 4), from the
+// texts the kernel's files hold, and the plan it compares against.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <cstdlib>
+#include <string>
+
+#include "train/memory_check.h"
+#include "train/memory_plan.h"
+#include "train/options.h"
+
+namespace gpt2 {
+namespace {
+
+constexpr uint64_t kGiB = uint64_t{1} << 30;
+
+TEST(MemoryCheck, MemAvailableFromMeminfo) {
+  const std::string meminfo =
+      "MemTotal:       25165824 kB\nMemFree:        23000000 kB\nMemAvailable:   24237056 kB\nBuffers: 0 kB\n";
+  uint64_t bytes = 0;
+  ASSERT_TRUE(meminfo_available(meminfo, &bytes));
+  EXPECT_EQ(bytes, uint64_t{24237056} * 1024);
+  EXPECT_FALSE(meminfo_available("MemTotal: 1 kB\nMemFree: 1 kB\n", &bytes));
+  EXPECT_FALSE(meminfo_available("MemAvailableX: 5 kB\n", &bytes));
+}
+
+TEST(MemoryCheck, CgroupRoomCountsInactivePageCacheAsFree) {
+  uint64_t room = 0;
+  // v2: 8 GiB limit, 6 GiB charged of which 1 GiB inactive page cache: 3 GiB of room
+  ASSERT_TRUE(cgroup_room("8589934592\n", "6442450944\n", "anon 5368709120\ninactive_file 1073741824\n",
+                          "inactive_file", &room));
+  EXPECT_EQ(room, 3 * kGiB);
+  // no stat: the usage counts whole
+  ASSERT_TRUE(cgroup_room("8589934592\n", "6442450944\n", "", "inactive_file", &room));
+  EXPECT_EQ(room, 2 * kGiB);
+  // over the limit already: no room, not a wrapped-around huge number
+  ASSERT_TRUE(cgroup_room("1073741824\n", "2147483648\n", "", "inactive_file", &room));
+  EXPECT_EQ(room, 0u);
+  // no limit: v2's "max", v1's ~2^63
+  EXPECT_FALSE(cgroup_room("max\n", "6442450944\n", "", "inactive_file", &room));
+  EXPECT_FALSE(cgroup_room("9223372036854771712\n", "1353453568\n", "", "total_inactive_file", &room));
+  EXPECT_FALSE(cgroup_room("", "", "", "inactive_file", &room));  // no such cgroup file
+}
+
+TEST(MemoryCheck, ShortfallNamesNeededAndAvailable) {
+  const MemoryBudget have{24 * kGiB, "MemAvailable in /proc/meminfo"};
+  EXPECT_EQ(memory_shortfall(24 * kGiB, 1, have), "");  // exactly fits
+  EXPECT_EQ(memory_shortfall(25 * kGiB, 1, have),
+            "this run needs 25.00 GiB per rank (the --dry-run total: parameters, gradients, optimizer state, "
+            "activations), more than the 24.00 GiB available (MemAvailable in /proc/meminfo)");
+  // ranks of one node share its memory
+  EXPECT_EQ(memory_shortfall(8 * kGiB, 3, have), "");
+  EXPECT_NE(memory_shortfall(9 * kGiB, 3, have).find("9.00 GiB per rank (the --dry-run total: parameters, gradients, "
+                                                     "optimizer state, activations) x 3 ranks on this node = 27.00 GiB"),
+            std::string::npos);
+}
+
+// The test stand-in replaces the measurement; anything but a count is an error.
+TEST(MemoryCheck, TestStandInForTheMeasurement) {
+  setenv("GPT2_TEST_AVAILABLE_MEMORY", "12345", 1);
+  const MemoryBudget b = host_memory_budget();
+  EXPECT_EQ(b.bytes, 12345u);
+  EXPECT_NE(b.source.find("GPT2_TEST_AVAILABLE_MEMORY"), std::string::npos);
+  setenv("GPT2_TEST_AVAILABLE_MEMORY", "lots", 1);
+  EXPECT_THROW(host_memory_budget(), std::runtime_error);
+  unsetenv("GPT2_TEST_AVAILABLE_MEMORY");
+  EXPECT_GT(host_memory_budget().bytes, 0u);  // this machine's own number
+}
+
+// The check refuses, warns or stays silent as --memory-check says, before
+// anything is allocated, against the --dry-run plan of the run.
+TEST(MemoryCheck, RefusesWarnsOrIsOff) {
+  TrainOptions o;
+  o.device = "cpu";
+  o.config_overrides = "n_layer=2,n_head=2,n_embd=64,max_seq=64";
+  o.seq_len = 32;
+  o.dry_run_worlds = {1};
+  const size_t need = planned_rank_bytes(o, 1);
+  EXPECT_NE(memory_plan_table(o).find(" " + std::to_string(need) + "\n"), std::string::npos);
+  DistContext dist;
+  setenv("GPT2_TEST_AVAILABLE_MEMORY", std::to_string(need - 1).c_str(), 1);
+  try {
+    check_host_memory(o, dist);
+    ADD_FAILURE() << "a plan 1 byte over the budget passed";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("not enough memory: this run needs"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("--memory-check warn (or off) to run anyway"), std::string::npos);
+  }
+  o.memory_check = "warn";
+  EXPECT_NO_THROW(check_host_memory(o, dist));
+  o.memory_check = "on";
+  setenv("GPT2_TEST_AVAILABLE_MEMORY", std::to_string(need).c_str(), 1);
+  EXPECT_NO_THROW(check_host_memory(o, dist));
+  dist.local_world = 2;  // two ranks of this node need twice as much
+  EXPECT_THROW(check_host_memory(o, dist), std::runtime_error);
+  unsetenv("GPT2_TEST_AVAILABLE_MEMORY");
+}
+
+}  // namespace
+}  // namespace gpt2

@@ -1,0 +1,49 @@
+// --memory-check: the memory a training run will allocate (the --dry-run plan)
+// against what this machine has left, before anything is allocated, so a run
+// that cannot fit stops with an error naming both numbers instead of being
+// killed by the kernel's OOM killer minutes later with no message.
+//
+// What the machine has: /proc/meminfo's MemAvailable, lowered to the room left
+// under this process's cgroup memory limit (v2 memory.max, v1
+// memory.limit_in_bytes; usage minus the inactive page cache the kernel
+// reclaims before it kills). Tests set GPT2_TEST_AVAILABLE_MEMORY=BYTES to
+// stand for that measurement (read only by host_memory_budget).
+#ifndef TRAIN_MEMORY_CHECK_H
+#define TRAIN_MEMORY_CHECK_H
+
+#include <cstdint>
+#include <string>
+
+#include "distributed/context.h"
+#include "train/options.h"
+
+namespace gpt2 {
+
+struct MemoryBudget {
+  uint64_t bytes = 0;
+  std::string source;  // where the number comes from, for the message
+};
+
+// MemAvailable of /proc/meminfo's text, in bytes; false when it has none.
+bool meminfo_available(const std::string& meminfo, uint64_t* bytes);
+// The room under a cgroup limit from its files' texts: limit - usage + the
+// stat's `inactive_key` (inactive_file, v1: total_inactive_file), at least 0.
+// false when there is no limit ("max", or v1's ~2^63 "unlimited").
+bool cgroup_room(const std::string& limit, const std::string& usage, const std::string& stat,
+                 const std::string& inactive_key, uint64_t* bytes);
+
+// This machine's budget for new allocations, as described above.
+MemoryBudget host_memory_budget();
+
+// "" when `per_rank` bytes for each of `ranks_on_node` ranks fit in `have`,
+// else the sentence saying by how much they do not.
+std::string memory_shortfall(uint64_t per_rank, int ranks_on_node, const MemoryBudget& have);
+
+// The check of a training run on the CPU backend (o.memory_check: on throws
+// with the shortfall and the ways out, warn prints it on stderr once per node,
+// off does nothing).
+void check_host_memory(const TrainOptions& o, const DistContext& dist);
+
+}  // namespace gpt2
+
+#endif  // TRAIN_MEMORY_CHECK_H
