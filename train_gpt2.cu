@@ -7,6 +7,8 @@
 #include <cstdio>
 #include <exception>
 #include <memory>
+#include <new>
+#include <string>
 
 #include "distributed/comm.h"
 #include "distributed/context.h"
@@ -31,6 +33,9 @@ int main(int argc, char** argv) {
   // Record preemption signals from the very start: a SIGUSR1 during MPI
   // start-up must not kill the process before it can checkpoint.
   gpt2::install_stop_handlers({SIGUSR1, SIGTERM});
+  // Ctrl-C stops the same way (checkpoint, lock released); a second one ends the
+  // process at once, as the default action would.
+  gpt2::install_stop_handlers({SIGINT}, /*second_is_default=*/true);
   // MPI comes up after the CLI check so a typo fails fast without a launcher.
   std::unique_ptr<gpt2::DistRuntime> runtime;
   try {
@@ -44,16 +49,30 @@ int main(int argc, char** argv) {
   // a dead or hung peer ends the job (distributed/watchdog.h). It outlives the
   // communicators, which hand it on to the NCCL one.
   gpt2::CommWatchdog watchdog(opts.comm_timeout, dist.prefix());
+  int rc = 0;
   try {
     std::unique_ptr<gpt2::Communicator> comm = gpt2::make_mpi_communicator(*runtime);
     comm->set_watchdog(&watchdog);
-    if (opts.eval_only) return gpt2::run_evaluation(opts, dist, *comm);
-    if (opts.generate) return gpt2::run_generation(opts, dist);
-    return gpt2::run_training(opts, dist, *comm);
+    rc = opts.eval_only  ? gpt2::run_evaluation(opts, dist, *comm)
+         : opts.generate ? gpt2::run_generation(opts, dist)
+                         : gpt2::run_training(opts, dist, *comm);
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "error: %s\n", gpt2::with_rank_prefix(dist, e.what()).c_str());
+    // a flag that meets the world size, the model or the data: exit 2, like the parser's
+    const int code = dynamic_cast<const gpt2::UsageError*>(&e) ? 2 : 1;
+    // a host container too large for what is left (the backends name their buffers)
+    const std::string what = dynamic_cast<const std::bad_alloc*>(&e)
+                                 ? "out of host memory (std::bad_alloc); --dry-run 1 prints what the run needs"
+                                 : e.what();
+    std::fprintf(stderr, "error: %s\n", gpt2::with_rank_prefix(dist, what).c_str());
     std::fflush(stderr);
-    if (dist.world > 1) runtime->abort_all(1);  // peers may be blocked in a collective
-    return 1;
+    if (dist.world > 1) runtime->abort_all(code);  // peers may be blocked in a collective
+    return code;
   }
+  // What went to standard output (samples, the log, --eval-json -) must have
+  // arrived: a full disk or a closed pipe is an error, not exit 0.
+  if (std::fflush(stdout) != 0 || std::ferror(stdout)) {
+    std::fprintf(stderr, "error: %s\n", gpt2::with_rank_prefix(dist, "standard output: write failed").c_str());
+    return rc == 0 ? 1 : rc;
+  }
+  return rc;
 }

@@ -253,7 +253,7 @@ int run_evaluation(const TrainOptions& opts, const DistContext& dist, Communicat
   spec.rank = dist.rank;
   spec.world = dist.world;
   if (spec.S > spec.T)
-    throw std::runtime_error("--eval-stride " + std::to_string(spec.S) + " is larger than the context length " +
+    throw UsageError("--eval-stride " + std::to_string(spec.S) + " is larger than the context length " +
                              std::to_string(spec.T) + " (tokens between windows would never be scored)");
   const EvalData data(opts.val_data);
   spec.stream_tokens = data.tokens;

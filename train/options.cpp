@@ -8,6 +8,9 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "model/config.h"
+#include "train/run_setup.h"
+
 namespace gpt2 {
 
 namespace {
@@ -95,7 +98,7 @@ const std::vector<OptionSpec>& option_table() {
       // model
       {"model", 0, "dN|PATH", "d12 (124M), d24 (350M), d36 (774M), d48 (1558M), any dN (64N channels, N heads), an llm.c model file (v3 fp32 / v5 bf16), or a Hugging Face GPT-2 directory (config.json + model.safetensors, as save_pretrained writes it) [d12]", [](TrainOptions& o, const char* v) { o.model = v; o.model_given = true; }, [](const TrainOptions& o) { return o.model; }},
       {"init-from", 0, "PATH", "start a new run from these weights only (fresh optimizer, lr schedule and data position): an llm.c model file, a Hugging Face GPT-2 directory, or a checkpoint directory (its newest complete checkpoint's model file); not with --model", STR(init_from)},
-      {"config", 0, "K=V,...", "overrides on the dN preset: n_layer, n_head, n_embd, max_seq, vocab_size, padded_vocab_size", STR(config_overrides)},
+      {"config", 0, "K=V,...", "overrides on the dN preset: n_layer, n_head, n_embd, max_seq, vocab_size, padded_vocab_size (one list; a second --config is an error)", [](TrainOptions& o, const char* v) { if (!o.config_overrides.empty()) throw std::runtime_error("--config given twice ('" + o.config_overrides + "', then '" + v + "'): give every override in one list, e.g. --config " + o.config_overrides + "," + v); o.config_overrides = v; }, [](const TrainOptions& o) { return o.config_overrides; }},
       // data
       {"train-data", 0, "GLOB", "training token shards (file, glob or comma list) [data/tinyshakespeare/tiny_shakespeare_train.bin]", STR(train_data)},
       {"val-data", 0, "GLOB", "validation token shards [data/tinyshakespeare/tiny_shakespeare_val.bin]", STR(val_data)},
@@ -156,6 +159,7 @@ const std::vector<OptionSpec>& option_table() {
       {"gelu-fusion", 0, "on|off", "CUDA: the fc layer's GELU and its gradient in the cuBLASLt GEMM epilogues (one pass over the B*T*4C activations less each way); off runs separate GELU kernels, which also keeps --recompute bitwise neutral (the epilogue's GELU differs from the recomputing kernel's in the last bits) [on]", [](TrainOptions& o, const char* v) { o.gelu_fusion = choice("gelu-fusion", v, {"on", "off"}); }, [](const TrainOptions& o) { return o.gelu_fusion; }},
       {"recompute", 0, "0|1|2", "activation recomputation: 0 keeps all activations; 1 keeps one layer's GELU output and recomputes it in the backward (saves (L-1)*B*T*4C activations, ~2% more FLOPs); 2 also keeps one layernorm output for ln1 and ln2 of all layers and recomputes them (saves another (2L-1)*B*T*C) [0]", INT(recompute, "recompute", 0, 2)},
       {"dry-run", 0, "W[,W...]", "no training: print the per-rank memory table (parameters, gradients, optimizer state, activations) of this model, --device/--dtype, -B/-T, --zero-stage and --recompute at each world size W, allocating nothing (no GPU or data needed; --device auto plans for the GPU when this binary has the CUDA backend)", [](TrainOptions& o, const char* v) { o.dry_run_worlds = parse_worlds(v); }, [](const TrainOptions& o) { std::string r; for (int w : o.dry_run_worlds) r += (r.empty() ? "" : ",") + std::to_string(w); return r; }},
+      {"memory-check", 0, "on|warn|off", "before allocating, compare the memory the run needs (the --dry-run total, times the ranks on this node) with what the machine has (MemAvailable, the cgroup limit): on = refuse with an error naming both, warn = print that and go on, off = no check; CPU backend [on]", [](TrainOptions& o, const char* v) { o.memory_check = choice("memory-check", v, {"on", "warn", "off"}); }, [](const TrainOptions& o) { return o.memory_check; }},
       {"comm-timeout", 0, "SECONDS", "a collective (MPI or NCCL) waiting longer than this for its peers (one died or hangs) aborts every rank with an error naming the call; must exceed the longest checkpoint write; 0 waits forever [600]", FLT(comm_timeout, "comm-timeout", 0.0, 1e7)},
   };
   return table;
@@ -184,6 +188,24 @@ void check_modes(const TrainOptions& o) {
   if ((o.eval_only || o.generate) && o.resume)
     throw std::runtime_error(std::string(o.eval_only ? "--eval-only" : "--generate") +
                              " does not train: --resume has no meaning (use --init-from CHECKPOINT_DIR)");
+}
+
+// Flags that only act with --output-dir, and the model the dN preset and
+// --config describe (a bad value is a usage error now, not at start-up).
+void check_output_and_model(const TrainOptions& o) {
+  if (o.output_dir.empty() && (o.checkpoint_every != 0 || o.keep_checkpoints != 0))
+    throw std::runtime_error(std::string(o.checkpoint_every ? "--checkpoint-every" : "--keep-checkpoints") +
+                             " needs --output-dir (where checkpoints are written; without it none is)");
+  if (o.eval_stride > o.seq_len)
+    throw std::runtime_error("--eval-stride " + std::to_string(o.eval_stride) + " is larger than --seq-len " +
+                             std::to_string(o.seq_len) + " (tokens between windows would never be scored)");
+  if (!o.init_from.empty()) return;  // --init-from with --config: refused above
+  if (names_preset(o.model)) {
+    GPT2Config cfg = config_from_depth_name(o.model);
+    if (!o.config_overrides.empty()) apply_config_overrides(cfg, o.config_overrides);
+  } else if (!o.config_overrides.empty()) {
+    throw std::runtime_error("--config applies to dN presets, not to a model file (" + o.model + ")");
+  }
 }
 
 }  // namespace
@@ -258,6 +280,7 @@ bool parse_train_options(int argc, char** argv, TrainOptions* opts) {
   if (opts->overwrite_output_dir && opts->resume)
     throw std::runtime_error("--overwrite-output-dir deletes the checkpoints that --resume continues: give one");
   check_modes(*opts);
+  check_output_and_model(*opts);
   return true;
 }
 

@@ -133,16 +133,16 @@ ModelFile load_mode_weights(const TrainOptions& o, const std::string& mode) {
 }
 
 int grad_accum_for(int64_t total_batch, int64_t tokens_per_micro) {
-  if (total_batch <= 0) throw std::runtime_error("--total-batch-tokens " + std::to_string(total_batch) + " is not positive");
+  if (total_batch <= 0) throw UsageError("--total-batch-tokens " + std::to_string(total_batch) + " is not positive");
   if (total_batch % tokens_per_micro != 0)
-    throw std::runtime_error("--total-batch-tokens " + std::to_string(total_batch) +
-                             " is not a multiple of B*T*world = " + std::to_string(tokens_per_micro));
+    throw UsageError("--total-batch-tokens " + std::to_string(total_batch) +
+                     " is not a multiple of B*T*world = " + std::to_string(tokens_per_micro));
   const int64_t accum = total_batch / tokens_per_micro;
   if (accum > kMaxGradAccum)  // (was: cast to int, 2^32 + 1 micro-batches ran as 1)
-    throw std::runtime_error("--total-batch-tokens " + std::to_string(total_batch) + " needs " +
-                             std::to_string(accum) + " micro-batches of B*T*world = " +
-                             std::to_string(tokens_per_micro) + " tokens per step; at most " +
-                             std::to_string(kMaxGradAccum) + " (raise -B or the rank count)");
+    throw UsageError("--total-batch-tokens " + std::to_string(total_batch) + " needs " +
+                     std::to_string(accum) + " micro-batches of B*T*world = " +
+                     std::to_string(tokens_per_micro) + " tokens per step; at most " +
+                     std::to_string(kMaxGradAccum) + " (raise -B or the rank count)");
   return static_cast<int>(accum);
 }
 

@@ -9,6 +9,7 @@
 #include <sstream>
 #include <stdexcept>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "backend/backend.h"
@@ -27,6 +28,7 @@
 #include "train/data_parallel.h"
 #include "train/logger.h"
 #include "train/lr_schedule.h"
+#include "train/memory_check.h"
 #include "train/optimizer.h"
 #include "train/run_setup.h"
 #include "train/sampler.h"
@@ -253,7 +255,7 @@ std::string join_tokens(const std::vector<int32_t>& ids) {
 // or resume, banner, the loop, the end (checkpoint, final model).
 class TrainingRun {
  public:
-  TrainingRun(const TrainOptions& opts, const DistContext& dist, Communicator& host);
+  TrainingRun(const TrainOptions& opts, const DistContext& dist, Communicator& host, std::unique_ptr<Backend> backend);
   int run();
 
  private:
@@ -306,12 +308,13 @@ class TrainingRun {
   int timed_steps_ = 0;
 };
 
-TrainingRun::TrainingRun(const TrainOptions& opts, const DistContext& dist, Communicator& host)
+TrainingRun::TrainingRun(const TrainOptions& opts, const DistContext& dist, Communicator& host,
+                         std::unique_ptr<Backend> backend)
     : opts_(opts),
       dist_(dist),
       main_rank_(dist.is_main()),
       log_(main_rank_, opts.log_jsonl),
-      backend_(make_run_backend(opts, dist)),
+      backend_(std::move(backend)),
       cfg_(requested_config(opts, &from_file_)),
       has_peek_(peek_resume_state(opts, &peek_)),
       shape_(batch_shape(opts, cfg_, dist.world, has_peek_ ? &peek_ : nullptr, log_)),
@@ -367,6 +370,14 @@ void TrainingRun::init_or_resume() {
   // The newest complete checkpoint whose files match their checksums (rank 0 verifies).
   const int64_t resume_step =
       ckpt_ && opts_.resume ? ckpt_->select_resume_step(comms_.host, opts_.resume_fallback, info) : -1;
+  if (resume_step > total_steps_)  // (was: exit 0, nothing trained, nothing said)
+    throw std::runtime_error("--resume: the newest complete checkpoint in " + opts_.output_dir + " is at step " +
+                             std::to_string(resume_step) + ", past the " + std::to_string(total_steps_) +
+                             " steps this run trains (" +
+                             (opts_.max_steps > 0 ? "--max-steps " + std::to_string(opts_.max_steps)
+                                                  : std::string("--max-steps -1: one epoch")) +
+                             "): nothing to train (a --max-steps above " + std::to_string(resume_step) +
+                             " continues it)");
   if (resume_step >= 0) {
     done_ = {static_cast<uint64_t>(resume_step)};
     if (!opts_.init_from.empty())
@@ -734,7 +745,11 @@ int TrainingRun::stop() {
 
 int run_training(const TrainOptions& opts, const DistContext& dist, Communicator& comm) {
   const TrainOptions effective = effective_options(opts);
-  TrainingRun run(effective, dist, comm);
+  std::unique_ptr<Backend> backend = make_run_backend(effective, dist);
+  // Before anything is allocated: a run that cannot fit is an error now, not
+  // the OOM killer's silent SIGKILL later (a GPU's cudaMalloc failure names its size).
+  if (backend->is_host_memory()) check_host_memory(effective, dist);
+  TrainingRun run(effective, dist, comm, std::move(backend));
   return run.run();
 }
 

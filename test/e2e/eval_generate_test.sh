@@ -106,7 +106,9 @@ refuse() {  # refuse NAME RC PATTERN -- args
 refuse preset 1 "needs trained weights" -- ./train_gpt2cu --eval-only "${net[@]}" --model d2 --val-data "$work/val_1.bin"
 refuse both-modes 2 "two modes" -- ./train_gpt2cu --eval-only --generate
 refuse stride-alone 2 "--eval-stride needs --eval-only" -- ./train_gpt2cu --eval-stride 4
-refuse stride-over-T 1 "larger than the context length" -- ./train_gpt2cu "${ev[@]}" --eval-stride 65
+refuse stride-over-T 2 "--eval-stride 65 is larger than --seq-len 64" -- ./train_gpt2cu "${ev[@]}" --eval-stride 65
+refuse stride-over-max-seq 2 "--eval-stride 65 is larger than the context length 64" -- \
+  ./train_gpt2cu "${ev[@]}" -T 128 --eval-stride 65  # within -T, past the model's max_seq 64
 refuse top-p-range 2 "--top-p: invalid value '0'" -- ./train_gpt2cu --generate --top-p 0
 refuse samples-alone 2 "--num-samples needs --generate" -- ./train_gpt2cu --num-samples 2
 
@@ -124,6 +126,17 @@ cmp -s "$work/g_file.txt" "$work/g_seed6.txt" && bad "--seed 6 gave the text of 
 [ "$(grep -c '^--- sample [123]/3 ---$' "$work/g_file.txt")" = 3 ] && [ "$(grep -c '^ROMEO:$' "$work/g_file.txt")" = 3 ] &&
   ok "3 samples, each starting with the prompt" || { bad "sample layout"; head -5 "$work/g_file.txt"; }
 refuse prompt-missing 1 "--prompt-file $work/nope.txt: cannot open" -- ./train_gpt2cu "${gen[@]}" --prompt-file "$work/nope.txt"
+# Issue 25, item 8: a directory is no prompt; a NUL is text (GPT-2's byte-level BPE
+# has a token for every byte), all of it printed; a failed write of the samples is an error.
+refuse prompt-directory 1 "--prompt-file $work: is a directory, expected a file" -- \
+  ./train_gpt2cu "${gen[@]}" --prompt-file "$work"
+printf 'ab\0cd' > "$work/nul.txt"
+./train_gpt2cu "${gen[@]}" --prompt-file "$work/nul.txt" > "$work/g_nul.txt" 2> "$work/g_nul.err"
+if [ $? = 0 ] && cmp -s -n 5 "$work/g_nul.txt" "$work/nul.txt" && grep -q "prompt 3 token(s)" "$work/g_nul.err"; then
+  ok "a prompt with a NUL: its 3 tokens, printed whole"
+else bad "prompt 'ab\\0cd': $(head -c 20 "$work/g_nul.txt" | od -c | head -1), $(grep -o 'prompt [0-9]* token(s)' "$work/g_nul.err")"; fi
+refuse generate-to-dev-full 1 "--generate: standard output: write failed: No space left on device" -- \
+  sh -c './train_gpt2cu "$@" > /dev/full' sh "${gen[@]}"
 
 # EOS: the trained model with <|endoftext|> made likely (about 5% at every
 # position: final layernorm channel 0 set to the constant 1, and wte[50256][0] = 8),

@@ -133,8 +133,8 @@ namespace {
 TEST(GradAccum, DividesExactlyAndNeverOverflows) {
   EXPECT_EQ(grad_accum_for(512, 128), 4);
   EXPECT_EQ(grad_accum_for(kMaxGradAccum * 128, 128), kMaxGradAccum);
-  EXPECT_THROW(grad_accum_for(500, 128), std::runtime_error);
-  EXPECT_THROW(grad_accum_for(0, 128), std::runtime_error);
+  EXPECT_THROW(grad_accum_for(500, 128), UsageError);  // main exits 2, as for the parser's errors
+  EXPECT_THROW(grad_accum_for(0, 128), UsageError);
   try {
     grad_accum_for(549755814016LL, 128);
     ADD_FAILURE() << "2^32 + 1 micro-batches accepted";
@@ -142,6 +142,34 @@ TEST(GradAccum, DividesExactlyAndNeverOverflows) {
     EXPECT_NE(std::string(e.what()).find("--total-batch-tokens 549755814016 needs 4294967297 micro-batches"),
               std::string::npos) << e.what();
   }
+}
+
+// Issue 25, item 9: flags that were silently ignored or replaced, and values
+// found bad only at start-up (exit 1), are errors of the command line (exit 2).
+TEST(Options, IgnoredOrReplacedFlagsAreUsageErrors) {
+  EXPECT_EQ(error_of({"--checkpoint-every", "5"}),
+            "--checkpoint-every needs --output-dir (where checkpoints are written; without it none is)");
+  EXPECT_NE(error_of({"--keep-checkpoints", "2"}).find("--keep-checkpoints needs --output-dir"), std::string::npos);
+  EXPECT_EQ(parse({"--checkpoint-every", "5", "--keep-checkpoints", "2", "-o", "out"}).keep_checkpoints, 2);
+  EXPECT_EQ(error_of({"--config", "n_layer=2", "--config", "n_head=2"}),
+            "--config given twice ('n_layer=2', then 'n_head=2'): give every override in one list, e.g. --config "
+            "n_layer=2,n_head=2");
+  EXPECT_EQ(error_of({"--config", "n_layer=0"}), "--config: 'n_layer=0' needs a positive integer value");
+  EXPECT_NE(error_of({"--config", "n_head=5"}).find("divisible by n_head (5)"), std::string::npos);
+  EXPECT_NE(error_of({"--config", "depth=2"}).find("unknown key 'depth'"), std::string::npos);
+  EXPECT_NE(error_of({"--model", "dx"}).find("--model dx"), std::string::npos);
+  EXPECT_NE(error_of({"--model", "/no/such/model.bin", "--config", "n_layer=2"}).find("--config applies to dN"),
+            std::string::npos);
+  EXPECT_EQ(error_of({"--eval-only", "-T", "32", "--eval-stride", "33"}),
+            "--eval-stride 33 is larger than --seq-len 32 (tokens between windows would never be scored)");
+  EXPECT_EQ(parse({"--eval-only", "-T", "32", "--eval-stride", "32"}).eval_stride, 32);
+}
+
+TEST(Options, MemoryCheck) {
+  EXPECT_EQ(parse({}).memory_check, "on");
+  EXPECT_EQ(parse({"--memory-check", "warn"}).memory_check, "warn");
+  EXPECT_EQ(parse({"--memory-check=off"}).memory_check, "off");
+  EXPECT_NE(error_of({"--memory-check", "no"}).find("one of on, warn, off"), std::string::npos);
 }
 
 }  // namespace
