@@ -71,17 +71,15 @@ bool use_flash_attention(CudaAttention choice) {
 
 // Attention buffer sizes of the backend's choice (shared with cuda_backend_sizes).
 // Flash: saved = fp32 log-sum-exp per row (B*NH*T floats; in bf16 mode
-// 2*B*NH*T bf16 elements of the same bytes), scratch = D per row (fp32 mode), or
-// D, the dq accumulator and turn counters (bf16: kern::flash_scratch_floats).
+// 2*B*NH*T bf16 elements of the same bytes), scratch = D per row, the dq
+// accumulator and turn counters (kern::flash_scratch_floats, fp32 words).
 // Classic: saved = P[B,NH,T,T] of the storage type, scratch = dP (+ dS).
 size_t attention_saved_numel_for(bool flash, uint32_t storage_bytes, int B, int T, int NH) {
   if (flash) return kern::flash_lse_floats(B, T, NH) * (sizeof(float) / storage_bytes);
   return kern::attention_saved_elems(B, T, NH);
 }
 size_t attention_scratch_numel_for(bool flash, uint32_t storage_bytes, int B, int T, int NH) {
-  if (flash)
-    return storage_bytes == 2 ? kern::flash_scratch_floats<__nv_bfloat16>(B, T, NH)
-                              : kern::flash_scratch_floats<float>(B, T, NH);
+  if (flash) return kern::flash_scratch_floats(B, T, NH);  // kScratch is fp32
   return storage_bytes == 2 ? kern::attention_scratch_floats<__nv_bfloat16>(B, T, NH)
                             : kern::attention_scratch_floats<float>(B, T, NH);
 }
@@ -342,7 +340,7 @@ class CudaBackend final : public Backend {
       float* lse = flash_lse(saved, C, NH, "attention_forward");
       dispatch("attention_forward", [&](auto tag) {
         using X = decltype(tag);
-        kern::flash_attention_forward<X>(as<X>(out), lse, as<X>(qkv), B, T, C, NH, stream_);
+        kern::flash_attention_forward<X>(as<X>(out), lse, as<X>(qkv), B, T, C, NH, blas_.tf32, stream_);
       });
       return;
     }
@@ -363,7 +361,7 @@ class CudaBackend final : public Backend {
       dispatch("attention_backward", [&](auto tag) {
         using X = decltype(tag);
         kern::flash_attention_backward<X>(as<X>(dqkv), as<float>(scratch), as<X>(dout), as<X>(out), as<X>(qkv),
-                                          lse, B, T, C, NH, stream_);
+                                          lse, B, T, C, NH, blas_.tf32, stream_);
       });
       return;
     }
@@ -486,7 +484,7 @@ class CudaBackend final : public Backend {
   static float* flash_lse(const Tensor& saved, int C, int NH, const char* op) {
     if (!kern::flash_attention_applies(C, NH))
       throw std::runtime_error(std::string("backend/cuda: ") + op + ": flash attention needs head size <= " +
-                               std::to_string(kern::flash::kHead) + " (C/NH = " + std::to_string(C / NH) +
+                               std::to_string(kern::flash_mma::kHead) + " (C/NH = " + std::to_string(C / NH) +
                                "); use CudaAttention::kClassic or GPT2_ATTENTION=classic");
     if (reinterpret_cast<uintptr_t>(saved.ptr) % alignof(float) != 0)
       throw std::runtime_error(std::string("backend/cuda: ") + op + ": saved is not 4-byte aligned");

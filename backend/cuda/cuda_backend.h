@@ -41,11 +41,13 @@ struct CudaBackendOptions {
   // ids stay 4-byte). With bf16, pass an fp32 (kOptimizer) `master` to
   // adamw_update so the weights do not lose the small updates to rounding.
   bool bf16 = false;
-  // fp32 storage only: the GEMMs (linear layers, classic attention) may run on
-  // TF32 tensor cores (inputs rounded to a 10-bit mantissa, fp32 accumulation):
-  // CUBLAS_COMPUTE_32F_FAST_TF32 for cublasGemmEx and cuBLASLt, and the handle's
-  // math mode CUBLAS_TF32_TENSOR_OP_MATH. About 1e-3 relative error per product
-  // sum, several times the fp32 GEMM throughput. Off by default here (results
+  // fp32 storage only: the GEMMs (linear layers, classic attention) and the flash
+  // attention kernels may run on TF32 tensor cores (inputs rounded to a 10-bit
+  // mantissa, fp32 accumulation): CUBLAS_COMPUTE_32F_FAST_TF32 for cublasGemmEx
+  // and cuBLASLt, the handle's math mode CUBLAS_TF32_TENSOR_OP_MATH, and tf32
+  // mma.sync in backend/cuda/flash_tiles.cuh. About 1e-3 relative error per
+  // product sum, several times the fp32 throughput. Off, flash attention runs
+  // 3xTF32 (fp32 accuracy on tensor cores). Off by default here (results
   // comparable with the CPU backend); the trainer's --tf32 auto turns it on for a
   // real GPU (cuda_tf32_default()). Ignored with bf16 storage.
   bool tf32 = false;

@@ -213,10 +213,9 @@ def memory_table(c):
     if flash:
         lse_floats = B * NH * T
         saved = lse_floats * (4 // s)   # fp32 LSE in storage-type elements
-        scratch, scratch_e = lse_floats, 4  # D, fp32 (kScratch)
-        if s == 2:  # bf16 (flash_mma.cuh): D, the dq accumulator per query tile, a turn counter per tile
-            tiles = B * NH * ((T + 63) // 64)
-            scratch = lse_floats + tiles * 64 * 64 + tiles
+        # fp32 (kScratch; flash_mma.cuh): D, the dq accumulator per query tile, a turn counter per tile
+        tiles = B * NH * ((T + 63) // 64)
+        scratch, scratch_e = lse_floats + tiles * 64 * 64 + tiles, 4
     else:
         saved = B * NH * T * T
         S = B * NH * T * T
@@ -352,7 +351,7 @@ def step_ops(c):
     def attn_fwd():
         if c.attention == "flash":
             f = 2 * gemm_full * tile_frac * (64.0 / hs if hs < 64 else 1.0)
-            peak = PEAK_BF16 if bf16 else PEAK_FP32_SIMT
+            peak = PEAK_BF16 if bf16 else PEAK_TF32  # flash_mma.cuh: mma.sync, fp32 storage on tf32
             add("flash_forward", f, 3 * E * s + E * s + B * NH * T * 4, peak, EFF_ATTN_FWD)
             return
         sp = EFF_BW_SCALAR16 if bf16 else EFF_BW_SCALAR32
@@ -366,21 +365,15 @@ def step_ops(c):
     def attn_bwd():
         if c.attention == "flash":
             f1 = gemm_full * tile_frac * (64.0 / hs if hs < 64 else 1.0)
-            peak = PEAK_BF16 if bf16 else PEAK_FP32_SIMT
+            peak = PEAK_BF16 if bf16 else PEAK_TF32  # flash_mma.cuh: mma.sync, fp32 storage on tf32
             lse = B * NH * T * 4
-            if bf16:  # backend/cuda/flash_mma.cuh: FlashAttention-2's order
-                # D = rowsum(dout * out): reads both once
-                add("flash_backward_dsum", 2 * E, 2 * E * s + lse, peak, EFF_ATTN_BWD)
-                # one kernel per key block: S^T, dP^T, dv, dk and dq's part dS K (5 GEMMs); the
-                # parts of dq add up in an fp32 accumulator (written and read back once from DRAM,
-                # the per-tile-pair traffic is in the profile's L2 term)
-                acc = B * NH * ((T + 63) // 64) * 64 * 64 * 4
-                add("flash_backward", 5 * f1, 3 * E * s + E * s + 2 * lse + 3 * E * s + 2 * acc, peak, EFF_ATTN_BWD)
-                return
-            # fp32 storage (flash_attention.cuh): the dq kernel, pass 1 (S, dP -> D), pass 2 (S, dP, dS K): 5 GEMMs
-            add("flash_backward_dq", 5 * f1, 3 * E * s + E * s + lse + lse + E * s, peak, EFF_ATTN_BWD)
-            # dk/dv kernel: S^T, dP^T, P^T dO, dS^T Q: 4 GEMMs
-            add("flash_backward_dkdv", 4 * f1, 3 * E * s + E * s + 2 * lse + 2 * E * s, peak, EFF_ATTN_BWD)
+            # backend/cuda/flash_mma.cuh: FlashAttention-2's order. D = rowsum(dout * out): reads both once
+            add("flash_backward_dsum", 2 * E, 2 * E * s + lse, peak, EFF_ATTN_BWD)
+            # one kernel per key block: S^T, dP^T, dv, dk and dq's part dS K (5 GEMMs); the
+            # parts of dq add up in an fp32 accumulator (written and read back once from DRAM,
+            # the per-tile-pair traffic is in the profile's L2 term)
+            acc = B * NH * ((T + 63) // 64) * 64 * 64 * 4
+            add("flash_backward", 5 * f1, 3 * E * s + E * s + 2 * lse + 3 * E * s + 2 * acc, peak, EFF_ATTN_BWD)
             return
         sp = EFF_BW_SCALAR16 if bf16 else EFF_BW_SCALAR32
         g = "attn_classic_bwd"
@@ -490,10 +483,6 @@ def profile_rows_for(op, rows):
         return case("attention_backward", kernel="flash_backward_mma")
     if word == "flash_backward_dsum":
         return case("attention_backward", kernel="dsum")
-    if word == "flash_backward_dq":
-        return case("attention_backward", kernel="backward_dq_")
-    if word == "flash_backward_dkdv":
-        return case("attention_backward", kernel="backward_dkdv_")
     if word in ("bias_colsum", "bias_accumulate") and tag in MATMUL_SHAPES:
         kernel = "accumulate_partials" if word == "bias_accumulate" else "column_sum_partials"
         return case("matmul_backward", MATMUL_SHAPES[tag], kernel)

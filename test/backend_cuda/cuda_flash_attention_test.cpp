@@ -5,15 +5,17 @@
 // 128-bit path) and 10, 12, 32, 40 (zero-padded to 64), a sharp softmax whose
 // running max moves between key tiles, and operands at a 4-byte offset (the
 // scalar loads with hs = 64).
-//   fp32: forward and backward against the CPU backend, |cuda - cpu| <=
-//         2 (atol + rtol |cpu|) with the op harness's attention tolerances
-//         (times scale^2 for the sharp cases: see the test);
+//   fp32 (3xTF32, --tf32 off): forward and backward against the CPU backend,
+//         |cuda - cpu| <= 2 (atol + rtol |cpu|) with the op harness's attention
+//         tolerances (times scale^2 for the sharp cases: see the test);
+//   tf32 (--tf32 on): the same with tf32's unit roundoff (see the test);
 //   bf16: per element against bf16ref (the exact value of the flash formula
 //         with its bf16 roundings; bf16_reference.h), no other slack;
-//   both: the same bits under the three emulator run orders (no atomics), every
-//         element of out and dqkv written (NaN poison before the call).
-// bf16: the same bits with 1 worker and with 4 taking blocks in descending order
-// (the backward's ordered dq sums wait across blocks). Also: saved/scratch sizes of each path, kClassic still selectable, and the
+//   all: the same bits under the three emulator run orders (no atomics), every
+//         element of out and dqkv written (NaN poison before the call), and the
+//         same bits with 1 worker and with 4 taking blocks in descending order
+//         (the backward's ordered dq sums wait across blocks).
+// Also: saved/scratch sizes of each path, kClassic still selectable, and the
 // flash path refusing a head size above 64.
 #include <gtest/gtest.h>
 
@@ -82,10 +84,11 @@ std::vector<float> randn(optest::Rng& rng, size_t n, double scale) {
   return v;
 }
 
-std::unique_ptr<Backend> make(bool bf16, CudaAttention kind = CudaAttention::kFlash) {
+std::unique_ptr<Backend> make(bool bf16, CudaAttention kind = CudaAttention::kFlash, bool tf32 = false) {
   CudaBackendOptions o;
   o.bf16 = bf16;
   o.attention = kind;
+  o.tf32 = tf32;
   return make_cuda_backend(0, o);
 }
 
@@ -168,7 +171,9 @@ TEST(CudaFlashAttention, Fp32MatchesCpuBackendUnderEveryRunOrder) {
       // relative error of exp(s - m): allowances for scale 1 (2e-6 ~ 34 u forward,
       // 5e-6 sqrt(T) backward, as cases.cpp's attention_backward) times scale^2.
       // Not worst cases (the CPU side is OpenBLAS sgemm, per-CPU order; flash
-      // rescales per tile): the Haswell, SkylakeX and Zen kernels use <= 0.21 of them.
+      // rescales per tile; the CUDA side is 3xTF32): the sharpest case (scale 4)
+      // uses 0.69 of its allowance, each side ~0.35 of it against an fp64
+      // reference; the scale-1 cases <= 0.35.
       const double k = s.scale * s.scale;
       size_t at = 0;
       const double wf = worst_ratio(out, want_out, 2e-6 * k, 2e-6 * k, &at);
@@ -218,19 +223,21 @@ TEST(CudaFlashAttention, Bf16MatchesFlashReferencePerElement) {
   }
 }
 
-// The bf16 backward adds each query tile's dq parts in a fixed order, a key block
+// The backward adds each query tile's dq parts in a fixed order, a key block
 // waiting for its turn on a counter: with the 4 key blocks of a head running at
 // once on 4 emulator workers, taken in descending order (key block 0, the last
 // in every tile's order, starts first, so each block really waits), the same
-// bits as one block at a time in the GPU's order.
-TEST(CudaFlashAttention, Bf16BackwardSameBitsWithConcurrentBlocks) {
-  auto cuda = make(true);
+// bits as one block at a time in the GPU's order. bf16, fp32 (3xTF32) and tf32.
+void expect_same_bits_with_concurrent_blocks(bool bf16, bool tf32) {
+  auto cuda = make(bf16, CudaAttention::kFlash, tf32);
   optest::Rng rng(20261127);
   const Shape s{2, 200, 128, 2, 1.0, false};  // 4 key tiles per head
   const size_t n = size_t(s.B) * s.T * s.C;
   std::vector<float> qkv = randn(rng, 3 * n, 1.0), dy = randn(rng, n, 1.0);
-  for (auto& x : qkv) x = bf16ref::round_bf16(x);
-  for (auto& x : dy) x = bf16ref::round_bf16(x);
+  if (bf16) {
+    for (auto& x : qkv) x = bf16ref::round_bf16(x);
+    for (auto& x : dy) x = bf16ref::round_bf16(x);
+  }
   std::vector<float> out[2], dq[2];
   const int workers[2] = {1, 4};
   for (int i = 0; i < 2; i++) {
@@ -246,15 +253,48 @@ TEST(CudaFlashAttention, Bf16BackwardSameBitsWithConcurrentBlocks) {
   EXPECT_TRUE(same_bits(dq[0], dq[1])) << "dqkv depends on how many blocks run at once";
   for (float x : dq[1]) ASSERT_TRUE(std::isfinite(x));
 }
+TEST(CudaFlashAttention, Bf16BackwardSameBitsWithConcurrentBlocks) { expect_same_bits_with_concurrent_blocks(true, false); }
+TEST(CudaFlashAttention, Fp32BackwardSameBitsWithConcurrentBlocks) { expect_same_bits_with_concurrent_blocks(false, false); }
+TEST(CudaFlashAttention, Tf32BackwardSameBitsWithConcurrentBlocks) { expect_same_bits_with_concurrent_blocks(false, true); }
+
+// --tf32 on: every product's operands rounded to tf32 (10 mantissa bits, unit
+// roundoff u = 2^-11; accumulation stays fp32). Against the CPU backend: |out|
+// within 2 (4u + 4u |cpu|), dqkv within 2 (4u sqrt(T) + 4u |cpu|) (the backward's
+// sums grow with T, as in the fp32 test); the seeded data use <= 1/4 of that.
+// And not the bits of the 3xTF32 path: the switch reaches the kernels.
+TEST(CudaFlashAttention, Tf32WithinTf32RoundoffOfCpuBackend) {
+  auto cpu = make_cpu_backend(0);
+  auto exact = make(false);
+  auto tf32 = make(false, CudaAttention::kFlash, true);
+  optest::Rng rng(20261128);
+  const double u = std::ldexp(1.0, -11);
+  for (const Shape& s : kShapes) {
+    if (s.scale != 1.0) continue;  // sharp softmaxes amplify score errors by exp: the fp32 test covers them
+    const size_t n = size_t(s.B) * s.T * s.C;
+    const std::vector<float> qkv = randn(rng, 3 * n, s.scale), dy = randn(rng, n, 1.0);
+    std::vector<float> want_out, want_dq, ex_out, ex_dq, out, dq;
+    Shape plain = s;
+    plain.offset = false;
+    Call(*cpu, plain).run(plain, qkv, dy, &want_out, &want_dq);
+    Call(*exact, s).run(s, qkv, dy, &ex_out, &ex_dq);
+    Call(*tf32, s).run(s, qkv, dy, &out, &dq);
+    size_t at = 0;
+    const double wf = worst_ratio(out, want_out, 4 * u, 4 * u, &at);
+    EXPECT_LE(wf, 1.0) << s.str() << " out[" << at << "] " << out[at] << " vs cpu " << want_out[at];
+    const double wb = worst_ratio(dq, want_dq, 4 * u * std::sqrt(double(s.T)), 4 * u, &at);
+    EXPECT_LE(wb, 1.0) << s.str() << " dqkv[" << at << "] " << dq[at] << " vs cpu " << want_dq[at];
+    if (s.T > 1) EXPECT_FALSE(same_bits(dq, ex_dq)) << s.str() << ": --tf32 on gave the 3xTF32 bits";
+  }
+}
 
 TEST(CudaFlashAttention, SavedAndScratchSizes) {
   const int B = 3, T = 17, NH = 4;
   const size_t rows = size_t(B) * NH * T;
   EXPECT_EQ(make(false)->attention_saved_numel(B, T, NH), rows);          // fp32 lse
   EXPECT_EQ(make(true)->attention_saved_numel(B, T, NH), 2 * rows);       // the same bytes in bf16 elements
-  EXPECT_EQ(make(false)->attention_scratch_numel(B, T, NH), rows);        // D
-  // bf16: D, the dq accumulator (per head: query tiles of 64 rows x 64), a turn counter per head and tile
+  // fp32 words for both: D, the dq accumulator (per head: query tiles of 64 rows x 64), a turn counter per head and tile
   const size_t heads = size_t(B) * NH, tiles = (T + 63) / 64;
+  EXPECT_EQ(make(false)->attention_scratch_numel(B, T, NH), rows + heads * tiles * 64 * 64 + heads * tiles);
   EXPECT_EQ(make(true)->attention_scratch_numel(B, T, NH), rows + heads * tiles * 64 * 64 + heads * tiles);
   EXPECT_EQ(make(false, CudaAttention::kClassic)->attention_saved_numel(B, T, NH), rows * T);  // P
   EXPECT_EQ(make(true, CudaAttention::kClassic)->attention_saved_numel(B, T, NH), rows * T);
