@@ -29,6 +29,8 @@
 #include <memory>
 #include <string>
 
+#include "util/philox.h"
+
 namespace gpt2 {
 
 // What a buffer is for; a backend may pick a different element type per role
@@ -167,6 +169,14 @@ class Backend {
     residual_forward(residual, a, b, static_cast<size_t>(N) * C);
     layernorm_forward(out, mean, rstd, residual, w, bias, N, C);
   }
+
+  // Inverted dropout of an [N, C] tensor whose row r is global token m.token0 + r:
+  //   out[r, c] = inp[r, c] * (m.keep(m.token0 + r, c) ? 1 / (1 - m.p) : 0)   (=)
+  // with m.keep util/philox.h's pure function of (seed, step, stream, token,
+  // column), the scale m.keep_scale() in fp32 and one rounding of the product;
+  // out may alias inp. The backward is the same call on the gradient (the mask
+  // is drawn again, nothing is stored). A dropped NaN or Inf stays NaN, as x * 0.
+  virtual void dropout(Tensor out, Tensor inp, const DropoutMask& m, int N, int C) = 0;
 
   // Fused classifier: for each of the N rows of logits[N,Vp] (only the first V
   // columns are real; the padded ones never affect anything):

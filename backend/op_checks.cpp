@@ -154,6 +154,13 @@ void OpChecks::residual_forward(const Tensor& out, const Tensor& a, const Tensor
   need_x(b, n, "residual_forward", "b");
 }
 
+void OpChecks::dropout(const Tensor& out, const Tensor& inp, const DropoutMask& m, int N, int C) const {
+  dims("dropout", {N, C});
+  if (!(m.p >= 0.0f && m.p < 1.0f)) fail("dropout", "p " + std::to_string(m.p) + " is outside [0, 1)");
+  need_x(out, sz(N, C), "dropout", "out");
+  need_x(inp, sz(N, C), "dropout", "inp");
+}
+
 void OpChecks::classifier(const Tensor& logits, const Tensor& losses, const Tensor& targets, int N, int V,
                           int Vp) const {
   const char* op = "classifier_forward_backward";

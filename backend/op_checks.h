@@ -50,6 +50,7 @@ class OpChecks {
   void gelu_forward(const Tensor& out, const Tensor& inp, size_t n) const;
   void gelu_backward(const Tensor& dinp, const Tensor& inp, const Tensor& dout, size_t n) const;
   void residual_forward(const Tensor& out, const Tensor& a, const Tensor& b, size_t n) const;
+  void dropout(const Tensor& out, const Tensor& inp, const DropoutMask& m, int N, int C) const;
   void classifier(const Tensor& logits, const Tensor& losses, const Tensor& targets, int N, int V, int Vp) const;
   void adamw(const Tensor& params, const Tensor& master, const Tensor& grads, const Tensor& m, const Tensor& v,
              int t) const;

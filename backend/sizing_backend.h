@@ -74,6 +74,7 @@ class SizingBackend final : public Backend {
   void gelu_forward(Tensor, Tensor, size_t) override { no_op("gelu_forward"); }
   void gelu_backward(Tensor, Tensor, Tensor, size_t) override { no_op("gelu_backward"); }
   void residual_forward(Tensor, Tensor, Tensor, size_t) override { no_op("residual_forward"); }
+  void dropout(Tensor, Tensor, const DropoutMask&, int, int) override { no_op("dropout"); }
   void classifier_forward_backward(Tensor, Tensor, Tensor, int, int, int, float) override {
     no_op("classifier_forward_backward");
   }

@@ -331,6 +331,7 @@ float GPT2::forward(const int32_t* inputs, const int32_t* targets, int B, int T,
   cur_T_ = T;
   const size_t N = static_cast<size_t>(B) * T;
   backend_.upload_tokens(acts_.tokens.slice(0, N), inputs);
+  dropping_ = prepare_backward && dropout_.any();
   forward_layers();
   // lm_head is tied to wte: logits = lnf @ wte^T over the padded vocabulary.
   backend_.matmul_forward(acts_.logits.slice(0, N * cfg_.padded_vocab_size), acts_.lnf.slice(0, N * cfg_.channels),
@@ -339,6 +340,39 @@ float GPT2::forward(const int32_t* inputs, const int32_t* targets, int B, int T,
   loss_count_ = 0;
   if (!targets) return 0.0f;
   return forward_loss(targets, prepare_backward, dloss_scale);
+}
+
+void GPT2::set_dropout(const DropoutRates& rates, uint64_t seed) {
+  for (float p : {rates.embd, rates.resid, rates.attn})
+    if (!(p >= 0.0f && p < 1.0f)) throw std::runtime_error("dropout: rate " + std::to_string(p) + " is outside [0, 1)");
+  if (rates.attn > 0.0f) throw std::runtime_error("dropout: attention-probability dropout (attn) is not built yet");
+  dropout_ = rates;
+  dropout_seed_ = seed;
+}
+
+void GPT2::set_dropout_position(uint32_t step, uint64_t token0) {
+  dropout_step_ = step;
+  dropout_token0_ = token0;
+}
+
+DropoutMask GPT2::mask_of(int layer, DropoutMask::Site site, float p) const {
+  DropoutMask m;
+  m.seed = dropout_seed_;
+  m.step = dropout_step_;
+  m.stream = DropoutMask::stream_of(layer, site);
+  m.token0 = dropout_token0_;
+  m.p = p;
+  return m;
+}
+
+void GPT2::drop(Tensor x, int layer, DropoutMask::Site site, float p, int C) {
+  if (dropping_ && p > 0.0f) backend_.dropout(x, x, mask_of(layer, site, p), static_cast<int>(x.numel / C), C);
+}
+
+Tensor GPT2::dropped_gradient(Tensor dres, Tensor scratch, int layer, DropoutMask::Site site, float p, int C) {
+  if (!dropping_ || p == 0.0f) return dres;
+  backend_.dropout(scratch, dres, mask_of(layer, site, p), static_cast<int>(dres.numel / C), C);
+  return scratch;
 }
 
 // The embedding, the L blocks and lnf on the uploaded tokens of the current batch.
@@ -367,6 +401,7 @@ void GPT2::forward_layers() {
                         param(kLnfb)};
 
   be.encoder_forward(a.encoded.slice(0, N * C), a.tokens.slice(0, N), param(kWte), param(kWpe), B, T, C);
+  drop(a.encoded.slice(0, N * C), 0, DropoutMask::kEmbedding, dropout_.embd, C);
   const Norm first = ln1_of(0);
   be.layernorm_forward(first.out, first.mean, first.rstd, a.encoded.slice(0, N * C), first.w, first.b, N, C);
   for (int l = 0; l < L; l++) {
@@ -384,10 +419,12 @@ void GPT2::forward_layers() {
     be.matmul_forward(qkv, ln1, pl(kQkvw, l), pl(kQkvb, l), N, C, 3 * C);
     be.attention_forward(atty, saved, qkv, B, T, C, NH);
     be.matmul_forward(attproj, atty, pl(kAttprojw, l), pl(kAttprojb, l), N, C, C);
+    drop(attproj, l, DropoutMask::kAttentionProj, dropout_.resid, C);
     be.residual_layernorm_forward(residual2, ln2, ln2_mean, ln2_rstd, residual, attproj, pl(kLn2w, l),
                                   pl(kLn2b, l), N, C);
     be.matmul_gelu_forward(fch_gelu, fch, ln2, pl(kFcw, l), pl(kFcb, l), N, C, 4 * C);
     be.matmul_forward(fcproj, fch_gelu, pl(kFcprojw, l), pl(kFcprojb, l), N, 4 * C, C);
+    drop(fcproj, l, DropoutMask::kMlpProj, dropout_.resid, C);
     be.residual_layernorm_forward(residual3, next.out, next.mean, next.rstd, residual2, fcproj, next.w, next.b, N,
                                   C);
   }
@@ -513,7 +550,9 @@ void GPT2::backward(const std::function<void(int)>& on_layer_done) {
     // after the GEMM epilogue's GELU, within its last bits (fp32: another GELU
     // formula) or a rounding (bf16: GELU of the unrounded fch).
     if (recompute_gelu_) be.gelu_forward(fch_gelu, layer(a.fch, l, 4 * C), N * 4 * C);
-    be.matmul_gelu_backward(dfch, gl(kFcprojw, l), gl(kFcprojb, l), dresidual, fch_gelu, pl(kFcprojw, l),
+    // With dropout on the projection, its gradient is the residual's through the same mask (in dln, free here).
+    Tensor dfcproj = dropped_gradient(dresidual, dln, l, DropoutMask::kMlpProj, dropout_.resid, C);
+    be.matmul_gelu_backward(dfch, gl(kFcprojw, l), gl(kFcprojb, l), dfcproj, fch_gelu, pl(kFcprojw, l),
                             layer(a.fch, l, 4 * C), N, 4 * C, C);
     const int ln_l = recompute_ln_ ? 0 : l;
     if (recompute_ln_)  // --recompute 2: ln2 again, bitwise the forward's (mean and rstd rewritten unchanged)
@@ -522,8 +561,9 @@ void GPT2::backward(const std::function<void(int)>& on_layer_done) {
     be.matmul_backward(dln, gl(kFcw, l), gl(kFcb, l), dfch, layer(a.ln2, ln_l, C), pl(kFcw, l), N, C, 4 * C);
     be.layernorm_backward(dresidual, gl(kLn2w, l), gl(kLn2b, l), dln, layer(a.residual2, l, C),
                           pl(kLn2w, l), layer(a.ln2_mean, l, 1), layer(a.ln2_rstd, l, 1), N, C);
-    // residual2 = residual + attproj
-    be.matmul_backward(datty, gl(kAttprojw, l), gl(kAttprojb, l), dresidual, layer(a.atty, l, C),
+    // residual2 = residual + attproj (dln is free again: layernorm_backward consumed it)
+    Tensor dattproj = dropped_gradient(dresidual, dln, l, DropoutMask::kAttentionProj, dropout_.resid, C);
+    be.matmul_backward(datty, gl(kAttprojw, l), gl(kAttprojb, l), dattproj, layer(a.atty, l, C),
                        pl(kAttprojw, l), N, C, C);
     be.attention_backward(dqkv, a.att_scratch, datty, layer(a.atty, l, C), layer(a.qkv, l, 3 * C),
                           a.att_saved.slice(l * saved_stride, saved_numel), B, T, C, NH);
@@ -535,6 +575,7 @@ void GPT2::backward(const std::function<void(int)>& on_layer_done) {
                           layer(a.ln1_mean, l, 1), layer(a.ln1_rstd, l, 1), N, C);
     if (on_layer_done) on_layer_done(l);
   }
+  drop(dresidual, 0, DropoutMask::kEmbedding, dropout_.embd, C);  // encoded = dropout(wte + wpe)
   be.encoder_backward(Tensor{}, grad(kWpe), dresidual, a.tokens.slice(0, N), B, T, C);
   if (!staged)  // staged: the caller builds and exchanges the chunks
     for (int k = 0; k < num_wte_chunks(); k++) wte_chunk_parts(k, wte_grad_rows(k), false, true);

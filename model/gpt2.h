@@ -77,6 +77,14 @@ struct Activations {
   Tensor att_scratch;       // backend.attention_scratch_numel
 };
 
+// Dropout rates per site, HF GPT2Config's embd_pdrop, resid_pdrop (attention and
+// MLP projections) and attn_pdrop; each in [0, 1). All 0: the model without
+// dropout, bit for bit.
+struct DropoutRates {
+  float embd = 0.0f, resid = 0.0f, attn = 0.0f;
+  bool any() const { return embd > 0.0f || resid > 0.0f || attn > 0.0f; }
+};
+
 // Where parameter gradients live.
 //   kFull:   one flat buffer like the parameters (ZeRO stages 0 and 1).
 //   kStaged: ZeRO-2. Only two "unit" buffers: one layer's gradients (reused for
@@ -168,6 +176,18 @@ class GPT2 {
   void reserve_deferred_losses(int forwards);
   void begin_deferred_losses(int forwards);
   double collect_deferred_losses();
+  // Dropout (inverted, HF's semantics) in training forwards, forward(...,
+  // prepare_backward = true), and their backward; evaluation and generation
+  // forwards never drop. Masks are util/philox.h's function of (seed, step,
+  // layer, site, global token, column): set_dropout_position names the
+  // optimizer step and the global token index of this micro-batch's row 0
+  // (row b*T + t is token0 + b*T + t), so ranks and micro-batches that split a
+  // step's batch draw what one rank with the whole batch would. Rates outside
+  // [0, 1) throw; attention-probability dropout (attn > 0) is not built yet and throws.
+  void set_dropout(const DropoutRates& rates, uint64_t seed);
+  void set_dropout_position(uint32_t step, uint64_t token0);
+  const DropoutRates& dropout_rates() const { return dropout_; }
+
   // Accumulates parameter gradients of the last forward(prepare_backward=true).
   // `on_layer_done(l)` runs after layer l's parameter gradients are final for
   // this micro-step (layers in reverse order; -1 for the embedding/final-LN
@@ -183,6 +203,12 @@ class GPT2 {
 
  private:
   void check_batch(const int32_t* inputs, const int32_t* targets, int B, int T) const;
+  // In place on x (rows of C): the mask of layer l's site when this forward drops there.
+  DropoutMask mask_of(int layer, DropoutMask::Site site, float p) const;
+  void drop(Tensor x, int layer, DropoutMask::Site site, float p, int C);
+  // The gradient of a dropped projection: `dres` itself without dropout there,
+  // else dres through the mask, in `scratch`.
+  Tensor dropped_gradient(Tensor dres, Tensor scratch, int layer, DropoutMask::Site site, float p, int C);
   void forward_layers();
   float forward_loss(const int32_t* targets, bool prepare_backward, float dloss_scale);
   void allocate_activations();
@@ -211,6 +237,11 @@ class GPT2 {
   std::vector<size_t> deferred_rows_;  // per used slot: its forward's B*T
   size_t deferred_count_ = 0;
   GradMode grad_mode_;
+  DropoutRates dropout_;
+  uint64_t dropout_seed_ = 0;
+  uint32_t dropout_step_ = 0;
+  uint64_t dropout_token0_ = 0;
+  bool dropping_ = false;  // the current forward (and its backward) applies dropout
   bool recompute_gelu_ = false;
   bool recompute_ln_ = false;
   Tensor params_, grads_;                 // grads_: kFull only

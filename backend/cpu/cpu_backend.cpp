@@ -201,6 +201,11 @@ class CpuBackend final : public Backend {
     cpu::residual_forward<float>(ex_, f32(out), f32(a), f32(b), n);
   }
 
+  void dropout(Tensor out, Tensor inp, const DropoutMask& m, int N, int C) override {
+    checks_.dropout(out, inp, m, N, C);
+    cpu::dropout<float>(ex_, f32(out), f32(inp), m, N, C);
+  }
+
   void classifier_forward_backward(Tensor logits, Tensor losses, Tensor targets, int N, int V,
                                    int Vp, float dloss) override {
     const char* op = "classifier_forward_backward";

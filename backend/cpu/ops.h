@@ -14,6 +14,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "util/philox.h"
+
 namespace gpt2 {
 namespace cpu {
 
@@ -101,6 +103,11 @@ void gelu_backward(const Exec& ex, S* dinp, const S* inp, const S* dout, size_t 
 // out may alias a or b.
 template <class S>
 void residual_forward(const Exec& ex, S* out, const S* a, const S* b, size_t n);
+
+// ---- dropout (dropout.cpp) ----------------------------------------------------------
+// out may alias inp; Backend::dropout's formula (S = double: the same mask and scale).
+template <class S>
+void dropout(const Exec& ex, S* out, const S* inp, const DropoutMask& m, int N, int C);
 
 // ---- classifier (classifier.cpp) -----------------------------------------------------
 template <class S>

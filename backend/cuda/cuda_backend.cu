@@ -34,6 +34,7 @@
 #include "backend/cuda/cuda_backend.h"
 #include "backend/op_checks.h"
 #include "backend/cuda/encoder.cuh"
+#include "backend/cuda/dropout.cuh"
 #include "backend/cuda/flash_attention.cuh"
 #include "backend/cuda/gelu.cuh"
 #include "backend/cuda/global_norm.cuh"
@@ -396,6 +397,14 @@ class CudaBackend final : public Backend {
     dispatch("residual_forward", [&](auto tag) {
       using X = decltype(tag);
       kern::residual_forward<X>(as<X>(out), as<X>(a), as<X>(b), n, stream_);
+    });
+  }
+
+  void dropout(Tensor out, Tensor inp, const DropoutMask& m, int N, int C) override {
+    checks_.dropout(out, inp, m, N, C);
+    dispatch("dropout", [&](auto tag) {
+      using X = decltype(tag);
+      kern::dropout<X>(as<X>(out), as<X>(inp), m, N, C, stream_);
     });
   }
 

@@ -128,6 +128,8 @@ inline double gelu_grad_ref(double x) {
 // matmul_gelu_forward, matmul_gelu_backward or residual_layernorm_forward;
 // returns whether it was.
 bool add_fused_cases(const std::string& op, Rng& rng, std::vector<std::unique_ptr<OpCase>>& v);
+// dropout (cases_dropout.cpp)
+bool add_dropout_cases(const std::string& op, Rng& rng, std::vector<std::unique_ptr<OpCase>>& v);
 // The fused ops at a GPT-2 shape (N rows, C channels), for perf_cases.
 void add_fused_perf_cases(Rng& rng, int N, int C, std::vector<std::unique_ptr<OpCase>>& v);
 

@@ -676,7 +676,7 @@ std::vector<std::string> eval_op_names() {
   return {"encoder_forward", "encoder_backward", "tied_embedding_backward_rows", "layernorm_forward", "layernorm_backward",
           "matmul_forward", "matmul_backward", "matmul_gelu_forward", "matmul_gelu_backward",
           "attention_forward", "attention_backward",
-          "gelu_forward", "gelu_backward", "residual_forward", "residual_layernorm_forward",
+          "gelu_forward", "gelu_backward", "residual_forward", "residual_layernorm_forward", "dropout",
           "classifier_forward_backward",
           "adamw_update", "scale"};
 }
@@ -689,6 +689,8 @@ std::vector<std::unique_ptr<OpCase>> eval_cases(const std::string& op, uint64_t 
     // encoder_forward, encoder_backward, tied_embedding_backward_rows (cases_embedding.cpp)
   } else if (add_fused_cases(op, rng, v)) {
     // matmul_gelu_forward, matmul_gelu_backward, residual_layernorm_forward (cases_fused.cpp)
+  } else if (add_dropout_cases(op, rng, v)) {
+    // dropout (cases_dropout.cpp)
   } else if (op == "layernorm_forward") {
     add(new LayernormForward(rng, 1, 1));
     add(new LayernormForward(rng, 5, 7));

@@ -202,6 +202,12 @@ void CheckedBackend::residual_forward(Tensor out, Tensor a, Tensor b, size_t n) 
   check("residual_forward", shape({{"n", long(n)}}), {out}, ref);
 }
 
+void CheckedBackend::dropout(Tensor out, Tensor inp, const DropoutMask& m, int N, int C) {
+  const auto ref = bf16ref::dropout(get(inp), m, N, C);  // out may alias inp
+  inner_.dropout(out, inp, m, N, C);
+  check("dropout", shape({{"N", N}, {"C", C}, {"p", long(m.p * 1000)}}), {out}, ref);
+}
+
 void CheckedBackend::classifier_forward_backward(Tensor logits, Tensor losses, Tensor targets, int N, int V, int Vp,
                                                  float dloss) {
   const auto ref = bf16ref::classifier(get(logits), tokens_of(targets), N, V, Vp, dloss);

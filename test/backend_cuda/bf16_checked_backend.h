@@ -85,6 +85,7 @@ class CheckedBackend : public Backend {
   void gelu_forward(Tensor out, Tensor inp, size_t n) override;
   void gelu_backward(Tensor dinp, Tensor inp, Tensor dout, size_t n) override;
   void residual_forward(Tensor out, Tensor a, Tensor b, size_t n) override;
+  void dropout(Tensor out, Tensor inp, const DropoutMask& m, int N, int C) override;
   void classifier_forward_backward(Tensor logits, Tensor losses, Tensor targets, int N, int V, int Vp,
                                    float dloss) override;
   double sum_squares(Tensor g) override { return inner_.sum_squares(g); }

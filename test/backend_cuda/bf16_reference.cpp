@@ -673,6 +673,19 @@ std::vector<Output> scale(const Vec& x, float s) {
   return {out};
 }
 
+// ---- dropout (backend/cuda/dropout.cuh): one fp32 product by the keep scale or 0 ------------------
+std::vector<Output> dropout(const Vec& inp, const DropoutMask& m, int N, int C) {
+  Output out = make("out", size_t(N) * C);
+  const double scale = m.keep_scale();
+  for (int r = 0; r < N; r++)
+    for (int c = 0; c < C; c++) {
+      const size_t i = size_t(r) * C + c;
+      out.value[i] = double(inp[i]) * (m.keep(m.token0 + r, c) ? scale : 0.0);
+      if (std::isfinite(out.value[i])) out.delta[i] = op_err(1, std::fabs(out.value[i]));
+    }
+  return {out};
+}
+
 // ---- classifier (backend/cuda/classifier.cuh) ---------------------------------------------------------
 // S = sum_j expf(l_j - m) in fp64; loss = log S + m - l_t (fp64, then fp32, stored so);
 // (the kernel takes each expf relative to a thread's running max m' <= m and rescales

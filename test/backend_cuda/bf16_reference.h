@@ -29,6 +29,8 @@
 #include <string>
 #include <vector>
 
+#include "util/philox.h"
+
 namespace gpt2 {
 namespace bf16ref {
 
@@ -92,6 +94,8 @@ std::vector<Output> residual_forward(const std::vector<float>& a, const std::vec
 std::vector<Output> classifier(const std::vector<float>& logits, const std::vector<int32_t>& targets, int N,
                                int V, int Vp, float dloss);
 std::vector<Output> scale(const std::vector<float>& x, float s);
+// inp times the keep scale or 0 (util/philox.h's mask): one fp32 product.
+std::vector<Output> dropout(const std::vector<float>& inp, const DropoutMask& m, int N, int C);
 
 // Spacing of fp32 numbers at |x| (24 significant bits).
 double ulp_fp32(double x);

@@ -1,7 +1,8 @@
 // One GPT-2 training step on a tiny config with the emulated CUDA backend
 // versus the CPU backend: the model code (model/gpt2.h) is the same, only the
 // backend is swapped. Checks the forward loss and per-token losses, the
-// gradient of each of the 16 parameter tensors, one AdamW step (per-tensor
+// gradient of each of the 16 parameter tensors (also with embedding and residual
+// dropout: the same masks on both), one AdamW step (per-tensor
 // weight decay as the trainer applies it) and the loss after the step.
 //
 // Tolerances: the two backends round differently (cuBLAS vs OpenBLAS blocking,
@@ -44,10 +45,12 @@ GPT2Config tiny_config() {
 constexpr int kB = 2, kT = 7;
 constexpr float kLr = 1e-3f, kBeta1 = 0.9f, kBeta2 = 0.95f, kEps = 1e-8f, kWd = 0.1f;
 
-StepResult train_step(Backend& be) {
+StepResult train_step(Backend& be, const DropoutRates& dropout = DropoutRates{}) {
   const GPT2Config cfg = tiny_config();
   GPT2 model(be, cfg, kB, kT);
   model.init_random(1234);
+  model.set_dropout(dropout, 99);
+  model.set_dropout_position(2, 10);
   std::vector<int32_t> inputs(kB * kT), targets(kB * kT);
   for (int i = 0; i < kB * kT; i++) {
     inputs[i] = (i * 17 + 5) % cfg.vocab_size;
@@ -86,11 +89,8 @@ double max_abs(const float* x, size_t n) {
   return m;
 }
 
-TEST(CudaModel, TrainingStepMatchesCpuBackend) {
-  auto cpu = make_cpu_backend(0);
-  auto cuda = make_cuda_backend(0);
-  const StepResult want = train_step(*cpu);
-  const StepResult got = train_step(*cuda);
+// The forward's losses and every tensor's gradient, within the allowances above.
+void expect_losses_and_gradients_match(const StepResult& got, const StepResult& want) {
   ASSERT_TRUE(std::isfinite(want.loss));
   EXPECT_NEAR(got.loss, want.loss, 1e-5 * std::fabs(want.loss));
   ASSERT_EQ(got.losses.size(), want.losses.size());
@@ -108,6 +108,15 @@ TEST(CudaModel, TrainingStepMatchesCpuBackend) {
       worst = std::max(worst, std::fabs(double(got.grads[i]) - want.grads[i]));
     EXPECT_LE(worst, 1e-4 * scale) << ParamLayout::name(t) << " gradient (scale " << scale << ")";
   }
+}
+
+TEST(CudaModel, TrainingStepMatchesCpuBackend) {
+  auto cpu = make_cpu_backend(0);
+  auto cuda = make_cuda_backend(0);
+  const StepResult want = train_step(*cpu);
+  const StepResult got = train_step(*cuda);
+  expect_losses_and_gradients_match(got, want);
+  const ParamLayout layout = ParamLayout::for_config(tiny_config());
 
   // AdamW at t = 1 moves each parameter by lr * (g / (|g| + eps) + wd * p): a
   // gradient difference dg changes the step by at most lr * |sgn-like term|
@@ -134,6 +143,17 @@ TEST(CudaModel, TrainingStepMatchesCpuBackend) {
   // (<= 2 lr, only where |g| is within the gradient error of 0, so their effect on
   // the loss is ~ 2 lr |g| each): the forward's 1e-5 plus that, allowed 1e-4.
   EXPECT_NEAR(got.loss_after, want.loss_after, 1e-4 * std::fabs(want.loss_after));
+}
+
+// Embedding and residual dropout: the backends draw the same masks (util/philox.h),
+// so the step matches as without dropout; and it is a different step.
+TEST(CudaModel, TrainingStepWithDropoutMatchesCpuBackend) {
+  auto cpu = make_cpu_backend(0);
+  auto cuda = make_cuda_backend(0);
+  const DropoutRates rates{0.1f, 0.3f, 0.0f};
+  const StepResult want = train_step(*cpu, rates);
+  expect_losses_and_gradients_match(train_step(*cuda, rates), want);
+  EXPECT_NE(want.loss, train_step(*cpu).loss);
 }
 
 }  // namespace
