@@ -53,7 +53,7 @@ inline unsigned linear_thread() {
 // What each lane of the running block publishes for a warp exchange.
 struct Slot {
   const void* ptr;
-  uint32_t w[6];
+  uint32_t w[12];
 };
 inline Slot* slots() {
   static thread_local Slot table[1024];
@@ -102,37 +102,66 @@ GPT2_EMU_PTX_UNCOUNTED inline void ldmatrix_x4(uint32_t (&r)[4], const void* row
   detail::rendezvous(file, line);  // nobody republishes while another lane still reads
 }
 
+namespace detail {
+// This lane's d += a b of one mma from the warp's published words: A's four
+// registers at w[ao..ao+3], B's two at w[bo..bo+1] of each lane's slot.
+template <bool kTf32>
+inline void mma_from_slots(float (&d)[4], const Slot* s, unsigned base, unsigned lane, int ao, int bo) {
+  const unsigned g = lane / 4, t = lane % 4;
+  constexpr int K = kTf32 ? 8 : 16;
+  auto a_at = [&](unsigned row, unsigned k) {
+    if (kTf32) return tf32_bits_to_float(s[base + 4 * (row % 8) + k % 4].w[ao + row / 8 + 2 * (k / 4)]);
+    const uint32_t w = s[base + 4 * (row % 8) + (k % 8) / 2].w[ao + row / 8 + 2 * (k / 8)];
+    return bf16_bits_to_float(k % 2 ? w >> 16 : w & 0xffffu);
+  };
+  auto b_at = [&](unsigned k, unsigned col) {
+    if (kTf32) return tf32_bits_to_float(s[base + 4 * col + k % 4].w[bo + k / 4]);
+    const uint32_t w = s[base + 4 * col + (k % 8) / 2].w[bo + k / 8];
+    return bf16_bits_to_float(k % 2 ? w >> 16 : w & 0xffffu);
+  };
+  for (int e = 0; e < 4; ++e) {
+    const unsigned row = g + 8 * (e / 2), col = 2 * t + e % 2;
+    float sum = d[e];
+    for (int k = 0; k < K; ++k) sum += a_at(row, k) * b_at(k, col);
+    d[e] = sum;
+  }
+}
+}  // namespace detail
+
 // mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 (kTf32 false) or
 // mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 (kTf32 true): d += a b.
 template <bool kTf32>
 GPT2_EMU_PTX_UNCOUNTED inline void mma(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2],
                                        const char* file, int line) {
-  const unsigned me = detail::linear_thread(), lane = me % 32, base = me - lane, g = lane / 4, t = lane % 4;
+  const unsigned me = detail::linear_thread(), lane = me % 32, base = me - lane;
   detail::Slot* s = detail::slots();
   for (int i = 0; i < 4; ++i) s[me].w[i] = a[i];
   s[me].w[4] = b[0];
   s[me].w[5] = b[1];
   detail::rendezvous(file, line);
-  constexpr int K = kTf32 ? 8 : 16;
-  auto a_at = [&](unsigned row, unsigned k) {
-    if (kTf32) return detail::tf32_bits_to_float(s[base + 4 * (row % 8) + k % 4].w[row / 8 + 2 * (k / 4)]);
-    const uint32_t w = s[base + 4 * (row % 8) + (k % 8) / 2].w[row / 8 + 2 * (k / 8)];
-    return detail::bf16_bits_to_float(k % 2 ? w >> 16 : w & 0xffffu);
-  };
-  auto b_at = [&](unsigned k, unsigned col) {
-    if (kTf32) return detail::tf32_bits_to_float(s[base + 4 * col + k % 4].w[4 + k / 4]);
-    const uint32_t w = s[base + 4 * col + (k % 8) / 2].w[4 + k / 8];
-    return detail::bf16_bits_to_float(k % 2 ? w >> 16 : w & 0xffffu);
-  };
-  float out[4];
-  for (int e = 0; e < 4; ++e) {
-    const unsigned row = g + 8 * (e / 2), col = 2 * t + e % 2;
-    float sum = d[e];
-    for (int k = 0; k < K; ++k) sum += a_at(row, k) * b_at(k, col);
-    out[e] = sum;
-  }
+  float out[4] = {d[0], d[1], d[2], d[3]};
+  detail::mma_from_slots<kTf32>(out, s, base, lane, 0, 4);
   detail::rendezvous(file, line);
   for (int e = 0; e < 4; ++e) d[e] = out[e];
+}
+
+// 3xTF32's three tf32 mma.sync in one warp exchange (the GPU issues the three
+// instructions; the results are theirs, in this order): corr += a_big b_small,
+// corr += a_small b_big, d += a_big b_big.
+GPT2_EMU_PTX_UNCOUNTED inline void mma_tf32x3(float (&d)[4], float (&corr)[4], const uint32_t (&a_big)[4],
+                                              const uint32_t (&a_small)[4], const uint32_t (&b_big)[2],
+                                              const uint32_t (&b_small)[2], const char* file, int line) {
+  const unsigned me = detail::linear_thread(), lane = me % 32, base = me - lane;
+  detail::Slot* s = detail::slots();
+  for (int i = 0; i < 4; ++i) s[me].w[i] = a_big[i], s[me].w[6 + i] = a_small[i];
+  s[me].w[4] = b_big[0], s[me].w[5] = b_big[1], s[me].w[10] = b_small[0], s[me].w[11] = b_small[1];
+  detail::rendezvous(file, line);
+  float c[4] = {corr[0], corr[1], corr[2], corr[3]}, out[4] = {d[0], d[1], d[2], d[3]};
+  detail::mma_from_slots<true>(c, s, base, lane, 0, 10);
+  detail::mma_from_slots<true>(c, s, base, lane, 6, 4);
+  detail::mma_from_slots<true>(out, s, base, lane, 0, 4);
+  detail::rendezvous(file, line);
+  for (int e = 0; e < 4; ++e) corr[e] = c[e], d[e] = out[e];
 }
 
 // cvt.rna.tf32.f32: round to 10 mantissa bits, ties away from zero (Inf/NaN kept).

@@ -273,11 +273,10 @@ struct Tf32Ops {
   // accumulator (added to d once per call, finish()) so that these ~2^-11 terms
   // do not double the roundings of d's sum.
   __device__ static void mma(float (&d)[4], float (&corr)[4], const A& a, const B& b) {
-    if constexpr (kSplit) {
-      mma::mma_tf32(corr, a.big, b.small);
-      mma::mma_tf32(corr, a.small, b.big);
-    }
-    mma::mma_tf32(d, a.big, b.big);
+    if constexpr (kSplit)
+      mma::mma_tf32x3(d, corr, a.big, a.small, b.big, b.small);
+    else
+      mma::mma_tf32(d, a.big, b.big);
   }
   __device__ static void finish(Acc& acc, const Acc& corr) {
     if constexpr (kSplit)

@@ -91,6 +91,20 @@ __device__ __forceinline__ void mma_tf32(float (&d)[4], const uint32_t (&a)[4], 
 #endif
 }
 
+// 3xTF32's three products: corr += a_big b_small, corr += a_small b_big, d +=
+// a_big b_big (three mma.sync in this order; one warp exchange in the emulator).
+__device__ __forceinline__ void mma_tf32x3(float (&d)[4], float (&corr)[4], const uint32_t (&a_big)[4],
+                                           const uint32_t (&a_small)[4], const uint32_t (&b_big)[2],
+                                           const uint32_t (&b_small)[2] MMA_CALLER) {
+#if defined(__CUDA_ARCH__)
+  mma_tf32(corr, a_big, b_small);
+  mma_tf32(corr, a_small, b_big);
+  mma_tf32(d, a_big, b_big);
+#elif GPT2_EMULATED
+  emu::ptx::mma_tf32x3(d, corr, a_big, a_small, b_big, b_small, file, line);
+#endif
+}
+
 // fp32 -> tf32 register: round to nearest, ties away (cvt.rna.tf32.f32).
 __device__ __forceinline__ uint32_t to_tf32(float x) {
 #if defined(__CUDA_ARCH__)

@@ -71,6 +71,42 @@ __global__ void ptx_gemm_tf32_kernel(const float* a, const float* bt, float* c) 
   store_c(c, d);
 }
 
+// 3xTF32 of the same product: c[0..255] from mma_tf32x3 (d + corr), c[256..511]
+// from the three mma_tf32 it stands for, called one by one.
+__global__ void ptx_gemm_3xtf32_kernel(const float* a, const float* bt, float* c) {
+  constexpr int K = 16;
+  __shared__ __align__(16) float sA[16][K + 4];
+  __shared__ __align__(16) float sBt[16][K + 4];
+  const int lane = threadIdx.x, i = lane / 8, j = lane % 8;
+  for (int e = lane; e < 16 * K; e += 32) {
+    sA[e / K][e % K] = a[e];
+    sBt[e / K][e % K] = bt[e];
+  }
+  __syncwarp();
+  float d[2][4] = {}, corr[2][4] = {}, d3[2][4] = {}, corr3[2][4] = {};
+  auto split = [](uint32_t w, uint32_t& big, uint32_t& small) {
+    big = to_tf32(__uint_as_float(w));
+    small = to_tf32(__uint_as_float(w) - __uint_as_float(big));
+  };
+  for (int k0 = 0; k0 < K; k0 += 8) {
+    uint32_t af[4], bq[4], ab[4], as[4], bb[4], bs[4];
+    ldmatrix_x4(af, &sA[(i % 2) * 8 + j][k0 + (i / 2) * 4]);
+    ldmatrix_x4(bq, &sBt[(i / 2) * 8 + j][k0 + (i % 2) * 4]);
+    for (int r = 0; r < 4; ++r) split(af[r], ab[r], as[r]), split(bq[r], bb[r], bs[r]);
+    for (int nt = 0; nt < 2; ++nt) {
+      const uint32_t b_big[2] = {bb[2 * nt], bb[2 * nt + 1]}, b_small[2] = {bs[2 * nt], bs[2 * nt + 1]};
+      mma_tf32x3(d[nt], corr[nt], ab, as, b_big, b_small);
+      mma_tf32(corr3[nt], ab, b_small);
+      mma_tf32(corr3[nt], as, b_big);
+      mma_tf32(d3[nt], ab, b_big);
+    }
+  }
+  for (int nt = 0; nt < 2; ++nt)
+    for (int e = 0; e < 4; ++e) d[nt][e] += corr[nt][e], d3[nt][e] += corr3[nt][e];
+  store_c(c, d);
+  store_c(c + 256, d3);
+}
+
 __global__ void ptx_cp_async_kernel(const float* in, float* out, int mode) {
   __shared__ __align__(16) float s[2][128];
   const int lane = threadIdx.x;
@@ -130,6 +166,16 @@ std::vector<float> ptx_gemm_tf32(const std::vector<float>& a, const std::vector<
   CUDA_CHECK(cudaFree(d_a));
   CUDA_CHECK(cudaFree(d_b));
   return download_and_free(d_c, 256);
+}
+
+std::vector<float> ptx_gemm_3xtf32(const std::vector<float>& a, const std::vector<float>& bt) {
+  float* d_a = upload(a);
+  float* d_b = upload(bt);
+  float* d_c = upload(std::vector<float>(512, 0.0f));
+  LAUNCH_KERNEL(ptx_gemm_3xtf32_kernel, 1, 32, 0, 0, d_a, d_b, d_c);
+  CUDA_CHECK(cudaFree(d_a));
+  CUDA_CHECK(cudaFree(d_b));
+  return download_and_free(d_c, 512);
 }
 
 std::vector<float> ptx_cp_async(const std::vector<float>& in, int mode) {

@@ -16,6 +16,9 @@ std::vector<float> ptx_gemm_bf16(const std::vector<uint16_t>& a, const std::vect
 // C[16 x 16] = A[16 x 16] B[16 x 16] with fp32 A and B^T ([16][16]) loaded by
 // ldmatrix, rounded by cvt.rna.tf32, two mma.m16n8k8 per k step.
 std::vector<float> ptx_gemm_tf32(const std::vector<float>& a, const std::vector<float>& bt);
+// The same product in 3xTF32 (A and B^T split into big + small tf32 parts):
+// [0, 256) by mma_tf32x3, [256, 512) by its three mma_tf32 one by one.
+std::vector<float> ptx_gemm_3xtf32(const std::vector<float>& a, const std::vector<float>& bt);
 // cp.async of 512 bytes (32 lanes x 16) into shared memory initialised to -1,
 // then copied out. mode 0: wait_group 0; 1: no wait; 2: src_bytes 0 (zero
 // fill); 3: a second group of 512 bytes, wait_group 1, read both, then

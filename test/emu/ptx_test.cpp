@@ -82,6 +82,18 @@ TEST(EmuPtx, Tf32MmaRoundsItsInputsLikeCvtRna) {
   expect_product(emu_test::ptx_gemm_tf32(a, bt), ad, bd, K, true);
 }
 
+// 3xTF32 (flash attention's --tf32 off): mma_tf32x3 gives the bits of its three
+// mma.sync one by one, and the product of the unrounded fp32 inputs to fp32's
+// bound (where plain tf32 is ~2^-11 off).
+TEST(EmuPtx, Tf32x3IsItsThreeMmaAndFp32Accurate) {
+  constexpr int K = 16;
+  const std::vector<float> a = random_floats(16 * K, 5), bt = random_floats(16 * K, 6);
+  const std::vector<float> c = emu_test::ptx_gemm_3xtf32(a, bt);
+  EXPECT_EQ(std::memcmp(c.data(), c.data() + 256, 256 * sizeof(float)), 0);
+  std::vector<double> ad(a.begin(), a.end()), bd(bt.begin(), bt.end());
+  expect_product(std::vector<float>(c.begin(), c.begin() + 256), ad, bd, K, true);
+}
+
 TEST(EmuPtx, CpAsyncLandsAtItsWaitAndNotBefore) {
   std::vector<float> in(256);
   for (size_t i = 0; i < in.size(); ++i) in[i] = static_cast<float>(i) + 0.5f;
