@@ -106,6 +106,10 @@ FileDigest write_state_file(const std::string& path, const TrainState& s) {
   w.put(static_cast<int32_t>(s.schedule.total_steps));
   w.put(s.schedule.final_frac);
   w.put(s.schedule.wsd_decay_frac);
+  w.put(s.eval.best_loss);
+  w.put(s.eval.best_step);
+  w.put(s.eval.last_step);
+  w.put(s.eval.bad_evals);
   w.put(static_cast<uint64_t>(s.master.size()));
   w.put(static_cast<uint64_t>(s.loader_state.size()));
   w.put_bytes(s.loader_state.data(), s.loader_state.size());
@@ -143,9 +147,9 @@ TrainState read_state_file(const std::string& path, bool header_only) {
   r.get_bytes(magic, 8);
   if (std::memcmp(magic, kStateMagic, 8) != 0) throw std::runtime_error(path + ": not a trainer state file (bad magic)");
   const uint32_t version = r.get<uint32_t>();
-  if (version != kStateFileVersion && version != 1)
+  if (version < 1 || version > kStateFileVersion)
     throw std::runtime_error(path + ": unsupported state file version " + std::to_string(version) +
-                             " (expected 1 or " + std::to_string(kStateFileVersion) + ")");
+                             " (expected 1 to " + std::to_string(kStateFileVersion) + ")");
   TrainState s;
   s.step = r.get<uint64_t>();
   int32_t cfg[6];
@@ -179,6 +183,12 @@ TrainState read_state_file(const std::string& path, bool header_only) {
     s.schedule.total_steps = r.get<int32_t>();
     s.schedule.final_frac = r.get<float>();
     s.schedule.wsd_decay_frac = r.get<float>();
+  }
+  if (version >= 3) {
+    s.eval.best_loss = r.get<double>();
+    s.eval.best_step = r.get<int64_t>();
+    s.eval.last_step = r.get<int64_t>();
+    s.eval.bad_evals = r.get<uint32_t>();
   }
   if (header_only) return s;
   const uint64_t master_count = r.get<uint64_t>();
@@ -447,14 +457,14 @@ int64_t CheckpointDir::select_resume_step(Communicator& comm, bool fallback, con
   return step;
 }
 
-void CheckpointDir::prune(int keep, uint64_t written) const {
+void CheckpointDir::prune(int keep, uint64_t written, int64_t protect) const {
   std::vector<uint64_t> done = complete_steps();
   if (done.empty()) return;
   const uint64_t newest = done.back();
   std::vector<uint64_t> remove_steps;
   if (keep > 0 && done.size() > static_cast<size_t>(keep))
     for (auto it = done.begin(); it != done.end() - keep; ++it)
-      if (*it != written) remove_steps.push_back(*it);
+      if (*it != written && static_cast<int64_t>(*it) != protect) remove_steps.push_back(*it);
   // Leftovers of incomplete checkpoints (a crash mid-save) older than the newest complete one.
   DIR* d = opendir(dir_.c_str());
   std::vector<std::string> names;

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "model/config.h"
+#include "train/eval_history.h"
 #include "train/lr_schedule.h"
 
 namespace gpt2 {
@@ -48,9 +49,10 @@ struct CheckpointMarker {
   std::vector<FileDigest> files;
 };
 
-// Version 2 added the learning-rate schedule; version 1 files still load
-// (has_schedule = false: the resuming run defines the schedule from its flags).
-constexpr uint32_t kStateFileVersion = 2;
+// Version 2 added the learning-rate schedule, version 3 the evaluation history;
+// versions 1 and 2 still load (has_schedule = false: the resuming run defines
+// the schedule from its flags; no history: it starts with the next evaluation).
+constexpr uint32_t kStateFileVersion = 3;
 
 // Everything one rank needs, beyond the model file, to continue exactly.
 struct TrainState {
@@ -68,6 +70,8 @@ struct TrainState {
   // across resumes that extend --max-steps). false: a version 1 file.
   bool has_schedule = false;
   LrSchedule schedule;
+  // Best validation loss and early-stopping count (version 3; empty before).
+  EvalHistory eval;
   std::vector<uint8_t> loader_state;
   std::vector<float> m, v;          // AdamW moments of [shard_begin, shard_end)
   std::vector<float> master;        // fp32 master weights of the shard, empty for fp32 parameters
@@ -133,8 +137,9 @@ class CheckpointDir {
 
   // Keeps the newest `keep` complete checkpoints (0 = all) and removes files of
   // incomplete checkpoints older than the newest complete one; never the
-  // checkpoint of step `written` (the one just written).
-  void prune(int keep, uint64_t written) const;
+  // checkpoint of step `written` (the one just written) nor that of step
+  // `protect` (--keep-best's best one; -1: none).
+  void prune(int keep, uint64_t written, int64_t protect = -1) const;
   // Removes every checkpoint (markers first, then model_N/state_N files and
   // leftovers; DIR/model.bin too): a new run replacing the old one. Returns the
   // complete steps it removed.

@@ -9,6 +9,7 @@
 #include <stdexcept>
 
 #include "model/config.h"
+#include "train/resume_point.h"
 #include "train/run_setup.h"
 
 namespace gpt2 {
@@ -24,6 +25,9 @@ struct OptionSpec {
   std::function<void(TrainOptions&, const char*)> apply;
   // Renders the current value for the banner.
   std::function<std::string(const TrainOptions&)> show;
+  // A switch whose value may follow it ("--resume" or "--resume PATH"): the
+  // next word is its value unless it starts with '-'. apply gets nullptr without one.
+  bool optional_value = false;
 };
 
 [[noreturn]] void bad_value(const std::string& flag, const char* v, const std::string& expect) {
@@ -52,7 +56,7 @@ std::vector<int> parse_worlds(const char* v) {
   }
 }
 
-float parse_float(const std::string& flag, const char* v, double lo, double hi) {
+double parse_double(const std::string& flag, const char* v, double lo, double hi) {
   errno = 0;
   char* end = nullptr;
   double x = std::strtod(v, &end);
@@ -62,7 +66,19 @@ float parse_float(const std::string& flag, const char* v, double lo, double hi) 
     s << "a number in [" << lo << ", " << hi << "]";
     bad_value(flag, v, s.str());
   }
-  return static_cast<float>(x);
+  return x;
+}
+
+float parse_float(const std::string& flag, const char* v, double lo, double hi) {
+  return static_cast<float>(parse_double(flag, v, lo, hi));
+}
+
+// --resume [PATH] and --resume-from PATH: resume, from the named checkpoint when given.
+void set_resume(TrainOptions& o, const char* path) {
+  o.resume = true;
+  if (!path) return;
+  if (*path == '\0') throw std::runtime_error("--resume-from: empty path");
+  o.resume_from = path;
 }
 
 std::string choice(const std::string& flag, const char* v, std::initializer_list<const char*> allowed) {
@@ -117,7 +133,8 @@ const std::vector<OptionSpec>& option_table() {
       {"beta2", 0, "X", "AdamW beta2 [0.95]", FLT(beta2, "beta2", 0.0, 0.999999)},
       {"adam-eps", 0, "X", "AdamW epsilon, in (0, 1] (0 divides by a zero second moment) [1e-8]", [](TrainOptions& o, const char* v) { o.adam_eps = parse_float("adam-eps", v, -1e30, 1e30); if (!(o.adam_eps > 0.0f && o.adam_eps <= 1.0f)) bad_value("adam-eps", v, "a number in (0, 1]"); }, [](const TrainOptions& o) { return fmt(o.adam_eps); }},
       {"grad-clip", 0, "X", "clip the global gradient norm to X; 0 disables [1.0]", FLT(grad_clip, "grad-clip", 0.0, 1e9)},
-      {"max-steps", 0, "N", "optimizer steps (in all, counting those before a --resume); -1 = one epoch of the training data [-1]", [](TrainOptions& o, const char* v) { o.max_steps = static_cast<int>(parse_int("max-steps", v, -1, 1 << 30)); if (o.max_steps == 0) throw std::runtime_error("--max-steps must be positive, or -1 for one epoch"); }, [](const TrainOptions& o) { return std::to_string(o.max_steps); }},
+      {"max-steps", 0, "N", "optimizer steps (in all, counting those before a --resume); -1 = as many as --epochs means, one epoch of the training data without it [-1]", [](TrainOptions& o, const char* v) { o.max_steps = static_cast<int>(parse_int("max-steps", v, -1, 1 << 30)); if (o.max_steps == 0) throw std::runtime_error("--max-steps must be positive, or -1 for one epoch"); }, [](const TrainOptions& o) { return std::to_string(o.max_steps); }},
+      {"epochs", 0, "E", "train E passes over the training data (fractional: HF's num_train_epochs), ceil(E x steps per epoch) steps at this global batch, as the banner says; the lr schedule spans them. A positive --max-steps overrides it, as in HF [one epoch]", [](TrainOptions& o, const char* v) { o.epochs = parse_double("epochs", v, -1e30, 1e30); if (!(o.epochs > 0.0 && o.epochs <= 1e6)) bad_value("epochs", v, "a number in (0, 1e6]"); }, [](const TrainOptions& o) { return fmt(o.epochs); }},
       {"on-nan", 0, "skip|stop", "non-finite loss or gradient norm: skip the update, or stop with an error (checkpoints kept) [stop]", [](TrainOptions& o, const char* v) { o.on_nan = choice("on-nan", v, {"skip", "stop"}); }, [](const TrainOptions& o) { return o.on_nan; }},
       {"max-nan-skips", 0, "N", "--on-nan skip: stop with an error after N consecutive skipped steps [10]", INT(max_nan_skips, "max-nan-skips", 1, 1 << 30)},
       {"seed", 0, "N", "seed for init, data shuffling and sampling [1337]", INT(seed, "seed", 0, kBig)},
@@ -143,10 +160,14 @@ const std::vector<OptionSpec>& option_table() {
       {"output-dir", 'o', "DIR", "checkpoints and the final DIR/model.bin (default: none written)", STR(output_dir)},
       {"checkpoint-every", 0, "N", "checkpoint every N steps (and always at the end) [0]", INT(checkpoint_every, "checkpoint-every", 0, 1 << 30)},
       {"keep-checkpoints", 0, "K", "keep the newest K checkpoints; 0 keeps all [0]", INT(keep_checkpoints, "keep-checkpoints", 0, 1 << 30)},
-      {"resume", 0, nullptr, "continue from the newest complete checkpoint in --output-dir", FLAG(resume)},
+      {"keep-best", 0, nullptr, "keep the checkpoint with the lowest validation loss (HF's load_best_model_at_end): every evaluation that lowers it writes a checkpoint, --keep-checkpoints never prunes it, and at the end DIR/model.bin and --save-hf hold its weights; needs --output-dir and --val-every", FLAG(keep_best)},
+      {"early-stopping-patience", 0, "N", "stop the run (final checkpoint written) after N evaluations in a row without an improvement of the best validation loss by more than --early-stopping-threshold (HF's EarlyStoppingCallback); 0 = never [0]", INT(early_stopping_patience, "early-stopping-patience", 0, 1 << 30)},
+      {"early-stopping-threshold", 0, "D", "the improvement an evaluation must exceed to restart the patience count [0]", [](TrainOptions& o, const char* v) { o.early_stopping_threshold = parse_double("early-stopping-threshold", v, 0.0, 1e9); }, [](const TrainOptions& o) { return fmt(o.early_stopping_threshold); }},
+      {"resume", 0, "[PATH]", "continue from the newest complete checkpoint in --output-dir; with PATH, as --resume-from PATH", [](TrainOptions& o, const char* v) { set_resume(o, v); }, [](const TrainOptions& o) { return std::string(!o.resume ? "no" : o.resume_from.empty() ? "yes" : o.resume_from); }, /*optional_value=*/true},
+      {"resume-from", 0, "PATH", "continue from this complete checkpoint (HF's resume_from_checkpoint): its marker DIR/DONE_N or a file of it (model_N.bin), or a checkpoint directory (its newest); verified against its checksums, an incomplete or corrupt one refused; later checkpoints of the same directory are abandoned (DONE_N.abandoned); --output-dir defaults to its directory", [](TrainOptions& o, const char* v) { set_resume(o, v); }, [](const TrainOptions& o) { return o.resume_from; }},
       {"overwrite-output-dir", 0, nullptr, "start a new run in an --output-dir that holds another run's checkpoints, deleting them first (without it such a directory is refused: --resume continues that run)", FLAG(overwrite_output_dir)},
       {"resume-fallback", 0, nullptr, "--resume, and if the newest checkpoint fails its checksums, resume from the newest one that passes (warning) instead of stopping", [](TrainOptions& o, const char*) { o.resume = o.resume_fallback = true; }, [](const TrainOptions& o) { return std::string(o.resume_fallback ? "yes" : "no"); }},
-      {"reset-schedule", 0, nullptr, "with --resume: define the lr schedule from this run's flags (--lr, --lr-schedule, --warmup-steps, --final-lr-frac, --wsd-decay-frac, --max-steps) instead of keeping the checkpoint's; the step count continues", FLAG(reset_schedule)},
+      {"reset-schedule", 0, nullptr, "with --resume: define the lr schedule from this run's flags (--lr, --lr-schedule, --warmup-steps, --final-lr-frac, --wsd-decay-frac, --max-steps or --epochs) instead of keeping the checkpoint's; the step count continues", FLAG(reset_schedule)},
       {"save-dtype", 0, "fp32|bf16", "element type of saved model files (llm.c v3 / v5) [fp32]", [](TrainOptions& o, const char* v) { o.save_dtype = choice("save-dtype", v, {"fp32", "bf16"}); }, [](const TrainOptions& o) { return o.save_dtype; }},
       {"save-hf", 0, "DIR", "also write the final model to DIR as a Hugging Face GPT-2 directory (config.json + model.safetensors, --save-dtype; GPT2LMHeadModel.from_pretrained loads it)", STR(save_hf)},
       {"log-jsonl", 0, "PATH", "append one JSON object per step and per evaluation", STR(log_jsonl)},
@@ -185,9 +206,30 @@ void check_modes(const TrainOptions& o) {
                              " needs --generate");
   if (!o.prompt_file.empty() && !o.prompt.empty())
     throw std::runtime_error("--prompt and --prompt-file both give the prompt: give one");
+  const std::string mode = o.eval_only ? "--eval-only" : "--generate";
   if ((o.eval_only || o.generate) && o.resume)
-    throw std::runtime_error(std::string(o.eval_only ? "--eval-only" : "--generate") +
-                             " does not train: --resume has no meaning (use --init-from CHECKPOINT_DIR)");
+    throw std::runtime_error(mode + " does not train: --resume has no meaning (use --init-from CHECKPOINT_DIR)");
+  const char* training_flag = o.epochs > 0 ? "--epochs" : o.keep_best ? "--keep-best"
+                              : o.early_stopping_patience > 0 ? "--early-stopping-patience" : nullptr;
+  if ((o.eval_only || o.generate) && training_flag)
+    throw std::runtime_error(mode + " does not train: " + training_flag + " has no meaning");
+}
+
+// The flags of evaluation-driven checkpoints and stopping need validation (and
+// --keep-best a directory to keep the checkpoint in); --resume-from names one
+// checkpoint, which --resume-fallback cannot replace by another.
+void check_eval_driven(const TrainOptions& o) {
+  if (o.keep_best && o.output_dir.empty())
+    throw std::runtime_error("--keep-best needs --output-dir (where the best checkpoint is kept)");
+  if (o.keep_best && o.val_every == 0)
+    throw std::runtime_error("--keep-best needs validation: --val-every is 0");
+  if (o.early_stopping_patience > 0 && o.val_every == 0)
+    throw std::runtime_error("--early-stopping-patience needs validation: --val-every is 0");
+  if (o.early_stopping_threshold != 0 && o.early_stopping_patience == 0)
+    throw std::runtime_error("--early-stopping-threshold needs --early-stopping-patience");
+  if (!o.resume_from.empty() && o.resume_fallback)
+    throw std::runtime_error("--resume-fallback replaces a corrupt newest checkpoint by an older one; --resume-from " +
+                             o.resume_from + " names the checkpoint: give one");
 }
 
 // Flags that only act with --output-dir, and the model the dN preset and
@@ -257,6 +299,12 @@ bool parse_train_options(int argc, char** argv, TrainOptions* opts) {
     }
     if (!spec)
       throw std::runtime_error("unknown option '" + arg + "' (see --help)");
+    if (spec->optional_value) {
+      const char* value = inline_value;
+      if (!value && i + 1 < argc && argv[i + 1][0] != '-') value = argv[++i];
+      spec->apply(*opts, value);
+      continue;
+    }
     if (!spec->value_name) {
       if (inline_value) throw std::runtime_error("--" + name + " takes no value");
       spec->apply(*opts, nullptr);
@@ -273,6 +321,11 @@ bool parse_train_options(int argc, char** argv, TrainOptions* opts) {
     throw std::runtime_error("--init-from and --model both name the initial weights: give one");
   if (!opts->init_from.empty() && !opts->config_overrides.empty())
     throw std::runtime_error("--config applies to dN presets, not to --init-from weights");
+  // A named checkpoint's run continues in its directory unless told otherwise.
+  if (!opts->resume_from.empty()) {
+    const std::string dir = parse_checkpoint_ref(opts->resume_from).dir;  // names a checkpoint, or throws
+    if (opts->output_dir.empty()) opts->output_dir = dir;
+  }
   if (opts->resume && opts->output_dir.empty())
     throw std::runtime_error("--resume needs --output-dir (where the checkpoints are)");
   if (opts->overwrite_output_dir && opts->output_dir.empty())
@@ -280,6 +333,7 @@ bool parse_train_options(int argc, char** argv, TrainOptions* opts) {
   if (opts->overwrite_output_dir && opts->resume)
     throw std::runtime_error("--overwrite-output-dir deletes the checkpoints that --resume continues: give one");
   check_modes(*opts);
+  check_eval_driven(*opts);
   check_output_and_model(*opts);
   return true;
 }

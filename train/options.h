@@ -41,6 +41,7 @@ struct TrainOptions {
   float beta1 = 0.9f, beta2 = 0.95f, adam_eps = 1e-8f;
   float grad_clip = 1.0f;             // <= 0 disables clipping
   int max_steps = -1;                 // -1: one epoch of the training data (0 is refused)
+  double epochs = 0;                  // --epochs E (HF's num_train_epochs); 0: not given. --max-steps wins
   std::string on_nan = "stop";        // skip | stop
   int max_nan_skips = 10;             // --on-nan skip: consecutive skipped steps before stopping
   uint64_t seed = 1337;
@@ -65,7 +66,11 @@ struct TrainOptions {
   std::string output_dir;
   int checkpoint_every = 0;           // 0: only at the end
   int keep_checkpoints = 0;           // 0: keep all
+  bool keep_best = false;             // keep the checkpoint of the lowest validation loss; export it at the end
+  int early_stopping_patience = 0;    // stop after N evaluations without improvement; 0: never
+  double early_stopping_threshold = 0;  // an improvement must exceed this to count
   bool resume = false;
+  std::string resume_from;            // --resume-from PATH / --resume PATH: a named checkpoint ("": the newest)
   bool overwrite_output_dir = false;  // a fresh run may delete another run's checkpoints in output_dir
   bool resume_fallback = false;       // corrupt newest checkpoint: resume from an older one
   bool reset_schedule = false;        // --resume: lr schedule from the flags, not the checkpoint

@@ -26,10 +26,14 @@
 #include "tokenizer/tokenizer.h"
 #include "train/checkpoint.h"
 #include "train/data_parallel.h"
+#include "train/eval_history.h"
 #include "train/logger.h"
 #include "train/lr_schedule.h"
 #include "train/memory_check.h"
 #include "train/optimizer.h"
+#include "train/resume_point.h"
+#include "train/run_config.h"
+#include "train/run_length.h"
 #include "train/run_setup.h"
 #include "train/sampler.h"
 #include "util/checked_io.h"
@@ -130,125 +134,6 @@ struct Communicators {
   }
 };
 
-// ---- configuration -------------------------------------------------------------------
-
-// Micro-batch B x T per rank, and the micro-batches per optimizer step.
-struct BatchShape {
-  int B = 0, T = 0;
-  int64_t total_batch = 0;  // tokens per optimizer step, all ranks
-  int grad_accum = 1;
-};
-
-// The rank-0 state file header of the newest complete checkpoint that --resume
-// would continue from (read before that checkpoint is verified, for the
-// defaults it carries: the global batch). false: no such checkpoint.
-bool peek_resume_state(const TrainOptions& o, TrainState* st) {
-  if (!o.resume || o.output_dir.empty()) return false;
-  const CheckpointDir dir(o.output_dir);
-  const std::vector<uint64_t> steps = dir.complete_steps();
-  for (auto it = steps.rbegin(); it != steps.rend(); ++it) {
-    try {
-      *st = read_state_file(dir.state_path(*it, 0), /*header_only=*/true);
-      return true;
-    } catch (const std::exception&) {
-      // unreadable: the verification of --resume reports it (or falls back)
-    }
-  }
-  return false;
-}
-
-// The options with --init-from resolved into --model (the run loads weights
-// only from it, exactly like --model FILE|HF_DIR).
-TrainOptions effective_options(const TrainOptions& o) {
-  TrainOptions e = o;
-  if (!o.init_from.empty()) e.model = resolve_init_from(o.init_from);
-  return e;
-}
-
-// `stored`: the global batch of the checkpoint being resumed (0: none). When
-// --total-batch-tokens is not given it is the default, so a run resumed on
-// another number of ranks keeps its tokens per step (more or fewer micro-batches).
-BatchShape batch_shape(const TrainOptions& o, const GPT2Config& cfg, int world, const TrainState* stored,
-                       TrainLogger& log) {
-  BatchShape s;
-  s.B = o.batch_size;
-  s.T = std::min(o.seq_len, cfg.max_seq_len);
-  if (o.seq_len > cfg.max_seq_len)
-    log.info("note: --seq-len " + std::to_string(o.seq_len) + " capped to the model's max_seq " +
-             std::to_string(cfg.max_seq_len));
-  const int64_t tokens_per_micro = static_cast<int64_t>(s.B) * s.T * world;
-  s.total_batch = o.total_batch_tokens < 0 ? tokens_per_micro : o.total_batch_tokens;
-  if (o.total_batch_tokens < 0 && stored && stored->total_batch_tokens > 0) {
-    const int64_t total = stored->total_batch_tokens;
-    s.total_batch = total;
-    if (total % tokens_per_micro != 0)
-      throw std::runtime_error("--resume: the checkpoint's global batch is " + std::to_string(total) +
-                               " tokens per step, not a multiple of B*T*world = " + std::to_string(s.B) + "*" +
-                               std::to_string(s.T) + "*" + std::to_string(world) + " = " +
-                               std::to_string(tokens_per_micro) + " (the checkpoint has B=" +
-                               std::to_string(stored->batch_size) + " T=" + std::to_string(stored->seq_len) +
-                               " at world " + std::to_string(stored->world) + "; B and T must stay the same)");
-    if (total != tokens_per_micro)
-      log.info("--resume: " + std::to_string(total) + " tokens per step, as in the checkpoint (grad_accum " +
-               std::to_string(total / tokens_per_micro) + " at world " + std::to_string(world) + ")");
-  }
-  s.grad_accum = grad_accum_for(s.total_batch, tokens_per_micro);
-  return s;
-}
-
-DataLoaderOptions train_loader_options(const TrainOptions& o, const BatchShape& s, const DistContext& dist,
-                                       int vocab_size) {
-  DataLoaderOptions lo;
-  lo.pattern = o.train_data;
-  lo.B = s.B;
-  lo.T = s.T;
-  lo.rank = dist.rank;
-  lo.world = dist.world;
-  lo.grad_accum = s.grad_accum;
-  lo.shuffle = !o.no_shuffle;
-  lo.seed = o.seed;
-  lo.vocab_size = vocab_size;
-  return lo;
-}
-
-AdamWHyper adamw_hyper(const TrainOptions& o) {
-  AdamWHyper h;
-  h.beta1 = o.beta1;
-  h.beta2 = o.beta2;
-  h.eps = o.adam_eps;
-  h.weight_decay = o.weight_decay;
-  return h;
-}
-
-LrSchedule lr_schedule(const TrainOptions& o, int total_steps) {
-  LrSchedule s;
-  s.kind = LrSchedule::parse_kind(o.lr_schedule);
-  s.max_lr = o.lr;
-  s.warmup_steps = o.warmup_steps;
-  s.total_steps = total_steps;
-  s.final_frac = o.final_lr_frac;
-  s.wsd_decay_frac = o.wsd_decay_frac;
-  return s;
-}
-
-// The GPT-2 tokenizer, for samples only: without the vocabulary samples print
-// token ids (nullptr), unless a --prompt needs encoding.
-std::unique_ptr<Tokenizer> load_tokenizer(const TrainOptions& o, TrainLogger& log) {
-  try {
-    return std::make_unique<Tokenizer>(Tokenizer::from_default_location());
-  } catch (const std::exception& e) {
-    if (!o.prompt.empty()) throw std::runtime_error(std::string("--prompt needs the GPT-2 vocabulary: ") + e.what());
-    log.info(std::string("note: no GPT-2 vocabulary (") + e.what() + "); samples print token ids");
-  }
-  return nullptr;
-}
-
-std::string join_tokens(const std::vector<int32_t>& ids) {
-  std::ostringstream s;
-  for (size_t i = 0; i < ids.size(); i++) s << (i ? " " : "") << ids[i];
-  return s.str();
-}
-
 // ---- the run ---------------------------------------------------------------------------
 
 // One training job on this rank, phase by phase: set-up (constructor), init
@@ -261,15 +146,22 @@ class TrainingRun {
  private:
   void init_or_resume();
   void claim_output_dir();
+  int64_t pick_resume_step(const Notify& info);
+  const CheckpointDir& resume_dir() const { return source_ ? *source_ : *ckpt_; }
   void resume_from(uint64_t step);
   void log_banner();
   void log_device_memory(int step);
-  bool train_step(int step);  // false: a stop was requested before the step
+  void train_step(int step);
   uint64_t load_step_batches();
   double evaluate();
+  bool validate(int step, bool at_end);
+  bool checkpoint_on_disk(int step) const {
+    return saved_step_ == step || (resumed_here_ && step == start_step_);
+  }
   void sample(int step);
   void save_checkpoint(int step);
   int finish();
+  std::vector<float> final_weights();
   int stop();
 
   const TrainOptions& opts_;
@@ -290,6 +182,7 @@ class TrainingRun {
   std::unique_ptr<DataLoader> val_loader_;
   int64_t steps_per_epoch_ = 0;
   int total_steps_ = 0;
+  std::string length_why_;  // what total_steps_ comes from (--max-steps, --epochs)
   AdamW optimizer_;
   const AdamWHyper hyper_;
   LrSchedule schedule_;
@@ -297,7 +190,11 @@ class TrainingRun {
   std::unique_ptr<Tokenizer> tokenizer_;
   std::vector<int32_t> sample_context_{static_cast<int32_t>(Tokenizer::kEndOfText)};
   std::unique_ptr<CheckpointDir> ckpt_;
-  std::vector<uint64_t> done_;  // complete checkpoints found by --resume
+  std::unique_ptr<CheckpointDir> source_;  // --resume-from's directory when it is not --output-dir
+  int saved_step_ = -1;      // the step of the checkpoint this process wrote last
+  bool resumed_here_ = false;  // resumed from a checkpoint of --output-dir (at start_step_)
+  EvalHistory history_;      // best validation loss, early-stopping count (in every checkpoint)
+  int evaluated_at_ = -1;    // the step of this process's latest validation
   int start_step_ = 0;
   int last_step_done_ = 0;
   uint64_t nan_skips_ = 0;
@@ -334,8 +231,11 @@ TrainingRun::TrainingRun(const TrainOptions& opts, const DistContext& dist, Comm
     val_loader_ = std::make_unique<DataLoader>(vlo);
   }
   steps_per_epoch_ = static_cast<int64_t>(train_loader_.samples_per_epoch()) / (dist.world * shape_.grad_accum);
-  total_steps_ = opts.max_steps > 0 ? opts.max_steps : static_cast<int>(steps_per_epoch_);
-  if (total_steps_ < 1) throw std::runtime_error(opts.train_data + ": not enough tokens for one optimizer step");
+  if (steps_per_epoch_ < 1 && opts.max_steps <= 0)
+    throw std::runtime_error(opts.train_data + ": not enough tokens for one optimizer step");
+  const RunLength length = run_length(opts.max_steps, opts.epochs, steps_per_epoch_);
+  total_steps_ = length.steps;
+  length_why_ = length.why;
   schedule_ = lr_schedule(opts, total_steps_);
   tokenizer_ = load_tokenizer(opts, log_);
   if (!opts.prompt.empty()) {
@@ -360,26 +260,26 @@ void TrainingRun::init_or_resume() {
     // fails here); a fresh run into another run's checkpoints is refused or,
     // with --overwrite-output-dir, replaces them (a refusal's error exit aborts
     // the ranks waiting in the barrier).
+    // A run resumed from a checkpoint in another directory starts this one afresh.
     if (main_rank_) {
       ckpt_ = std::make_unique<CheckpointDir>(opts_.output_dir, /*lock=*/true, info);
-      if (!opts_.resume) claim_output_dir();
+      if (!opts_.resume ||
+          (!opts_.resume_from.empty() && !same_directory(parse_checkpoint_ref(opts_.resume_from).dir, opts_.output_dir)))
+        claim_output_dir();
     }
     comms_.host.barrier();
     if (!main_rank_) ckpt_ = std::make_unique<CheckpointDir>(opts_.output_dir);
   }
-  // The newest complete checkpoint whose files match their checksums (rank 0 verifies).
-  const int64_t resume_step =
-      ckpt_ && opts_.resume ? ckpt_->select_resume_step(comms_.host, opts_.resume_fallback, info) : -1;
+  const int64_t resume_step = pick_resume_step(info);
   if (resume_step > total_steps_)  // (was: exit 0, nothing trained, nothing said)
-    throw std::runtime_error("--resume: the newest complete checkpoint in " + opts_.output_dir + " is at step " +
+    throw std::runtime_error(std::string("--resume: the ") +
+                             (opts_.resume_from.empty() ? "newest complete checkpoint" : "checkpoint") + " in " +
+                             resume_dir().dir() + " is at step " +
                              std::to_string(resume_step) + ", past the " + std::to_string(total_steps_) +
-                             " steps this run trains (" +
-                             (opts_.max_steps > 0 ? "--max-steps " + std::to_string(opts_.max_steps)
-                                                  : std::string("--max-steps -1: one epoch")) +
-                             "): nothing to train (a --max-steps above " + std::to_string(resume_step) +
-                             " continues it)");
+                             " steps this run trains (" + length_why_ + "): nothing to train (a --max-steps above " +
+                             std::to_string(resume_step) + " continues it)");
   if (resume_step >= 0) {
-    done_ = {static_cast<uint64_t>(resume_step)};
+    resumed_here_ = !source_;
     if (!opts_.init_from.empty())
       log_.info("--init-from " + opts_.init_from + " not used: --resume continues the run in " + opts_.output_dir);
     return resume_from(static_cast<uint64_t>(resume_step));
@@ -412,25 +312,45 @@ void TrainingRun::claim_output_dir() {
   log_.info("--overwrite-output-dir: removed the checkpoints of steps " + list + " from " + opts_.output_dir);
 }
 
+// The checkpoint --resume continues (-1: none, a fresh start). Plain --resume:
+// the newest complete one in --output-dir whose files match their checksums;
+// --resume-from: the one it names, verified the same way (rank 0 verifies).
+// Resuming an older checkpoint of --output-dir abandons the later ones.
+int64_t TrainingRun::pick_resume_step(const Notify& info) {
+  if (!ckpt_ || !opts_.resume) return -1;
+  if (opts_.resume_from.empty()) return ckpt_->select_resume_step(comms_.host, opts_.resume_fallback, info);
+  const CheckpointRef ref = parse_checkpoint_ref(opts_.resume_from);
+  if (!same_directory(ref.dir, opts_.output_dir)) source_ = std::make_unique<CheckpointDir>(ref.dir);
+  const uint64_t step = select_named_checkpoint(comms_.host, resume_dir(), ref, info);
+  if (source_ || !main_rank_) return static_cast<int64_t>(step);
+  std::string list;
+  for (uint64_t s : abandon_checkpoints_after(*ckpt_, step)) list += (list.empty() ? "" : ", ") + std::to_string(s);
+  if (!list.empty())
+    log_.info("--resume-from step " + std::to_string(step) + ": the later checkpoint(s) of steps " + list + " in " +
+              opts_.output_dir + " are abandoned (markers renamed DONE_N.abandoned)");
+  return static_cast<int64_t>(step);
+}
+
 void TrainingRun::resume_from(uint64_t step) {
+  const CheckpointDir& src = resume_dir();
   uint32_t old_world = 0, old_stage = 0;
-  ckpt_->read_marker(step, &old_world, &old_stage);
-  ModelFile mf = read_model_file(ckpt_->model_path(step));
+  src.read_marker(step, &old_world, &old_stage);
+  ModelFile mf = read_model_file(src.model_path(step));
   if (mf.config != cfg_)
-    throw std::runtime_error("--resume: " + ckpt_->model_path(step) + " has config [" + mf.config.describe() +
+    throw std::runtime_error("--resume: " + src.model_path(step) + " has config [" + mf.config.describe() +
                              "] but this run is configured as [" + cfg_.describe() + "]");
-  TrainState st = read_state_file(ckpt_->state_path(step, 0));
+  TrainState st = read_state_file(src.state_path(step, 0));
   const int B = shape_.B, T = shape_.T;
   if (st.batch_size != B || st.seq_len != T || st.total_batch_tokens != shape_.total_batch)
-    throw std::runtime_error("--resume: " + ckpt_->state_path(step, 0) + " was written with B=" +
+    throw std::runtime_error("--resume: " + src.state_path(step, 0) + " was written with B=" +
                              std::to_string(st.batch_size) + " T=" + std::to_string(st.seq_len) +
                              " total-batch-tokens=" + std::to_string(st.total_batch_tokens) +
                              "; this run has B=" + std::to_string(B) + " T=" + std::to_string(T) +
                              " total-batch-tokens=" + std::to_string(shape_.total_batch));
-  require_finite(mf.params, ckpt_->model_path(step));
+  require_finite(mf.params, src.model_path(step));
   model_.set_parameters(mf.params);
   std::vector<float> m, v, master;
-  load_resharded_moments(*ckpt_, step, old_world, optimizer_.begin(), optimizer_.end(), &m, &v, &master);
+  load_resharded_moments(src, step, old_world, optimizer_.begin(), optimizer_.end(), &m, &v, &master);
   optimizer_.attach_master(model_.params());
   optimizer_.set_state(m, v, master);
   schedule_ = resume_schedule(schedule_, st.has_schedule ? &st.schedule : nullptr, opts_.reset_schedule,
@@ -438,13 +358,17 @@ void TrainingRun::resume_from(uint64_t step) {
   train_loader_.load_state(st.loader_state);
   sample_rng_.set_state(st.sample_rng);
   nan_skips_ = st.nan_skips;
+  history_ = st.eval;
   start_step_ = static_cast<int>(step);
   // Every rank has read the old shards before any rank may write: a run resumed
   // with nothing left to train (a re-cut to another rank count) re-writes this
   // very step's files at once, with no collective in between.
   comms_.host.barrier();
-  log_.info("resumed from " + ckpt_->model_path(step) + " at step " + std::to_string(step) + " (written by " +
-            std::to_string(old_world) + " rank(s))");
+  log_.info("resumed from " + src.model_path(step) + " at step " + std::to_string(step) + " (written by " +
+            std::to_string(old_world) + " rank(s))" +
+            (history_.best_step >= 0 ? "; best so far: " + describe_best(history_) + ", patience count " +
+                                           std::to_string(history_.bad_evals)
+                                     : std::string()));
 }
 
 void TrainingRun::log_banner() {
@@ -468,7 +392,7 @@ void TrainingRun::log_banner() {
             std::to_string(shape_.total_batch) + " tokens/step");
   log_.info("| data         " + std::to_string(train_loader_.num_shards()) + " train shard(s), " +
             std::to_string(train_loader_.total_tokens()) + " tokens, " + std::to_string(steps_per_epoch_) +
-            " steps/epoch; training " + std::to_string(total_steps_) + " steps");
+            " steps/epoch; training " + std::to_string(total_steps_) + " steps: " + length_why_);
   log_.info("| lr schedule  " + schedule_.describe() + " (" + schedule_source_ + ")");
   log_.info("| zero         stage " + std::to_string(opts_.zero_stage) + ", shard of rank 0: [" +
             std::to_string(dp_.opt_begin()) + ", " + std::to_string(dp_.opt_end()) + ") of " + std::to_string(P) +
@@ -495,7 +419,30 @@ double TrainingRun::evaluate() {
   }
   all_reduce(comms_.host, sums, 2, ReduceOp::kSum);
   if (sums[1] == 0.0) throw std::runtime_error(opts_.val_data + ": the validation batches hold no supervised token");
-  return sums[0] / sums[1];
+  // Rank 0's value on every rank, bit for bit (MPI does not promise one
+  // all-reduce result everywhere): --keep-best and early stopping decide on it.
+  double loss = sums[0] / sums[1];
+  comms_.host.broadcast(&loss, sizeof(loss), 0);
+  return loss;
+}
+
+// Validation of the weights after `step` steps: its log line, the history,
+// and --keep-best's checkpoint of a new best (at the end the final checkpoint
+// is that one). Returns true when --early-stopping-patience ends the run here
+// (the same on every rank: the loss is rank 0's).
+bool TrainingRun::validate(int step, bool at_end) {
+  const double loss = evaluate();
+  log_.val(step, loss);
+  evaluated_at_ = step;
+  const EvalVerdict v = observe_eval(&history_, step, loss, opts_.early_stopping_threshold);
+  if (v.new_best && opts_.keep_best && !at_end && !checkpoint_on_disk(step)) save_checkpoint(step);
+  if (!patience_exhausted(history_, opts_.early_stopping_patience)) return false;
+  std::ostringstream why;
+  why << "early stopping at step " << step << ": " << history_.bad_evals
+      << " evaluation(s) in a row without beating the best by more than " << opts_.early_stopping_threshold
+      << " (--early-stopping-patience " << opts_.early_stopping_patience << "); best: " << describe_best(history_);
+  log_.info(why.str());
+  return true;
 }
 
 void TrainingRun::sample(int step) {
@@ -536,6 +483,7 @@ void TrainingRun::save_checkpoint(int step) {
   st.nan_skips = nan_skips_;
   st.has_schedule = true;
   st.schedule = schedule_;
+  st.eval = history_;
   st.loader_state = train_loader_.save_state();
   optimizer_.get_state(&st.m, &st.v, &st.master);
   // Only finite weights and moments become a checkpoint (every rank checks its
@@ -554,7 +502,8 @@ void TrainingRun::save_checkpoint(int step) {
   const FileDigest state_digest = write_state_file(ckpt_->state_path(step, dist_.rank), st);
   // Waits for every rank's files; rank 0 writes the marker with all their checksums.
   ckpt_->complete_checkpoint(comms_.host, step, opts_.zero_stage, state_digest);
-  if (main_rank_) ckpt_->prune(opts_.keep_checkpoints, static_cast<uint64_t>(step));
+  saved_step_ = step;
+  if (main_rank_) ckpt_->prune(opts_.keep_checkpoints, static_cast<uint64_t>(step), opts_.keep_best ? history_.best_step : -1);
   comms_.host.barrier();
   log_.info("checkpoint step " + std::to_string(step) + " -> " + opts_.output_dir + " (" +
             std::to_string(seconds_since(t0)).substr(0, 5) + " s)");
@@ -579,10 +528,7 @@ uint64_t TrainingRun::load_step_batches() {
   return static_cast<uint64_t>(all_reduce_value(comms_.host, local, ReduceOp::kSum));  // exact below 2^53
 }
 
-bool TrainingRun::train_step(int step) {
-  if (should_stop(comms_.host)) return false;
-  if (val_loader_ && step % opts_.val_every == 0) log_.val(step, evaluate());
-  if (opts_.sample_every > 0 && step > start_step_ && step % opts_.sample_every == 0) sample(step);
+void TrainingRun::train_step(int step) {
   test_fault_hook(dist_, step);  // tests only: this rank hangs or exits here
 
   const auto t0 = Clock::now();
@@ -624,7 +570,7 @@ bool TrainingRun::train_step(int step) {
   const float lr = schedule_.at(step);
   if (supervised == 0) {  // every target masked: nothing to learn from, nothing to update
     log_.info("step " + std::to_string(step + 1) + ": no supervised token in the batch; weights not updated");
-    return true;
+    return;
   }
   const double norm = dp_.grad_norm();  // copied behind the clip scale: the wait above covered it
   const bool finite = std::isfinite(loss) && std::isfinite(norm);
@@ -662,7 +608,6 @@ bool TrainingRun::train_step(int step) {
   rec.comm_bytes = comms_.sent_bytes();
   log_.step(rec);
   if (step == start_step_) log_device_memory(step + 1);  // workspaces have grown to their size by now
-  return true;
 }
 
 // CUDA: the device memory after the first step, against the --dry-run total (the
@@ -684,27 +629,54 @@ void TrainingRun::log_device_memory(int step) {
 #endif
 }
 
-// After the loop: validation, a sample, the last checkpoint and the final model.
+// After the loop (its end, or early stopping): validation unless this step's
+// just ran, a sample, the last checkpoint and the final model.
 int TrainingRun::finish() {
-  if (val_loader_) log_.val(last_step_done_, evaluate());
+  if (val_loader_ && evaluated_at_ != last_step_done_) validate(last_step_done_, /*at_end=*/true);
   if (opts_.sample_every > 0) sample(last_step_done_);
-  if (ckpt_) {
-    save_checkpoint(last_step_done_);
-    if (main_rank_) {
-      write_model_file(ckpt_->final_model_path(), cfg_, model_.get_parameters(),
-                       opts_.save_dtype == "bf16" ? kModelVersionBf16 : kModelVersionFp32);
+  // (again at the step it resumed from: at this run's rank count)
+  if (ckpt_ && saved_step_ != last_step_done_) save_checkpoint(last_step_done_);
+  const int save_version = opts_.save_dtype == "bf16" ? kModelVersionBf16 : kModelVersionFp32;
+  if (main_rank_ && (ckpt_ || !opts_.save_hf.empty())) {
+    const std::vector<float> weights = final_weights();
+    if (ckpt_) {
+      write_model_file(ckpt_->final_model_path(), cfg_, weights, save_version);
       log_.info("final model -> " + ckpt_->final_model_path());
     }
-  }
-  if (!opts_.save_hf.empty() && main_rank_) {
-    require_finite(model_.get_parameters(), "--save-hf " + opts_.save_hf + ": the final weights");
-    write_hf_checkpoint(opts_.save_hf, cfg_, model_.get_parameters(),
-                        opts_.save_dtype == "bf16" ? HfDtype::kBF16 : HfDtype::kF32);
-    log_.info("Hugging Face model -> " + opts_.save_hf);
+    if (!opts_.save_hf.empty()) {
+      require_finite(weights, "--save-hf " + opts_.save_hf + ": the final weights");
+      write_hf_checkpoint(opts_.save_hf, cfg_, weights, opts_.save_dtype == "bf16" ? HfDtype::kBF16 : HfDtype::kF32);
+      log_.info("Hugging Face model -> " + opts_.save_hf);
+    }
   }
   if (nan_skips_)
     log_.info("skipped " + std::to_string(nan_skips_) + " step(s) with a non-finite loss or gradient norm");
   return 0;
+}
+
+// Rank 0: the weights DIR/model.bin and --save-hf get. The last step's, or
+// with --keep-best the best checkpoint's (HF's load_best_model_at_end), read
+// back from --output-dir (or the --resume-from directory) after its checksums
+// verify; the end of the log says which.
+std::vector<float> TrainingRun::final_weights() {
+  if (!opts_.keep_best || history_.best_step < 0) return model_.get_parameters();
+  const uint64_t best = static_cast<uint64_t>(history_.best_step);
+  if (history_.best_step == last_step_done_) {
+    log_.info("best checkpoint: the last one, " + describe_best(history_));
+    return model_.get_parameters();
+  }
+  std::string why = "not in " + opts_.output_dir;
+  for (const CheckpointDir* dir : {ckpt_.get(), source_.get()}) {
+    if (!dir || !file_exists(dir->done_path(best))) continue;
+    why = dir->verify(best);
+    if (!why.empty()) break;
+    log_.info("best checkpoint: " + dir->model_path(best) + ", " + describe_best(history_) +
+              "; the final model files hold its weights");
+    return read_model_file(dir->model_path(best)).params;
+  }
+  log_.info("WARNING: --keep-best: the best checkpoint (" + describe_best(history_) + ") is unusable (" + why +
+            "): the final model files hold the last step's weights");
+  return model_.get_parameters();
 }
 
 int TrainingRun::run() {
@@ -713,7 +685,10 @@ int TrainingRun::run() {
   last_step_done_ = start_step_;
   try {
     for (int step = start_step_; step < total_steps_; step++) {
-      if (!train_step(step)) return stop();
+      if (should_stop(comms_.host)) return stop();
+      if (val_loader_ && step % opts_.val_every == 0 && validate(step, /*at_end=*/false)) break;  // early stopping
+      if (opts_.sample_every > 0 && step > start_step_ && step % opts_.sample_every == 0) sample(step);
+      train_step(step);
       last_step_done_ = step + 1;
       if (opts_.checkpoint_every > 0 && last_step_done_ % opts_.checkpoint_every == 0 &&
           last_step_done_ < total_steps_)
@@ -737,7 +712,7 @@ int TrainingRun::stop() {
   }
   log_.info("stop requested by signal " + std::to_string(sig) + "; checkpointing at step " +
             std::to_string(last_step_done_));
-  if (last_step_done_ > start_step_ || done_.empty()) save_checkpoint(last_step_done_);
+  if (!checkpoint_on_disk(last_step_done_)) save_checkpoint(last_step_done_);
   return kPreemptedExitCode;
 }
 

@@ -67,7 +67,7 @@ if diff <(./train_gpt2cu --help) <(sed -n '/^```help$/,/^```$/p' docs/cli.md | s
 else
   echo "FAIL docs/cli.md differs from --help:"; head -20 "$work/diff"; fails=$((fails + 1))
 fi
-check unknown-flag 2 "unknown option '--epochs'" -- ./train_gpt2cu --epochs 3
+check unknown-flag 2 "unknown option '--num_train_epochs'" -- ./train_gpt2cu --num_train_epochs 3
 check bad-number 2 "--lr: invalid value 'abc'" -- ./train_gpt2cu --lr abc
 check missing-value 2 "--max-steps needs a value" -- ./train_gpt2cu --max-steps
 check no-data 1 "nonexistent.*(no file|match)" -- ./train_gpt2cu "${tiny[@]}" --train-data "$work/nonexistent_*.bin"

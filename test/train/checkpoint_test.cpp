@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "distributed/comm.h"
+#include "test/train/checkpoint_fakes.h"
 #include "test/train/temp_dir.h"
 #include "train/checkpoint.h"
 #include "util/checked_io.h"
@@ -181,40 +182,6 @@ TEST(Xxh64, MatchesReferenceValues) {
 
 // ---- completion markers with checksums --------------------------------------------
 
-// rank 0 (or `rank`) of a `world`-rank job; the other ranks' all-gather blocks are `peers`.
-class FakeComm final : public Communicator {
- public:
-  FakeComm(int rank, int world) : rank_(rank), world_(world) {}
-  std::vector<uint64_t> peer_block = {0, 0};
-  int64_t broadcast_value = -7;  // what rank 0 "sends" to a non-zero rank
-  int rank() const override { return rank_; }
-  int world() const override { return world_; }
-  bool is_device_memory() const override { return false; }
-  std::string name() const override { return "fake"; }
-
- protected:
-  void do_all_reduce(const void*, void*, size_t, DataType, ReduceOp) override { ADD_FAILURE(); }
-  void do_reduce_scatter(const void*, void*, size_t, DataType, ReduceOp) override { ADD_FAILURE(); }
-  void do_reduce_scatter_v(const void*, void*, const std::vector<size_t>&, DataType, ReduceOp) override {
-    ADD_FAILURE();
-  }
-  void do_all_gather(const void* send, void* recv, size_t count, DataType type) override {
-    const size_t block = count * data_type_bytes(type);
-    ASSERT_EQ(block, 16u);
-    for (int r = 0; r < world_; r++)
-      std::memcpy(static_cast<char*>(recv) + r * block, r == rank_ ? send : peer_block.data(), block);
-  }
-  void do_broadcast(void* buf, size_t bytes, int root) override {
-    ASSERT_EQ(bytes, 8u);
-    if (rank_ != root) std::memcpy(buf, &broadcast_value, 8);
-  }
-  void do_barrier() override {}
-  std::string error_prefix() const override { return "fake: "; }
-
- private:
-  int rank_, world_;
-};
-
 // A 2-rank checkpoint at `step`, completed the way the trainer does it.
 void write_checkpoint(const CheckpointDir& ck, uint64_t step) {
   write_text_file_atomic(ck.model_path(step), "model weights of step " + std::to_string(step));
@@ -233,15 +200,6 @@ void flip_byte(const std::string& path, size_t offset) {
   std::string bytes = read_text_file(path);
   bytes[offset] ^= 0x01;
   std::ofstream(path, std::ios::binary | std::ios::trunc).write(bytes.data(), bytes.size());
-}
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "(no error)";
 }
 
 TEST(CheckpointMarker, RecordsEveryFileAndVerifies) {

@@ -172,5 +172,58 @@ TEST(Options, MemoryCheck) {
   EXPECT_NE(error_of({"--memory-check", "no"}).find("one of on, warn, off"), std::string::npos);
 }
 
+// Issue 26: --epochs, --keep-best, early stopping, --resume [PATH] / --resume-from PATH.
+TEST(Options, EpochsKeepBestAndEarlyStopping) {
+  TrainOptions o = parse({"--epochs", "2.5", "--keep-best", "-o", "out", "--early-stopping-patience", "3",
+                          "--early-stopping-threshold", "0.01"});
+  EXPECT_EQ(o.epochs, 2.5);
+  EXPECT_TRUE(o.keep_best);
+  EXPECT_EQ(o.early_stopping_patience, 3);
+  EXPECT_EQ(o.early_stopping_threshold, 0.01);  // a double: 0.01, not float's 0.0099999998
+  EXPECT_EQ(parse({"--epochs", "0.1"}).epochs, 0.1);
+  EXPECT_EQ(parse({"--epochs", "3", "--max-steps", "7"}).max_steps, 7);  // both accepted: --max-steps wins at run time
+  EXPECT_EQ(error_of({"--epochs", "0"}), "--epochs: invalid value '0' (expected a number in (0, 1e6])");
+  EXPECT_EQ(error_of({"--epochs", "-1"}), "--epochs: invalid value '-1' (expected a number in (0, 1e6])");
+  EXPECT_EQ(error_of({"--keep-best"}), "--keep-best needs --output-dir (where the best checkpoint is kept)");
+  EXPECT_EQ(error_of({"--keep-best", "-o", "x", "--val-every", "0"}), "--keep-best needs validation: --val-every is 0");
+  EXPECT_EQ(error_of({"--early-stopping-patience", "2", "--val-every", "0"}),
+            "--early-stopping-patience needs validation: --val-every is 0");
+  EXPECT_EQ(error_of({"--early-stopping-threshold", "0.1"}),
+            "--early-stopping-threshold needs --early-stopping-patience");
+  EXPECT_EQ(error_of({"--early-stopping-threshold", "-0.1", "--early-stopping-patience", "1"}),
+            "--early-stopping-threshold: invalid value '-0.1' (expected a number in [0, 1e+09])");
+  EXPECT_EQ(error_of({"--eval-only", "--model", "m.bin", "--epochs", "2"}),
+            "--eval-only does not train: --epochs has no meaning");
+  EXPECT_EQ(error_of({"--generate", "--model", "m.bin", "--keep-best", "-o", "x"}),
+            "--generate does not train: --keep-best has no meaning");
+}
+
+TEST(Options, ResumeTakesAnOptionalPath) {
+  TrainOptions o = parse({"--resume", "-o", "out"});
+  EXPECT_TRUE(o.resume);
+  EXPECT_EQ(o.resume_from, "");  // the next word is a flag: plain --resume
+  o = parse({"-o", "out", "--resume", "runs/a/DONE_00000020", "-B", "2"});
+  EXPECT_TRUE(o.resume);
+  EXPECT_EQ(o.resume_from, "runs/a/DONE_00000020");
+  EXPECT_EQ(o.output_dir, "out");
+  EXPECT_EQ(o.batch_size, 2);
+  o = parse({"--resume=runs/a/model_00000020.bin"});
+  EXPECT_EQ(o.resume_from, "runs/a/model_00000020.bin");
+  EXPECT_EQ(o.output_dir, "runs/a");  // defaults to the checkpoint's directory
+  o = parse({"--resume-from", "runs/b/DONE_00000040"});
+  EXPECT_TRUE(o.resume);
+  EXPECT_EQ(o.resume_from, "runs/b/DONE_00000040");
+  EXPECT_EQ(o.output_dir, "runs/b");
+  EXPECT_EQ(error_of({"--resume-from", "runs/b/model.bin"}).rfind("--resume-from runs/b/model.bin: not a checkpoint", 0),
+            0u);
+  EXPECT_EQ(error_of({"--resume-from", "runs/b/DONE_00000040", "--resume-fallback"}),
+            "--resume-fallback replaces a corrupt newest checkpoint by an older one; --resume-from "
+            "runs/b/DONE_00000040 names the checkpoint: give one");
+  EXPECT_EQ(error_of({"--resume="}), "--resume-from: empty path");
+  EXPECT_EQ(error_of({"--resume"}), "--resume needs --output-dir (where the checkpoints are)");
+  const std::string help = train_options_help("train_gpt2cu");
+  EXPECT_NE(help.find("      --resume [PATH]             continue from the newest"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace gpt2

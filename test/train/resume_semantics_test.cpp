@@ -12,6 +12,7 @@
 #include <unistd.h>
 #include <vector>
 
+#include "test/train/checkpoint_fakes.h"
 #include "test/train/temp_dir.h"
 #include "train/checkpoint.h"
 #include "train/lr_schedule.h"
@@ -68,23 +69,15 @@ TEST(StateFileV2, ScheduleAndGlobalBatchRoundTrip) {
   }
 }
 
-// A version 1 file: the version 2 layout without the 24 schedule bytes that
+// A version 1 file: the version 3 layout without the 24 schedule bytes that
 // follow nan_skips (offset 8 magic + 4 version + 8 step + 24 config + 12 world,
-// rank, stage + 24 shard, params + 8 B, T + 32 total, seed, rng, skips = 120).
+// rank, stage + 24 shard, params + 8 B, T + 32 total, seed, rng, skips = 120)
+// and the 28 bytes of evaluation history after them.
 TEST(StateFileV2, ReadsVersionOneWithoutSchedule) {
   const std::string d = temp_dir("state_v1");
   const TrainState s = small_state();
   write_state_file(d + "/s.bin", s);
-  std::string v2 = read_text_file(d + "/s.bin");
-  const size_t at = 120, n = 8 * 4 * 2;  // schedule bytes; moments of 8 parameters
-  std::string v1 = v2.substr(0, at) + v2.substr(at + 24, v2.size() - 8 - at - 24);
-  const uint32_t one = 1;
-  std::memcpy(&v1[8], &one, 4);
-  const size_t header = v1.size() - n;
-  const uint64_t sum = fnv1a64(v1.data(), header,
-                               fnv1a64(v1.data() + header, n / 2, fnv1a64(v1.data() + header + n / 2, n / 2,
-                                                                           fnv1a64(nullptr, 0))));
-  v1.append(reinterpret_cast<const char*>(&sum), 8);
+  std::string v1 = older_state_file(read_text_file(d + "/s.bin"), 120, 24 + 28, 1, 8);
   std::ofstream(d + "/s1.bin", std::ios::binary).write(v1.data(), v1.size());
   TrainState r = read_state_file(d + "/s1.bin");
   EXPECT_FALSE(r.has_schedule);

@@ -1,0 +1,114 @@
+#include "train/run_config.h"
+
+#include <algorithm>
+#include <sstream>
+#include <stdexcept>
+
+#include "train/resume_point.h"
+#include "train/run_setup.h"
+
+namespace gpt2 {
+
+bool peek_resume_state(const TrainOptions& o, TrainState* st) {
+  if (!o.resume || o.output_dir.empty()) return false;
+  const CheckpointRef ref = o.resume_from.empty() ? CheckpointRef{o.output_dir, -1} : parse_checkpoint_ref(o.resume_from);
+  const CheckpointDir dir(ref.dir);
+  const std::vector<uint64_t> steps =
+      ref.step < 0 ? dir.complete_steps() : std::vector<uint64_t>{static_cast<uint64_t>(ref.step)};
+  for (auto it = steps.rbegin(); it != steps.rend(); ++it) {
+    try {
+      *st = read_state_file(dir.state_path(*it, 0), /*header_only=*/true);
+      return true;
+    } catch (const std::exception&) {
+      // unreadable: the verification of --resume reports it (or falls back)
+    }
+  }
+  return false;
+}
+
+TrainOptions effective_options(const TrainOptions& o) {
+  TrainOptions e = o;
+  if (!o.init_from.empty()) e.model = resolve_init_from(o.init_from);
+  return e;
+}
+
+BatchShape batch_shape(const TrainOptions& o, const GPT2Config& cfg, int world, const TrainState* stored,
+                       TrainLogger& log) {
+  BatchShape s;
+  s.B = o.batch_size;
+  s.T = std::min(o.seq_len, cfg.max_seq_len);
+  if (o.seq_len > cfg.max_seq_len)
+    log.info("note: --seq-len " + std::to_string(o.seq_len) + " capped to the model's max_seq " +
+             std::to_string(cfg.max_seq_len));
+  const int64_t tokens_per_micro = static_cast<int64_t>(s.B) * s.T * world;
+  s.total_batch = o.total_batch_tokens < 0 ? tokens_per_micro : o.total_batch_tokens;
+  if (o.total_batch_tokens < 0 && stored && stored->total_batch_tokens > 0) {
+    const int64_t total = stored->total_batch_tokens;
+    s.total_batch = total;
+    if (total % tokens_per_micro != 0)
+      throw std::runtime_error("--resume: the checkpoint's global batch is " + std::to_string(total) +
+                               " tokens per step, not a multiple of B*T*world = " + std::to_string(s.B) + "*" +
+                               std::to_string(s.T) + "*" + std::to_string(world) + " = " +
+                               std::to_string(tokens_per_micro) + " (the checkpoint has B=" +
+                               std::to_string(stored->batch_size) + " T=" + std::to_string(stored->seq_len) +
+                               " at world " + std::to_string(stored->world) + "; B and T must stay the same)");
+    if (total != tokens_per_micro)
+      log.info("--resume: " + std::to_string(total) + " tokens per step, as in the checkpoint (grad_accum " +
+               std::to_string(total / tokens_per_micro) + " at world " + std::to_string(world) + ")");
+  }
+  s.grad_accum = grad_accum_for(s.total_batch, tokens_per_micro);
+  return s;
+}
+
+DataLoaderOptions train_loader_options(const TrainOptions& o, const BatchShape& s, const DistContext& dist,
+                                       int vocab_size) {
+  DataLoaderOptions lo;
+  lo.pattern = o.train_data;
+  lo.B = s.B;
+  lo.T = s.T;
+  lo.rank = dist.rank;
+  lo.world = dist.world;
+  lo.grad_accum = s.grad_accum;
+  lo.shuffle = !o.no_shuffle;
+  lo.seed = o.seed;
+  lo.vocab_size = vocab_size;
+  return lo;
+}
+
+AdamWHyper adamw_hyper(const TrainOptions& o) {
+  AdamWHyper h;
+  h.beta1 = o.beta1;
+  h.beta2 = o.beta2;
+  h.eps = o.adam_eps;
+  h.weight_decay = o.weight_decay;
+  return h;
+}
+
+LrSchedule lr_schedule(const TrainOptions& o, int total_steps) {
+  LrSchedule s;
+  s.kind = LrSchedule::parse_kind(o.lr_schedule);
+  s.max_lr = o.lr;
+  s.warmup_steps = o.warmup_steps;
+  s.total_steps = total_steps;
+  s.final_frac = o.final_lr_frac;
+  s.wsd_decay_frac = o.wsd_decay_frac;
+  return s;
+}
+
+std::unique_ptr<Tokenizer> load_tokenizer(const TrainOptions& o, TrainLogger& log) {
+  try {
+    return std::make_unique<Tokenizer>(Tokenizer::from_default_location());
+  } catch (const std::exception& e) {
+    if (!o.prompt.empty()) throw std::runtime_error(std::string("--prompt needs the GPT-2 vocabulary: ") + e.what());
+    log.info(std::string("note: no GPT-2 vocabulary (") + e.what() + "); samples print token ids");
+  }
+  return nullptr;
+}
+
+std::string join_tokens(const std::vector<int32_t>& ids) {
+  std::ostringstream s;
+  for (size_t i = 0; i < ids.size(); i++) s << (i ? " " : "") << ids[i];
+  return s.str();
+}
+
+}  // namespace gpt2

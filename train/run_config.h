@@ -1,0 +1,60 @@
+// The trainer's configuration from its options: the batch shape (with the
+// global batch a resumed checkpoint carries), the data loader, AdamW and the
+// learning-rate schedule, the tokenizer for samples.
+#ifndef TRAIN_RUN_CONFIG_H
+#define TRAIN_RUN_CONFIG_H
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "dataloader/dataloader.h"
+#include "distributed/context.h"
+#include "model/config.h"
+#include "tokenizer/tokenizer.h"
+#include "train/checkpoint.h"
+#include "train/logger.h"
+#include "train/lr_schedule.h"
+#include "train/optimizer.h"
+#include "train/options.h"
+
+namespace gpt2 {
+
+// Micro-batch B x T per rank, and the micro-batches per optimizer step.
+struct BatchShape {
+  int B = 0, T = 0;
+  int64_t total_batch = 0;  // tokens per optimizer step, all ranks
+  int grad_accum = 1;
+};
+
+// The rank-0 state file header of the checkpoint that --resume would continue
+// from, the named one or the newest complete one (read before that checkpoint
+// is verified, for the defaults it carries: the global batch). false: no such
+// checkpoint.
+bool peek_resume_state(const TrainOptions& o, TrainState* st);
+
+// The options with --init-from resolved into --model (the run loads weights
+// only from it, exactly like --model FILE|HF_DIR).
+TrainOptions effective_options(const TrainOptions& o);
+
+// `stored`: the global batch of the checkpoint being resumed (0: none). When
+// --total-batch-tokens is not given it is the default, so a run resumed on
+// another number of ranks keeps its tokens per step (more or fewer micro-batches).
+BatchShape batch_shape(const TrainOptions& o, const GPT2Config& cfg, int world, const TrainState* stored,
+                       TrainLogger& log);
+
+DataLoaderOptions train_loader_options(const TrainOptions& o, const BatchShape& s, const DistContext& dist,
+                                       int vocab_size);
+AdamWHyper adamw_hyper(const TrainOptions& o);
+LrSchedule lr_schedule(const TrainOptions& o, int total_steps);
+
+// The GPT-2 tokenizer, for samples only: without the vocabulary samples print
+// token ids (nullptr), unless a --prompt needs encoding.
+std::unique_ptr<Tokenizer> load_tokenizer(const TrainOptions& o, TrainLogger& log);
+
+std::string join_tokens(const std::vector<int32_t>& ids);
+
+}  // namespace gpt2
+
+#endif  // TRAIN_RUN_CONFIG_H
