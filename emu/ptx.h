@@ -55,9 +55,18 @@ struct Slot {
   const void* ptr;
   uint32_t w[12];
 };
-inline Slot* slots() {
-  static thread_local Slot table[1024];
-  return table;
+// Two tables, each lane alternating between them call by call: a lane may
+// publish for its warp's next exchange while a slower lane still reads this
+// one (it cannot get two ahead: the next exchange waits for every lane), so
+// mma, which reads only the published registers, needs one rendezvous. `me`
+// is the lane's thread index in its block; every lane of a warp makes the
+// same exchanges, so their tables agree.
+inline Slot* slots(unsigned me) {
+  static thread_local Slot table[2][1024];
+  static thread_local uint8_t parity[1024];
+  const unsigned p = parity[me];
+  parity[me] = static_cast<uint8_t>(p ^ 1u);
+  return table[p];
 }
 inline void rendezvous(const char* file, int line) {
   warp_rendezvous(WarpOp::kSyncWarp, 0xffffffffu, 0, ShuffleMode::kIdx, 0, 32, file, line);
@@ -86,7 +95,7 @@ GPT2_EMU_PTX_UNCOUNTED inline void ldmatrix_x4(uint32_t (&r)[4], const void* row
   profile::record(__builtin_return_address(0), row, 16, false);
 #endif
   const unsigned me = detail::linear_thread(), lane = me % 32, base = me - lane, g = lane / 4, t = lane % 4;
-  detail::Slot* s = detail::slots();
+  detail::Slot* s = detail::slots(me);
   s[me].ptr = row;
   detail::rendezvous(file, line);
   for (int i = 0; i < 4; ++i) {
@@ -99,30 +108,43 @@ GPT2_EMU_PTX_UNCOUNTED inline void ldmatrix_x4(uint32_t (&r)[4], const void* row
       r[i] = uint32_t(lo) | (uint32_t(hi) << 16);
     }
   }
-  detail::rendezvous(file, line);  // nobody republishes while another lane still reads
+  // A lane's next store must not reach shared memory before every lane has read
+  // its rows, as the warp's instructions are ordered on a GPU.
+  detail::rendezvous(file, line);
 }
 
 namespace detail {
-// This lane's d += a b of one mma from the warp's published words: A's four
-// registers at w[ao..ao+3], B's two at w[bo..bo+1] of each lane's slot.
+// The operands one lane's accumulators need, gathered once from the warp's
+// published words: rows g and g+8 of A (A's four registers at w[ao..ao+3]) and
+// columns 2t and 2t+1 of B (B's two at w[bo..bo+1]), as floats.
 template <bool kTf32>
-inline void mma_from_slots(float (&d)[4], const Slot* s, unsigned base, unsigned lane, int ao, int bo) {
-  const unsigned g = lane / 4, t = lane % 4;
-  constexpr int K = kTf32 ? 8 : 16;
-  auto a_at = [&](unsigned row, unsigned k) {
+struct LaneOperands {
+  static constexpr int K = kTf32 ? 8 : 16;
+  float a[2][K], b[2][K];
+  LaneOperands(const Slot* s, unsigned base, unsigned lane, int ao, int bo) {
+    const unsigned g = lane / 4, t = lane % 4;
+    for (unsigned r = 0; r < 2; ++r)
+      for (unsigned k = 0; k < K; ++k) a[r][k] = a_at(s, base, g + 8 * r, k, ao);
+    for (unsigned c = 0; c < 2; ++c)
+      for (unsigned k = 0; k < K; ++k) b[c][k] = b_at(s, base, k, 2 * t + c, bo);
+  }
+  static float a_at(const Slot* s, unsigned base, unsigned row, unsigned k, int ao) {
     if (kTf32) return tf32_bits_to_float(s[base + 4 * (row % 8) + k % 4].w[ao + row / 8 + 2 * (k / 4)]);
     const uint32_t w = s[base + 4 * (row % 8) + (k % 8) / 2].w[ao + row / 8 + 2 * (k / 8)];
     return bf16_bits_to_float(k % 2 ? w >> 16 : w & 0xffffu);
-  };
-  auto b_at = [&](unsigned k, unsigned col) {
+  }
+  static float b_at(const Slot* s, unsigned base, unsigned k, unsigned col, int bo) {
     if (kTf32) return tf32_bits_to_float(s[base + 4 * col + k % 4].w[bo + k / 4]);
     const uint32_t w = s[base + 4 * col + (k % 8) / 2].w[bo + k / 8];
     return bf16_bits_to_float(k % 2 ? w >> 16 : w & 0xffffu);
-  };
+  }
+};
+// This lane's d += a b: each of its four elements a sum over k ascending, each add rounded to fp32.
+template <bool kTf32>
+inline void accumulate(float (&d)[4], const LaneOperands<kTf32>& a, const LaneOperands<kTf32>& b) {
   for (int e = 0; e < 4; ++e) {
-    const unsigned row = g + 8 * (e / 2), col = 2 * t + e % 2;
     float sum = d[e];
-    for (int k = 0; k < K; ++k) sum += a_at(row, k) * b_at(k, col);
+    for (int k = 0; k < LaneOperands<kTf32>::K; ++k) sum += a.a[e / 2][k] * b.b[e % 2][k];
     d[e] = sum;
   }
 }
@@ -134,14 +156,14 @@ template <bool kTf32>
 GPT2_EMU_PTX_UNCOUNTED inline void mma(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2],
                                        const char* file, int line) {
   const unsigned me = detail::linear_thread(), lane = me % 32, base = me - lane;
-  detail::Slot* s = detail::slots();
+  detail::Slot* s = detail::slots(me);
   for (int i = 0; i < 4; ++i) s[me].w[i] = a[i];
   s[me].w[4] = b[0];
   s[me].w[5] = b[1];
   detail::rendezvous(file, line);
   float out[4] = {d[0], d[1], d[2], d[3]};
-  detail::mma_from_slots<kTf32>(out, s, base, lane, 0, 4);
-  detail::rendezvous(file, line);
+  const detail::LaneOperands<kTf32> ops(s, base, lane, 0, 4);
+  detail::accumulate(out, ops, ops);
   for (int e = 0; e < 4; ++e) d[e] = out[e];
 }
 
@@ -152,15 +174,15 @@ GPT2_EMU_PTX_UNCOUNTED inline void mma_tf32x3(float (&d)[4], float (&corr)[4], c
                                               const uint32_t (&a_small)[4], const uint32_t (&b_big)[2],
                                               const uint32_t (&b_small)[2], const char* file, int line) {
   const unsigned me = detail::linear_thread(), lane = me % 32, base = me - lane;
-  detail::Slot* s = detail::slots();
+  detail::Slot* s = detail::slots(me);
   for (int i = 0; i < 4; ++i) s[me].w[i] = a_big[i], s[me].w[6 + i] = a_small[i];
   s[me].w[4] = b_big[0], s[me].w[5] = b_big[1], s[me].w[10] = b_small[0], s[me].w[11] = b_small[1];
   detail::rendezvous(file, line);
   float c[4] = {corr[0], corr[1], corr[2], corr[3]}, out[4] = {d[0], d[1], d[2], d[3]};
-  detail::mma_from_slots<true>(c, s, base, lane, 0, 10);
-  detail::mma_from_slots<true>(c, s, base, lane, 6, 4);
-  detail::mma_from_slots<true>(out, s, base, lane, 0, 4);
-  detail::rendezvous(file, line);
+  const detail::LaneOperands<true> big(s, base, lane, 0, 4), small(s, base, lane, 6, 10);
+  detail::accumulate(c, big, small);  // a_big b_small
+  detail::accumulate(c, small, big);  // a_small b_big
+  detail::accumulate(out, big, big);
   for (int e = 0; e < 4; ++e) corr[e] = c[e], d[e] = out[e];
 }
 
