@@ -17,8 +17,12 @@
 #   --data TRAIN VAL   shards you already have (globs)
 # options:
 #   --seq-len T        context (default 1024, capped at the model's)   -B N  micro-batch per rank (4)
-#   --steps N          optimizer steps (default: one epoch)            --lr X  peak lr (5e-5, HF's default)
-#   --warmup N         warmup steps (0)                                --val-every N  (50)
+#   --epochs E         passes over the data (default 1; fractional)    --lr X  peak lr (5e-5, HF's default)
+#   --steps N          optimizer steps (overrides --epochs, as HF)     --warmup N  warmup steps (0)
+#   --val-every N      evaluate every N steps (50); 0: no evaluation and no best checkpoint
+#   --patience N       early stopping after N evaluations without improvement (default: off)
+#   --no-keep-best     the final model is the last step's (default: the best evaluation's, as HF's
+#                      load_best_model_at_end: run/model.bin, hf/ and the "after" perplexity use it)
 #   --stride S         perplexity window stride (default T/2; docs/cli.md --eval-stride)
 #   --doc-separator S  see --text
 #
@@ -33,9 +37,10 @@ read -r -a launch <<<"${LAUNCH:-}"
 
 log() { echo "finetune: $*" >&2; }
 die() { log "error: $*"; exit 2; }
-usage() { sed -n '2,28p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+usage() { sed -n '2,32p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 
-init="" out="" mode="" T=1024 B=4 steps=-1 lr=5e-5 warmup=0 val_every=50 stride="" sep=""
+init="" out="" mode="" T=1024 B=4 steps=-1 epochs="" lr=5e-5 warmup=0 val_every=50 patience=0 keep_best=1
+stride="" sep=""
 texts=() sft="" train_glob="" val_glob="" extra=()
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -48,6 +53,9 @@ while [ $# -gt 0 ]; do
     --seq-len|-T) T=${2?}; shift 2 ;;
     -B) B=${2?}; shift 2 ;;
     --steps) steps=${2?}; shift 2 ;;
+    --epochs) epochs=${2?}; shift 2 ;;
+    --patience) patience=${2?}; shift 2 ;;
+    --no-keep-best) keep_best=0; shift ;;
     --lr) lr=${2?}; shift 2 ;;
     --warmup) warmup=${2?}; shift 2 ;;
     --val-every) val_every=${2?}; shift 2 ;;
@@ -90,6 +98,16 @@ case $mode in
 esac
 
 common=(--init-from "$init" -T "$T" -B "$B")
+# Evaluation-driven flags (HF: eval_strategy="steps", load_best_model_at_end, EarlyStoppingCallback).
+best_args=()
+[ -n "$epochs" ] && best_args+=(--epochs "$epochs")
+if [ "$val_every" = 0 ]; then
+  [ "$patience" = 0 ] || die "--patience needs evaluations (--val-every is 0)"
+  [ "$keep_best" = 0 ] || log "no evaluation (--val-every 0): the final model is the last step's"
+else
+  [ "$keep_best" = 1 ] && best_args+=(--keep-best)
+  [ "$patience" = 0 ] || best_args+=(--early-stopping-patience "$patience")
+fi
 # ---- perplexity before (plain text: an SFT val split is scored by the trainer's masked val loss) --
 eval_args=(--eval-only --val-data "$val_glob" --eval-stride "$stride")
 if [ "$mode" != sft ] && [ ! -f "$out/eval_before.json" ]; then
@@ -102,7 +120,7 @@ log "fine-tuning: ${launch[*]:-(one process)} $bin"
 "${launch[@]}" "$bin" "${common[@]}" --train-data "$train_glob" --val-data "$val_glob" \
   --max-steps "$steps" --lr "$lr" --lr-schedule cosine --final-lr-frac 0 --warmup-steps "$warmup" \
   --val-every "$val_every" --output-dir "$out/run" --log-jsonl "$out/run/log.jsonl" --resume \
-  --save-hf "$out/hf" "${extra[@]}"
+  --save-hf "$out/hf" "${best_args[@]}" "${extra[@]}"
 
 # ---- perplexity after ---------------------------------------------------------------------------
 if [ "$mode" != sft ]; then
@@ -115,4 +133,6 @@ print(f"finetune: perplexity {b['perplexity']:.3f} -> {a['perplexity']:.3f} "
       f"(loss {b['loss']:.4f} -> {a['loss']:.4f}, {a['tokens']} tokens, stride {a['stride']})")
 EOF
 fi
-log "done: $out/run/model.bin, Hugging Face directory $out/hf, log $out/run/log.jsonl"
+which="the last step's weights"
+[[ " ${best_args[*]} " == *" --keep-best "* ]] && which="the weights of the best evaluation"
+log "done: $out/run/model.bin and the Hugging Face directory $out/hf ($which), log $out/run/log.jsonl"

@@ -8,7 +8,8 @@
 #      PG19 / wikitext recipe), under LAUNCH="mpirun -np 2": the evaluation reports world 2;
 #   c. SFT JSONL (--sft): masked training, supervised tokens in the log, a val split of 5% of the
 #      examples whose masked loss is logged;
-#   d. bad invocations fail with exit 2 and a message.
+#   d. bad invocations fail with exit 2 and a message;
+#   e. evaluation and the best checkpoint on (the default with --val-every > 0), --epochs, --patience.
 set -u
 cd "$(dirname "$0")/../.."
 for b in ./prepare_data ./train_gpt2cu; do [ -x "$b" ] || { echo "FAIL: $b not built"; exit 1; }; done
@@ -87,5 +88,24 @@ for args in "--out $W/d --text $W/shakespeare.txt" "--init-from $W/nothing --out
   [ $rc = 2 ] && echo "$out" | grep -q 'finetune: error' && pass "d: refused: $(echo "$out" | tail -1)" \
     || bad "d: '$args' gave rc $rc: $out"
 done
+
+# e ----------------------------------------------------------------------------------------------
+# The defaults with evaluation on: --keep-best (the final files hold the best evaluation's weights),
+# --epochs and --patience passed through.
+head -c 30000 "$W/shakespeare.txt" > "$W/small.txt"
+if timeout -k 10 200 scripts/finetune.sh --seq-len 64 -B 4 --lr 1e-2 --val-every 4 --patience 2 --epochs 2 \
+     --init-from "$W/hf_start" --out "$W/e" --text "$W/small.txt" --doc-separator '\n\n' \
+     -- --threads 1 --sample-every 0 --val-steps 2 > "$W/e.log" 2>&1; then
+  best=$(sed -nE 's/^best checkpoint: .*at step ([0-9]+).*/\1/p' "$W/e.log")
+  kept=$(printf "%s/e/run/model_%08d.bin" "$W" "${best:-0}")
+  if [ -n "$best" ] && cmp -s "$W/e/run/model.bin" "$kept" && grep -q -- '--epochs 2 = ceil(2 x ' "$W/e.log" &&
+     grep -q 'the weights of the best evaluation' "$W/e.log"; then
+    pass "e: evaluation and best checkpoint on: run/model.bin is step $best's ($(grep -o 'early stopping at step [0-9]*\|training [0-9]* steps: --epochs[^)]*)' "$W/e.log" | tr '\n' ';'))"
+  else
+    bad "e: best '$best': $(grep -m1 'best checkpoint' "$W/e.log")"
+  fi
+else
+  bad "e: finetune.sh failed: $(tail -3 "$W/e.log")"
+fi
 [ $fail = 0 ] && echo "finetune_recipe_test: all passed"
 exit $fail
