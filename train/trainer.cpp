@@ -147,6 +147,7 @@ class TrainingRun {
   void init_or_resume();
   void claim_output_dir();
   int64_t pick_resume_step(const Notify& info);
+  void abandon_later_checkpoints(uint64_t step);
   const CheckpointDir& resume_dir() const { return source_ ? *source_ : *ckpt_; }
   void resume_from(uint64_t step);
   void log_banner();
@@ -282,7 +283,8 @@ void TrainingRun::init_or_resume() {
     resumed_here_ = !source_;
     if (!opts_.init_from.empty())
       log_.info("--init-from " + opts_.init_from + " not used: --resume continues the run in " + opts_.output_dir);
-    return resume_from(static_cast<uint64_t>(resume_step));
+    resume_from(static_cast<uint64_t>(resume_step));
+    return abandon_later_checkpoints(static_cast<uint64_t>(resume_step));
   }
   if (opts_.resume) log_.info("--resume: no complete checkpoint in " + opts_.output_dir + "; starting fresh");
   if (from_file_) {
@@ -315,20 +317,24 @@ void TrainingRun::claim_output_dir() {
 // The checkpoint --resume continues (-1: none, a fresh start). Plain --resume:
 // the newest complete one in --output-dir whose files match their checksums;
 // --resume-from: the one it names, verified the same way (rank 0 verifies).
-// Resuming an older checkpoint of --output-dir abandons the later ones.
 int64_t TrainingRun::pick_resume_step(const Notify& info) {
   if (!ckpt_ || !opts_.resume) return -1;
   if (opts_.resume_from.empty()) return ckpt_->select_resume_step(comms_.host, opts_.resume_fallback, info);
   const CheckpointRef ref = parse_checkpoint_ref(opts_.resume_from);
   if (!same_directory(ref.dir, opts_.output_dir)) source_ = std::make_unique<CheckpointDir>(ref.dir);
-  const uint64_t step = select_named_checkpoint(comms_.host, resume_dir(), ref, info);
-  if (source_ || !main_rank_) return static_cast<int64_t>(step);
+  return static_cast<int64_t>(select_named_checkpoint(comms_.host, resume_dir(), ref, info));
+}
+
+// Rank 0, once an older checkpoint of --output-dir has been loaded (a refused
+// one changes nothing): the later checkpoints there are another future of the
+// run, which plain --resume and pruning must no longer count.
+void TrainingRun::abandon_later_checkpoints(uint64_t step) {
+  if (opts_.resume_from.empty() || source_ || !main_rank_) return;
   std::string list;
   for (uint64_t s : abandon_checkpoints_after(*ckpt_, step)) list += (list.empty() ? "" : ", ") + std::to_string(s);
   if (!list.empty())
     log_.info("--resume-from step " + std::to_string(step) + ": the later checkpoint(s) of steps " + list + " in " +
               opts_.output_dir + " are abandoned (markers renamed DONE_N.abandoned)");
-  return static_cast<int64_t>(step);
 }
 
 void TrainingRun::resume_from(uint64_t step) {

@@ -112,6 +112,13 @@ fi
 # c ----------------------------------------------------------------------------------------------
 cp -r "$W/c_src" "$W/c_other_src"
 marker=$(printf "%s/c_src/DONE_%08d" "$W" "$best")
+# a resume refused after the checkpoint verified (another micro-batch size) abandons nothing
+"${RUN[@]}" "${common[@]}" "${best_flags[@]}" -B 2 --resume-from "$marker" > "$W/c0.log" 2>&1
+if [ $? = 1 ] && grep -q "was written with B=4" "$W/c0.log" && [ "$(steps_of "$W/c_src")" = "$best $cut" ]; then
+  pass "c: a refused --resume-from (-B 2) leaves the later checkpoint $cut in place"
+else
+  bad "c: refused resume: $(grep -m1 error "$W/c0.log"); checkpoints '$(steps_of "$W/c_src")'"
+fi
 "${RUN[@]}" "${common[@]}" "${best_flags[@]}" --resume-from "$marker" --log-jsonl "$W/c.jsonl" > "$W/c.log" 2>&1 ||
   bad "c: --resume-from failed: $(tail -2 "$W/c.log")"
 if grep -q "resumed from $W/c_src/model_$(printf %08d "$best").bin at step $best " "$W/c.log" &&
