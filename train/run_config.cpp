@@ -11,7 +11,8 @@ namespace gpt2 {
 
 bool peek_resume_state(const TrainOptions& o, TrainState* st) {
   if (!o.resume || o.output_dir.empty()) return false;
-  const CheckpointRef ref = o.resume_from.empty() ? CheckpointRef{o.output_dir, -1} : parse_checkpoint_ref(o.resume_from);
+  const CheckpointRef ref =
+      o.resume_from.empty() ? CheckpointRef{o.output_dir, -1} : parse_checkpoint_ref(o.resume_from);
   const CheckpointDir dir(ref.dir);
   const std::vector<uint64_t> steps =
       ref.step < 0 ? dir.complete_steps() : std::vector<uint64_t>{static_cast<uint64_t>(ref.step)};

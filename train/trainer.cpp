@@ -264,9 +264,9 @@ void TrainingRun::init_or_resume() {
     // A run resumed from a checkpoint in another directory starts this one afresh.
     if (main_rank_) {
       ckpt_ = std::make_unique<CheckpointDir>(opts_.output_dir, /*lock=*/true, info);
-      if (!opts_.resume ||
-          (!opts_.resume_from.empty() && !same_directory(parse_checkpoint_ref(opts_.resume_from).dir, opts_.output_dir)))
-        claim_output_dir();
+      const bool elsewhere = !opts_.resume_from.empty() &&
+                             !same_directory(parse_checkpoint_ref(opts_.resume_from).dir, opts_.output_dir);
+      if (!opts_.resume || elsewhere) claim_output_dir();
     }
     comms_.host.barrier();
     if (!main_rank_) ckpt_ = std::make_unique<CheckpointDir>(opts_.output_dir);
@@ -509,7 +509,8 @@ void TrainingRun::save_checkpoint(int step) {
   // Waits for every rank's files; rank 0 writes the marker with all their checksums.
   ckpt_->complete_checkpoint(comms_.host, step, opts_.zero_stage, state_digest);
   saved_step_ = step;
-  if (main_rank_) ckpt_->prune(opts_.keep_checkpoints, static_cast<uint64_t>(step), opts_.keep_best ? history_.best_step : -1);
+  if (main_rank_)
+    ckpt_->prune(opts_.keep_checkpoints, static_cast<uint64_t>(step), opts_.keep_best ? history_.best_step : -1);
   comms_.host.barrier();
   log_.info("checkpoint step " + std::to_string(step) + " -> " + opts_.output_dir + " (" +
             std::to_string(seconds_since(t0)).substr(0, 5) + " s)");

@@ -67,9 +67,9 @@ inline std::string older_state_file(const std::string& bytes, size_t at, size_t 
   std::string old = bytes.substr(0, at) + bytes.substr(at + cut, bytes.size() - 8 - at - cut);
   std::memcpy(&old[8], &version, 4);
   const size_t moments = n * 4 * 2, header = old.size() - moments;
+  const char* m = old.data() + header;
   const uint64_t sum =
-      fnv1a64(old.data(), header, fnv1a64(old.data() + header, moments / 2,
-                                          fnv1a64(old.data() + header + moments / 2, moments / 2, fnv1a64(nullptr, 0))));
+      fnv1a64(old.data(), header, fnv1a64(m, moments / 2, fnv1a64(m + moments / 2, moments / 2, fnv1a64(nullptr, 0))));
   old.append(reinterpret_cast<const char*>(&sum), 8);
   return old;
 }
