@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# test-timeout: 180
+# test-timeout: 300 (fp32 flash attention is 3xTF32 on emulated tensor cores: three mma per product)
 # Communication overlapped with the backward (train/data_parallel.cpp, the
 # asynchronous collectives of distributed/comm_nccl.cpp), under the emulator's
 # deferred stream mode (GPT2_EMU_STREAMS=deferred: queued stream work runs in a

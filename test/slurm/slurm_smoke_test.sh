@@ -271,7 +271,9 @@ if [ -x "$EMU" ]; then
   export GPT2_EMU_THREADS=1  # one emulator worker per rank: cheap and deterministic
   python3 test/distributed/synthetic_shard.py "$W/emu_train_000.bin" 20000 512
   cp "$W/emu_train_000.bin" "$W/emu_val_000.bin"  # the GPU script names a val glob too (unused: --val-every 0)
-  ecommon=(--device cuda --dtype fp32 --model d2 --config n_embd=64,n_head=2,max_seq=64,vocab_size=512,padded_vocab_size=512
+  # --tf32 on: flash attention's single tf32 products, the cheaper emulated path (3xTF32
+  # triples the mma); every comparison below is between runs of the same binary, bitwise.
+  ecommon=(--device cuda --dtype fp32 --tf32 on --model d2 --config n_embd=64,n_head=2,max_seq=64,vocab_size=512,padded_vocab_size=512
            -B 2 -T 32 --total-batch-tokens 128 --lr 1e-3 --warmup-steps 2 --weight-decay 0.1 --threads 1
            --val-every 0 --sample-every 0 --no-shuffle --train-data "$W/emu_train_*.bin" --max-steps 200 --zero-stage 2)
   # mpirun puts both ranks on this host: one emulated GPU each. Under srun each node runs
@@ -279,10 +281,10 @@ if [ -x "$EMU" ]; then
   # OMP_NUM_THREADS=1, as the sbatch scripts set it (= --cpus-per-task). (The emulated cuBLAS,
   # OpenBLAS sgemm, now pins itself to one thread: before, mpirun's core binding vs srun's
   # none gave 1 vs 2 threads and rounding differences of ~1e-8 in the losses.)
-  GPT2_EMU_DEVICE_COUNT=2 OMP_NUM_THREADS=1 timeout -k 10 120 mpirun --allow-run-as-root --oversubscribe -x GPT2_EMU_THREADS \
+  GPT2_EMU_DEVICE_COUNT=2 OMP_NUM_THREADS=1 timeout -k 10 240 mpirun --allow-run-as-root --oversubscribe -x GPT2_EMU_THREADS \
     -x OMP_NUM_THREADS -x GPT2_EMU_DEVICE_COUNT -np 2 "$EMU" "${ecommon[@]}" --output-dir "$W/e_mpirun" --log-jsonl "$W/e_mpirun.jsonl" \
     >"$W/e_mpirun.log" 2>&1 || bad "mpirun -np 2 $EMU --device cuda training"
-  if OMP_NUM_THREADS=1 timeout -k 10 120 srun -N 2 -n 2 --mpi=pmix "$EMU" "${ecommon[@]}" --output-dir "$W/e_srun" \
+  if OMP_NUM_THREADS=1 timeout -k 10 240 srun -N 2 -n 2 --mpi=pmix "$EMU" "${ecommon[@]}" --output-dir "$W/e_srun" \
        --log-jsonl "$W/e_srun.jsonl" >"$W/e_srun.log" 2>&1 &&
      grep -q 'rank 0/2 local 0/1 node 0/2 host node1 launch srun' "$W/e_srun.log" &&
      grep -q '^| comm         nccl (buffers), mpi (host scalars)' "$W/e_srun.log" &&
