@@ -366,7 +366,7 @@ DropoutMask GPT2::mask_of(int layer, DropoutMask::Site site, float p) const {
 }
 
 void GPT2::drop(Tensor x, int layer, DropoutMask::Site site, float p, int C) {
-  if (dropping_ && p > 0.0f) backend_.dropout(x, x, mask_of(layer, site, p), static_cast<int>(x.numel / C), C);
+  dropped_gradient(x, x, layer, site, p, C);  // in place: the same mask, applied where the tensor is
 }
 
 Tensor GPT2::dropped_gradient(Tensor dres, Tensor scratch, int layer, DropoutMask::Site site, float p, int C) {

@@ -47,16 +47,22 @@ __global__ void ptx_gemm_bf16_kernel(const uint16_t* a, const uint16_t* b, float
 }
 
 // fp32 rows padded to 20 floats (80 bytes: 8 rows in distinct 16-byte bank groups).
+constexpr int kTf32K = 16;
+// A and B^T ([16][16] fp32) into rows padded to 20 floats, by the warp.
+__device__ void stage_tf32(float (&sA)[16][kTf32K + 4], float (&sBt)[16][kTf32K + 4], const float* a, const float* bt) {
+  for (int e = threadIdx.x; e < 16 * kTf32K; e += 32) {
+    sA[e / kTf32K][e % kTf32K] = a[e];
+    sBt[e / kTf32K][e % kTf32K] = bt[e];
+  }
+  __syncwarp();
+}
+
 __global__ void ptx_gemm_tf32_kernel(const float* a, const float* bt, float* c) {
-  constexpr int K = 16;
+  constexpr int K = kTf32K;
   __shared__ __align__(16) float sA[16][K + 4];
   __shared__ __align__(16) float sBt[16][K + 4];
   const int lane = threadIdx.x, i = lane / 8, j = lane % 8;
-  for (int e = lane; e < 16 * K; e += 32) {
-    sA[e / K][e % K] = a[e];
-    sBt[e / K][e % K] = bt[e];
-  }
-  __syncwarp();
+  stage_tf32(sA, sBt, a, bt);
   float d[2][4] = {};
   for (int k0 = 0; k0 < K; k0 += 8) {
     uint32_t af[4], bq[4];
@@ -74,15 +80,11 @@ __global__ void ptx_gemm_tf32_kernel(const float* a, const float* bt, float* c) 
 // 3xTF32 of the same product: c[0..255] from mma_tf32x3 (d + corr), c[256..511]
 // from the three mma_tf32 it stands for, called one by one.
 __global__ void ptx_gemm_3xtf32_kernel(const float* a, const float* bt, float* c) {
-  constexpr int K = 16;
+  constexpr int K = kTf32K;
   __shared__ __align__(16) float sA[16][K + 4];
   __shared__ __align__(16) float sBt[16][K + 4];
   const int lane = threadIdx.x, i = lane / 8, j = lane % 8;
-  for (int e = lane; e < 16 * K; e += 32) {
-    sA[e / K][e % K] = a[e];
-    sBt[e / K][e % K] = bt[e];
-  }
-  __syncwarp();
+  stage_tf32(sA, sBt, a, bt);
   float d[2][4] = {}, corr[2][4] = {}, d3[2][4] = {}, corr3[2][4] = {};
   auto split = [](uint32_t w, uint32_t& big, uint32_t& small) {
     big = to_tf32(__uint_as_float(w));
