@@ -15,8 +15,14 @@ The same again with an SFT loss mask (PyTorch's ignore_index): the same tokens
 as sft_train.bin with a mask sidecar sft_train.mask (docs/formats.md) marks ~60% of the targets supervised; the loss is
 the mean over supervised targets of the whole step, as the trainer normalises.
 
-Outputs in OUT_DIR: model.bin, train.bin, sft_train.bin + sft_train.mask, reference.bin and
-reference_masked.bin (layout in write_reference).
+With dropout at all three of HF's sites (embd_pdrop after wte + wpe, attn_pdrop on
+the softmax probabilities, resid_pdrop on both c_proj outputs) and masks drawn
+by util/philox.h's function, ported below (Philox4x32-10, checked against the
+known answers): the loss, logits and every gradient of one training forward.
+
+Outputs in OUT_DIR: model.bin, train.bin, sft_train.bin + sft_train.mask, reference.bin,
+reference_masked.bin (layout in write_reference) and reference_dropout.bin (the same
+layout plus a trailer with the dropout run and its masks, in write_dropout_trailer).
 The model is written functionally from the flat parameter list in llm.c's
 order, so the mapping to the C++ tensor table is one to one.
 """
@@ -56,11 +62,16 @@ def layernorm(x, w, b):
     return (x - mean) / torch.sqrt(var + 1e-5) * w + b
 
 
-def forward(p, idx, cfg):
+def forward(p, idx, cfg, z=None):
+    """Logits; z (optional) holds dropout masks as float64 multipliers (0 or the
+    keep scale): "embd" [B,T,C], and per layer "attn" [B,NH,T,T], "attproj" and
+    "fcproj" [B,T,C] — where HF's GPT2 has its nn.Dropout modules."""
     L, NH, C, V = cfg["L"], cfg["NH"], cfg["C"], cfg["V"]
     B, T = idx.shape
     hs = C // NH
     x = p["wte"][idx] + p["wpe"][:T]
+    if z is not None:
+        x = x * z["embd"]  # GPT2Model.drop
     mask = torch.tril(torch.ones(T, T, dtype=torch.bool))
     for l in range(L):
         h = layernorm(x, p["ln1w"][l], p["ln1b"][l])
@@ -71,14 +82,103 @@ def forward(p, idx, cfg):
         v = v.view(B, T, NH, hs).transpose(1, 2)
         att = (q @ k.transpose(-2, -1)) / math.sqrt(hs)
         att = att.masked_fill(~mask, float("-inf")).softmax(-1)
+        if z is not None:
+            att = att * z["attn"][l]  # GPT2Attention.attn_dropout: after softmax, before att @ v
         y = (att @ v).transpose(1, 2).reshape(B, T, C)
-        x = x + y @ p["attprojw"][l].T + p["attprojb"][l]
+        y = y @ p["attprojw"][l].T + p["attprojb"][l]
+        if z is not None:
+            y = y * z["attproj"][l]  # GPT2Attention.resid_dropout: c_proj output, before the residual add
+        x = x + y
         h = layernorm(x, p["ln2w"][l], p["ln2b"][l])
         h = gelu_tanh(h @ p["fcw"][l].T + p["fcb"][l])
-        x = x + h @ p["fcprojw"][l].T + p["fcprojb"][l]
+        h = h @ p["fcprojw"][l].T + p["fcprojb"][l]
+        if z is not None:
+            h = h * z["fcproj"][l]  # GPT2MLP.dropout
+        x = x + h
     x = layernorm(x, p["lnfw"], p["lnfb"])
     logits = x @ p["wte"].T  # tied lm_head over the padded vocabulary
     return logits[..., :V]   # padded columns never reach the loss
+
+
+M32 = 0xFFFFFFFF
+
+
+def philox4x32_10(c, k0, k1):
+    """util/philox.h's philox4x32_10: Python ints masked to 32 bits stand for uint32_t."""
+    c0, c1, c2, c3 = c
+    for _ in range(10):
+        p0, p1 = 0xD2511F53 * c0, 0xCD9E8D57 * c2  # exact 64-bit products
+        c0, c1, c2, c3 = ((p1 >> 32) ^ c1 ^ k0) & M32, p1 & M32, ((p0 >> 32) ^ c3 ^ k1) & M32, p0 & M32
+        k0, k1 = (k0 + 0x9E3779B9) & M32, (k1 + 0xBB67AE85) & M32
+    return c0, c1, c2, c3
+
+
+def check_philox():
+    """Random123's known answers, the ones test/backend/dropout_mask_test.cpp checks
+    the C++ against: a port that passes draws the C++ generator's words."""
+    kat = [((0, 0, 0, 0), 0, 0, (0x6627e8d5, 0xe169c58d, 0xbc57ac4c, 0x9b00dbd8)),
+           ((M32, M32, M32, M32), M32, M32, (0x408f276d, 0x41c83b0e, 0xa20bc7c6, 0x6d5451fd)),
+           ((0x243f6a88, 0x85a308d3, 0x13198a2e, 0x03707344), 0xa4093822, 0x299f31d0,
+            (0xd16cfe09, 0x94fdcceb, 0x5001e420, 0x24126ea1))]
+    for counter, k0, k1, want in kat:
+        got = philox4x32_10(counter, k0, k1)
+        assert got == want, f"philox4x32_10{counter} = {[hex(w) for w in got]}, want {[hex(w) for w in want]}"
+
+
+SITE_EMBEDDING, SITE_ATTENTION_PROJ, SITE_MLP_PROJ, SITE_ATTENTION_PROBS = 0, 1, 2, 3
+
+
+def keep_scale(p):
+    """DropoutMask::keep_scale: 1 / (1 - p) in fp32, p the C++ float."""
+    return float(np.float32(1) / (np.float32(1) - np.float32(p)))
+
+
+class DropoutMask:
+    """util/philox.h's DropoutMask for one site: keep(token, col) for [N, C]
+    tensors, keep_attention(row_token, T, h, q, j) for attention probabilities."""
+
+    def __init__(self, seed, step, layer, site, p):
+        self.k0, self.k1 = seed & M32, (seed >> 32) & M32
+        self.step, self.stream = step & M32, (layer * 16 + site) & 0xFFFFFF
+        # p is the C++ float: the threshold is (double)p * 2^32, truncated as the C++ cast does.
+        self.threshold = int(float(np.float32(p)) * 4294967296.0)
+
+    def draws(self, token, q):
+        counter = (q & M32, token & M32, self.step, self.stream | (((token >> 32) << 24) & M32))
+        return philox4x32_10(counter, self.k0, self.k1)
+
+    def keep(self, token, col):
+        return self.draws(token, col // 4)[col % 4] >= self.threshold
+
+    def keep_attention(self, row_token, T, h, q, j):
+        # One call per 2x2 block {q, q+8} x {j, j+8}; word 2 (q bit 3) + (j bit 3).
+        column = h * ((T + 15) & ~15) + (j & ~8)
+        d = self.draws(row_token + (q & ~8), column)
+        return d[((q >> 3) & 1) * 2 + ((j >> 3) & 1)] >= self.threshold
+
+
+def rows_keep(mask, token0, N, C):
+    """Keep bits (uint8 [N, C]) of an [N, C] site whose row r is global token token0 + r."""
+    out = np.zeros((N, C), dtype=np.uint8)
+    for r in range(N):
+        for q in range((C + 3) // 4):
+            d = mask.draws(token0 + r, q)  # one call serves four columns
+            for k in range(min(4, C - 4 * q)):
+                out[r, 4 * q + k] = d[k] >= mask.threshold
+    return out
+
+
+def attention_keep(mask, token0, B, NH, T):
+    """Keep bits (uint8 [B, NH, T, T]) of attention probabilities, Z[b,h,t,j] for
+    j <= t (row b starts at global token token0 + b*T); 0 above the diagonal,
+    where P is 0 anyway."""
+    out = np.zeros((B, NH, T, T), dtype=np.uint8)
+    for b in range(B):
+        for h in range(NH):
+            for t in range(T):
+                for j in range(t + 1):
+                    out[b, h, t, j] = mask.keep_attention(token0 + b * T, T, h, t, j)
+    return out
 
 
 def write_model(path, cfg, params32):
@@ -107,17 +207,78 @@ def write_mask(path, mask):
         f.write(np.asarray(mask, dtype=np.uint8).tobytes())
 
 
-def write_reference(path, cfg, B, T, logits, loss, grads, step_losses):
-    """int32 header [B, T, V, Vp, num_params, steps, 0, 0], then float64:
-    logits (B*T*V), loss, grads (num_params, llm.c order), step losses."""
+def write_reference(path, cfg, B, T, logits, loss, grads, step_losses, flags=0):
+    """int32 header [B, T, V, Vp, num_params, steps, flags, 0], then float64:
+    logits (B*T*V), loss, grads (num_params, llm.c order), step losses.
+    flags 1: a dropout trailer follows (write_dropout_trailer)."""
     flat_grads = np.concatenate([grads[n].reshape(-1) for n in TENSOR_NAMES])
     with open(path, "wb") as f:
-        f.write(np.array([B, T, cfg["V"], cfg["Vp"], flat_grads.size, len(step_losses), 0, 0],
+        f.write(np.array([B, T, cfg["V"], cfg["Vp"], flat_grads.size, len(step_losses), flags, 0],
                          dtype="<i4").tobytes())
         f.write(np.asarray(logits, dtype="<f8").reshape(-1).tobytes())
         f.write(np.array([loss], dtype="<f8").tobytes())
         f.write(flat_grads.astype("<f8").tobytes())
         f.write(np.asarray(step_losses, dtype="<f8").tobytes())
+
+
+def write_dropout_trailer(path, run, keeps):
+    """After write_reference's content (header word 6 = 1 says it is there):
+    float32 embd, resid, attn rates (the C++ floats), uint32 step, uint64 seed,
+    uint64 token0, then the keep bits, one uint8 per element: embedding [N, C],
+    and per layer attention probabilities [B, NH, T, T] (j > t: 0), attention
+    projection [N, C], MLP projection [N, C]."""
+    with open(path, "ab") as f:
+        f.write(struct.pack("<3fIQQ", run["embd"], run["resid"], run["attn"], run["step"], run["seed"],
+                            run["token0"]))
+        f.write(keeps["embd"].tobytes())
+        for l in range(len(keeps["attn"])):
+            for site in ("attn", "attproj", "fcproj"):
+                f.write(keeps[site][l].tobytes())
+
+
+def dropout_masks(run, L, NH, C, B, T):
+    """Keep bits of every site of one training forward (the C++ model's mask_of:
+    the embedding is layer 0's site, every layer draws its own three)."""
+    N, token0 = B * T, run["token0"]
+
+    def mask(layer, site, rate):
+        return DropoutMask(run["seed"], run["step"], layer, site, run[rate])
+
+    keeps = {"embd": rows_keep(mask(0, SITE_EMBEDDING, "embd"), token0, N, C), "attn": [], "attproj": [],
+             "fcproj": []}
+    for l in range(L):
+        keeps["attn"].append(attention_keep(mask(l, SITE_ATTENTION_PROBS, "attn"), token0, B, NH, T))
+        keeps["attproj"].append(rows_keep(mask(l, SITE_ATTENTION_PROJ, "resid"), token0, N, C))
+        keeps["fcproj"].append(rows_keep(mask(l, SITE_MLP_PROJ, "resid"), token0, N, C))
+    scales = {"embd": keep_scale(run["embd"]), "attn": keep_scale(run["attn"]),
+              "attproj": keep_scale(run["resid"]), "fcproj": keep_scale(run["resid"])}
+    return keeps, scales
+
+
+def run_dropout_reference(params32, cfg, B, T, toks, run):
+    """Loss, logits and gradients of one training forward on the first B*T
+    tokens with dropout at every site. The multipliers are keep * the fp32 scale
+    the C++ uses, so the reference is the exact answer to the same function."""
+    L, NH, C = cfg["L"], cfg["NH"], cfg["C"]
+    keeps, scales = dropout_masks(run, L, NH, C, B, T)
+    # Every site of every layer drops some elements and keeps others: no mask is degenerate.
+    causal = np.tril(np.ones((T, T), dtype=bool))
+    for site in ("embd", "attn", "attproj", "fcproj"):
+        for l, k in enumerate([keeps[site]] if site == "embd" else keeps[site]):
+            k = k[..., causal] if site == "attn" else k
+            assert 0 < k.sum() < k.size, f"layer {l} site {site}: {k.sum()} of {k.size} kept"
+    z = {"embd": torch.tensor(keeps["embd"].reshape(B, T, C) * scales["embd"])}
+    for site, shp in (("attn", (B, NH, T, T)), ("attproj", (B, T, C)), ("fcproj", (B, T, C))):
+        z[site] = [torch.tensor(k.reshape(shp) * scales[site]) for k in keeps[site]]
+    p = {n: torch.tensor(params32[n].astype(np.float64), requires_grad=True) for n in TENSOR_NAMES}
+    x, y = toks[:B * T].view(B, T), toks[1:B * T + 1].view(B, T)
+    logits = forward(p, x, cfg, z)
+    loss = torch.nn.functional.cross_entropy(logits.reshape(-1, cfg["V"]), y.reshape(-1))
+    loss.backward()
+    grads = {n: p[n].grad.detach().numpy().copy() for n in TENSOR_NAMES}
+    kept = {"embd": keeps["embd"].mean(), "attn": np.mean([k[..., causal].mean() for k in keeps["attn"]]),
+            "resid": np.mean([k.mean() for k in keeps["attproj"] + keeps["fcproj"]])}
+    return logits.detach().numpy(), loss.item(), grads, keeps, kept
 
 
 def main():
@@ -170,6 +331,20 @@ def main():
         ref = run_reference(params32, cfg, B, T, get_batch, args)
         write_reference(os.path.join(args.out, name), cfg, B, T, *ref)
         print(f"{name}: loss {ref[1]:.8f}, {args.steps} step losses {ref[3][0]:.6f} .. {ref[3][-1]:.6f}")
+
+    # Dropout at all three sites. T = 12: queries and keys 8-11 use the other
+    # words of the attention draws' 2x2 blocks, and the column stride rounds T up
+    # to 16; token0 = 64 is a micro-batch that is not the step's first; the seed
+    # has both key words nonzero.
+    check_philox()
+    run = dict(embd=0.1, resid=0.2, attn=0.3, seed=0x0123456789ABCDEF, step=7, token0=64)
+    Bd, Td = 2, 12
+    logits, loss, grads, keeps, kept = run_dropout_reference(params32, cfg, Bd, Td, toks, run)
+    path = os.path.join(args.out, "reference_dropout.bin")
+    write_reference(path, cfg, Bd, Td, logits, loss, grads, [], flags=1)
+    write_dropout_trailer(path, run, keeps)
+    print(f"reference_dropout.bin: B={Bd} T={Td}, loss {loss:.8f}, kept fractions embd {kept['embd']:.3f} "
+          f"resid {kept['resid']:.3f} attn {kept['attn']:.3f}")
 
 
 def run_reference(params32, cfg, B, T, get_batch, args):
