@@ -141,15 +141,23 @@ class Backend {
   // attention_saved_numel() elements the op keeps for its backward (what it
   // keeps is the backend's business: probabilities, or softmax statistics to
   // recompute them).
+  // Attention-probability dropout `drop` (HF's attn_pdrop; drop.p == 0: none,
+  // bit for bit the op without it): out = (P o Z) v with P the softmax and
+  //   Z[b,h,t,j] = drop.keep_attention(drop.token0 + b*T, T, h, t, j) ? 1/(1-p) : 0
+  // (util/philox.h; row b of the batch starts at global token token0 + b*T).
+  // The softmax statistics are those of P, not of P o Z; the backward draws
+  // Z again: dP = (dout v^T) o Z, dS = P o (dP - D) with D = rowsum(dout o out)
+  // as before, dv = (P o Z)^T dout.
   virtual size_t attention_saved_numel(int B, int T, int NH) const = 0;
   virtual void attention_forward(Tensor out, Tensor saved, Tensor qkv,
-                                 int B, int T, int C, int NH) = 0;
+                                 int B, int T, int C, int NH, const DropoutMask& drop) = 0;
   // dqkv = ... (overwritten).  `scratch` has attention_scratch_numel() elements;
   // `out` is what attention_forward wrote for this qkv (a backend may take
-  // D = rowsum(dout * out) from it, as FlashAttention-2 does, or ignore it).
+  // D = rowsum(dout * out) from it, as FlashAttention-2 does, or ignore it);
+  // `drop` is the forward's.
   virtual size_t attention_scratch_numel(int B, int T, int NH) const = 0;
   virtual void attention_backward(Tensor dqkv, Tensor scratch, Tensor dout, Tensor out, Tensor qkv,
-                                  Tensor saved, int B, int T, int C, int NH) = 0;
+                                  Tensor saved, int B, int T, int C, int NH, const DropoutMask& drop) = 0;
 
   // GELU, tanh approximation: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
   virtual void gelu_forward(Tensor out, Tensor inp, size_t n) = 0;

@@ -109,16 +109,17 @@ void OpChecks::matmul_backward(const Tensor& dinp, const Tensor& dw, const Tenso
 }
 
 namespace {
-void attention_dims(const OpChecks& c, const char* op, int B, int T, int C, int NH) {
+void attention_dims(const OpChecks& c, const char* op, int B, int T, int C, int NH, const DropoutMask& drop) {
   c.dims(op, {B, T, C, NH});
   if (C % NH != 0) c.fail(op, "C " + std::to_string(C) + " is not a multiple of NH " + std::to_string(NH));
+  if (!(drop.p >= 0.0f && drop.p < 1.0f)) c.fail(op, "dropout p " + std::to_string(drop.p) + " is outside [0, 1)");
 }
 }  // namespace
 
 void OpChecks::attention_forward(const Tensor& out, const Tensor& saved, size_t saved_numel, const Tensor& qkv,
-                                 int B, int T, int C, int NH) const {
+                                 int B, int T, int C, int NH, const DropoutMask& drop) const {
   const char* op = "attention_forward";
-  attention_dims(*this, op, B, T, C, NH);
+  attention_dims(*this, op, B, T, C, NH, drop);
   need_x(out, sz(B, T, C), op, "out");
   need_x(saved, saved_numel, op, "saved");
   need_x(qkv, sz(B, T, 3L * C), op, "qkv");
@@ -126,9 +127,9 @@ void OpChecks::attention_forward(const Tensor& out, const Tensor& saved, size_t 
 
 void OpChecks::attention_backward(const Tensor& dqkv, const Tensor& scratch, size_t scratch_numel,
                                   const Tensor& dout, const Tensor& out, const Tensor& qkv, const Tensor& saved, size_t saved_numel,
-                                  int B, int T, int C, int NH) const {
+                                  int B, int T, int C, int NH, const DropoutMask& drop) const {
   const char* op = "attention_backward";
-  attention_dims(*this, op, B, T, C, NH);
+  attention_dims(*this, op, B, T, C, NH, drop);
   need_x(dqkv, sz(B, T, 3L * C), op, "dqkv");
   need(scratch, scratch_numel, op, "scratch", 4);
   need_x(dout, sz(B, T, C), op, "dout");

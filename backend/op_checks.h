@@ -43,10 +43,10 @@ class OpChecks {
   void matmul_backward(const Tensor& dinp, const Tensor& dw, const Tensor& dbias, const Tensor& dout,
                        const Tensor& inp, const Tensor& w, int N, int C, int OC) const;
   void attention_forward(const Tensor& out, const Tensor& saved, size_t saved_numel, const Tensor& qkv, int B,
-                         int T, int C, int NH) const;
+                         int T, int C, int NH, const DropoutMask& drop) const;
   void attention_backward(const Tensor& dqkv, const Tensor& scratch, size_t scratch_numel, const Tensor& dout,
                           const Tensor& out, const Tensor& qkv, const Tensor& saved, size_t saved_numel, int B,
-                          int T, int C, int NH) const;
+                          int T, int C, int NH, const DropoutMask& drop) const;
   void gelu_forward(const Tensor& out, const Tensor& inp, size_t n) const;
   void gelu_backward(const Tensor& dinp, const Tensor& inp, const Tensor& dout, size_t n) const;
   void residual_forward(const Tensor& out, const Tensor& a, const Tensor& b, size_t n) const;

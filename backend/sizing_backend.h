@@ -64,11 +64,11 @@ class SizingBackend final : public Backend {
     no_op("matmul_backward");
   }
   size_t attention_saved_numel(int B, int T, int NH) const override { return sizes_.attention_saved_numel(B, T, NH); }
-  void attention_forward(Tensor, Tensor, Tensor, int, int, int, int) override { no_op("attention_forward"); }
+  void attention_forward(Tensor, Tensor, Tensor, int, int, int, int, const DropoutMask&) override { no_op("attention_forward"); }
   size_t attention_scratch_numel(int B, int T, int NH) const override {
     return sizes_.attention_scratch_numel(B, T, NH);
   }
-  void attention_backward(Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, int, int, int, int) override {
+  void attention_backward(Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, int, int, int, int, const DropoutMask&) override {
     no_op("attention_backward");
   }
   void gelu_forward(Tensor, Tensor, size_t) override { no_op("gelu_forward"); }

@@ -345,7 +345,6 @@ float GPT2::forward(const int32_t* inputs, const int32_t* targets, int B, int T,
 void GPT2::set_dropout(const DropoutRates& rates, uint64_t seed) {
   for (float p : {rates.embd, rates.resid, rates.attn})
     if (!(p >= 0.0f && p < 1.0f)) throw std::runtime_error("dropout: rate " + std::to_string(p) + " is outside [0, 1)");
-  if (rates.attn > 0.0f) throw std::runtime_error("dropout: attention-probability dropout (attn) is not built yet");
   dropout_ = rates;
   dropout_seed_ = seed;
 }
@@ -361,7 +360,7 @@ DropoutMask GPT2::mask_of(int layer, DropoutMask::Site site, float p) const {
   m.step = dropout_step_;
   m.stream = DropoutMask::stream_of(layer, site);
   m.token0 = dropout_token0_;
-  m.p = p;
+  m.p = dropping_ ? p : 0.0f;
   return m;
 }
 
@@ -417,7 +416,7 @@ void GPT2::forward_layers() {
     const Norm next = l + 1 < L ? ln1_of(l + 1) : final_norm;
 
     be.matmul_forward(qkv, ln1, pl(kQkvw, l), pl(kQkvb, l), N, C, 3 * C);
-    be.attention_forward(atty, saved, qkv, B, T, C, NH);
+    be.attention_forward(atty, saved, qkv, B, T, C, NH, mask_of(l, DropoutMask::kAttentionProbs, dropout_.attn));
     be.matmul_forward(attproj, atty, pl(kAttprojw, l), pl(kAttprojb, l), N, C, C);
     drop(attproj, l, DropoutMask::kAttentionProj, dropout_.resid, C);
     be.residual_layernorm_forward(residual2, ln2, ln2_mean, ln2_rstd, residual, attproj, pl(kLn2w, l),
@@ -566,7 +565,8 @@ void GPT2::backward(const std::function<void(int)>& on_layer_done) {
     be.matmul_backward(datty, gl(kAttprojw, l), gl(kAttprojb, l), dattproj, layer(a.atty, l, C),
                        pl(kAttprojw, l), N, C, C);
     be.attention_backward(dqkv, a.att_scratch, datty, layer(a.atty, l, C), layer(a.qkv, l, 3 * C),
-                          a.att_saved.slice(l * saved_stride, saved_numel), B, T, C, NH);
+                          a.att_saved.slice(l * saved_stride, saved_numel), B, T, C, NH,
+                          mask_of(l, DropoutMask::kAttentionProbs, dropout_.attn));
     if (recompute_ln_)
       be.layernorm_forward(layer(a.ln1, 0, C), layer(a.ln1_mean, l, 1), layer(a.ln1_rstd, l, 1), residual,
                            pl(kLn1w, l), pl(kLn1b, l), N, C);

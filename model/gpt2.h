@@ -183,7 +183,7 @@ class GPT2 {
   // optimizer step and the global token index of this micro-batch's row 0
   // (row b*T + t is token0 + b*T + t), so ranks and micro-batches that split a
   // step's batch draw what one rank with the whole batch would. Rates outside
-  // [0, 1) throw; attention-probability dropout (attn > 0) is not built yet and throws.
+  // [0, 1) throw.
   void set_dropout(const DropoutRates& rates, uint64_t seed);
   void set_dropout_position(uint32_t step, uint64_t token0);
   const DropoutRates& dropout_rates() const { return dropout_; }
@@ -203,8 +203,9 @@ class GPT2 {
 
  private:
   void check_batch(const int32_t* inputs, const int32_t* targets, int B, int T) const;
-  // In place on x (rows of C): the mask of layer l's site when this forward drops there.
+  // The mask of layer l's site: rate p when this forward drops, else 0 (no dropout).
   DropoutMask mask_of(int layer, DropoutMask::Site site, float p) const;
+  // In place on x (rows of C): the mask of layer l's site when this forward drops there.
   void drop(Tensor x, int layer, DropoutMask::Site site, float p, int C);
   // The gradient of a dropped projection: `dres` itself without dropout there,
   // else dres through the mask, in `scratch`.

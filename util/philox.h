@@ -68,6 +68,28 @@ struct DropoutMask {
     return philox4x32_10(counter, static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32));
   }
   GPT2_HOST_DEVICE bool keep(uint64_t token, uint32_t col) const { return draws(token, col / 4).v[col % 4] >= threshold(); }
+
+  // Attention-probability dropout (site kAttentionProbs): element (query q,
+  // key j) of head h in a sequence of T tokens whose token 0 is global token
+  // `row_token`. One Philox call covers the 2x2 block {q, q+8} x {j, j+8}
+  // (q, j with bit 3 clear): the rows and columns an mma.sync C fragment gives
+  // one lane, so the flash kernels use every word they draw, forward (rows are
+  // queries) and backward (rows are keys) alike. The call is draws() of token
+  // row_token + q with column word h * T16 + j (T16 = T rounded up to 16):
+  // word 2 * (q bit 3) + (j bit 3) of it is the element's draw.
+  GPT2_HOST_DEVICE static uint32_t attention_column(int T, int h, int j) {
+    return static_cast<uint32_t>(h) * ((static_cast<uint32_t>(T) + 15u) & ~15u) + static_cast<uint32_t>(j);
+  }
+  // The four draws of {q, q+8} x {j, j+8}; q and j have bit 3 clear.
+  GPT2_HOST_DEVICE Philox4 attention_draws(uint64_t row_token, int T, int h, int q, int j) const {
+    const Philox4 counter{{attention_column(T, h, j), static_cast<uint32_t>(row_token + q), step,
+                           (stream & 0xFFFFFFu) | (static_cast<uint32_t>((row_token + q) >> 32) << 24)}};
+    return philox4x32_10(counter, static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32));
+  }
+  GPT2_HOST_DEVICE bool keep_attention(uint64_t row_token, int T, int h, int q, int j) const {
+    const Philox4 d = attention_draws(row_token, T, h, q & ~8, j & ~8);
+    return d.v[((q >> 3) & 1) * 2 + ((j >> 3) & 1)] >= threshold();
+  }
 };
 
 }  // namespace gpt2

@@ -18,6 +18,8 @@
 //   backward  S again, P = exp(S - lse) masked;  dP = dO[r0:r1] V[0:r1]^T
 //             D_t = sum_j P dP;  dS = P (dP - D) * scale
 //             dQ[r0:r1] = dS K[0:r1];  dK[0:r1] += dS^T Q[r0:r1];  dV[0:r1] += P^T dO[r0:r1]
+// Dropout (backend.h): P o Z before P V in the forward (the row sums are P's);
+// in the backward dP o Z before D and dS, then P o Z for dV, Z drawn again.
 // dK/dV accumulate across the row blocks of one head only, so no two threads
 // touch the same dqkv elements and the result does not depend on the thread
 // count. The masked entries of P and dS are exact zeros, so the part of a block
@@ -66,6 +68,26 @@ inline S row_max(const S* s, int t) {
   return mx;
 }
 
+// Attention-probability dropout on rows [r0, r1) of a block (row t at P +
+// (t - r0) * ldp, keys j <= t): P[t][j] *= Z, with Z drawn as the seam says,
+// one Philox call per 2x2 block {q, q+8} x {j, j+8} (r0 is a multiple of 16).
+template <class S>
+void drop_probabilities(S* P, int ldp, int r0, int r1, const DropoutMask& m, uint64_t row_token, int T, int h) {
+  const uint32_t threshold = m.threshold();
+  const S scale = static_cast<S>(m.keep_scale());
+  for (int q = r0; q < r1; q++) {
+    if (q & 8) continue;
+    for (int j = 0; j <= q + 8 && j < r1; j++) {
+      if (j & 8) continue;
+      const Philox4 d = m.attention_draws(row_token, T, h, q, j);
+      for (int w = 0; w < 4; w++) {
+        const int t = q + 8 * (w >> 1), k = j + 8 * (w & 1);
+        if (t < r1 && k <= t) P[static_cast<size_t>(t - r0) * ldp + k] *= d.v[w] >= threshold ? scale : S(0);
+      }
+    }
+  }
+}
+
 }  // namespace
 
 size_t attention_saved_numel(int B, int T, int NH) {
@@ -78,7 +100,7 @@ size_t attention_scratch_numel(const Exec& ex, int T) {
 
 template <class S>
 void attention_forward(const Exec& ex, S* out, S* saved_lse, const S* qkv, int B, int T, int C,
-                       int NH) {
+                       int NH, const DropoutMask& drop) {
   const int hs = C / NH;
   const int ld = 3 * C;
   const S scale = static_cast<S>(1) / std::sqrt(static_cast<S>(hs));
@@ -110,6 +132,7 @@ void attention_forward(const Exec& ex, S* out, S* saved_lse, const S* qkv, int B
           inv_sum[i] = static_cast<S>(1) / sum;
           lse[t] = mx + std::log(sum);
         }
+        if (drop.p > 0.0f) drop_probabilities(P, T, r0, r1, drop, drop.token0 + static_cast<uint64_t>(b) * T, T, h);
         S* Ob = O + static_cast<size_t>(r0) * C;
         gemm_serial<S>(false, false, rb, hs, r1, S(1), P, T, V, ld, S(0), Ob, C);
         for (int i = 0; i < rb; i++) {
@@ -125,7 +148,7 @@ void attention_forward(const Exec& ex, S* out, S* saved_lse, const S* qkv, int B
 
 template <class S>
 void attention_backward(const Exec& ex, S* dqkv, S* scratch, const S* dout, const S* qkv,
-                        const S* saved_lse, int B, int T, int C, int NH) {
+                        const S* saved_lse, int B, int T, int C, int NH, const DropoutMask& drop) {
   const int hs = C / NH;
   const int ld = 3 * C;
   const S scale = static_cast<S>(1) / std::sqrt(static_cast<S>(hs));
@@ -159,11 +182,13 @@ void attention_backward(const Exec& ex, S* dqkv, S* scratch, const S* dout, cons
         const S* dOb = dO + static_cast<size_t>(r0) * C;
         gemm_serial<S>(false, true, rb, r1, hs, scale, Qb, ld, K, ld, S(0), P, T);
         gemm_serial<S>(false, true, rb, r1, hs, S(1), dOb, C, V, ld, S(0), dP, T);
+        const uint64_t row_token = drop.token0 + static_cast<uint64_t>(b) * T;
+        for (int i = 0; i < rb; i++) masked_exp_row(P + static_cast<size_t>(i) * T, r0 + i, r1, lse[r0 + i]);
+        if (drop.p > 0.0f) drop_probabilities(dP, T, r0, r1, drop, row_token, T, h);  // dP = (dO V^T) o Z
         for (int i = 0; i < rb; i++) {
           const int t = r0 + i;
           S* p = P + static_cast<size_t>(i) * T;
           S* dp = dP + static_cast<size_t>(i) * T;
-          masked_exp_row(p, t, r1, lse[t]);
           S D = 0;
 #pragma omp simd reduction(+ : D)
           for (int j = 0; j <= t; j++) D += p[j] * dp[j];
@@ -171,6 +196,7 @@ void attention_backward(const Exec& ex, S* dqkv, S* scratch, const S* dout, cons
 #pragma omp simd
           for (int j = 0; j < r1; j++) dp[j] = p[j] * (dp[j] - D) * scale;
         }
+        if (drop.p > 0.0f) drop_probabilities(P, T, r0, r1, drop, row_token, T, h);  // dV = (P o Z)^T dO
         gemm_serial<S>(false, false, rb, hs, r1, S(1), dP, T, K, ld, S(0),
                        dQ + static_cast<size_t>(r0) * ld, ld);
         gemm_serial<S>(true, false, r1, hs, rb, S(1), dP, T, Qb, ld, S(1), dK, ld);
@@ -180,14 +206,14 @@ void attention_backward(const Exec& ex, S* dqkv, S* scratch, const S* dout, cons
   }
 }
 
-template void attention_forward<float>(const Exec&, float*, float*, const float*, int, int, int,
-                                       int);
-template void attention_forward<double>(const Exec&, double*, double*, const double*, int, int,
-                                        int, int);
-template void attention_backward<float>(const Exec&, float*, float*, const float*, const float*,
-                                        const float*, int, int, int, int);
-template void attention_backward<double>(const Exec&, double*, double*, const double*,
-                                         const double*, const double*, int, int, int, int);
+template void attention_forward<float>(const Exec&, float*, float*, const float*, int, int, int, int,
+                                       const DropoutMask&);
+template void attention_forward<double>(const Exec&, double*, double*, const double*, int, int, int, int,
+                                        const DropoutMask&);
+template void attention_backward<float>(const Exec&, float*, float*, const float*, const float*, const float*,
+                                        int, int, int, int, const DropoutMask&);
+template void attention_backward<double>(const Exec&, double*, double*, const double*, const double*,
+                                         const double*, int, int, int, int, const DropoutMask&);
 
 }  // namespace cpu
 }  // namespace gpt2

@@ -171,21 +171,21 @@ class CpuBackend final : public Backend {
   size_t attention_saved_numel(int B, int T, int NH) const override {
     return cpu::attention_saved_numel(B, T, NH);
   }
-  void attention_forward(Tensor out, Tensor saved, Tensor qkv, int B, int T, int C,
-                         int NH) override {
-    checks_.attention_forward(out, saved, cpu::attention_saved_numel(B, T, NH), qkv, B, T, C, NH);
-    cpu::attention_forward<float>(ex_, f32(out), f32(saved), f32(qkv), B, T, C, NH);
+  void attention_forward(Tensor out, Tensor saved, Tensor qkv, int B, int T, int C, int NH,
+                         const DropoutMask& drop) override {
+    checks_.attention_forward(out, saved, cpu::attention_saved_numel(B, T, NH), qkv, B, T, C, NH, drop);
+    cpu::attention_forward<float>(ex_, f32(out), f32(saved), f32(qkv), B, T, C, NH, drop);
   }
   size_t attention_scratch_numel(int B, int T, int NH) const override {
     return cpu::attention_scratch_numel(ex_, T);
   }
   void attention_backward(Tensor dqkv, Tensor scratch, Tensor dout, Tensor out, Tensor qkv, Tensor saved,
-                          int B, int T, int C, int NH) override {
-    // out is not needed: the probabilities are saved (D = rowsum(P dP) from them)
+                          int B, int T, int C, int NH, const DropoutMask& drop) override {
+    // out is not needed: D = rowsum(P dP) from the recomputed probabilities
     checks_.attention_backward(dqkv, scratch, cpu::attention_scratch_numel(ex_, T), dout, out, qkv, saved,
-                               cpu::attention_saved_numel(B, T, NH), B, T, C, NH);
+                               cpu::attention_saved_numel(B, T, NH), B, T, C, NH, drop);
     cpu::attention_backward<float>(ex_, f32(dqkv), f32(scratch), f32(dout), f32(qkv), f32(saved),
-                                   B, T, C, NH);
+                                   B, T, C, NH, drop);
   }
 
   void gelu_forward(Tensor out, Tensor inp, size_t n) override {

@@ -87,10 +87,10 @@ size_t attention_saved_numel(int B, int T, int NH);
 size_t attention_scratch_numel(const Exec& ex, int T);
 template <class S>
 void attention_forward(const Exec& ex, S* out, S* saved_lse, const S* qkv, int B, int T, int C,
-                       int NH);
+                       int NH, const DropoutMask& drop);
 template <class S>
 void attention_backward(const Exec& ex, S* dqkv, S* scratch, const S* dout, const S* qkv,
-                        const S* saved_lse, int B, int T, int C, int NH);
+                        const S* saved_lse, int B, int T, int C, int NH, const DropoutMask& drop);
 
 // ---- GELU (gelu.cpp) ---------------------------------------------------------------
 template <class S>

@@ -13,7 +13,8 @@
 //   GEMM           S = scale * q k^T -> saved                   B*NH*T*T
 //   softmax        causal softmax of each row of S, in place; one warp per row,
 //                  max subtraction, exp, sum; j > t written as 0
-//   GEMM           y = P v -> yh [B,NH,T,hs] (workspace)
+//   GEMM           y = P v -> yh [B,NH,T,hs] (workspace); with dropout the
+//                  softmax also writes P o Z (workspace) and y = (P o Z) v
 //   merge_heads    yh -> out[B,T,C]
 // backward (scratch = dP, B*NH*T*T floats; with bf16 T followed by dS in bf16)
 //   split_heads    qkv -> q, k, v; dout -> dyh                   (workspace)
@@ -23,6 +24,7 @@
 //                  (the GEMMs need A and B of one type)
 //   GEMM           dq = dS k;   dk = dS^T q
 //   merge_heads    dq, dk, dv -> dqkv (every element written: "=")
+// with dropout: dv from P o Z (Z drawn again), and dP o Z before softmax_bwd
 // The full T x T products include the masked upper triangle (P and dS are 0
 // there), 2x the causal FLOPs, and P, dP, dS go through global memory; the
 // flash path avoids both (docs/kernels.md, "Attention"). No cuDNN path.
@@ -30,6 +32,7 @@
 #define BACKEND_CUDA_ATTENTION_CUH
 
 #include "backend/cuda/common.cuh"
+#include "util/philox.h"
 
 namespace gpt2 {
 namespace kern {
@@ -62,11 +65,27 @@ __global__ void merge_heads_kernel(TD* dst, int dst_row, const TS* src, int B, i
   dst[token_major_offset(idx, dst_row, T_, NH, hs)] = from_float<TD>(to_float(src[idx]));
 }
 
+// Attention dropout's factor (backend.h's Z) of row `row` = (b*NH + h)*T + t, key j.
+__device__ inline float attention_dropout_factor(const DropoutMask& m, int row, int j, int NH, int T_) {
+  const int t = row % T_, bh = row / T_, b = bh / NH, h = bh % NH;
+  return m.keep_attention(m.token0 + static_cast<uint64_t>(b) * T_, T_, h, t, j) ? m.keep_scale() : 0.0f;
+}
+
+// x[row, j] *= Z for the B*NH*T rows of T, in place (fp32 dP and P in the
+// backward). One thread per element and one Philox call each (this path is the
+// fallback; the flash kernels use all four words of a call).
+__global__ void attention_dropout_kernel(float* x, DropoutMask m, int rows, int NH, int T_) {
+  const size_t idx = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (idx >= static_cast<size_t>(rows) * T_) return;
+  x[idx] *= attention_dropout_factor(m, static_cast<int>(idx / T_), static_cast<int>(idx % T_), NH, T_);
+}
+
 // One warp per row r of rows = B*NH*T rows of length T; the row's query
 // position is t = r % T. Reads the scores s (fp32 or T), writes the
-// probabilities p (may be s itself: each lane rewrites only what it read).
+// probabilities p (may be s itself: each lane rewrites only what it read) and,
+// when `dropped` is given, P o Z to it (from the same fp32 p, rounded once).
 template <class TS, class TP>
-__global__ void causal_softmax_kernel(TP* p, const TS* s, int rows, int T_) {
+__global__ void causal_softmax_kernel(TP* p, const TS* s, int rows, int T_, TP* dropped, DropoutMask m, int NH) {
   const int lane = threadIdx.x % kWarpSize;
   const int row = blockIdx.x * (blockDim.x / kWarpSize) + threadIdx.x / kWarpSize;
   if (row >= rows) return;
@@ -81,8 +100,11 @@ __global__ void causal_softmax_kernel(TP* p, const TS* s, int rows, int T_) {
   float sum = 0.0f;
   for (int j = lane; j <= t; j += kWarpSize) sum += expf(to_float(s[base + j]) - mx);
   const float inv = 1.0f / warp_sum(sum);
-  for (int j = lane; j < T_; j += kWarpSize)
-    p[base + j] = from_float<TP>(j <= t ? expf(to_float(s[base + j]) - mx) * inv : 0.0f);
+  for (int j = lane; j < T_; j += kWarpSize) {
+    const float pj = j <= t ? expf(to_float(s[base + j]) - mx) * inv : 0.0f;
+    p[base + j] = from_float<TP>(pj);
+    if (dropped != nullptr) dropped[base + j] = from_float<TP>(pj * attention_dropout_factor(m, row, j, NH, T_));
+  }
 }
 
 // dS = P (dP - sum_j P dP) * scale with fp32 dP, P of type TP, dS of type TS;
@@ -129,24 +151,26 @@ size_t attention_scratch_floats(int B, int T_, int NH) {
 }
 // Backend-owned workspace in floats (depends on C, which the seam's size
 // queries lack): 4 (forward) or 7 (backward) B*T*C tensors of T, and for a
-// 2-byte T the fp32 scores / probabilities of all heads after them.
+// 2-byte T the fp32 scores / probabilities of all heads after them. With
+// dropout the forward adds P o Z (B*NH*T*T of T), the fp32 backward the same in fp32.
 template <class T>
-size_t attention_forward_workspace_floats(int B, int T_, int C, int NH) {
-  return 4 * static_cast<size_t>(B) * T_ * C +
+size_t attention_forward_workspace_floats(int B, int T_, int C, int NH, bool dropping) {
+  const size_t dropped = dropping ? (attention_saved_elems(B, T_, NH) * sizeof(T) + 3) / 4 : 0;
+  return 4 * static_cast<size_t>(B) * T_ * C + dropped +
          (sizeof(T) == sizeof(float) ? 0 : attention_saved_elems(B, T_, NH));
 }
 // (bf16 backward: 7 tensors of T, then fp32 P, dy and dv.)
 template <class T>
-size_t attention_backward_workspace_floats(int B, int T_, int C, int NH) {
+size_t attention_backward_workspace_floats(int B, int T_, int C, int NH, bool dropping) {
   return 7 * static_cast<size_t>(B) * T_ * C +
          (sizeof(T) == sizeof(float)
-              ? 0
+              ? (dropping ? attention_saved_elems(B, T_, NH) : 0)
               : attention_saved_elems(B, T_, NH) + 2 * static_cast<size_t>(B) * T_ * C);
 }
 
 template <class T>
 void attention_forward(cublasHandle_t blas, T* out, T* att, float* workspace, const T* qkv, int B,
-                       int T_, int C, int NH, cudaStream_t stream) {
+                       int T_, int C, int NH, const DropoutMask& drop, cudaStream_t stream) {
   const int hs = C / NH, block = 256;
   const size_t n = static_cast<size_t>(B) * T_ * C;
   T* q = reinterpret_cast<T*>(workspace);
@@ -167,10 +191,14 @@ void attention_forward(cublasHandle_t blas, T* out, T* att, float* workspace, co
   gemm_rm_batched(blas, false, true, T_, T_, hs, scale, type, q, hs, sh, k, hs, sh, 0.0f,
                   CUDA_R_32F, scores, T_, st, B * NH);
   const int rows = B * NH * T_, rows_per_block = block / kWarpSize;
+  // P o Z after the scores (and for bf16 after the fp32 scores): B*NH*T*T of T
+  T* dropped = drop.p > 0.0f ? reinterpret_cast<T*>(workspace + attention_forward_workspace_floats<T>(
+                                                                    B, T_, C, NH, false))
+                             : nullptr;
   auto softmax = causal_softmax_kernel<float, T>;
-  LAUNCH_KERNEL(softmax, ceil_div(rows, rows_per_block), block, 0, stream, att, scores, rows, T_);
-  gemm_rm_batched(blas, false, false, T_, hs, T_, 1.0f, type, att, T_, st, v, hs, sh, 0.0f, type,
-                  y, hs, sh, B * NH);
+  LAUNCH_KERNEL(softmax, ceil_div(rows, rows_per_block), block, 0, stream, att, scores, rows, T_, dropped, drop, NH);
+  gemm_rm_batched(blas, false, false, T_, hs, T_, 1.0f, type, dropped != nullptr ? dropped : att, T_, st, v, hs, sh,
+                  0.0f, type, y, hs, sh, B * NH);
   auto merge = merge_heads_kernel<T, T>;
   LAUNCH_KERNEL(merge, grid, block, 0, stream, out, C, y, B, T_, NH, hs);
 }
@@ -179,7 +207,7 @@ void attention_forward(cublasHandle_t blas, T* out, T* att, float* workspace, co
 template <class T>
 void attention_backward(cublasHandle_t blas, T* dqkv, float* scratch, float* workspace,
                         const T* dout, const T* qkv, const T* att, int B, int T_, int C, int NH,
-                        cudaStream_t stream) {
+                        const DropoutMask& drop, cudaStream_t stream) {
   const int hs = C / NH, block = 256;
   const size_t n = static_cast<size_t>(B) * T_ * C;
   T* q = reinterpret_cast<T*>(workspace);
@@ -200,11 +228,24 @@ void attention_backward(cublasHandle_t blas, T* dqkv, float* scratch, float* wor
   const cudaDataType_t type = cuda_data_type<T>();
   gemm_rm_batched(blas, false, true, T_, T_, hs, 1.0f, type, dy, hs, sh, v, hs, sh, 0.0f,
                   CUDA_R_32F, dp, T_, st, heads);
-  if constexpr (std::is_same<T, float>::value)
-    gemm_rm_batched(blas, true, false, T_, hs, T_, 1.0f, type, att, T_, st, dy, hs, sh, 0.0f, type,
-                    dv, hs, sh, heads);
   const float scale = 1.0f / sqrtf(static_cast<float>(hs));
   const int rows = B * NH * T_, rows_per_block = block / kWarpSize;
+  const bool dropping = drop.p > 0.0f;
+  const unsigned elem_grid = static_cast<unsigned>(ceil_div(static_cast<size_t>(rows) * T_, size_t(block)));
+  if constexpr (std::is_same<T, float>::value) {
+    // dv = (P o Z)^T dy: the forward's P o Z drawn again (the same fp32 products) after the 7 tensors
+    const T* pz = att;
+    if (dropping) {
+      float* buf = workspace + 7 * n;
+      CUDA_CHECK(cudaMemcpyAsync(buf, att, attention_saved_elems(B, T_, NH) * sizeof(float),
+                                 cudaMemcpyDeviceToDevice, stream));
+      LAUNCH_KERNEL(attention_dropout_kernel, elem_grid, block, 0, stream, buf, drop, rows, NH, T_);
+      pz = buf;
+    }
+    gemm_rm_batched(blas, true, false, T_, hs, T_, 1.0f, type, pz, T_, st, dy, hs, sh, 0.0f, type,
+                    dv, hs, sh, heads);
+  }
+  if (dropping) LAUNCH_KERNEL(attention_dropout_kernel, elem_grid, block, 0, stream, dp, drop, rows, NH, T_);
   if constexpr (std::is_same<T, float>::value) {
     auto softmax_backward = causal_softmax_backward_kernel<T, T>;
     LAUNCH_KERNEL(softmax_backward, ceil_div(rows, rows_per_block), block, 0, stream, ds, dp, att,
@@ -216,11 +257,13 @@ void attention_backward(cublasHandle_t blas, T* dqkv, float* scratch, float* wor
     gemm_rm_batched(blas, false, true, T_, T_, hs, scale, type, q, hs, sh, k, hs, sh, 0.0f,
                     CUDA_R_32F, p32, T_, st, heads);
     auto softmax = causal_softmax_kernel<float, float>;
-    LAUNCH_KERNEL(softmax, ceil_div(rows, rows_per_block), block, 0, stream, p32, p32, rows, T_);
+    LAUNCH_KERNEL(softmax, ceil_div(rows, rows_per_block), block, 0, stream, p32, p32, rows, T_,
+                  static_cast<float*>(nullptr), DropoutMask{}, NH);
     auto softmax_backward = causal_softmax_backward_kernel<float, T>;
     LAUNCH_KERNEL(softmax_backward, ceil_div(rows, rows_per_block), block, 0, stream, ds, dp, p32,
                   rows, T_, scale);
-    // dv = P^T dy from the fp32 P (a sum of up to T rounded products otherwise)
+    // dv = (P o Z)^T dy from the fp32 P (a sum of up to T rounded products otherwise)
+    if (dropping) LAUNCH_KERNEL(attention_dropout_kernel, elem_grid, block, 0, stream, p32, drop, rows, NH, T_);
     float* dy32 = p32 + attention_saved_elems(B, T_, NH);
     float* dv32 = dy32 + n;
     auto split32 = split_heads_kernel<float, T>;

@@ -334,44 +334,45 @@ class CudaBackend final : public Backend {
   size_t attention_scratch_numel(int B, int T, int NH) const override {
     return attention_scratch_numel_for(flash_, storage_bytes_, B, T, NH);
   }
-  void attention_forward(Tensor out, Tensor saved, Tensor qkv, int B, int T, int C,
-                         int NH) override {
-    checks_.attention_forward(out, saved, attention_saved_numel(B, T, NH), qkv, B, T, C, NH);
+  void attention_forward(Tensor out, Tensor saved, Tensor qkv, int B, int T, int C, int NH,
+                         const DropoutMask& drop) override {
+    checks_.attention_forward(out, saved, attention_saved_numel(B, T, NH), qkv, B, T, C, NH, drop);
     if (flash_) {
       float* lse = flash_lse(saved, C, NH, "attention_forward");
       dispatch("attention_forward", [&](auto tag) {
         using X = decltype(tag);
-        kern::flash_attention_forward<X>(as<X>(out), lse, as<X>(qkv), B, T, C, NH, blas_.tf32, stream_);
+        kern::flash_attention_forward<X>(as<X>(out), lse, as<X>(qkv), B, T, C, NH, blas_.tf32, drop, stream_);
       });
       return;
     }
-    float* ws = workspace(bf16_ ? kern::attention_forward_workspace_floats<__nv_bfloat16>(B, T, C, NH)
-                                : kern::attention_forward_workspace_floats<float>(B, T, C, NH));
+    const bool dropping = drop.p > 0.0f;
+    float* ws = workspace(bf16_ ? kern::attention_forward_workspace_floats<__nv_bfloat16>(B, T, C, NH, dropping)
+                                : kern::attention_forward_workspace_floats<float>(B, T, C, NH, dropping));
     dispatch("attention_forward", [&](auto tag) {
       using X = decltype(tag);
-      kern::attention_forward<X>(blas_.blas, as<X>(out), as<X>(saved), ws, as<X>(qkv), B, T, C,
-                                 NH, stream_);
+      kern::attention_forward<X>(blas_.blas, as<X>(out), as<X>(saved), ws, as<X>(qkv), B, T, C, NH, drop, stream_);
     });
   }
   void attention_backward(Tensor dqkv, Tensor scratch, Tensor dout, Tensor out, Tensor qkv, Tensor saved,
-                          int B, int T, int C, int NH) override {
+                          int B, int T, int C, int NH, const DropoutMask& drop) override {
     checks_.attention_backward(dqkv, scratch, attention_scratch_numel(B, T, NH), dout, out, qkv, saved,
-                               attention_saved_numel(B, T, NH), B, T, C, NH);
+                               attention_saved_numel(B, T, NH), B, T, C, NH, drop);
     if (flash_) {
       const float* lse = flash_lse(saved, C, NH, "attention_backward");
       dispatch("attention_backward", [&](auto tag) {
         using X = decltype(tag);
         kern::flash_attention_backward<X>(as<X>(dqkv), as<float>(scratch), as<X>(dout), as<X>(out), as<X>(qkv),
-                                          lse, B, T, C, NH, blas_.tf32, stream_);
+                                          lse, B, T, C, NH, blas_.tf32, drop, stream_);
       });
       return;
     }
-    float* ws = workspace(bf16_ ? kern::attention_backward_workspace_floats<__nv_bfloat16>(B, T, C, NH)
-                                : kern::attention_backward_workspace_floats<float>(B, T, C, NH));
+    const bool dropping = drop.p > 0.0f;
+    float* ws = workspace(bf16_ ? kern::attention_backward_workspace_floats<__nv_bfloat16>(B, T, C, NH, dropping)
+                                : kern::attention_backward_workspace_floats<float>(B, T, C, NH, dropping));
     dispatch("attention_backward", [&](auto tag) {
       using X = decltype(tag);
-      kern::attention_backward<X>(blas_.blas, as<X>(dqkv), as<float>(scratch), ws, as<X>(dout),
-                                  as<X>(qkv), as<X>(saved), B, T, C, NH, stream_);
+      kern::attention_backward<X>(blas_.blas, as<X>(dqkv), as<float>(scratch), ws, as<X>(dout), as<X>(qkv),
+                                  as<X>(saved), B, T, C, NH, drop, stream_);
     });
   }
 

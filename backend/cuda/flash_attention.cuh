@@ -72,19 +72,31 @@ inline void with_flash_ops(bool tf32, F&& f) {
   }
 }
 
+// Calls f(std::integral_constant<bool, drop.p > 0>): the kernels without dropout
+// never see it (bitwise the kernels before it, and no registers spent on it).
+template <class F>
+inline void with_dropout(const DropoutMask& drop, F&& f) {
+  if (drop.p > 0.0f)
+    f(std::true_type{});
+  else
+    f(std::false_type{});
+}
+
 // lse: B*NH*T floats. tf32: fp32 storage multiplies tf32 operands (else 3xTF32).
+// drop: attention dropout (backend.h; p == 0: none).
 template <class T>
 void flash_attention_forward(T* out, float* lse, const T* qkv, int B, int T_, int C, int NH, bool tf32,
-                             cudaStream_t stream) {
+                             const DropoutMask& drop, cudaStream_t stream) {
   const float scale = 1.0f / sqrtf(static_cast<float>(C / NH));
   const dim3 grid = flash_grid(B, T_, NH);
   const bool packed = flash_packed<T>(C, NH, qkv, out, qkv);
   with_flash_ops<T>(tf32, [&](auto ops) {
-    using Ops = decltype(ops);
-    const size_t smem = flash_mma::forward_smem<Ops>();
-    flash_allow_smem(flash_forward_mma_kernel<Ops>, smem);
-    LAUNCH_KERNEL(flash_forward_mma_kernel<Ops>, grid, flash_mma::kThreads, smem, stream, out, lse, qkv, T_, C, NH,
-                  scale, packed);
+    with_dropout(drop, [&](auto dropping) {
+      auto kernel = flash_forward_mma_kernel<decltype(ops), decltype(dropping)::value>;
+      const size_t smem = flash_mma::forward_smem<decltype(ops)>();
+      flash_allow_smem(kernel, smem);
+      LAUNCH_KERNEL(kernel, grid, flash_mma::kThreads, smem, stream, out, lse, qkv, T_, C, NH, scale, packed, drop);
+    });
   });
 }
 
@@ -92,7 +104,7 @@ void flash_attention_forward(T* out, float* lse, const T* qkv, int B, int T_, in
 // rowsum(dout out), FlashAttention-2's); dqkv overwritten.
 template <class T>
 void flash_attention_backward(T* dqkv, float* scratch, const T* dout, const T* out, const T* qkv, const float* lse,
-                              int B, int T_, int C, int NH, bool tf32, cudaStream_t stream) {
+                              int B, int T_, int C, int NH, bool tf32, const DropoutMask& drop, cudaStream_t stream) {
   const float scale = 1.0f / sqrtf(static_cast<float>(C / NH));
   const dim3 grid = flash_grid(B, T_, NH);
   const bool packed = flash_packed<T>(C, NH, qkv, dout, dqkv) && aligned16(out);
@@ -103,11 +115,13 @@ void flash_attention_backward(T* dqkv, float* scratch, const T* dout, const T* o
   int* turns = reinterpret_cast<int*>(scratch + rows + heads * tiles * flash_mma::kTile * flash_mma::kHead);
   CUDA_CHECK(cudaMemsetAsync(turns, 0, heads * tiles * sizeof(int), stream));
   with_flash_ops<T>(tf32, [&](auto ops) {
-    using Ops = decltype(ops);
-    const size_t smem = flash_mma::backward_smem<Ops>();
-    flash_allow_smem(flash_backward_mma_kernel<Ops>, smem);
-    LAUNCH_KERNEL(flash_backward_mma_kernel<Ops>, grid, flash_mma::kThreads, smem, stream, dqkv, scratch, dout, qkv,
-                  lse, T_, C, NH, scale, packed);
+    with_dropout(drop, [&](auto dropping) {
+      auto kernel = flash_backward_mma_kernel<decltype(ops), decltype(dropping)::value>;
+      const size_t smem = flash_mma::backward_smem<decltype(ops)>();
+      flash_allow_smem(kernel, smem);
+      LAUNCH_KERNEL(kernel, grid, flash_mma::kThreads, smem, stream, dqkv, scratch, dout, qkv, lse, T_, C, NH, scale,
+                    packed, drop);
+    });
   });
 }
 

@@ -30,6 +30,7 @@
 #include "backend/cuda/flash_tiles.cuh"
 #include "backend/cuda/mma.cuh"
 #include "backend/cuda/pack128.cuh"
+#include "util/philox.h"
 
 namespace gpt2 {
 namespace kern {
@@ -55,13 +56,42 @@ __device__ inline void stage_pair(T* da, const T* sa, int row_a, T* db, const T*
   mma::cp_async_commit();
 }
 
+// Attention dropout on a lane's C fragments of one 64-column tile (backend.h's Z):
+// fragment element [n][e] is (row r0 + 8 (e / 2), column c0 + 8 n + e % 2) with
+// r0, c0 (= tile column + 2 t) bit-3 clear. One Philox call per (column pair m, c)
+// gives the 2x2 block {r0, r0+8} x {col, col+8}, col = c0 + 16 m + c; kQueriesAreRows
+// says whether rows are queries (forward) or keys (backward: P^T). apply(n, e, z)
+// receives each element's factor z (0 or 1/(1-p)): 8 calls per lane and 64x64 tile.
+template <bool kQueriesAreRows, class F>
+__device__ inline void for_each_dropout_factor(const DropoutMask& drop, uint64_t row_token, int T_, int h, int r0,
+                                               int c0, F&& apply) {
+  const uint32_t threshold = drop.threshold();
+  const float keep = drop.keep_scale();
+  FLASH_MMA_UNROLL
+  for (int m = 0; m < 4; m++) {
+    FLASH_MMA_UNROLL
+    for (int c = 0; c < 2; c++) {
+      const int col = c0 + 16 * m + c;
+      // words: 2 * (query bit 3) + (key bit 3); rows bit 3 is e / 2, columns bit 3 is n % 2
+      const Philox4 d = kQueriesAreRows ? drop.attention_draws(row_token, T_, h, r0, col)
+                                        : drop.attention_draws(row_token, T_, h, col, r0);
+      FLASH_MMA_UNROLL
+      for (int w = 0; w < 4; w++) {
+        const int row_hi = kQueriesAreRows ? w / 2 : w % 2, col_hi = kQueriesAreRows ? w % 2 : w / 2;
+        apply(2 * m + col_hi, 2 * row_hi + c, d.v[w] >= threshold ? keep : 0.0f);
+      }
+    }
+  }
+}
+
 }  // namespace flash_mma
 
 // grid (query blocks, B*NH), the last query block (most key tiles) first.
-template <class Ops>
+// kDrop: attention dropout with `drop` (backend.h); without it `drop` is unused.
+template <class Ops, bool kDrop>
 __global__ void __launch_bounds__(flash_mma::kThreads)
     flash_forward_mma_kernel(typename Ops::T* out, float* lse, const typename Ops::T* qkv, int T_, int C, int NH,
-                             float scale, bool packed) {
+                             float scale, bool packed, DropoutMask drop) {
   using namespace flash_mma;
   using T = typename Ops::T;
   constexpr int kLd = Ops::kLd;
@@ -121,6 +151,9 @@ __global__ void __launch_bounds__(flash_mma::kThreads)
         o[n][e] *= alpha[e / 2];
       }
     }
+    if constexpr (kDrop)  // after the row sums (they are P's): P o Z multiplies V
+      for_each_dropout_factor<true>(drop, drop.token0 + size_t(b) * T_, T_, h, qg, k0 + 2 * t,
+                                    [&](int n, int e, float z) { s[n][e] *= z; });
     Ops::mma_c_rows_k(o, s, sV[kt % 2]);
     __syncthreads();  // every warp is done with buffer kt%2 before tile kt+2 is staged into it
   }
@@ -212,11 +245,12 @@ __device__ inline void pass_turn(int* turn, int next) {
 }  // namespace flash_mma
 
 // grid (key blocks, B*NH); block x holds key block nkb-1-x (the last key block first).
-template <class Ops>
+// kDrop: the forward's dropout drawn again: dP^T o Z^T, and P^T o Z^T for dv.
+template <class Ops, bool kDrop>
 __global__ void __launch_bounds__(flash_mma::kThreads)
     flash_backward_mma_kernel(typename Ops::T* dqkv, float* scratch, const typename Ops::T* dout,
                               const typename Ops::T* qkv, const float* lse, int T_, int C, int NH, float scale,
-                              bool packed) {
+                              bool packed, DropoutMask drop) {
   using namespace flash_mma;
   using T = typename Ops::T;
   constexpr int kLd = Ops::kLd;
@@ -272,8 +306,14 @@ __global__ void __launch_bounds__(flash_mma::kThreads)
       for (int e = 0; e < 4; e++) {
         const int c = n * 8 + 2 * t + e % 2, q = qt * kTile + c, key = kg + 8 * (e / 2);
         p[n][e] = (key <= q && q < T_) ? expf(p[n][e] * scale - L[c]) : 0.0f;
-        ds[n][e] = p[n][e] * (ds[n][e] - L[kTile + c]);  // dS^T
+        if constexpr (!kDrop) ds[n][e] = p[n][e] * (ds[n][e] - L[kTile + c]);  // dS^T
       }
+    if constexpr (kDrop)
+      for_each_dropout_factor<false>(drop, drop.token0 + size_t(b) * T_, T_, h, kg, qt * kTile + 2 * t,
+                                     [&](int n, int e, float z) {
+                                       ds[n][e] = p[n][e] * (ds[n][e] * z - L[kTile + n * 8 + 2 * t + e % 2]);
+                                       p[n][e] *= z;
+                                     });
     Ops::mma_c_rows_k(dv, p, dO);
     Ops::mma_c_rows_k(dk, ds, Q);
     // dS^T (rounded as for the product above) to shared; dq's part: dS K, 16 query rows per warp

@@ -23,7 +23,7 @@ $(CUDA_BACKEND_EMU_LIB): $(CUDA_BACKEND_EMU_OBJ)
 # ---- tests (emulation; the ASan variant instruments the backend, the tests and the harness) ----
 KCUDA_TEST_SRCS := $(sort $(wildcard test/backend_cuda/*.cpp))
 KCUDA_HARNESS   := test/backend/harness.cpp test/backend/cases.cpp test/backend/cases_embedding.cpp \
-                   test/backend/cases_fused.cpp test/backend/cases_dropout.cpp
+                   test/backend/cases_fused.cpp test/backend/cases_dropout.cpp test/backend/cases_attention.cpp
 KCUDA_TEST      := $(BUILD)/test/backend_cuda/backend_cuda_test
 KCUDA_ASAN_TEST := $(BUILD)/test/backend_cuda/backend_cuda_asan_test
 

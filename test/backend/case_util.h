@@ -130,6 +130,9 @@ inline double gelu_grad_ref(double x) {
 bool add_fused_cases(const std::string& op, Rng& rng, std::vector<std::unique_ptr<OpCase>>& v);
 // dropout (cases_dropout.cpp)
 bool add_dropout_cases(const std::string& op, Rng& rng, std::vector<std::unique_ptr<OpCase>>& v);
+// attention_forward, attention_backward (cases_attention.cpp); and both at one shape, for perf_cases.
+bool add_attention_cases(const std::string& op, Rng& rng, std::vector<std::unique_ptr<OpCase>>& v);
+void add_attention_perf_cases(Rng& rng, int B, int T, int C, int NH, std::vector<std::unique_ptr<OpCase>>& v);
 // The fused ops at a GPT-2 shape (N rows, C channels), for perf_cases.
 void add_fused_perf_cases(Rng& rng, int N, int C, std::vector<std::unique_ptr<OpCase>>& v);
 

@@ -147,26 +147,34 @@ TEST(GradCheck, Matmul) {
   }
 }
 
-TEST(GradCheck, Attention) {
+// Attention, and with attention dropout (a fixed mask: the loss is then a smooth
+// function of qkv, and the backward must be its derivative with the same mask).
+void check_attention_gradients(float drop_p, uint64_t seed) {
   const Exec ex = exec();
-  Rng rng(14);
+  Rng rng(14 + seed);
+  DropoutMask drop;
+  drop.seed = seed, drop.step = 3, drop.token0 = 17, drop.p = drop_p;
+  drop.stream = DropoutMask::stream_of(1, DropoutMask::kAttentionProbs);
   for (auto [B, T, C, NH] : {std::tuple<int, int, int, int>{1, 1, 4, 1}, {2, 6, 12, 3},
-                             {1, 9, 28, 4}, {1, 70, 8, 2}}) {
+                             {1, 9, 28, 4}, {1, 70, 8, 2}, {2, 19, 8, 2}}) {
     DVec qkv = randn(rng, B * T * 3 * C), r = randn(rng, B * T * C);
     auto loss = [&] {
       DVec out(B * T * C), lse(cpu::attention_saved_numel(B, T, NH));
-      cpu::attention_forward<double>(ex, out.data(), lse.data(), qkv.data(), B, T, C, NH);
+      cpu::attention_forward<double>(ex, out.data(), lse.data(), qkv.data(), B, T, C, NH, drop);
       return weighted_sum(r, out);
     };
     DVec out(B * T * C), lse(cpu::attention_saved_numel(B, T, NH));
-    cpu::attention_forward<double>(ex, out.data(), lse.data(), qkv.data(), B, T, C, NH);
+    cpu::attention_forward<double>(ex, out.data(), lse.data(), qkv.data(), B, T, C, NH, drop);
     DVec dqkv(B * T * 3 * C, 12345.0);  // "=" output: must be overwritten
     DVec scratch(cpu::attention_scratch_numel(ex, T));
     cpu::attention_backward<double>(ex, dqkv.data(), scratch.data(), r.data(), qkv.data(),
-                                    lse.data(), B, T, C, NH);
+                                    lse.data(), B, T, C, NH, drop);
     check_gradients({{"qkv", &qkv, &dqkv}}, loss, rng);
   }
 }
+
+TEST(GradCheck, Attention) { check_attention_gradients(0.0f, 0); }
+TEST(GradCheck, AttentionWithDropout) { check_attention_gradients(0.3f, 5); }
 
 TEST(GradCheck, Gelu) {
   const Exec ex = exec();

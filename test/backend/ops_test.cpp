@@ -174,7 +174,7 @@ TEST(Errors, BadArgumentsThrowNamingTheOp) {
   // C not divisible by NH.
   Tensor qkv = be->alloc(2 * 3 * 8, BufferRole::kActivations);
   Tensor saved = be->alloc(64, BufferRole::kActivations);
-  EXPECT_THROW(be->attention_forward(out, saved, qkv, 1, 2, 8, 3), std::runtime_error);
+  EXPECT_THROW(be->attention_forward(out, saved, qkv, 1, 2, 8, 3, DropoutMask{}), std::runtime_error);
   // Target outside [0, V).
   Tensor logits = be->alloc(2 * 8, BufferRole::kActivations);
   Tensor losses = be->alloc(2, BufferRole::kStats);

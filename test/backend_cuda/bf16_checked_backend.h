@@ -76,12 +76,13 @@ class CheckedBackend : public Backend {
   size_t attention_saved_numel(int B, int T, int NH) const override {
     return inner_.attention_saved_numel(B, T, NH);
   }
-  void attention_forward(Tensor out, Tensor saved, Tensor qkv, int B, int T, int C, int NH) override;
+  void attention_forward(Tensor out, Tensor saved, Tensor qkv, int B, int T, int C, int NH,
+                         const DropoutMask& drop) override;
   size_t attention_scratch_numel(int B, int T, int NH) const override {
     return inner_.attention_scratch_numel(B, T, NH);
   }
   void attention_backward(Tensor dqkv, Tensor scratch, Tensor dout, Tensor out, Tensor qkv, Tensor saved, int B,
-                          int T, int C, int NH) override;
+                          int T, int C, int NH, const DropoutMask& drop) override;
   void gelu_forward(Tensor out, Tensor inp, size_t n) override;
   void gelu_backward(Tensor dinp, Tensor inp, Tensor dout, size_t n) override;
   void residual_forward(Tensor out, Tensor a, Tensor b, size_t n) override;

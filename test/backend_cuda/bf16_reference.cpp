@@ -302,9 +302,16 @@ std::vector<Output> matmul_backward(const Vec& dw_old, const Vec* dbias_old, con
 // read the same switch; the tests build backends with CudaAttention::kDefault).
 namespace {
 
+// Attention dropout's factor of (b, h, t, j): backend.h's Z (1 without dropout).
+double dropout_factor(const DropoutMask& m, int b, int T, int h, int t, int j) {
+  if (m.p == 0.0f) return 1.0;
+  return m.keep_attention(m.token0 + uint64_t(b) * T, T, h, t, j) ? double(m.keep_scale()) : 0.0;
+}
+
 // classic: backend/cuda/attention.cuh, bf16 instantiation
 // forward: fp32 scores -> softmax -> P stored in bf16 -> y = P v (fp32 GEMM) stored in bf16.
-std::vector<Output> classic_attention_forward(const Vec& qkv, int B, int T, int C, int NH) {
+// Dropout: the GEMM reads bf16(p z) (the fp32 p times z, rounded once more) instead of P.
+std::vector<Output> classic_attention_forward(const Vec& qkv, int B, int T, int C, int NH, const DropoutMask& drop) {
   const int hs = C / NH;
   const double scale = attention_scale(hs);
   const Heads H{qkv, T, C, hs};
@@ -315,7 +322,10 @@ std::vector<Output> classic_attention_forward(const Vec& qkv, int B, int T, int 
       for (int t = 0; t < T; t++) {
         scores_row(H, b, h, t, scale, s, ds);
         softmax_row(s, ds, t, p, dp);
-        for (int j = 0; j <= t; j++) P[j] = rounded(p[j], dp[j], &width[j]);
+        for (int j = 0; j <= t; j++) {
+          const double z = dropout_factor(drop, b, T, h, t, j);
+          P[j] = rounded(z * p[j], z * dp[j] + (z != 1.0 ? op_err(1, z * p[j]) : 0.0), &width[j]);
+        }
         for (int d = 0; d < hs; d++) {
           double acc = 0, mag = 0, amb = 0;
           for (int j = 0; j <= t; j++) {
@@ -332,8 +342,10 @@ std::vector<Output> classic_attention_forward(const Vec& qkv, int B, int T, int 
 
 // backward: dP = dy v^T (fp32); P recomputed in fp32; dS = P (dP - sum P dP) scale
 // stored in bf16; dq = dS k, dk = dS^T q (fp32 GEMMs of bf16 dS) and dv = P^T dy (fp32
-// P), each stored in bf16.
-std::vector<Output> classic_attention_backward(const Vec& dout, const Vec& qkv, int B, int T, int C, int NH) {
+// P), each stored in bf16. Dropout: dP o z (one fp32 multiply) before D and dS, and
+// dv from the fp32 P o z.
+std::vector<Output> classic_attention_backward(const Vec& dout, const Vec& qkv, int B, int T, int C, int NH,
+                                               const DropoutMask& drop) {
   const int hs = C / NH;
   const double scale = attention_scale(hs);
   const Heads H{qkv, T, C, hs};
@@ -354,7 +366,8 @@ std::vector<Output> classic_attention_backward(const Vec& dout, const Vec& qkv, 
             const double x = dy(b, t, h, d) * H.v(b, j, h, d);
             acc += x, mag += std::fabs(x);
           }
-          dP[j] = acc, ddP[j] = sum_err(hs, mag);
+          const double z = dropout_factor(drop, b, T, h, t, j);
+          dP[j] = z * acc, ddP[j] = z * sum_err(hs, mag) + (z != 1.0 ? op_err(1, z * std::fabs(acc)) : 0.0);
           D += p[t][j] * dP[j];
           D_mag += p[t][j] * std::fabs(dP[j]);
           dD += dpe[t][j] * std::fabs(dP[j]) + p[t][j] * ddP[j];
@@ -365,6 +378,12 @@ std::vector<Output> classic_attention_backward(const Vec& dout, const Vec& qkv, 
           const double dv = scale * (dpe[t][j] * std::fabs(dP[j] - D) + p[t][j] * (ddP[j] + dD)) +
                             op_err(4, scale * p[t][j] * (std::fabs(dP[j]) + std::fabs(D)));
           DS[t][j] = rounded(v, dv, &wds[t][j]);
+        }
+        for (int j = 0; j <= t; j++) {  // dv's P: P o z in fp32
+          const double z = dropout_factor(drop, b, T, h, t, j);
+          if (z == 1.0) continue;
+          dpe[t][j] = z * dpe[t][j] + op_err(1, z * p[t][j]);
+          p[t][j] *= z;
         }
       }
       for (int d = 0; d < hs; d++)
@@ -437,7 +456,8 @@ void flash_row(const Heads& H, int b, int h, int t, double scale, FlashRow& r) {
 }
 
 // forward: out = (sum_j A P~ v) / L with P~ = bf16(p~) and L from the unrounded p~.
-std::vector<Output> flash_attention_forward(const Vec& qkv, int B, int T, int C, int NH) {
+// Dropout: P~ = bf16(p~ z), the fp32 product rounded once more; L stays p~'s.
+std::vector<Output> flash_attention_forward(const Vec& qkv, int B, int T, int C, int NH, const DropoutMask& drop) {
   const int hs = C / NH;
   const double scale = attention_scale(hs);
   const Heads H{qkv, T, C, hs};
@@ -448,7 +468,10 @@ std::vector<Output> flash_attention_forward(const Vec& qkv, int B, int T, int C,
     for (int h = 0; h < NH; h++)
       for (int t = 0; t < T; t++) {
         flash_row(H, b, h, t, scale, r);
-        for (int j = 0; j <= t; j++) P[j] = rounded(r.pt[j], r.pt[j] * std::expm1(r.rel[j]), &width[j]);
+        for (int j = 0; j <= t; j++) {
+          const double z = dropout_factor(drop, b, T, h, t, j), pz = z * r.pt[j];
+          P[j] = rounded(pz, pz * std::expm1(r.rel[j]) + (z != 1.0 ? op_err(1, pz) : 0.0), &width[j]);
+        }
         for (int d = 0; d < hs; d++) {
           double acc = 0, mag = 0, amb = 0;
           for (int j = 0; j <= t; j++) {
@@ -469,9 +492,10 @@ std::vector<Output> flash_attention_forward(const Vec& qkv, int B, int T, int C,
 // forward); D = sum_d dy out (FlashAttention-2's: the forward's bf16 out, exact
 // products summed in fp32); dS = P (dP - D) rounded to bf16; dq = scale
 // sum dS k, dk = scale sum dS^T q (fp32 sums of bf16 dS, the scale after the
-// sum); dv = sum bf16(P)^T dy. Each stored once in bf16.
+// sum); dv = sum bf16(P)^T dy. Each stored once in bf16. Dropout: dS = P (dP z - D)
+// (one more fp32 multiply) and dv's P is bf16(P z).
 std::vector<Output> flash_attention_backward(const Vec& dout, const Vec& out, const Vec& qkv, int B, int T, int C,
-                                            int NH) {
+                                            int NH, const DropoutMask& drop) {
   const int hs = C / NH;
   const double scale = attention_scale(hs);
   const Heads H{qkv, T, C, hs};
@@ -497,13 +521,14 @@ std::vector<Output> flash_attention_backward(const Vec& dout, const Vec& out, co
         for (int j = 0; j <= t; j++) {
           p[j] = std::exp(r.s[j] - lse);
           dpe[j] = p[j] * std::expm1(r.ds[j] + dlse + op_err(std::fabs(r.s[j] - lse) + 2, 1.0));
-          PR[t][j] = rounded(p[j], dpe[j], &wp[t][j]);
+          const double z = dropout_factor(drop, b, T, h, t, j), dz = z != 1.0 ? 1.0 : 0.0;  // dz: one more rounding
+          PR[t][j] = rounded(z * p[j], z * dpe[j] + op_err(dz, z * p[j]), &wp[t][j]);
           double acc = 0, mag = 0;
           for (int d = 0; d < hs; d++) {
             const double x = dy(b, t, h, d) * H.v(b, j, h, d);
             acc += x, mag += std::fabs(x);
           }
-          dP[j] = acc, ddP[j] = sum_err(hs, mag);
+          dP[j] = z * acc, ddP[j] = z * sum_err(hs, mag) + op_err(dz, z * std::fabs(acc));
         }
         for (int j = 0; j <= t; j++) {
           const double v = p[j] * (dP[j] - D);
@@ -542,13 +567,14 @@ bool flash_attention_selected() {
 
 }  // namespace
 
-std::vector<Output> attention_forward(const Vec& qkv, int B, int T, int C, int NH) {
-  return flash_attention_selected() ? flash_attention_forward(qkv, B, T, C, NH)
-                                    : classic_attention_forward(qkv, B, T, C, NH);
+std::vector<Output> attention_forward(const Vec& qkv, int B, int T, int C, int NH, const DropoutMask& drop) {
+  return flash_attention_selected() ? flash_attention_forward(qkv, B, T, C, NH, drop)
+                                    : classic_attention_forward(qkv, B, T, C, NH, drop);
 }
-std::vector<Output> attention_backward(const Vec& dout, const Vec& out, const Vec& qkv, int B, int T, int C, int NH) {
-  return flash_attention_selected() ? flash_attention_backward(dout, out, qkv, B, T, C, NH)
-                                    : classic_attention_backward(dout, qkv, B, T, C, NH);
+std::vector<Output> attention_backward(const Vec& dout, const Vec& out, const Vec& qkv, int B, int T, int C, int NH,
+                                       const DropoutMask& drop) {
+  return flash_attention_selected() ? flash_attention_backward(dout, out, qkv, B, T, C, NH, drop)
+                                    : classic_attention_backward(dout, qkv, B, T, C, NH, drop);
 }
 
 // ---- GELU (backend/cuda/gelu.cuh) -------------------------------------------------------------------

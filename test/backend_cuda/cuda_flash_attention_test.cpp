@@ -11,6 +11,8 @@
 //   tf32 (--tf32 on): the same with tf32's unit roundoff (see the test);
 //   bf16: per element against bf16ref (the exact value of the flash formula
 //         with its bf16 roundings; bf16_reference.h), no other slack;
+//   dropout: fp32 and bf16, flash and classic, the same checks with a mask (and
+//         the same bits under two run orders);
 //   all: the same bits under the three emulator run orders (no atomics), every
 //         element of out and dqkv written (NaN poison before the call), and the
 //         same bits with 1 worker and with 4 taking blocks in descending order
@@ -116,15 +118,15 @@ struct Call {
   }
   // Runs forward and backward on the given inputs; out and dqkv start as NaN.
   void run(const Shape& s, const std::vector<float>& q, const std::vector<float>& dy, std::vector<float>* o,
-           std::vector<float>* dq) {
+           std::vector<float>* dq, const DropoutMask& drop = DropoutMask{}) {
     be.upload(qkv, q.data());
     be.upload(dout, dy.data());
     const std::vector<float> nan_out(out.numel, std::numeric_limits<float>::quiet_NaN());
     const std::vector<float> nan_dqkv(dqkv.numel, std::numeric_limits<float>::quiet_NaN());
     be.upload(out, nan_out.data());
     be.upload(dqkv, nan_dqkv.data());
-    be.attention_forward(out, saved, qkv, s.B, s.T, s.C, s.NH);
-    be.attention_backward(dqkv, scratch, dout, out, qkv, saved, s.B, s.T, s.C, s.NH);
+    be.attention_forward(out, saved, qkv, s.B, s.T, s.C, s.NH, drop);
+    be.attention_backward(dqkv, scratch, dout, out, qkv, saved, s.B, s.T, s.C, s.NH, drop);
     o->resize(out.numel);
     dq->resize(dqkv.numel);
     be.download(o->data(), out);
@@ -201,7 +203,7 @@ TEST(CudaFlashAttention, Bf16MatchesFlashReferencePerElement) {
     for (auto& x : dy) x = bf16ref::round_bf16(x);
     std::vector<bf16ref::Output> ref_out, ref_dq;
     ScopedEnv flash_reference("GPT2_ATTENTION", "flash");  // bf16ref follows GPT2_ATTENTION
-    ref_out = bf16ref::attention_forward(qkv, s.B, s.T, s.C, s.NH);
+    ref_out = bf16ref::attention_forward(qkv, s.B, s.T, s.C, s.NH, DropoutMask{});
     std::vector<float> first_out, first_dq;
     for (RunOrder order : {RunOrder::kForward, RunOrder::kReverse, RunOrder::kRandom}) {
       emu::ScopedRunOrder scoped(order, 5);
@@ -209,7 +211,7 @@ TEST(CudaFlashAttention, Bf16MatchesFlashReferencePerElement) {
       std::vector<float> out, dq;
       c.run(s, qkv, dy, &out, &dq);
       // the backward's reference takes the out it was given (D = rowsum(dy out))
-      if (ref_dq.empty()) ref_dq = bf16ref::attention_backward(dy, out, qkv, s.B, s.T, s.C, s.NH);
+      if (ref_dq.empty()) ref_dq = bf16ref::attention_backward(dy, out, qkv, s.B, s.T, s.C, s.NH, DropoutMask{});
       std::string problems;
       EXPECT_EQ(bf16ref::compare(out, ref_out[0], s.str() + " out", &problems).failures, 0u) << problems;
       EXPECT_EQ(bf16ref::compare(dq, ref_dq[0], s.str() + " dqkv", &problems).failures, 0u) << problems;
@@ -284,6 +286,84 @@ TEST(CudaFlashAttention, Tf32WithinTf32RoundoffOfCpuBackend) {
     const double wb = worst_ratio(dq, want_dq, 4 * u * std::sqrt(double(s.T)), 4 * u, &at);
     EXPECT_LE(wb, 1.0) << s.str() << " dqkv[" << at << "] " << dq[at] << " vs cpu " << want_dq[at];
     if (s.T > 1) EXPECT_FALSE(same_bits(dq, ex_dq)) << s.str() << ": --tf32 on gave the 3xTF32 bits";
+  }
+}
+
+// ---- attention dropout (backend.h's Z; the flash kernels draw it per C fragment,
+// the classic path per element): the CPU backend's mask and values, on shapes
+// with partial tiles, partial 16-row draw blocks (T = 17, 70, 130), several
+// heads and batch rows (the mask follows token0 + b T), tokens across 2^32.
+const Shape kDropShapes[] = {
+    {2, 17, 128, 2, 1.0, false}, {1, 130, 64, 1, 1.0, false}, {1, 70, 36, 3, 1.0, true}};
+
+DropoutMask attention_drop(float p, uint64_t token0) {
+  DropoutMask m;
+  m.seed = 0xd809ULL << 33 | 77;
+  m.step = 5;
+  m.stream = DropoutMask::stream_of(4, DropoutMask::kAttentionProbs);
+  m.token0 = token0;
+  m.p = p;
+  return m;
+}
+
+// fp32 (flash 3xTF32, and classic) against the CPU backend with the fp32 test's
+// allowances (the dropped P is P z, z <= 1/(1-p) = 1.25: the products keep their
+// relative error), the same bits under two run orders, and not the bits without dropout.
+TEST(CudaFlashAttention, Fp32DropoutMatchesCpuBackend) {
+  auto cpu = make_cpu_backend(0);
+  optest::Rng rng(20261127);
+  for (CudaAttention kind : {CudaAttention::kFlash, CudaAttention::kClassic}) {
+    auto cuda = make(false, kind);
+    for (const Shape& s : kDropShapes) {
+      const size_t n = size_t(s.B) * s.T * s.C;
+      const std::vector<float> qkv = randn(rng, 3 * n, s.scale), dy = randn(rng, n, 1.0);
+      const DropoutMask drop = attention_drop(0.2f, (1ULL << 32) - 40);
+      Shape plain = s;
+      plain.offset = false;
+      std::vector<float> want_out, want_dq, out, dq, out2, dq2, undropped_out, undropped_dq;
+      Call(*cpu, plain).run(plain, qkv, dy, &want_out, &want_dq, drop);
+      {
+        emu::ScopedRunOrder scoped(RunOrder::kForward, 3);
+        Call(*cuda, s).run(s, qkv, dy, &out, &dq, drop);
+      }
+      {
+        emu::ScopedRunOrder scoped(RunOrder::kRandom, 9);
+        Call(*cuda, s).run(s, qkv, dy, &out2, &dq2, drop);
+      }
+      Call(*cuda, s).run(s, qkv, dy, &undropped_out, &undropped_dq);
+      const std::string name = s.str() + (kind == CudaAttention::kFlash ? " flash" : " classic");
+      size_t at = 0;
+      EXPECT_LE(worst_ratio(out, want_out, 2e-6, 2e-6, &at), 1.0)
+          << name << " out[" << at << "] " << out[at] << " vs cpu " << want_out[at];
+      EXPECT_LE(worst_ratio(dq, want_dq, 5e-6 * std::sqrt(double(s.T)), 5e-6, &at), 1.0)
+          << name << " dqkv[" << at << "] " << dq[at] << " vs cpu " << want_dq[at];
+      EXPECT_TRUE(same_bits(out, out2) && same_bits(dq, dq2)) << name << ": depends on the run order";
+      if (s.T > 1) EXPECT_FALSE(same_bits(out, undropped_out)) << name << ": dropout changed nothing";
+    }
+  }
+}
+
+// bf16 (flash and classic) per element against bf16ref with the same mask.
+TEST(CudaFlashAttention, Bf16DropoutMatchesReferencePerElement) {
+  optest::Rng rng(20261128);
+  for (CudaAttention kind : {CudaAttention::kFlash, CudaAttention::kClassic}) {
+    auto cuda = make(true, kind);
+    ScopedEnv path("GPT2_ATTENTION", kind == CudaAttention::kFlash ? "flash" : "classic");  // bf16ref's choice
+    for (const Shape& s : kDropShapes) {
+      const size_t n = size_t(s.B) * s.T * s.C;
+      std::vector<float> qkv = randn(rng, 3 * n, s.scale), dy = randn(rng, n, 1.0);
+      for (auto& x : qkv) x = bf16ref::round_bf16(x);
+      for (auto& x : dy) x = bf16ref::round_bf16(x);
+      const DropoutMask drop = attention_drop(0.5f, 40);
+      std::vector<float> out, dq;
+      Call(*cuda, s).run(s, qkv, dy, &out, &dq, drop);
+      const auto ref_out = bf16ref::attention_forward(qkv, s.B, s.T, s.C, s.NH, drop);
+      const auto ref_dq = bf16ref::attention_backward(dy, out, qkv, s.B, s.T, s.C, s.NH, drop);
+      const std::string name = s.str() + (kind == CudaAttention::kFlash ? " flash" : " classic");
+      std::string problems;
+      EXPECT_EQ(bf16ref::compare(out, ref_out[0], name + " out", &problems).failures, 0u) << problems;
+      EXPECT_EQ(bf16ref::compare(dq, ref_dq[0], name + " dqkv", &problems).failures, 0u) << problems;
+    }
   }
 }
 

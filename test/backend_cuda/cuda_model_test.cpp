@@ -145,12 +145,13 @@ TEST(CudaModel, TrainingStepMatchesCpuBackend) {
   EXPECT_NEAR(got.loss_after, want.loss_after, 1e-4 * std::fabs(want.loss_after));
 }
 
-// Embedding and residual dropout: the backends draw the same masks (util/philox.h),
-// so the step matches as without dropout; and it is a different step.
+// Embedding, residual and attention-probability dropout (flash kernels): the
+// backends draw the same masks (util/philox.h), so the step matches as without
+// dropout; and it is a different step.
 TEST(CudaModel, TrainingStepWithDropoutMatchesCpuBackend) {
   auto cpu = make_cpu_backend(0);
   auto cuda = make_cuda_backend(0);
-  const DropoutRates rates{0.1f, 0.3f, 0.0f};
+  const DropoutRates rates{0.1f, 0.3f, 0.2f};
   const StepResult want = train_step(*cpu, rates);
   expect_losses_and_gradients_match(train_step(*cuda, rates), want);
   EXPECT_NE(want.loss, train_step(*cpu).loss);

@@ -200,7 +200,7 @@ TEST(CudaBackend, RejectsBadArguments) {
   Tensor big = cuda->alloc(100, BufferRole::kActivations);
   EXPECT_THROW(cuda->layernorm_forward(small, small, small, big, big, big, 4, 5), std::runtime_error);
   EXPECT_THROW(cuda->matmul_forward(big, big, big, Tensor{}, 0, 5, 5), std::runtime_error);
-  EXPECT_THROW(cuda->attention_forward(big, big, big, 1, 2, 5, 2), std::runtime_error);  // C % NH
+  EXPECT_THROW(cuda->attention_forward(big, big, big, 1, 2, 5, 2, DropoutMask{}), std::runtime_error);  // C % NH
   EXPECT_THROW(cuda->classifier_forward_backward(big, big, big, 2, 9, 8, 1.0f), std::runtime_error);
   EXPECT_THROW(cuda->adamw_update(big, Tensor{}, big, big, big, 1, 0.9f, 0.9f, 1e-8f, 0, 1, 0),
                std::runtime_error);

@@ -1,5 +1,6 @@
-// Dropout in the model (embedding and residual projections; util/philox.h's
-// masks through Backend::dropout): rates of 0 are bitwise the model without
+// Dropout in the model (embedding, residual projections and attention
+// probabilities; util/philox.h's masks through Backend::dropout and the
+// attention ops): rates of 0 are bitwise the model without
 // dropout; training forwards drop, evaluation forwards do not; the backward
 // is the forward's derivative with the same masks (a directional finite
 // difference of the loss); masks follow the optimizer step and the global
@@ -68,7 +69,7 @@ bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
-const DropoutRates kRates{0.1f, 0.3f, 0.0f};
+const DropoutRates kRates{0.1f, 0.3f, 0.2f};
 
 TEST(ModelDropout, ZeroRatesAreBitwiseTheModelWithoutDropout) {
   const Batch b = batch(2, 16, 301, 1);
@@ -166,7 +167,7 @@ TEST(ModelDropout, RatesOutsideTheRangeAreRefused) {
   const GPT2Config cfg = small_config();
   auto be = make_cpu_backend(1);
   GPT2 model(*be, cfg, 1, 4);
-  for (DropoutRates bad : {DropoutRates{1.0f, 0, 0}, DropoutRates{0, -0.1f, 0}, DropoutRates{0, NAN, 0}})
+  for (DropoutRates bad : {DropoutRates{1.0f, 0, 0}, DropoutRates{0, -0.1f, 0}, DropoutRates{0, NAN, 0}, DropoutRates{0, 0, 1.0f}})
     EXPECT_THROW(model.set_dropout(bad, 1), std::runtime_error);
 }
 
