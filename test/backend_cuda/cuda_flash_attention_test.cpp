@@ -338,7 +338,9 @@ TEST(CudaFlashAttention, Fp32DropoutMatchesCpuBackend) {
       EXPECT_LE(worst_ratio(dq, want_dq, 5e-6 * std::sqrt(double(s.T)), 5e-6, &at), 1.0)
           << name << " dqkv[" << at << "] " << dq[at] << " vs cpu " << want_dq[at];
       EXPECT_TRUE(same_bits(out, out2) && same_bits(dq, dq2)) << name << ": depends on the run order";
-      if (s.T > 1) EXPECT_FALSE(same_bits(out, undropped_out)) << name << ": dropout changed nothing";
+      if (s.T > 1) {
+        EXPECT_FALSE(same_bits(out, undropped_out)) << name << ": dropout changed nothing";
+      }
     }
   }
 }
