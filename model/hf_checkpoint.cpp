@@ -349,8 +349,8 @@ void check_architecture(const json& j, const std::string& path) {
 }
 
 // Options that change GPT-2's arithmetic away from what model/gpt2.cpp computes
-// are refused by name. Dropout rates, token ids and generation settings do not
-// affect the weights or the forward pass and are ignored.
+// are refused by name. Token ids and generation settings do not affect the
+// weights or the forward pass and are ignored; dropout rates are read_hf_dropout's.
 void check_options(const json& j, const std::string& path, int n_embd) {
   auto act = j.find("activation_function");
   if (act != j.end() && !(act->is_string() && (act->get<std::string>() == "gelu_new" ||
@@ -377,7 +377,8 @@ void check_options(const json& j, const std::string& path, int n_embd) {
   config_bool(j, path, "reorder_and_upcast_attn", false);
 }
 
-HfConfig parse_hf_config_file(const std::string& path) {
+// config.json, which must be a JSON object.
+json read_config_json(const std::string& path) {
   json j;
   try {
     j = json::parse(read_text_file(path));
@@ -385,6 +386,21 @@ HfConfig parse_hf_config_file(const std::string& path) {
     throw std::runtime_error(path + ": not valid JSON: " + e.what());
   }
   if (!j.is_object()) throw std::runtime_error(path + ": not a JSON object");
+  return j;
+}
+
+// A dropout rate: GPT2Config's 0.1 when absent; else a number in [0, 1).
+float config_rate(const json& j, const std::string& path, const char* key) {
+  auto it = j.find(key);
+  if (it == j.end()) return 0.1f;
+  const double p = it->is_number() ? it->get<double>() : -1.0;
+  if (!(p >= 0.0 && static_cast<float>(p) < 1.0f))  // (0.99999999 is 1 as a float)
+    config_error(path, key, "must be a number in [0, 1) (got " + it->dump() + ")");
+  return static_cast<float>(p);
+}
+
+HfConfig parse_hf_config_file(const std::string& path) {
+  const json j = read_config_json(path);
   check_architecture(j, path);
   HfConfig h;
   h.cfg.num_layers = config_int(j, path, "n_layer");
@@ -671,6 +687,16 @@ GPT2Config read_hf_config(const std::string& dir) {
   const TensorSet set = open_tensors(dir);
   check_tensors(set, h, hf_tensor_table(h.cfg));
   return h.cfg;
+}
+
+DropoutRates read_hf_dropout(const std::string& dir) {
+  const std::string path = join_path(dir, kConfigName);
+  const json j = read_config_json(path);
+  DropoutRates r;
+  r.embd = config_rate(j, path, "embd_pdrop");
+  r.resid = config_rate(j, path, "resid_pdrop");
+  r.attn = config_rate(j, path, "attn_pdrop");
+  return r;
 }
 
 std::vector<float> read_hf_params(const std::string& dir, GPT2Config* config) {

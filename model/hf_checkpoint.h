@@ -27,6 +27,13 @@ bool is_hf_checkpoint_dir(const std::string& path);
 // are errors naming the offending key.
 GPT2Config read_hf_config(const std::string& dir);
 
+// The dropout rates of config.json, GPT2Config's embd_pdrop, resid_pdrop and
+// attn_pdrop: 0.1 (GPT2Config's default) where a key is absent, as
+// from_pretrained does; a value that is not a number in [0, 1) is an error
+// naming the file and the key. (DropoutRates is model/gpt2.h's.)
+struct DropoutRates;
+DropoutRates read_hf_dropout(const std::string& dir);
+
 // The full load: config plus ParamLayout::for_config(config).total floats;
 // the padded vocabulary rows of wte are zero. fp16 and bf16 tensors are
 // widened exactly.

@@ -24,6 +24,8 @@
 #   --no-keep-best     the final model is the last step's (default: the best evaluation's, as HF's
 #                      load_best_model_at_end: run/model.bin, hf/ and the "after" perplexity use it)
 #   --stride S         perplexity window stride (default T/2; docs/cli.md --eval-stride)
+#   --dropout P|K=P,.. the trainer's --dropout (default: the model's, as HF's model.train(): a Hugging
+#                      Face directory's embd/resid/attn_pdrop, 0.1 in GPT-2's; none in an llm.c file)
 #   --doc-separator S  see --text
 #
 # LAUNCH runs every trainer command through a launcher: LAUNCH="mpirun -np 4" or, inside an sbatch
@@ -37,10 +39,10 @@ read -r -a launch <<<"${LAUNCH:-}"
 
 log() { echo "finetune: $*" >&2; }
 die() { log "error: $*"; exit 2; }
-usage() { sed -n '2,32p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+usage() { sed -n '2,34p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 
 init="" out="" mode="" T=1024 B=4 steps=-1 epochs="" lr=5e-5 warmup=0 val_every=50 patience=0 keep_best=1
-stride="" sep=""
+stride="" sep="" dropout=""
 texts=() sft="" train_glob="" val_glob="" extra=()
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -60,6 +62,7 @@ while [ $# -gt 0 ]; do
     --warmup) warmup=${2?}; shift 2 ;;
     --val-every) val_every=${2?}; shift 2 ;;
     --stride) stride=${2?}; shift 2 ;;
+    --dropout) dropout=${2?}; shift 2 ;;
     --doc-separator) sep=${2?}; shift 2 ;;
     --) shift; extra=("$@"); break ;;
     *) die "unknown option '$1' (scripts/finetune.sh --help)" ;;
@@ -98,6 +101,9 @@ case $mode in
 esac
 
 common=(--init-from "$init" -T "$T" -B "$B")
+# Dropout: the model's rates unless --dropout says otherwise (HF trains with config.json's).
+drop_args=()
+[ -n "$dropout" ] && drop_args=(--dropout "$dropout")
 # Evaluation-driven flags (HF: eval_strategy="steps", load_best_model_at_end, EarlyStoppingCallback).
 best_args=()
 [ -n "$epochs" ] && best_args+=(--epochs "$epochs")
@@ -120,7 +126,7 @@ log "fine-tuning: ${launch[*]:-(one process)} $bin"
 "${launch[@]}" "$bin" "${common[@]}" --train-data "$train_glob" --val-data "$val_glob" \
   --max-steps "$steps" --lr "$lr" --lr-schedule cosine --final-lr-frac 0 --warmup-steps "$warmup" \
   --val-every "$val_every" --output-dir "$out/run" --log-jsonl "$out/run/log.jsonl" --resume \
-  --save-hf "$out/hf" "${best_args[@]}" "${extra[@]}"
+  --save-hf "$out/hf" "${best_args[@]}" "${drop_args[@]}" "${extra[@]}"
 
 # ---- perplexity after ---------------------------------------------------------------------------
 if [ "$mode" != sft ]; then

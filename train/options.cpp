@@ -1,5 +1,6 @@
 #include "train/options.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
@@ -96,6 +97,57 @@ std::string fmt(double x) {
   return s.str();
 }
 
+// --dropout's sites, in the order of its rates in TrainOptions.
+constexpr const char* kDropoutSites[3] = {"embd", "resid", "attn"};
+
+// One rate of --dropout, in [0, 1) as a float; `part` is the text an error names.
+float dropout_rate(const std::string& text, const std::string& part) {
+  errno = 0;
+  char* end = nullptr;
+  const double x = std::strtod(text.c_str(), &end);
+  const float p = static_cast<float>(x) + 0.0f;  // (-0 reads as 0)
+  if (errno || end == text.c_str() || *end != '\0' || !(p >= 0.0f && p < 1.0f))
+    bad_value("dropout", part.c_str(), "a rate in [0, 1)");
+  return p;
+}
+
+// --dropout P sets the three rates; --dropout embd=P,resid=P,attn=P those it
+// names (the others stay the model's). One list, like --config.
+void set_dropout(TrainOptions& o, const char* v) {
+  float* rates[3] = {&o.dropout_embd, &o.dropout_resid, &o.dropout_attn};
+  if (o.dropout_given())
+    throw std::runtime_error(std::string("--dropout given twice (then '") + v +
+                             "'): give every rate in one list, e.g. --dropout embd=0.1,resid=0.1,attn=0");
+  const std::string list = v;
+  if (list.find('=') == std::string::npos) {
+    const float p = dropout_rate(list, list);
+    for (float* r : rates) *r = p;
+    return;
+  }
+  for (size_t pos = 0;;) {  // every item, empty ones included ("attn=0.1," is an error)
+    const size_t comma = std::min(list.find(',', pos), list.size());
+    const std::string part = list.substr(pos, comma - pos);
+    const size_t eq = part.find('=');
+    int site = 0;
+    while (site < 3 && part.substr(0, eq) != kDropoutSites[site]) site++;
+    if (eq == std::string::npos || site == 3)
+      bad_value("dropout", part.c_str(), "P, or K=P items with K one of embd, resid, attn");
+    if (*rates[site] >= 0.0f) throw std::runtime_error("--dropout: '" + part.substr(0, eq) + "' given twice");
+    *rates[site] = dropout_rate(part.substr(eq + 1), part);
+    if (comma == list.size()) return;
+    pos = comma + 1;
+  }
+}
+
+std::string show_dropout(const TrainOptions& o) {
+  if (!o.dropout_given()) return "from the model";
+  const float rates[3] = {o.dropout_embd, o.dropout_resid, o.dropout_attn};
+  std::string s;
+  for (int i = 0; i < 3; i++)
+    s += std::string(i ? "," : "") + kDropoutSites[i] + "=" + (rates[i] < 0.0f ? "model" : fmt(rates[i]));
+  return s;
+}
+
 constexpr int64_t kBig = 1LL << 40;
 
 #define STR(field) [](TrainOptions& o, const char* v) { o.field = v; }, [](const TrainOptions& o) { return o.field; }
@@ -115,6 +167,7 @@ const std::vector<OptionSpec>& option_table() {
       {"model", 0, "dN|PATH", "d12 (124M), d24 (350M), d36 (774M), d48 (1558M), any dN (64N channels, N heads), an llm.c model file (v3 fp32 / v5 bf16), or a Hugging Face GPT-2 directory (config.json + model.safetensors, as save_pretrained writes it) [d12]", [](TrainOptions& o, const char* v) { o.model = v; o.model_given = true; }, [](const TrainOptions& o) { return o.model; }},
       {"init-from", 0, "PATH", "start a new run from these weights only (fresh optimizer, lr schedule and data position): an llm.c model file, a Hugging Face GPT-2 directory, or a checkpoint directory (its newest complete checkpoint's model file); not with --model", STR(init_from)},
       {"config", 0, "K=V,...", "overrides on the dN preset: n_layer, n_head, n_embd, max_seq, vocab_size, padded_vocab_size (one list; a second --config is an error)", [](TrainOptions& o, const char* v) { if (!o.config_overrides.empty()) throw std::runtime_error("--config given twice ('" + o.config_overrides + "', then '" + v + "'): give every override in one list, e.g. --config " + o.config_overrides + "," + v); o.config_overrides = v; }, [](const TrainOptions& o) { return o.config_overrides; }},
+      {"dropout", 0, "P|K=P,...", "dropout in training forwards (HF's embd_pdrop, resid_pdrop, attn_pdrop; inverted, never in evaluation or generation): P sets all three, embd=P,resid=P,attn=P those named, the others staying the model's; each in [0, 1). The model's: a Hugging Face directory's config.json (0.1 where a key is absent, as from_pretrained), 0 for an llm.c model file or a dN preset [from the model]", [](TrainOptions& o, const char* v) { set_dropout(o, v); }, show_dropout},
       // data
       {"train-data", 0, "GLOB", "training token shards (file, glob or comma list) [data/tinyshakespeare/tiny_shakespeare_train.bin]", STR(train_data)},
       {"val-data", 0, "GLOB", "validation token shards [data/tinyshakespeare/tiny_shakespeare_val.bin]", STR(val_data)},
@@ -137,7 +190,7 @@ const std::vector<OptionSpec>& option_table() {
       {"epochs", 0, "E", "train E passes over the training data (fractional: HF's num_train_epochs), ceil(E x steps per epoch) steps at this global batch, as the banner says; the lr schedule spans them. A positive --max-steps overrides it, as in HF [one epoch]", [](TrainOptions& o, const char* v) { o.epochs = parse_double("epochs", v, -1e30, 1e30); if (!(o.epochs > 0.0 && o.epochs <= 1e6)) bad_value("epochs", v, "a number in (0, 1e6]"); }, [](const TrainOptions& o) { return fmt(o.epochs); }},
       {"on-nan", 0, "skip|stop", "non-finite loss or gradient norm: skip the update, or stop with an error (checkpoints kept) [stop]", [](TrainOptions& o, const char* v) { o.on_nan = choice("on-nan", v, {"skip", "stop"}); }, [](const TrainOptions& o) { return o.on_nan; }},
       {"max-nan-skips", 0, "N", "--on-nan skip: stop with an error after N consecutive skipped steps [10]", INT(max_nan_skips, "max-nan-skips", 1, 1 << 30)},
-      {"seed", 0, "N", "seed for init, data shuffling and sampling [1337]", INT(seed, "seed", 0, kBig)},
+      {"seed", 0, "N", "seed for init, data shuffling, sampling and the dropout masks [1337]", INT(seed, "seed", 0, kBig)},
       // evaluation and sampling
       {"val-every", 0, "N", "validation every N steps and at the end; 0 disables [20]", INT(val_every, "val-every", 0, 1 << 30)},
       {"val-steps", 0, "N", "batches per validation [20]", INT(val_steps, "val-steps", 1, 1 << 30)},
@@ -210,7 +263,8 @@ void check_modes(const TrainOptions& o) {
   if ((o.eval_only || o.generate) && o.resume)
     throw std::runtime_error(mode + " does not train: --resume has no meaning (use --init-from CHECKPOINT_DIR)");
   const char* training_flag = o.epochs > 0 ? "--epochs" : o.keep_best ? "--keep-best"
-                              : o.early_stopping_patience > 0 ? "--early-stopping-patience" : nullptr;
+                              : o.early_stopping_patience > 0 ? "--early-stopping-patience"
+                              : o.dropout_given() ? "--dropout" : nullptr;
   if ((o.eval_only || o.generate) && training_flag)
     throw std::runtime_error(mode + " does not train: " + training_flag + " has no meaning");
 }

@@ -42,6 +42,10 @@ struct TrainOptions {
   float grad_clip = 1.0f;             // <= 0 disables clipping
   int max_steps = -1;                 // -1: one epoch of the training data (0 is refused)
   double epochs = 0;                  // --epochs E (HF's num_train_epochs); 0: not given. --max-steps wins
+  // --dropout: HF's embd_pdrop, resid_pdrop, attn_pdrop; -1: not given, the
+  // model's rate (an HF directory's config.json; 0 for a model file or a preset)
+  float dropout_embd = -1.0f, dropout_resid = -1.0f, dropout_attn = -1.0f;
+  bool dropout_given() const { return dropout_embd >= 0.0f || dropout_resid >= 0.0f || dropout_attn >= 0.0f; }
   std::string on_nan = "stop";        // skip | stop
   int max_nan_skips = 10;             // --on-nan skip: consecutive skipped steps before stopping
   uint64_t seed = 1337;

@@ -4,6 +4,7 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "model/hf_checkpoint.h"
 #include "train/resume_point.h"
 #include "train/run_setup.h"
 
@@ -74,6 +75,47 @@ DataLoaderOptions train_loader_options(const TrainOptions& o, const BatchShape& 
   lo.seed = o.seed;
   lo.vocab_size = vocab_size;
   return lo;
+}
+
+namespace {
+
+std::string rate_text(float p) {
+  std::ostringstream s;
+  s << p;
+  return s.str();
+}
+
+// Where the rates --dropout does not set come from.
+std::string model_dropout_source(const TrainOptions& o, bool hf) {
+  if (hf) return "from " + o.model + "/config.json";
+  return names_preset(o.model) ? "none in a random init" : "none in an llm.c model file";
+}
+
+}  // namespace
+
+RunDropout run_dropout(const TrainOptions& o) {
+  const bool hf = !names_preset(o.model) && is_hf_checkpoint_dir(o.model);
+  const DropoutRates model = hf ? read_hf_dropout(o.model) : DropoutRates{};
+  const char* const names[3] = {"embd", "resid", "attn"};
+  const float flags[3] = {o.dropout_embd, o.dropout_resid, o.dropout_attn};
+  const float models[3] = {model.embd, model.resid, model.attn};
+  float rates[3];
+  std::string text, flagged, modelled;
+  for (int i = 0; i < 3; i++) {
+    rates[i] = flags[i] >= 0.0f ? flags[i] : models[i];
+    text += std::string(i ? ", " : "") + names[i] + " " + rate_text(rates[i]);
+    std::string& list = flags[i] >= 0.0f ? flagged : modelled;
+    list += (list.empty() ? "" : ", ") + std::string(names[i]);
+  }
+  RunDropout d;
+  d.rates.embd = rates[0];
+  d.rates.resid = rates[1];
+  d.rates.attn = rates[2];
+  const std::string source = model_dropout_source(o, hf);
+  if (modelled.empty()) d.described = text + " (--dropout)";
+  else if (flagged.empty()) d.described = text + " (" + source + (hf ? "" : "; --dropout sets them") + ")";
+  else d.described = text + " (" + flagged + ": --dropout; " + modelled + ": " + source + ")";
+  return d;
 }
 
 AdamWHyper adamw_hyper(const TrainOptions& o) {

@@ -12,6 +12,7 @@
 #include "dataloader/dataloader.h"
 #include "distributed/context.h"
 #include "model/config.h"
+#include "model/gpt2.h"
 #include "tokenizer/tokenizer.h"
 #include "train/checkpoint.h"
 #include "train/logger.h"
@@ -46,6 +47,21 @@ BatchShape batch_shape(const TrainOptions& o, const GPT2Config& cfg, int world, 
 
 DataLoaderOptions train_loader_options(const TrainOptions& o, const BatchShape& s, const DistContext& dist,
                                        int vocab_size);
+// The dropout of a training run and, for the banner, where each rate comes
+// from: --dropout's rates, the others the model's, `o.model` being the weights
+// the run starts from (effective_options: --init-from resolved). A Hugging
+// Face directory's config.json gives them (read_hf_dropout); an llm.c model
+// file or a dN preset has none: 0.
+struct RunDropout {
+  DropoutRates rates;
+  std::string described;  // "embd 0.1, resid 0.1, attn 0.1 (from DIR/config.json)"
+};
+RunDropout run_dropout(const TrainOptions& o);
+
+// The dropout masks' Philox seed: --seed's, salted so they draw another stream
+// than the init and the samples ("DROPOUT" in ASCII).
+constexpr uint64_t kDropoutSeedSalt = 0x44524F504F5554ULL;
+
 AdamWHyper adamw_hyper(const TrainOptions& o);
 LrSchedule lr_schedule(const TrainOptions& o, int total_steps);
 

@@ -154,6 +154,7 @@ class TrainingRun {
   void log_device_memory(int step);
   void train_step(int step);
   uint64_t load_step_batches();
+  uint64_t micro_token0(int micro) const;
   double evaluate();
   bool validate(int step, bool at_end);
   bool checkpoint_on_disk(int step) const {
@@ -172,6 +173,7 @@ class TrainingRun {
   std::unique_ptr<Backend> backend_;
   bool from_file_ = false;
   const GPT2Config cfg_;
+  const RunDropout dropout_;   // the rates in effect and where they come from
   TrainState peek_;            // header of the checkpoint --resume is expected to pick
   const bool has_peek_;
   const BatchShape shape_;
@@ -214,6 +216,7 @@ TrainingRun::TrainingRun(const TrainOptions& opts, const DistContext& dist, Comm
       log_(main_rank_, opts.log_jsonl),
       backend_(std::move(backend)),
       cfg_(requested_config(opts, &from_file_)),
+      dropout_(run_dropout(opts)),
       has_peek_(peek_resume_state(opts, &peek_)),
       shape_(batch_shape(opts, cfg_, dist.world, has_peek_ ? &peek_ : nullptr, log_)),
       layout_(ParamLayout::for_config(cfg_)),
@@ -248,6 +251,7 @@ TrainingRun::TrainingRun(const TrainOptions& opts, const DistContext& dist, Comm
   inputs_.resize(NT * shape_.grad_accum);
   targets_.resize(NT * shape_.grad_accum);
   model_.reserve_deferred_losses(shape_.grad_accum);  // counted by the banner's memory line
+  model_.set_dropout(dropout_.rates, opts.seed ^ kDropoutSeedSalt);
 }
 
 // Parameters and optimizer state: from the newest complete checkpoint with
@@ -399,6 +403,7 @@ void TrainingRun::log_banner() {
   log_.info("| data         " + std::to_string(train_loader_.num_shards()) + " train shard(s), " +
             std::to_string(train_loader_.total_tokens()) + " tokens, " + std::to_string(steps_per_epoch_) +
             " steps/epoch; training " + std::to_string(total_steps_) + " steps: " + length_why_);
+  log_.info("| dropout      " + dropout_.described + ", in training forwards only");
   log_.info("| lr schedule  " + schedule_.describe() + " (" + schedule_source_ + ")");
   log_.info("| zero         stage " + std::to_string(opts_.zero_stage) + ", shard of rank 0: [" +
             std::to_string(dp_.opt_begin()) + ", " + std::to_string(dp_.opt_end()) + ") of " + std::to_string(P) +
@@ -535,6 +540,16 @@ uint64_t TrainingRun::load_step_batches() {
   return static_cast<uint64_t>(all_reduce_value(comms_.host, local, ReduceOp::kSum));  // exact below 2^53
 }
 
+// The global token index of row 0 of this rank's micro-batch `micro` in the
+// step's batch (the dropout masks' position): the loader gives rank r's k-th
+// micro-batch of a step window k*world + r of the step's, B rows of T tokens
+// each (dataloader.h), so N ranks and N micro-batches number tokens alike.
+uint64_t TrainingRun::micro_token0(int micro) const {
+  const uint64_t window = static_cast<uint64_t>(micro) * static_cast<uint64_t>(dist_.world) +
+                          static_cast<uint64_t>(dist_.rank);
+  return window * static_cast<uint64_t>(shape_.B) * static_cast<uint64_t>(shape_.T);
+}
+
 void TrainingRun::train_step(int step) {
   test_fault_hook(dist_, step);  // tests only: this rank hangs or exits here
 
@@ -554,6 +569,7 @@ void TrainingRun::train_step(int step) {
   // The micro-steps' losses stay on the device: no host wait until the norm.
   model_.begin_deferred_losses(grad_accum);
   for (int micro = 0; micro < grad_accum; micro++) {
+    model_.set_dropout_position(static_cast<uint32_t>(step), micro_token0(micro));
     model_.forward(inputs_.data() + micro * NT, targets_.data() + micro * NT, B, T, true, dloss_scale);
     // Stages 0/1 reduce in buckets during the last micro-step's backward (device buffers).
     model_.backward(dp_.backward_hook(model_, micro + 1 == grad_accum));

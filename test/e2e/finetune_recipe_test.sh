@@ -3,9 +3,11 @@
 # scripts/finetune.sh, the fine-tuning recipe of docs/finetuning.md, on a tiny model:
 #   a. Hugging Face weights (--save-hf of a 2-step run) fine-tuned on one text file split at blank
 #      lines (the tinyshakespeare recipe), one process: eval_before/after.json written, perplexity
-#      falls, the fine-tuned Hugging Face directory written; a rerun on the same --out resumes;
+#      falls, the fine-tuned Hugging Face directory written; a rerun on the same --out resumes; the
+#      training uses config.json's dropout rates, as HF's model.train();
 #   b. our own checkpoint directory (a's run/) as --init-from, a directory of long documents (the
-#      PG19 / wikitext recipe), under LAUNCH="mpirun -np 2": the evaluation reports world 2;
+#      PG19 / wikitext recipe), under LAUNCH="mpirun -np 2": the evaluation reports world 2; --dropout
+#      passes through to the trainer;
 #   c. SFT JSONL (--sft): masked training, supervised tokens in the log, a val split of 5% of the
 #      examples whose masked loss is logged;
 #   d. bad invocations fail with exit 2 and a message;
@@ -42,6 +44,8 @@ if timeout -k 10 150 "${recipe[@]}" --init-from "$W/hf_start" --out "$W/a" --tex
   else
     bad "a: perplexity $before -> $after, hf: $(ls "$W/a/hf" 2>&1)"
   fi
+  grep -q "^| dropout      embd 0.1, resid 0.1, attn 0.1 (from $W/hf_start/config.json)" "$W/a.log" &&
+    pass "a: dropout from the HF config.json" || bad "a: dropout: $(grep -m1 '^| dropout      ' "$W/a.log")"
   timeout -k 10 150 "${recipe[@]}" --init-from "$W/hf_start" --out "$W/a" --text "$W/shakespeare.txt" \
     --doc-separator '\n\n' --steps 8 "${extra[@]}" > "$W/a2.log" 2>&1
   grep -q 'resumed from .*at step 6' "$W/a2.log" && [ "$(grep -c '"type":"train"' "$W/a/run/log.jsonl")" = 8 ] \
@@ -55,8 +59,10 @@ mkdir -p "$W/docs"
 for i in 0 1 2 3; do tail -c +$((i * 40000 + 1)) "$W/shakespeare.txt" | head -c 40000 > "$W/docs/book$i.txt"; done
 if command -v mpirun > /dev/null; then
   if LAUNCH="mpirun --allow-run-as-root --oversubscribe -np 2" timeout -k 10 200 "${recipe[@]}" --init-from "$W/a/run" \
-       --out "$W/b" --text "$W/docs" --steps 3 "${extra[@]}" > "$W/b.log" 2>&1 &&
-     [ "$(json "$W/b/eval_after.json" world)" = 2 ] && grep -q 'init-from .*/a/run' "$W/b.log"; then
+       --out "$W/b" --text "$W/docs" --steps 3 --dropout resid=0.05 "${extra[@]}" > "$W/b.log" 2>&1 &&
+     [ "$(json "$W/b/eval_after.json" world)" = 2 ] && grep -q 'init-from .*/a/run' "$W/b.log" &&
+     grep -q '^| dropout      embd 0, resid 0.05, attn 0 (resid: --dropout; embd, attn: none in an llm.c model file)' \
+       "$W/b.log"; then
     pass "b: checkpoint dir as --init-from, a directory of documents, mpirun -np 2: $(grep -m1 '^finetune: perplexity [0-9]' "$W/b.log")"
   else
     bad "b: $(tail -3 "$W/b.log")"

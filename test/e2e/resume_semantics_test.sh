@@ -96,7 +96,10 @@ init=(--device cpu -B 4 -T 32 --lr 1e-3 --warmup-steps 2 --threads 1 --val-every
   --log-jsonl "$W/d_model.jsonl" >"$W/d_model.log" 2>&1 || { bad "d: --model run"; tail "$W/d_model.log"; }
 for src in "dir:$W/a0" "file:$W/a0/model_00000020.bin" "hf:$W/a_hf"; do
   name=${src%%:*} path=${src#*:}
-  if ! "${ONE[@]}" ./train_gpt2cu "${init[@]}" --init-from "$path" --output-dir "$W/d_$name" \
+  # the weights are compared: the HF directory's config.json dropout (0.1) is turned off
+  drop=()
+  [ "$name" = hf ] && drop=(--dropout 0)
+  if ! "${ONE[@]}" ./train_gpt2cu "${init[@]}" "${drop[@]}" --init-from "$path" --output-dir "$W/d_$name" \
        --log-jsonl "$W/d_$name.jsonl" >"$W/d_$name.log" 2>&1; then
     bad "d: --init-from $name"; tail -n 5 "$W/d_$name.log"; continue
   fi

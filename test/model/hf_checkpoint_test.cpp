@@ -403,6 +403,45 @@ TEST_F(HfCheckpoint, UnsupportedConfigOptionsAreRefusedNamingTheKey) {
   EXPECT_EQ(read_model_config(write_dir("cfg_ok", cfg, es)), c);
 }
 
+// config.json's embd_pdrop, resid_pdrop and attn_pdrop: as given, GPT2Config's
+// 0.1 where absent (from_pretrained), anything but a number in [0, 1) refused
+// naming the file and the key.
+TEST_F(HfCheckpoint, DropoutRatesComeFromTheConfig) {
+  const GPT2Config c = small();
+  const std::vector<Entry> es = hf_entries(c, test_params(c, 14), "F32");
+  json cfg = hf_config(c);
+  cfg["embd_pdrop"] = 0.25;
+  cfg["resid_pdrop"] = 0;
+  cfg["attn_pdrop"] = 0.05;
+  DropoutRates r = read_hf_dropout(write_dir("pdrop", cfg, es));
+  EXPECT_EQ(r.embd, 0.25f);
+  EXPECT_EQ(r.resid, 0.0f);
+  EXPECT_EQ(r.attn, 0.05f);
+  for (const char* key : {"embd_pdrop", "resid_pdrop", "attn_pdrop"}) cfg.erase(key);
+  r = read_hf_dropout(write_dir("pdrop_absent", cfg, es));
+  EXPECT_EQ(r.embd, 0.1f);
+  EXPECT_EQ(r.resid, 0.1f);
+  EXPECT_EQ(r.attn, 0.1f);
+  // what export writes (GPT-2's 0.1) comes back
+  const std::string exported = fresh_dir("pdrop_export");
+  write_hf_checkpoint(exported, c, test_params(c, 14));
+  EXPECT_EQ(read_hf_dropout(exported).resid, 0.1f);
+  for (const json& bad : {json(1.0), json(0.99999999), json(-0.1), json(1e300), json("0.1"), json(nullptr), json(true)}) {
+    json b = hf_config(c);
+    b["resid_pdrop"] = bad;
+    const std::string d = write_dir("pdrop_bad", b, es);
+    try {
+      read_hf_dropout(d);
+      ADD_FAILURE() << "resid_pdrop " << bad.dump() << " accepted";
+    } catch (const std::runtime_error& e) {
+      EXPECT_EQ(std::string(e.what()),
+                d + "/config.json: 'resid_pdrop' must be a number in [0, 1) (got " + bad.dump() + ")");
+    }
+    EXPECT_EQ(read_model_config(d), c);  // the weights load all the same: only training reads the rates
+  }
+  EXPECT_THROW(read_hf_dropout(fresh_dir("pdrop_no_config")), std::runtime_error);
+}
+
 TEST_F(HfCheckpoint, BrokenFilesAreErrors) {
   const GPT2Config c = small();
   const std::vector<float> p = test_params(c, 12);

@@ -1,11 +1,15 @@
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
+#include "test/train/temp_dir.h"
 #include "train/options.h"
+#include "train/run_config.h"
 #include "train/run_setup.h"
+#include "util/checked_io.h"
 
 namespace gpt2 {
 namespace {
@@ -223,6 +227,107 @@ TEST(Options, ResumeTakesAnOptionalPath) {
   EXPECT_EQ(error_of({"--resume"}), "--resume needs --output-dir (where the checkpoints are)");
   const std::string help = train_options_help("train_gpt2cu");
   EXPECT_NE(help.find("      --resume [PATH]             continue from the newest"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace gpt2
+
+namespace gpt2 {
+namespace {
+
+std::string shown(const TrainOptions& o, const std::string& flag) {
+  for (const auto& kv : describe_train_options(o))
+    if (kv.first == flag) return kv.second;
+  return "(not described)";
+}
+
+// Issue 26, item 1: --dropout P sets the three rates, K=P items those named;
+// the rest stay the model's (-1 here, resolved by run_dropout).
+TEST(Options, DropoutSetsAllOrTheNamedRates) {
+  TrainOptions o = parse({});
+  EXPECT_FALSE(o.dropout_given());
+  EXPECT_EQ(o.dropout_embd, -1.0f);
+  EXPECT_EQ(shown(o, "dropout"), "from the model");
+  o = parse({"--dropout", "0.1"});
+  EXPECT_EQ(o.dropout_embd, 0.1f);
+  EXPECT_EQ(o.dropout_resid, 0.1f);
+  EXPECT_EQ(o.dropout_attn, 0.1f);
+  EXPECT_EQ(shown(o, "dropout"), "embd=0.1,resid=0.1,attn=0.1");
+  o = parse({"--dropout=0"});
+  EXPECT_TRUE(o.dropout_given());
+  EXPECT_EQ(o.dropout_resid, 0.0f);
+  o = parse({"--dropout", "attn=0.05,embd=0.2"});
+  EXPECT_EQ(o.dropout_embd, 0.2f);
+  EXPECT_EQ(o.dropout_resid, -1.0f);
+  EXPECT_EQ(o.dropout_attn, 0.05f);
+  EXPECT_EQ(shown(o, "dropout"), "embd=0.2,resid=model,attn=0.05");
+  EXPECT_EQ(parse({"--dropout", "resid=0"}).dropout_resid, 0.0f);
+  EXPECT_EQ(parse({"--dropout", "-0"}).dropout_attn, 0.0f);
+  EXPECT_FALSE(std::signbit(parse({"--dropout", "-0"}).dropout_attn));
+  const std::string help = train_options_help("train_gpt2cu");
+  EXPECT_NE(help.find("      --dropout P|K=P,...         dropout in training forwards"), std::string::npos);
+}
+
+TEST(Options, BadDropoutIsAnErrorNamingTheFlagAndThePart) {
+  const std::string rate = " (expected a rate in [0, 1))";
+  EXPECT_EQ(error_of({"--dropout", "1"}), "--dropout: invalid value '1'" + rate);
+  EXPECT_EQ(error_of({"--dropout", "-0.1"}), "--dropout: invalid value '-0.1'" + rate);
+  EXPECT_EQ(error_of({"--dropout", "0.99999999"}), "--dropout: invalid value '0.99999999'" + rate);  // 1 as a float
+  EXPECT_EQ(error_of({"--dropout", "nan"}), "--dropout: invalid value 'nan'" + rate);
+  EXPECT_EQ(error_of({"--dropout", "0.1x"}), "--dropout: invalid value '0.1x'" + rate);
+  EXPECT_EQ(error_of({"--dropout", ""}), "--dropout: invalid value ''" + rate);
+  EXPECT_EQ(error_of({"--dropout", "embd=0.1,resid=1.5"}), "--dropout: invalid value 'resid=1.5'" + rate);
+  EXPECT_EQ(error_of({"--dropout", "attn="}), "--dropout: invalid value 'attn='" + rate);
+  const std::string keys = " (expected P, or K=P items with K one of embd, resid, attn)";
+  EXPECT_EQ(error_of({"--dropout", "embd=0.1,mlp=0.1"}), "--dropout: invalid value 'mlp=0.1'" + keys);
+  EXPECT_EQ(error_of({"--dropout", "embd=0.1,"}), "--dropout: invalid value ''" + keys);
+  EXPECT_EQ(error_of({"--dropout", "embd=0.1,0.2"}), "--dropout: invalid value '0.2'" + keys);
+  EXPECT_EQ(error_of({"--dropout", "embd=0.1,embd=0.2"}), "--dropout: 'embd' given twice");
+  EXPECT_EQ(error_of({"--dropout", "0.1", "--dropout", "attn=0"}),
+            "--dropout given twice (then 'attn=0'): give every rate in one list, e.g. --dropout "
+            "embd=0.1,resid=0.1,attn=0");
+  EXPECT_EQ(error_of({"--dropout"}), "--dropout needs a value (P|K=P,...)");
+  EXPECT_EQ(error_of({"--eval-only", "--model", "m.bin", "--dropout", "0.1"}),
+            "--eval-only does not train: --dropout has no meaning");
+  EXPECT_EQ(error_of({"--generate", "--model", "m.bin", "--dropout", "0"}),
+            "--generate does not train: --dropout has no meaning");
+}
+
+// The rates a run trains with: --dropout's, the others the model's (an HF
+// directory's config.json, GPT2Config's 0.1 where a key is absent; 0 for a
+// preset or an llm.c model file), and the banner's account of them.
+TEST(RunDropout, FlagsOverTheModelsRates) {
+  const std::string hf = temp_dir("run_dropout");
+  write_text_file_atomic(hf + "/config.json", R"({"model_type": "gpt2", "resid_pdrop": 0.2, "attn_pdrop": 0})");
+  TrainOptions o = parse({"--model", hf});
+  RunDropout d = run_dropout(o);
+  EXPECT_EQ(d.rates.embd, 0.1f);  // absent: GPT2Config's default
+  EXPECT_EQ(d.rates.resid, 0.2f);
+  EXPECT_EQ(d.rates.attn, 0.0f);
+  EXPECT_EQ(d.described, "embd 0.1, resid 0.2, attn 0 (from " + hf + "/config.json)");
+  d = run_dropout(parse({"--model", hf, "--dropout", "attn=0.3"}));
+  EXPECT_EQ(d.rates.attn, 0.3f);
+  EXPECT_EQ(d.rates.resid, 0.2f);
+  EXPECT_EQ(d.described, "embd 0.1, resid 0.2, attn 0.3 (attn: --dropout; embd, resid: from " + hf + "/config.json)");
+  d = run_dropout(parse({"--model", hf, "--dropout", "0"}));
+  EXPECT_FALSE(d.rates.any());
+  EXPECT_EQ(d.described, "embd 0, resid 0, attn 0 (--dropout)");
+  d = run_dropout(parse({"--model", "d2"}));
+  EXPECT_FALSE(d.rates.any());
+  EXPECT_EQ(d.described, "embd 0, resid 0, attn 0 (none in a random init; --dropout sets them)");
+  d = run_dropout(parse({"--model", "d2", "--dropout", "resid=0.1"}));
+  EXPECT_EQ(d.rates.resid, 0.1f);
+  EXPECT_EQ(d.described, "embd 0, resid 0.1, attn 0 (resid: --dropout; embd, attn: none in a random init)");
+  write_text_file_atomic(hf + "/model.bin", "not read: a model file has no rates");
+  EXPECT_EQ(run_dropout(parse({"--model", hf + "/model.bin"})).described,
+            "embd 0, resid 0, attn 0 (none in an llm.c model file; --dropout sets them)");
+  write_text_file_atomic(hf + "/config.json", R"({"model_type": "gpt2", "embd_pdrop": 1.0})");
+  try {
+    run_dropout(parse({"--model", hf}));
+    ADD_FAILURE() << "embd_pdrop 1.0 accepted";
+  } catch (const std::runtime_error& e) {
+    EXPECT_EQ(std::string(e.what()), hf + "/config.json: 'embd_pdrop' must be a number in [0, 1) (got 1.0)");
+  }
 }
 
 }  // namespace
