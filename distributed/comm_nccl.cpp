@@ -30,7 +30,6 @@
 
 #include <algorithm>
 #include <array>
-#include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <cstdint>
@@ -120,8 +119,12 @@ class NcclCommunicator final : public Communicator {
   // first finishes the communicator's pending work, which a failed peer never
   // joins, so it could wait forever.
   ~NcclCommunicator() override {
-    detach_watchdog();  // the abort hook uses comm_
-    if (comm_ != nullptr && !aborted_.load()) {
+    detach_watchdog();
+    if (comm_ != nullptr && !aborted_) {
+      // Real ncclCommAbort can block when a peer is gone: the process ends
+      // kAbortGraceSeconds later rather than hang (this runs while unwinding).
+      std::unique_ptr<ExitDeadline> deadline;
+      if (failed_) deadline = std::make_unique<ExitDeadline>(kAbortGraceSeconds, abort_deadline_message());
       const ncclResult_t r = failed_ ? ncclCommAbort(comm_) : ncclCommDestroy(comm_);
       if (r != ncclSuccess)
         std::fprintf(stderr, "%swarning: %s\n", prefix_.c_str(),
@@ -168,13 +171,9 @@ class NcclCommunicator final : public Communicator {
  protected:
   std::string error_prefix() const override { return prefix_; }
 
-  // The watchdog's thread aborts the communicator when any call of this rank
-  // times out (a kernel waiting for a dead peer returns), before the job ends.
-  std::function<void()> watchdog_abort_hook() override {
-    return [this] {
-      if (comm_ != nullptr && !aborted_.exchange(true)) ncclCommAbort(comm_);
-    };
-  }
+  // No watchdog abort hook: the watchdog's thread would abort the communicator
+  // while this rank's thread may be inside it (NCCL forbids that); it ends the
+  // process instead, and the communicator is aborted only on its own thread.
 
   void do_all_reduce(const void* send, void* recv, size_t count, DataType type,
                      ReduceOp op) override {
@@ -316,6 +315,7 @@ class NcclCommunicator final : public Communicator {
   // round, and past the deadline the communicator is aborted (its kernels
   // return) and the wait throws, naming the call.
   void wait_stream(const char* call, cudaStream_t stream) {
+    usable();
     const CommWatchdog* dog = watchdog();
     if (dog == nullptr || !dog->enabled())
       return check_cuda(cudaStreamSynchronize(stream), std::string("cudaStreamSynchronize of ") + call);
@@ -336,6 +336,7 @@ class NcclCommunicator final : public Communicator {
   // (a destroyed handle) gets the collective itself, as before the comm
   // stream existed, so that NCCL's own stream check names the problem.
   cudaStream_t enter() {
+    usable();
     if (drop_before_) return comm_stream_;
     if (cudaEventRecord(ready_, stream_) != cudaSuccess) {
       cudaGetLastError();  // NCCL reports it
@@ -357,13 +358,45 @@ class NcclCommunicator final : public Communicator {
     check_cuda(cudaStreamWaitEvent(stream_, done_, 0), "cudaStreamWaitEvent of the compute stream");
   }
 
-  [[noreturn]] void timed_out(const char* call, double seconds) {
+  // An aborted communicator is gone: no call may reach NCCL with it.
+  void usable() const {
+    if (aborted_)
+      throw std::runtime_error(prefix_ + "the NCCL communicator was aborted after an earlier failure and cannot "
+                                         "be used");
+  }
+
+  // The deadline's message carries the failure: the exception that led to the
+  // abort is still unwinding and would never be printed.
+  std::string abort_deadline_message() const {
+    char grace[32];
+    std::snprintf(grace, sizeof grace, "%g", kAbortGraceSeconds);
+    std::string failure = failure_;
+    if (failure.compare(0, prefix_.size(), prefix_) == 0) failure.erase(0, prefix_.size());
+    return prefix_ + "ending the process: ncclCommAbort did not return within " + grace + " s" +
+           (failure.empty() ? std::string() : " (aborting after: " + failure + ")");
+  }
+
+  // Every error marks the communicator failed (it can then only be aborted)
+  // and is kept for the abort's deadline message.
+  [[noreturn]] void throw_failed(const std::string& message) {
     failed_ = true;
-    if (!aborted_.exchange(true)) ncclCommAbort(comm_);
+    failure_ = message;
+    throw std::runtime_error(message);
+  }
+
+  [[noreturn]] void timed_out(const char* call, double seconds) {
     char limit[32];
     std::snprintf(limit, sizeof limit, "%g", seconds);
-    throw std::runtime_error(prefix_ + "nccl " + call + " did not complete within " + limit +
-                             " s (a peer rank died or hangs); aborted the NCCL communicator");
+    const std::string message = prefix_ + "nccl " + call + " did not complete within " + limit +
+                                " s (a peer rank died or hangs); aborted the NCCL communicator";
+    failed_ = true;
+    failure_ = message;
+    if (!aborted_) {
+      aborted_ = true;  // before the call: nothing uses comm_ after this point
+      const ExitDeadline deadline(kAbortGraceSeconds, abort_deadline_message());
+      ncclCommAbort(comm_);
+    }
+    throw std::runtime_error(message);
   }
 
   // The NCCL version, the device and the barrier's word; "" or the error.
@@ -400,8 +433,7 @@ class NcclCommunicator final : public Communicator {
     if (rank_ == 0) msg.result = ncclGetUniqueId(&msg.id);
     bootstrap.broadcast(&msg, sizeof msg, 0);
     if (msg.result != ncclSuccess) {
-      failed_ = true;
-      throw std::runtime_error(prefix_ + (rank_ == 0 ? "" : "on rank 0: ") +
+      throw_failed(prefix_ + (rank_ == 0 ? "" : "on rank 0: ") +
                                error_text("ncclGetUniqueId", static_cast<ncclResult_t>(msg.result)));
     }
     return msg;
@@ -413,8 +445,7 @@ class NcclCommunicator final : public Communicator {
     int32_t any_failed = my_error.empty() ? 0 : 1;
     bootstrap.all_reduce(&any_failed, &any_failed, 1, DataType::kInt32, ReduceOp::kMax);
     if (any_failed == 0) return;
-    failed_ = true;
-    throw std::runtime_error(prefix_ + (my_error.empty()
+    throw_failed(prefix_ + (my_error.empty()
                                             ? std::string(step) + " failed on another rank (see its error)"
                                             : my_error));
   }
@@ -441,8 +472,7 @@ class NcclCommunicator final : public Communicator {
   // Every error marks the communicator failed: the peers may be waiting inside
   // the collective this rank gives up on, so it can only be aborted.
   [[noreturn]] void fail(const std::string& what, ncclResult_t r) {
-    failed_ = true;
-    throw std::runtime_error(prefix_ + error_text(what, r));
+    throw_failed(prefix_ + error_text(what, r));
   }
 
   // The call's own result, then the communicator's asynchronous error state: a
@@ -453,15 +483,13 @@ class NcclCommunicator final : public Communicator {
     const ncclResult_t q = ncclCommGetAsyncError(comm_, &async);
     if (q != ncclSuccess) fail("ncclCommGetAsyncError after " + what, q);
     if (async == ncclSuccess || async == ncclInProgress) return;
-    failed_ = true;
-    throw std::runtime_error(prefix_ + "distributed/comm_nccl.cpp: a collective failed while running (" +
+    throw_failed(prefix_ + "distributed/comm_nccl.cpp: a collective failed while running (" +
                              "reported after " + what + "): " + ncclGetErrorString(async) + last_error());
   }
 
   void check_cuda(cudaError_t e, const std::string& what) {
     if (e == cudaSuccess) return;
-    failed_ = true;
-    throw std::runtime_error(prefix_ + "distributed/comm_nccl.cpp: " + what + " failed: " +
+    throw_failed(prefix_ + "distributed/comm_nccl.cpp: " + what + " failed: " +
                              cudaGetErrorName(e) + ": " + cudaGetErrorString(e));
   }
 
@@ -487,7 +515,8 @@ class NcclCommunicator final : public Communicator {
   ncclComm_t comm_ = nullptr;
   void* barrier_word_ = nullptr;  // device int32 reduced by barrier()
   bool failed_ = false;           // abort instead of destroy
-  std::atomic<bool> aborted_{false};  // ncclCommAbort done (timeout): nothing left to release
+  std::string failure_;           // the error that set failed_
+  bool aborted_ = false;          // ncclCommAbort called (own thread only): comm_ is gone
 };
 
 }  // namespace

@@ -7,6 +7,8 @@
 #include <stdexcept>
 #include <vector>
 
+#include "distributed/watchdog.h"
+
 namespace gpt2 {
 namespace {
 
@@ -173,6 +175,9 @@ DistRuntime::~DistRuntime() {
 }
 
 void DistRuntime::abort_all(int code) const {
+  // MPI_Abort can block when the launcher's daemon is gone: the process ends anyway.
+  const ExitDeadline deadline(kAbortGraceSeconds, ctx_.prefix() + "ending the process: MPI_Abort did not return "
+                                                  "in time", code);
   MPI_Abort(MPI_COMM_WORLD, code);
   std::_Exit(code);  // MPI_Abort does not return; this keeps [[noreturn]] honest
 }

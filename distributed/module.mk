@@ -133,6 +133,10 @@ TEST_SCRIPTS += test/distributed/comm_stream_test.sh
 # exchange, stage 0/1 buckets) under the deferred stream mode: 2 ranks reproduce
 # 1 rank, and without the buffer-reuse wait (GPT2_TEST_DROP_REUSE_WAIT) they must not.
 TEST_SCRIPTS += test/distributed/comm_overlap_test.sh
+# A dead peer ends the job even when ncclCommAbort blocks forever (the emulator's
+# GPT2_EMU_NCCL_ABORT_BLOCKS / GPT2_EMU_NCCL_FREEZE_RANK): mpirun -np 2 of
+# build/train_gpt2cu_emu exits within --comm-timeout + the stated slack.
+TEST_SCRIPTS += test/distributed/abort_deadline_test.sh
 endif
 # zero_train_test.sh and the Slurm test's training part also need ./train_gpt2cu
 # (a TEST_PREREQ of train/module.mk).

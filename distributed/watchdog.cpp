@@ -27,6 +27,34 @@ std::string seconds_text(double s) {
 
 }  // namespace
 
+// Shared with the thread, so that a deadline destroyed while its thread wakes
+// leaves nothing dangling.
+struct ExitDeadline::State {
+  std::mutex mutex;
+  std::condition_variable wake;
+  bool cancelled = false;
+};
+
+ExitDeadline::ExitDeadline(double seconds, std::string message, int code) : state_(std::make_shared<State>()) {
+  const auto limit = std::chrono::duration<double>(seconds);
+  thread_ = std::thread([state = state_, limit, message = std::move(message), code] {
+    std::unique_lock<std::mutex> lock(state->mutex);
+    if (state->wake.wait_for(lock, limit, [&] { return state->cancelled; })) return;
+    std::fprintf(stderr, "error: %s\n", message.c_str());
+    std::fflush(stderr);
+    std::_Exit(code);
+  });
+}
+
+ExitDeadline::~ExitDeadline() {
+  {
+    std::lock_guard<std::mutex> lock(state_->mutex);
+    state_->cancelled = true;
+  }
+  state_->wake.notify_all();
+  thread_.join();
+}
+
 void CommWatchdog::Slot::begin(const char* call) {
   if (!owner_->enabled()) return;
   call_.store(call, std::memory_order_relaxed);
@@ -39,8 +67,9 @@ void CommWatchdog::Slot::end() {
 }
 
 CommWatchdog::CommWatchdog(double timeout_s, std::string prefix, Clock clock, ExpireAction expire,
-                           bool start_thread)
+                           bool start_thread, double grace_s)
     : timeout_ms_(timeout_s > 0 ? static_cast<int64_t>(std::llround(timeout_s * 1000.0)) : 0),
+      grace_s_(grace_s),
       prefix_(std::move(prefix)),
       clock_(clock ? std::move(clock) : Clock(steady_ms)),
       expire_(expire ? std::move(expire) : ExpireAction(abort_job)) {
@@ -78,7 +107,8 @@ std::string CommWatchdog::expiry_message(const std::string& kind, const char* ca
 
 // The slot scan holds the mutex only to copy what expiring needs (message and
 // hooks); hooks and the expire action run without any lock of the watchdog, so
-// neither they nor MPI_Abort can wait on a lock a blocked thread holds.
+// neither they nor MPI_Abort can wait on a lock a blocked thread holds, and
+// under an armed ExitDeadline, so neither can keep the process alive.
 std::string CommWatchdog::poll() {
   if (!enabled() || expired_.load()) return {};
   std::string message;
@@ -97,6 +127,8 @@ std::string CommWatchdog::poll() {
       if (slot->abort_hook_) hooks.push_back(slot->abort_hook_);
   }
   if (expired_.exchange(true)) return {};
+  const ExitDeadline deadline(grace_s_, prefix_ + "ending the process: the abort after the collective timeout did not "
+                                                  "finish within " + seconds_text(grace_s_) + " s");
   for (auto& hook : hooks) hook();
   expire_(message);
   return message;

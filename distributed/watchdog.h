@@ -5,8 +5,16 @@
 // stores, no lock); a thread of the watchdog wakes about once a second and,
 // when one call has been in flight longer than the timeout, prints
 //   error: rank R/W (host): mpi all_reduce did not complete within N s (a peer rank died or hangs); aborting
-// to stderr, runs the abort hooks (the NCCL communicator's ncclCommAbort) and
-// ends the job with MPI_Abort (under mpirun/srun every rank exits non-zero).
+// to stderr, runs the abort hooks and ends the job with MPI_Abort (under
+// mpirun/srun every rank exits non-zero; without MPI, _Exit(1)).
+//
+// The end of the process never depends on an abort returning: before any hook
+// runs, an ExitDeadline is armed that _Exit(1)s the process kAbortGraceSeconds
+// later (real ncclCommAbort and MPI_Abort are known to block when a peer is
+// gone). So every rank whose call is in flight exits within --comm-timeout +
+// kCommTimeoutSlackSeconds. Hooks run on the watchdog's thread while the main
+// thread may be inside the communicator, so they must not touch it (the NCCL
+// communicator has none: it aborts only on its own thread, see comm_nccl.cpp).
 //
 // Only calls in flight count: a rank that is busy outside collectives (a long
 // step, a checkpoint write, rank 0 sampling) is never timed itself, but its
@@ -30,6 +38,29 @@ namespace gpt2 {
 
 // --comm-timeout's default: torch's default NCCL timeout (10 minutes).
 constexpr double kDefaultCommTimeoutSeconds = 600.0;
+// How long an abort (hooks, ncclCommAbort, MPI_Abort) may take before the
+// process ends itself with _Exit(1).
+constexpr double kAbortGraceSeconds = 5.0;
+// The stated bound: a rank with a call in flight exits at most this long after
+// --comm-timeout (polling about once a second + the grace + exit).
+constexpr double kCommTimeoutSlackSeconds = 10.0;
+
+// Ends the process with _Exit(code) after printing "error: <message>" unless
+// destroyed within `seconds`: bounds a call that may block forever (an abort).
+// Scoped: a call that returns in time disarms it. Its thread captures nothing
+// of the caller, so an ExitDeadline whose owner never returns still fires.
+class ExitDeadline {
+ public:
+  ExitDeadline(double seconds, std::string message, int code = 1);
+  ~ExitDeadline();
+  ExitDeadline(const ExitDeadline&) = delete;
+  ExitDeadline& operator=(const ExitDeadline&) = delete;
+
+ private:
+  struct State;
+  std::shared_ptr<State> state_;
+  std::thread thread_;
+};
 
 class CommWatchdog {
  public:
@@ -54,16 +85,17 @@ class CommWatchdog {
         : owner_(owner), kind_(std::move(kind)), abort_hook_(std::move(abort_hook)) {}
     CommWatchdog* owner_;
     const std::string kind_;           // "mpi", "nccl": names the communicator in messages
-    std::function<void()> abort_hook_;  // run before the job is ended (may be empty)
+    std::function<void()> abort_hook_;  // run before the job is ended (may be empty); thread-safe
     std::atomic<int64_t> since_ms_{-1};  // start of the call in flight; -1: none
     std::atomic<const char*> call_{nullptr};  // a string literal: "all_reduce", ...
   };
 
   // timeout_s <= 0 disables the watchdog (no thread; slots cost nothing).
   // `prefix` is the rank prefix ("rank R/W (host): "). With start_thread false
-  // nothing polls by itself: tests call poll() with a fake clock.
+  // nothing polls by itself: tests call poll() with a fake clock. Hooks and
+  // the expire action together get `grace_s` before the process _Exit(1)s.
   CommWatchdog(double timeout_s, std::string prefix, Clock clock = {}, ExpireAction expire = {},
-               bool start_thread = true);
+               bool start_thread = true, double grace_s = kAbortGraceSeconds);
   ~CommWatchdog();
   CommWatchdog(const CommWatchdog&) = delete;
   CommWatchdog& operator=(const CommWatchdog&) = delete;
@@ -73,12 +105,14 @@ class CommWatchdog {
   int64_t now_ms() const { return clock_(); }
 
   // A slot for one communicator; released with release(). `abort_hook` runs
-  // (on the watchdog's thread) when any slot expires, before the job ends.
+  // (on the watchdog's thread, under the exit deadline) when any slot expires,
+  // before the job ends; it must not use a communicator another thread may be in.
   Slot* add_slot(const std::string& kind, std::function<void()> abort_hook = {});
   void release(Slot* slot);
 
-  // One check: when a call has been in flight longer than the timeout, the
-  // expire action runs (after the hooks) and poll returns its message; else "".
+  // One check: when a call has been in flight longer than the timeout, the exit
+  // deadline is armed, the hooks run, then the expire action, and poll returns
+  // its message (once the action returned: tests); else "".
   std::string poll();
 
   // "rank R/W (host): <kind> <call> did not complete within N s (a peer rank
@@ -92,6 +126,7 @@ class CommWatchdog {
   void run_thread();
 
   const int64_t timeout_ms_;
+  const double grace_s_;
   const std::string prefix_;
   Clock clock_;
   ExpireAction expire_;

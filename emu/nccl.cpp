@@ -32,6 +32,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -453,6 +454,32 @@ uint64_t fail_at_from_env() {
   return n;
 }
 
+// Test switches for the fatal-error path (docs/emulator.md): a GPU whose NCCL
+// blocks where real ones are known to.
+//   GPT2_EMU_NCCL_ABORT_BLOCKS=1                          ncclCommAbort never returns
+//   GPT2_EMU_NCCL_FREEZE_RANK=R [GPT2_EMU_NCCL_FREEZE_AT=N]  the N-th (default 1st)
+//       collective that rank R of a communicator runs never returns (a hung kernel)
+bool env_flag(const char* name) {
+  const char* s = std::getenv(name);
+  return s != nullptr && *s != '\0' && std::strcmp(s, "0") != 0;
+}
+
+[[noreturn]] void block_forever(const std::string& why) {
+  std::fprintf(stderr, "NCCL (emulated): %s\n", why.c_str());
+  std::fflush(stderr);
+  for (;;) std::this_thread::sleep_for(std::chrono::hours(1));
+}
+
+void maybe_freeze(const ncclComm& c) {
+  const char* rank = std::getenv("GPT2_EMU_NCCL_FREEZE_RANK");
+  if (rank == nullptr || *rank == '\0' || std::atoi(rank) != c.rank) return;
+  const char* at = std::getenv("GPT2_EMU_NCCL_FREEZE_AT");
+  const uint64_t n = at != nullptr && *at != '\0' ? std::strtoull(at, nullptr, 10) : 1;
+  if (c.executed != n) return;
+  block_forever("rank " + std::to_string(c.rank) + " freezes in collective " + std::to_string(n) +
+                " (GPT2_EMU_NCCL_FREEZE_RANK)");
+}
+
 ncclResult_t take_injected(ncclComm* c, std::string* why) {
   if (c->injected != ncclSuccess) {
     ncclResult_t r = c->injected;
@@ -475,6 +502,7 @@ void execute(const Op& o) {
   ncclResult_t failure = ncclSuccess;
   if (c->async_error == ncclSuccess) {
     ++c->executed;
+    maybe_freeze(*c);
     int rc = exchange_signatures(o, &why);
     if (rc == MPI_SUCCESS && why.empty()) rc = run(o);
     if (rc != MPI_SUCCESS) failure = ncclSystemError, why = mpi_error_text(rc);
@@ -698,6 +726,8 @@ ncclResult_t ncclCommDestroy(ncclComm_t comm) {
 // GPU, NCCL's abort makes the kernels waiting for a dead peer return).
 ncclResult_t ncclCommAbort(ncclComm_t comm) {
   if (comm == nullptr) return ncclSuccess;
+  if (env_flag("GPT2_EMU_NCCL_ABORT_BLOCKS"))
+    block_forever("ncclCommAbort of rank " + std::to_string(comm->rank) + " blocks forever (GPT2_EMU_NCCL_ABORT_BLOCKS)");
   if (std::this_thread::get_id() != comm->owner) return ncclSuccess;
   std::vector<Op>& ops = group().ops;
   ops.erase(std::remove_if(ops.begin(), ops.end(), [&](const Op& o) { return o.comm == comm; }), ops.end());

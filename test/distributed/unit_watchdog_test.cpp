@@ -91,6 +91,37 @@ TEST(Watchdog, NamesTheSlotInFlightAndRunsEveryHookFirst) {
   EXPECT_EQ(f.events, (std::vector<std::string>{"hook mpi", "hook nccl", "expire"}));
 }
 
+// A hook (an abort) that never returns cannot keep the process alive: the exit
+// deadline armed before the hooks ends it after the grace, with exit 1.
+TEST(WatchdogDeathTest, AHookThatBlocksForeverStillEndsTheProcess) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(
+      {
+        int64_t now = 0;
+        CommWatchdog dog(1, kPrefix, [&] { return now; }, [](const std::string&) {}, false, /*grace_s=*/0.3);
+        CommWatchdog::Slot* slot =
+            dog.add_slot("nccl", [] { for (;;) std::this_thread::sleep_for(std::chrono::hours(1)); });
+        slot->begin("all_reduce");
+        now += 1001;
+        dog.poll();
+      },
+      ::testing::ExitedWithCode(1),
+      "rank 0/2 \\(node1\\): ending the process: the abort after the collective timeout did not finish within 0.3 s");
+}
+
+// A deadline disarmed in time does nothing; one that is not ends the process.
+TEST(WatchdogDeathTest, ExitDeadlineFiresOnlyWhenNotDisarmed) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  { const ExitDeadline quick(0.05, "never printed"); }
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_EXIT(
+      {
+        const ExitDeadline d(0.1, "rank 1/2 (n): the abort blocked", 3);
+        for (;;) std::this_thread::sleep_for(std::chrono::hours(1));
+      },
+      ::testing::ExitedWithCode(3), "error: rank 1/2 \\(n\\): the abort blocked");
+}
+
 TEST(Watchdog, ReleasedSlotsAreForgotten) {
   Fixture f(1);
   CommWatchdog::Slot* slot = f.dog.add_slot("mpi");
