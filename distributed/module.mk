@@ -9,7 +9,8 @@ MPI_LIBDIRS := $(shell mpicxx --showme:libdirs 2>/dev/null)
 MPI_CPPFLAGS := $(addprefix -I,$(MPI_INCDIRS)) -DOMPI_SKIP_MPICXX=1  # C API only
 MPI_LDLIBS := $(addprefix -L,$(MPI_LIBDIRS)) -lmpi
 
-DISTRIBUTED_SRCS := distributed/context.cpp distributed/comm.cpp distributed/comm_mpi.cpp distributed/zero_plan.cpp distributed/preempt.cpp distributed/watchdog.cpp
+DISTRIBUTED_SRCS := distributed/context.cpp distributed/comm.cpp distributed/comm_mpi.cpp distributed/zero_plan.cpp distributed/preempt.cpp distributed/watchdog.cpp \
+                    distributed/env_launch.cpp distributed/rendezvous.cpp distributed/rendezvous_file.cpp
 DISTRIBUTED_OBJS := $(DISTRIBUTED_SRCS:%.cpp=$(BUILD)/%.o)
 DISTRIBUTED_LIB := $(BUILD)/libdistributed.a
 DISTRIBUTED_LDLIBS := $(DISTRIBUTED_LIB) $(MPI_LDLIBS)

@@ -1,0 +1,306 @@
+// TCP rendezvous (distributed/rendezvous.h). Rank 0 accepts one connection per
+// other rank; each sends a Hello (rank, world, job, host), rank 0 checks them all
+// and answers every connection with one Reply: ok + payload + hosts, or the
+// error, so a mismatch fails on every rank that came, not just on rank 0.
+// The file variant is in rendezvous_file.cpp.
+#include "distributed/rendezvous.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstdint>
+#include <cstring>
+#include <stdexcept>
+#include <thread>
+
+#include "distributed/rendezvous_internal.h"
+
+namespace gpt2 {
+namespace rdzv {
+
+Deadline::Deadline(double seconds)
+    : end_(std::chrono::steady_clock::now() + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                                  std::chrono::duration<double>(seconds))) {}
+
+int Deadline::left_ms() const {
+  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(end_ - std::chrono::steady_clock::now());
+  return left.count() <= 0 ? 0 : static_cast<int>(std::min<int64_t>(left.count(), 1 << 30));
+}
+
+std::string seconds_text(double s) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%g", s);
+  return text;
+}
+
+std::string encode_hosts(const std::vector<std::string>& hosts) {
+  std::string out;
+  for (const std::string& h : hosts) out += h + '\n';
+  return out;
+}
+
+std::vector<std::string> decode_hosts(const std::string& text) {
+  std::vector<std::string> hosts;
+  size_t pos = 0;
+  for (size_t nl; (nl = text.find('\n', pos)) != std::string::npos; pos = nl + 1) hosts.push_back(text.substr(pos, nl - pos));
+  return hosts;
+}
+
+}  // namespace rdzv
+
+namespace {
+
+using rdzv::Deadline;
+
+constexpr char kMagic[8] = {'G', 'P', 'T', '2', 'R', 'D', 'V', '1'};
+
+// Fixed-size, so one read decides; strings are NUL-padded.
+struct Hello {
+  char magic[8];
+  int32_t rank;
+  int32_t world;
+  char job[64];
+  char host[64];
+};
+
+void copy_text(char* dst, size_t n, const std::string& src) {
+  std::memset(dst, 0, n);
+  std::memcpy(dst, src.data(), std::min(n - 1, src.size()));
+}
+
+std::string text_of(const char* s, size_t n) { return std::string(s, strnlen(s, n)); }
+
+class Fd {
+ public:
+  explicit Fd(int fd = -1) : fd_(fd) {}
+  ~Fd() {
+    if (fd_ >= 0) close(fd_);
+  }
+  Fd(Fd&& o) noexcept : fd_(o.fd_) { o.fd_ = -1; }
+  Fd& operator=(Fd&& o) noexcept {
+    std::swap(fd_, o.fd_);
+    return *this;
+  }
+  int get() const { return fd_; }
+
+ private:
+  int fd_;
+};
+
+// Reads or writes exactly n bytes before the deadline; false on EOF, error or time.
+bool transfer(int fd, void* buf, size_t n, const Deadline& deadline, bool writing) {
+  char* p = static_cast<char*>(buf);
+  while (n > 0) {
+    pollfd pfd{fd, static_cast<short>(writing ? POLLOUT : POLLIN), 0};
+    const int ready = poll(&pfd, 1, deadline.left_ms());
+    if (ready < 0 && errno == EINTR) continue;
+    if (ready <= 0) return false;
+    const ssize_t got = writing ? send(fd, p, n, MSG_NOSIGNAL) : recv(fd, p, n, 0);
+    if (got < 0 && (errno == EINTR || errno == EAGAIN)) continue;
+    if (got <= 0) return false;
+    p += got;
+    n -= static_cast<size_t>(got);
+  }
+  return true;
+}
+
+// Reply: status (0 ok, 1 error), then a length-prefixed text (ok: payload, hosts).
+bool send_reply(int fd, bool ok, const std::string& a, const std::string& b, const Deadline& d) {
+  uint32_t head[3] = {ok ? 0u : 1u, static_cast<uint32_t>(a.size()), static_cast<uint32_t>(b.size())};
+  return transfer(fd, head, sizeof head, d, true) && transfer(fd, const_cast<char*>(a.data()), a.size(), d, true) &&
+         transfer(fd, const_cast<char*>(b.data()), b.size(), d, true);
+}
+
+std::string errno_text(int e) { return std::strerror(e); }
+
+// Rank 0: listen, collect world-1 hellos, check, answer.
+RendezvousResult serve(const RendezvousSpec& spec, const RendezvousRequest& req) {
+  const std::string where = "rendezvous at tcp " + spec.host + ":" + std::to_string(spec.port);
+  const auto fail = [&](const std::string& what) { throw std::runtime_error(req.prefix + where + ": " + what); };
+  Fd listener(socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  bool v6 = listener.get() >= 0;
+  if (!v6) listener = Fd(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (listener.get() < 0) fail("socket failed: " + errno_text(errno));
+  const int one = 1, zero = 0;
+  setsockopt(listener.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);  // a closed job's TIME_WAIT only
+  int rc;
+  if (v6) {
+    setsockopt(listener.get(), IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof zero);  // IPv4 peers too
+    sockaddr_in6 a{};
+    a.sin6_family = AF_INET6;
+    a.sin6_addr = in6addr_any;
+    a.sin6_port = htons(static_cast<uint16_t>(spec.port));
+    rc = bind(listener.get(), reinterpret_cast<sockaddr*>(&a), sizeof a);
+  } else {
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_ANY);
+    a.sin_port = htons(static_cast<uint16_t>(spec.port));
+    rc = bind(listener.get(), reinterpret_cast<sockaddr*>(&a), sizeof a);
+  }
+  if (rc != 0) {
+    const int e = errno;
+    fail("rank 0 cannot listen on port " + std::to_string(spec.port) + ": " + errno_text(e) +
+         (e == EADDRINUSE ? " (another job or program uses it: choose another MASTER_PORT)" : ""));
+  }
+  if (listen(listener.get(), 128) != 0) fail("listen failed: " + errno_text(errno));
+
+  const Deadline deadline(req.timeout_s);
+  std::vector<Fd> peers;                          // every connection that said hello
+  std::vector<std::string> hosts(static_cast<size_t>(req.world));
+  std::vector<bool> seen(static_cast<size_t>(req.world), false);
+  hosts[0] = req.host;
+  seen[0] = true;
+  int joined = 1;
+  std::string problem;
+  while (joined < req.world && problem.empty()) {
+    pollfd pfd{listener.get(), POLLIN, 0};
+    const int ready = poll(&pfd, 1, deadline.left_ms());
+    if (ready < 0 && errno == EINTR) continue;
+    if (ready <= 0) {
+      std::string missing;
+      for (int r = 0; r < req.world; ++r)
+        if (!seen[static_cast<size_t>(r)]) missing += (missing.empty() ? "" : ", ") + std::to_string(r);
+      problem = "rank(s) " + missing + " of " + std::to_string(req.world) + " never came within " +
+                rdzv::seconds_text(req.timeout_s) + " s";
+      break;
+    }
+    Fd conn(accept4(listener.get(), nullptr, nullptr, SOCK_CLOEXEC));
+    if (conn.get() < 0) continue;
+    Hello h{};
+    const Deadline hello_deadline(std::min(5.0, deadline.left_ms() / 1000.0));
+    if (!transfer(conn.get(), &h, sizeof h, hello_deadline, false) || std::memcmp(h.magic, kMagic, sizeof kMagic) != 0)
+      continue;  // not one of ours (a port scan, a health check)
+    const std::string host = text_of(h.host, sizeof h.host), job = text_of(h.job, sizeof h.job);
+    const std::string who = "rank " + std::to_string(h.rank) + " (host " + host + ")";
+    if (h.world != req.world)
+      problem = "world sizes disagree: " + who + " has " + std::to_string(h.world) + ", rank 0 has " +
+                std::to_string(req.world);
+    else if (job != req.job_id)
+      problem = who + " belongs to job '" + job + "', rank 0 to job '" + req.job_id + "'";
+    else if (h.rank <= 0 || h.rank >= req.world)
+      problem = "rank " + std::to_string(h.rank) + " (host " + host + ") is " +
+                (h.rank == 0 ? "claimed by two processes: rank 0 is host " + req.host
+                             : "outside a world of " + std::to_string(req.world));
+    else if (seen[static_cast<size_t>(h.rank)])
+      problem = "rank " + std::to_string(h.rank) + " is claimed by two processes (hosts " +
+                hosts[static_cast<size_t>(h.rank)] + " and " + host + ")";
+    else {
+      seen[static_cast<size_t>(h.rank)] = true;
+      hosts[static_cast<size_t>(h.rank)] = host;
+      ++joined;
+    }
+    peers.push_back(std::move(conn));
+  }
+  const Deadline reply_deadline(5.0);
+  for (const Fd& p : peers)
+    send_reply(p.get(), problem.empty(), problem.empty() ? req.payload : req.prefix + where + ": " + problem,
+               problem.empty() ? rdzv::encode_hosts(hosts) : "", reply_deadline);
+  if (!problem.empty()) fail(problem);
+  return {req.payload, hosts};
+}
+
+// One attempt to connect before the deadline; "" on success, else why not.
+std::string try_connect(const addrinfo* ai, const Deadline& deadline, Fd* out) {
+  Fd fd(socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, ai->ai_protocol));
+  if (fd.get() < 0) return "socket: " + errno_text(errno);
+  if (connect(fd.get(), ai->ai_addr, ai->ai_addrlen) != 0) {
+    if (errno != EINPROGRESS) return errno_text(errno);
+    pollfd pfd{fd.get(), POLLOUT, 0};
+    const int ready = poll(&pfd, 1, std::min(deadline.left_ms(), 2000));
+    if (ready <= 0) return "no answer (connect timed out)";
+    int err = 0;
+    socklen_t len = sizeof err;
+    getsockopt(fd.get(), SOL_SOCKET, SO_ERROR, &err, &len);
+    if (err != 0) return errno_text(err);
+  }
+  *out = std::move(fd);
+  return {};
+}
+
+// Ranks 1..W-1: connect (retrying while rank 0 is not up), hello, reply.
+RendezvousResult join(const RendezvousSpec& spec, const RendezvousRequest& req) {
+  const std::string where = "rendezvous at tcp " + spec.host + ":" + std::to_string(spec.port);
+  const auto fail = [&](const std::string& what) { throw std::runtime_error(req.prefix + where + ": " + what); };
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  const int g = getaddrinfo(spec.host.c_str(), std::to_string(spec.port).c_str(), &hints, &found);
+  if (g != 0) fail("cannot resolve the address '" + spec.host + "': " + gai_strerror(g));
+  const Deadline deadline(req.timeout_s);
+  Fd conn;
+  std::string last;
+  while (conn.get() < 0) {
+    for (const addrinfo* ai = found; ai != nullptr && conn.get() < 0; ai = ai->ai_next)
+      last = try_connect(ai, deadline, &conn);
+    if (conn.get() >= 0) break;
+    if (deadline.left_ms() == 0) {
+      freeaddrinfo(found);
+      fail("rank 0 never came: nothing answered within " + rdzv::seconds_text(req.timeout_s) +
+           " s (last attempt: " + last + ")");
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(std::min(200, deadline.left_ms())));
+  }
+  freeaddrinfo(found);
+  Hello h{};
+  std::memcpy(h.magic, kMagic, sizeof kMagic);
+  h.rank = req.rank;
+  h.world = req.world;
+  copy_text(h.job, sizeof h.job, req.job_id);
+  copy_text(h.host, sizeof h.host, req.host);
+  uint32_t head[3] = {};
+  if (!transfer(conn.get(), &h, sizeof h, deadline, true) || !transfer(conn.get(), head, sizeof head, deadline, false))
+    fail("rank 0 did not answer within " + rdzv::seconds_text(req.timeout_s) +
+         " s (it may be waiting for other ranks, or be another program)");
+  std::string a(head[1], '\0'), b(head[2], '\0');
+  if (!transfer(conn.get(), &a[0], a.size(), deadline, false) || !transfer(conn.get(), &b[0], b.size(), deadline, false))
+    fail("the connection to rank 0 broke during the reply");
+  if (head[0] != 0) throw std::runtime_error(req.prefix + "rank 0 refused the rendezvous: " + a);
+  return {a, rdzv::decode_hosts(b)};
+}
+
+}  // namespace
+
+std::string RendezvousSpec::describe() const {
+  return kind == Kind::kFile ? "file " + dir : "tcp " + host + ":" + std::to_string(port);
+}
+
+RendezvousSpec parse_rendezvous(const std::string& value, const std::string& master_addr, int master_port) {
+  RendezvousSpec spec;
+  if (value.empty() || value == "tcp") {
+    spec.host = master_addr;
+    spec.port = master_port;
+  } else if (value.compare(0, 5, "file:") == 0) {
+    spec.kind = RendezvousSpec::Kind::kFile;
+    spec.dir = value.substr(5);
+    if (spec.dir.empty()) throw std::runtime_error("--rendezvous '" + value + "': file: needs a directory");
+  } else if (value.compare(0, 4, "tcp:") == 0) {
+    const size_t colon = value.rfind(':');
+    spec.host = value.substr(4, colon > 4 ? colon - 4 : 0);
+    char* end = nullptr;
+    const long port = std::strtol(value.c_str() + colon + 1, &end, 10);
+    if (colon <= 4 || spec.host.empty() || *end != '\0' || port < 1 || port > 65535)
+      throw std::runtime_error("--rendezvous '" + value + "': want tcp:HOST:PORT with a port 1-65535");
+    spec.port = static_cast<int>(port);
+  } else {
+    throw std::runtime_error("--rendezvous '" + value + "': want tcp, tcp:HOST:PORT or file:DIR");
+  }
+  return spec;
+}
+
+RendezvousResult rendezvous(const RendezvousSpec& spec, const RendezvousRequest& req) {
+  if (req.world == 1) return {req.payload, {req.host}};
+  if (spec.kind == RendezvousSpec::Kind::kFile) return rdzv::file_rendezvous(spec, req);
+  return req.rank == 0 ? serve(spec, req) : join(spec, req);
+}
+
+}  // namespace gpt2

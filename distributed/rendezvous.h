@@ -1,0 +1,54 @@
+// Rendezvous without MPI (issue 22 item 2): the ranks of a torchrun- or
+// srun --mpi=none-launched job find each other and receive rank 0's payload
+// (the NCCL unique id) over one of
+//   tcp:HOST:PORT  rank 0 listens on PORT (all interfaces), the others connect to
+//                  HOST:PORT (MASTER_ADDR:MASTER_PORT by default);
+//   file:DIR       files in DIR on a file system every rank sees, for clusters
+//                  whose nodes cannot open ports to each other.
+// Every failure is a std::runtime_error within the timeout, starting with the
+// rank prefix and naming the address or path: rank 0 never comes, an address
+// that does not resolve or answer, a port in use, two processes claiming one
+// rank, world sizes that disagree, a file left by an earlier job.
+#ifndef DISTRIBUTED_RENDEZVOUS_H
+#define DISTRIBUTED_RENDEZVOUS_H
+
+#include <string>
+#include <vector>
+
+namespace gpt2 {
+
+struct RendezvousSpec {
+  enum class Kind { kTcp, kFile };
+  Kind kind = Kind::kTcp;
+  std::string host;  // tcp: where rank 0 is
+  int port = 0;      // tcp
+  std::string dir;   // file
+  std::string describe() const;  // "tcp 10.0.0.1:29500", "file /shared/rdzv"
+};
+
+// --rendezvous's value: "" or "tcp" (MASTER_ADDR:MASTER_PORT as given), "tcp:HOST:PORT",
+// "file:DIR". Throws naming the value.
+RendezvousSpec parse_rendezvous(const std::string& value, const std::string& master_addr, int master_port);
+
+struct RendezvousRequest {
+  int rank = 0;
+  int world = 1;
+  std::string job_id;   // launcher's job id ("" if none): files of another job are stale
+  std::string payload;  // rank 0's bytes for every rank (others: ignored)
+  std::string host;     // this process's host name, for messages
+  std::string prefix;   // "rank R/W (host): "
+  double timeout_s = 300;
+};
+
+struct RendezvousResult {
+  std::string payload;             // rank 0's
+  std::vector<std::string> hosts;  // every rank's host name, by rank
+};
+
+// Collective over the `world` processes: blocks until all have come or fails
+// within about timeout_s.
+RendezvousResult rendezvous(const RendezvousSpec& spec, const RendezvousRequest& request);
+
+}  // namespace gpt2
+
+#endif  // DISTRIBUTED_RENDEZVOUS_H

@@ -1,0 +1,223 @@
+// File rendezvous (distributed/rendezvous.h, file:DIR): for nodes that share a
+// file system but cannot open ports to each other. Files in DIR, each written
+// whole (a temporary name, then rename or link) so a reader never sees half:
+//   rank0   rank 0's announcement: job, world, host, pid, time, a random nonce
+//           and the payload (hex). A rank0 or go already there when rank 0
+//           starts is a stale file of an earlier job: refused.
+//   rankR   rank R's claim (after reading rank0): the nonce it read, its world
+//           and host. Created with link(), which fails if it exists, so two
+//           processes claiming one rank cannot both succeed.
+//   go      rank 0's verdict once every claim is in: the nonce and ok, or the
+//           error (world sizes that disagree, a claim of another nonce).
+// Each rank R removes its claim after reading go; rank 0 removes rank0 and go
+// once the claims are gone, leaving DIR as it found it.
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <ctime>
+#include <fstream>
+#include <map>
+#include <random>
+#include <sstream>
+#include <stdexcept>
+#include <thread>
+
+#include "distributed/rendezvous_internal.h"
+
+namespace gpt2 {
+namespace rdzv {
+namespace {
+
+using Fields = std::map<std::string, std::string>;
+
+std::string hex(const std::string& bytes) {
+  static const char* digits = "0123456789abcdef";
+  std::string out;
+  for (unsigned char c : bytes) {
+    out += digits[c >> 4];
+    out += digits[c & 15];
+  }
+  return out;
+}
+
+std::string unhex(const std::string& text) {
+  std::string out;
+  for (size_t i = 0; i + 1 < text.size(); i += 2) out += static_cast<char>(std::stoi(text.substr(i, 2), nullptr, 16));
+  return out;
+}
+
+bool exists(const std::string& path) {
+  struct stat st {};
+  return stat(path.c_str(), &st) == 0;
+}
+
+// key=value lines; an absent file gives an empty map.
+Fields read_fields(const std::string& path) {
+  Fields f;
+  std::ifstream in(path);
+  std::string line;
+  while (std::getline(in, line)) {
+    const size_t eq = line.find('=');
+    if (eq != std::string::npos) f[line.substr(0, eq)] = line.substr(eq + 1);
+  }
+  return f;
+}
+
+std::string format(const Fields& f) {
+  std::string out;
+  for (const auto& kv : f) out += kv.first + "=" + kv.second + "\n";
+  return out;
+}
+
+// Writes a temporary file next to `path`; returns its name.
+std::string write_temp(const std::string& path, const Fields& f, const std::string& prefix) {
+  const std::string tmp = path + ".tmp." + std::to_string(getpid());
+  std::ofstream out(tmp, std::ios::trunc);
+  out << format(f);
+  out.close();
+  if (!out) throw std::runtime_error(prefix + "rendezvous: cannot write " + tmp + ": " + std::strerror(errno));
+  return tmp;
+}
+
+// "host H, pid P, written N s ago, job J" for messages about someone else's file.
+std::string origin(const Fields& f) {
+  std::string s = "host " + (f.count("host") ? f.at("host") : "?") + ", pid " + (f.count("pid") ? f.at("pid") : "?");
+  if (f.count("time")) s += ", written " + std::to_string(std::time(nullptr) - std::atoll(f.at("time").c_str())) + " s ago";
+  if (f.count("job") && !f.at("job").empty()) s += ", job " + f.at("job");
+  return s;
+}
+
+Fields mine(const RendezvousRequest& req) {
+  return {{"host", req.host},
+          {"pid", std::to_string(getpid())},
+          {"time", std::to_string(std::time(nullptr))},
+          {"job", req.job_id},
+          {"world", std::to_string(req.world)}};
+}
+
+void sleep_a_little() { std::this_thread::sleep_for(std::chrono::milliseconds(50)); }
+
+RendezvousResult as_rank0(const std::string& dir, const RendezvousRequest& req) {
+  const std::string where = "rendezvous at file " + dir + ": ";
+  const auto fail = [&](const std::string& what) { throw std::runtime_error(req.prefix + where + what); };
+  if (mkdir(dir.c_str(), 0777) != 0 && errno != EEXIST) fail("cannot create the directory: " + std::string(std::strerror(errno)));
+  for (const std::string name : {"rank0", "go"})
+    if (exists(dir + "/" + name))
+      fail("stale rendezvous file " + dir + "/" + name + " of an earlier job (" + origin(read_fields(dir + "/" + name)) +
+           "): remove it, or give this job a new directory");
+  for (int r = 1; r < req.world; ++r)
+    if (exists(dir + "/rank" + std::to_string(r)) && read_fields(dir + "/rank" + std::to_string(r)).count("nonce") &&
+        !exists(dir + "/rank0"))
+      fail("stale rendezvous file " + dir + "/rank" + std::to_string(r) + " of an earlier job (" +
+           origin(read_fields(dir + "/rank" + std::to_string(r))) + "): remove it, or give this job a new directory");
+  std::random_device rd;
+  const std::string nonce = std::to_string(rd()) + std::to_string(rd());
+  Fields announce = mine(req);
+  announce["nonce"] = nonce;
+  announce["payload"] = hex(req.payload);
+  const std::string rank0 = dir + "/rank0";
+  const std::string tmp = write_temp(rank0, announce, req.prefix);
+  if (std::rename(tmp.c_str(), rank0.c_str()) != 0) fail("cannot write " + rank0 + ": " + std::strerror(errno));
+
+  const Deadline deadline(req.timeout_s);
+  std::vector<std::string> hosts(static_cast<size_t>(req.world));
+  hosts[0] = req.host;
+  std::string problem;
+  for (int r = 1; r < req.world && problem.empty(); ++r) {
+    const std::string path = dir + "/rank" + std::to_string(r);
+    while (!exists(path) && deadline.left_ms() > 0) sleep_a_little();
+    if (!exists(path)) {
+      std::string missing;
+      for (int m = r; m < req.world; ++m)
+        if (!exists(dir + "/rank" + std::to_string(m))) missing += (missing.empty() ? "" : ", ") + std::to_string(m);
+      problem = "rank(s) " + missing + " never came (no " + dir + "/rankN) within " + seconds_text(req.timeout_s) + " s";
+      break;
+    }
+    const Fields claim = read_fields(path);
+    const std::string who = "rank " + std::to_string(r) + " (" + origin(claim) + ")";
+    if (claim.count("nonce") == 0 || claim.at("nonce") != nonce)
+      problem = path + " is not from this rendezvous (a stale file of an earlier job? " + origin(claim) + ")";
+    else if (claim.count("world") == 0 || claim.at("world") != std::to_string(req.world))
+      problem = "world sizes disagree: " + who + " has " + (claim.count("world") ? claim.at("world") : "?") +
+                ", rank 0 has " + std::to_string(req.world);
+    else
+      hosts[static_cast<size_t>(r)] = claim.count("host") ? claim.at("host") : "?";
+  }
+  Fields verdict{{"nonce", nonce}, {"status", problem.empty() ? "ok" : "error"}, {"message", problem}};
+  verdict["hosts"] = hex(encode_hosts(hosts));
+  const std::string go = dir + "/go";
+  const std::string go_tmp = write_temp(go, verdict, req.prefix);
+  std::rename(go_tmp.c_str(), go.c_str());
+  // The others remove their claims once they read go; then rank0 and go go too.
+  const Deadline cleanup(problem.empty() ? std::max(5.0, deadline.left_ms() / 1000.0) : 3.0);
+  for (int r = 1; r < req.world; ++r)
+    while (exists(dir + "/rank" + std::to_string(r)) && cleanup.left_ms() > 0) sleep_a_little();
+  std::remove(go.c_str());
+  std::remove(rank0.c_str());
+  if (!problem.empty()) {
+    for (int r = 1; r < req.world; ++r) std::remove((dir + "/rank" + std::to_string(r)).c_str());
+    fail(problem);
+  }
+  return {req.payload, hosts};
+}
+
+RendezvousResult as_other(const std::string& dir, const RendezvousRequest& req) {
+  const std::string where = "rendezvous at file " + dir + ": ";
+  const auto fail = [&](const std::string& what) { throw std::runtime_error(req.prefix + where + what); };
+  const Deadline deadline(req.timeout_s);
+  const std::string rank0 = dir + "/rank0";
+  while (!exists(rank0) && deadline.left_ms() > 0) sleep_a_little();
+  if (!exists(rank0))
+    fail("rank 0 never came: no " + rank0 + " within " + seconds_text(req.timeout_s) + " s");
+  const Fields announce = read_fields(rank0);
+  const std::string their_job = announce.count("job") ? announce.at("job") : "";
+  if (their_job != req.job_id)
+    fail("stale rendezvous file " + rank0 + " (" + origin(announce) + "): it is of job '" + their_job +
+         "', this is job '" + req.job_id + "'; remove it, or give this job a new directory");
+  const std::string nonce = announce.count("nonce") ? announce.at("nonce") : "";
+  Fields claim = mine(req);
+  claim["nonce"] = nonce;
+  const std::string path = dir + "/rank" + std::to_string(req.rank);
+  const std::string tmp = write_temp(path, claim, req.prefix);
+  const int linked = link(tmp.c_str(), path.c_str());
+  const int link_errno = errno;
+  std::remove(tmp.c_str());
+  if (linked != 0) {
+    const Fields other = read_fields(path);
+    if (link_errno == EEXIST)
+      fail("rank " + std::to_string(req.rank) + " is claimed by two processes: " + path + " already exists (" +
+           origin(other) + (other.count("nonce") && other.at("nonce") != nonce ? "; a stale file of an earlier job" : "") +
+           ")");
+    fail("cannot write " + path + ": " + std::strerror(link_errno));
+  }
+  const std::string their_world = announce.count("world") ? announce.at("world") : "?";
+  if (their_world != std::to_string(req.world))
+    fail("world sizes disagree: rank 0 (" + origin(announce) + ") has " + their_world + ", this rank has " +
+         std::to_string(req.world));
+  const std::string go = dir + "/go";
+  Fields verdict;
+  while (deadline.left_ms() > 0) {
+    verdict = read_fields(go);
+    if (verdict.count("nonce") && verdict.at("nonce") == nonce) break;
+    sleep_a_little();
+  }
+  std::remove(path.c_str());
+  if (!verdict.count("nonce") || verdict.at("nonce") != nonce)
+    fail("rank 0 (" + origin(announce) + ") did not confirm within " + seconds_text(req.timeout_s) +
+         " s (no " + go + "; a stale " + rank0 + " of an earlier job?)");
+  if (verdict["status"] != "ok") throw std::runtime_error(req.prefix + "rank 0 refused the rendezvous: " + verdict["message"]);
+  return {unhex(announce.count("payload") ? announce.at("payload") : ""), decode_hosts(unhex(verdict["hosts"]))};
+}
+
+}  // namespace
+
+RendezvousResult file_rendezvous(const RendezvousSpec& spec, const RendezvousRequest& req) {
+  return req.rank == 0 ? as_rank0(spec.dir, req) : as_other(spec.dir, req);
+}
+
+}  // namespace rdzv
+}  // namespace gpt2
