@@ -244,6 +244,18 @@ std::string CheckpointDir::state_path(uint64_t step, uint32_t rank) const {
 }
 
 std::string CheckpointDir::done_path(uint64_t step) const { return dir_ + "/" + step_name("DONE", step); }
+std::string CheckpointDir::milestone_path(uint64_t step) const {
+  return dir_ + "/" + step_name("MILESTONE", step);
+}
+bool CheckpointDir::is_milestone(uint64_t step) const { return file_exists(milestone_path(step)); }
+
+void CheckpointDir::mark_milestone(uint64_t step, int every) const {
+  AtomicOutputFile out(milestone_path(step));
+  const std::string text = "milestone checkpoint step " + std::to_string(step) + " (--milestone-every " +
+                           std::to_string(every) + "): never pruned\n";
+  out.write(text.data(), text.size());
+  out.commit();
+}
 
 std::vector<uint64_t> CheckpointDir::complete_steps() const {
   std::vector<uint64_t> steps;
@@ -464,7 +476,7 @@ void CheckpointDir::prune(int keep, uint64_t written, int64_t protect) const {
   std::vector<uint64_t> remove_steps;
   if (keep > 0 && done.size() > static_cast<size_t>(keep))
     for (auto it = done.begin(); it != done.end() - keep; ++it)
-      if (*it != written && static_cast<int64_t>(*it) != protect) remove_steps.push_back(*it);
+      if (*it != written && static_cast<int64_t>(*it) != protect && !is_milestone(*it)) remove_steps.push_back(*it);
   // Leftovers of incomplete checkpoints (a crash mid-save) older than the newest complete one.
   DIR* d = opendir(dir_.c_str());
   std::vector<std::string> names;
@@ -484,7 +496,8 @@ void CheckpointDir::prune(int keep, uint64_t written, int64_t protect) const {
       continue;
     const bool complete = std::binary_search(done.begin(), done.end(), step);
     const bool doomed = std::find(remove_steps.begin(), remove_steps.end(), step) != remove_steps.end();
-    if (doomed || (!complete && step < newest)) std::remove((dir_ + "/" + name).c_str());
+    // A milestone's files stay even when its marker is gone (abandoned, found corrupt).
+    if (doomed || (!complete && step < newest && !is_milestone(step))) std::remove((dir_ + "/" + name).c_str());
   }
 }
 
@@ -500,7 +513,8 @@ std::vector<uint64_t> CheckpointDir::remove_all() const {
   for (const std::string& name : names) {
     uint64_t step;
     if (std::sscanf(name.c_str(), "DONE_%" SCNu64, &step) == 1 || std::sscanf(name.c_str(), "model_%" SCNu64, &step) == 1 ||
-        std::sscanf(name.c_str(), "state_%" SCNu64, &step) == 1 || name == "model.bin")
+        std::sscanf(name.c_str(), "state_%" SCNu64, &step) == 1 ||
+        std::sscanf(name.c_str(), "MILESTONE_%" SCNu64, &step) == 1 || name == "model.bin")
       std::remove((dir_ + "/" + name).c_str());
   }
   return done;

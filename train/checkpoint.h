@@ -99,6 +99,12 @@ class CheckpointDir {
   std::string model_path(uint64_t step) const;
   std::string state_path(uint64_t step, uint32_t rank) const;
   std::string done_path(uint64_t step) const;
+  // DIR/MILESTONE_N: the checkpoint of step N is a milestone (--milestone-every),
+  // which prune never deletes, whatever the flags of the run that prunes.
+  std::string milestone_path(uint64_t step) const;
+  bool is_milestone(uint64_t step) const;
+  // Rank 0, after the checkpoint's marker: tags it (a crash before leaves a plain checkpoint).
+  void mark_milestone(uint64_t step, int every) const;
   std::string final_model_path() const { return dir_ + "/model.bin"; }
   std::string lock_path() const { return dir_ + "/.lock"; }
 
@@ -137,11 +143,11 @@ class CheckpointDir {
 
   // Keeps the newest `keep` complete checkpoints (0 = all) and removes files of
   // incomplete checkpoints older than the newest complete one; never the
-  // checkpoint of step `written` (the one just written) nor that of step
-  // `protect` (--keep-best's best one; -1: none).
+  // checkpoint of step `written` (the one just written), that of step
+  // `protect` (--keep-best's best one; -1: none) nor a milestone's files.
   void prune(int keep, uint64_t written, int64_t protect = -1) const;
-  // Removes every checkpoint (markers first, then model_N/state_N files and
-  // leftovers; DIR/model.bin too): a new run replacing the old one. Returns the
+  // Removes every checkpoint (markers first, then model_N/state_N files,
+  // milestone tags and leftovers; DIR/model.bin too): a new run replacing the old one. Returns the
   // complete steps it removed.
   std::vector<uint64_t> remove_all() const;
 

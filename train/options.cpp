@@ -175,6 +175,7 @@ const std::vector<OptionSpec>& option_table() {
       {"seq-len", 'T', "N", "sequence length (<= the model's max_seq) [1024]", INT(seq_len, "seq-len", 1, 1 << 20)},
       {"total-batch-tokens", 0, "N", "tokens per optimizer step over all ranks; a multiple of B*T*world sets gradient accumulation [B*T*world]", INT(total_batch_tokens, "total-batch-tokens", -1, kBig)},
       {"no-shuffle", 0, nullptr, "read training shards sequentially from token 0 (default: seeded shuffle of shards and samples)", FLAG(no_shuffle)},
+      {"overfit-batch", 0, nullptr, "debugging a set-up (llm.c's -a): every step trains on the first batch of the training data, so the loss must fall towards zero", FLAG(overfit_batch)},
       // optimisation
       {"lr", 0, "X", "peak learning rate [3e-4]", FLT(lr, "lr", 0.0, 10.0)},
       {"lr-schedule", 0, "NAME", "cosine | linear | constant | wsd [cosine]", [](TrainOptions& o, const char* v) { o.lr_schedule = choice("lr-schedule", v, {"cosine", "linear", "constant", "wsd"}); }, [](const TrainOptions& o) { return o.lr_schedule; }},
@@ -213,6 +214,7 @@ const std::vector<OptionSpec>& option_table() {
       {"output-dir", 'o', "DIR", "checkpoints and the final DIR/model.bin (default: none written)", STR(output_dir)},
       {"checkpoint-every", 0, "N", "checkpoint every N steps (and always at the end) [0]", INT(checkpoint_every, "checkpoint-every", 0, 1 << 30)},
       {"keep-checkpoints", 0, "K", "keep the newest K checkpoints; 0 keeps all [0]", INT(keep_checkpoints, "keep-checkpoints", 0, 1 << 30)},
+      {"milestone-every", 0, "M", "every checkpoint of a step that is a multiple of M is a milestone (llm.c's major checkpoints): written even between --checkpoint-every, marked DIR/MILESTONE_N, never deleted by --keep-checkpoints; 0 = none [0]", INT(milestone_every, "milestone-every", 0, 1 << 30)},
       {"keep-best", 0, nullptr, "keep the checkpoint with the lowest validation loss (HF's load_best_model_at_end): every evaluation that lowers it writes a checkpoint, --keep-checkpoints never prunes it, and at the end DIR/model.bin and --save-hf hold its weights; needs --output-dir and --val-every", FLAG(keep_best)},
       {"early-stopping-patience", 0, "N", "stop the run (final checkpoint written) after N evaluations in a row without an improvement of the best validation loss by more than --early-stopping-threshold (HF's EarlyStoppingCallback); 0 = never [0]", INT(early_stopping_patience, "early-stopping-patience", 0, 1 << 30)},
       {"early-stopping-threshold", 0, "D", "the improvement an evaluation must exceed to restart the patience count [0]", [](TrainOptions& o, const char* v) { o.early_stopping_threshold = parse_double("early-stopping-threshold", v, 0.0, 1e9); }, [](const TrainOptions& o) { return fmt(o.early_stopping_threshold); }},
@@ -264,7 +266,7 @@ void check_modes(const TrainOptions& o) {
     throw std::runtime_error(mode + " does not train: --resume has no meaning (use --init-from CHECKPOINT_DIR)");
   const char* training_flag = o.epochs > 0 ? "--epochs" : o.keep_best ? "--keep-best"
                               : o.early_stopping_patience > 0 ? "--early-stopping-patience"
-                              : o.dropout_given() ? "--dropout" : nullptr;
+                              : o.dropout_given() ? "--dropout" : o.overfit_batch ? "--overfit-batch" : nullptr;
   if ((o.eval_only || o.generate) && training_flag)
     throw std::runtime_error(mode + " does not train: " + training_flag + " has no meaning");
 }
@@ -289,8 +291,10 @@ void check_eval_driven(const TrainOptions& o) {
 // Flags that only act with --output-dir, and the model the dN preset and
 // --config describe (a bad value is a usage error now, not at start-up).
 void check_output_and_model(const TrainOptions& o) {
-  if (o.output_dir.empty() && (o.checkpoint_every != 0 || o.keep_checkpoints != 0))
-    throw std::runtime_error(std::string(o.checkpoint_every ? "--checkpoint-every" : "--keep-checkpoints") +
+  if (o.output_dir.empty() && (o.checkpoint_every != 0 || o.keep_checkpoints != 0 || o.milestone_every != 0))
+    throw std::runtime_error(std::string(o.checkpoint_every   ? "--checkpoint-every"
+                                         : o.keep_checkpoints ? "--keep-checkpoints"
+                                                              : "--milestone-every") +
                              " needs --output-dir (where checkpoints are written; without it none is)");
   if (o.eval_stride > o.seq_len)
     throw std::runtime_error("--eval-stride " + std::to_string(o.eval_stride) + " is larger than --seq-len " +

@@ -31,6 +31,7 @@ struct TrainOptions {
   int seq_len = 1024;                 // T (capped by the model's max_seq)
   int64_t total_batch_tokens = -1;    // -1: B*T*world (no accumulation)
   bool no_shuffle = false;
+  bool overfit_batch = false;         // --overfit-batch: every step trains on the loader's first batch (llm.c's -a)
   // optimisation
   float lr = 3e-4f;
   std::string lr_schedule = "cosine";
@@ -70,6 +71,7 @@ struct TrainOptions {
   std::string output_dir;
   int checkpoint_every = 0;           // 0: only at the end
   int keep_checkpoints = 0;           // 0: keep all
+  int milestone_every = 0;            // checkpoints at multiples of M are milestones, never pruned; 0: none
   bool keep_best = false;             // keep the checkpoint of the lowest validation loss; export it at the end
   int early_stopping_patience = 0;    // stop after N evaluations without improvement; 0: never
   double early_stopping_threshold = 0;  // an improvement must exceed this to count
@@ -90,6 +92,7 @@ struct TrainOptions {
   int zero_stage = 0;                 // 0 | 1 | 2
   int recompute = 0;                  // 0 | 1 (GELU output recomputed in the backward) | 2 (also layernorm)
   float comm_timeout = 600.0f;        // seconds one collective may wait for its peers; 0: forever
+  std::string rendezvous;             // without MPI (torchrun, srun --mpi=none): tcp[:HOST:PORT] or file:DIR
   std::string memory_check = "on";    // on | warn | off: the planned memory against what the machine has
   std::vector<int> dry_run_worlds;    // --dry-run W[,W...]: print the memory table at these world sizes
 };

@@ -161,6 +161,7 @@ class TrainingRun {
     return saved_step_ == step || (resumed_here_ && step == start_step_);
   }
   void sample(int step);
+  bool is_milestone_step(int step) const { return opts_.milestone_every > 0 && step % opts_.milestone_every == 0; }
   void save_checkpoint(int step);
   int finish();
   std::vector<float> final_weights();
@@ -514,6 +515,7 @@ void TrainingRun::save_checkpoint(int step) {
   // Waits for every rank's files; rank 0 writes the marker with all their checksums.
   ckpt_->complete_checkpoint(comms_.host, step, opts_.zero_stage, state_digest);
   saved_step_ = step;
+  if (main_rank_ && is_milestone_step(step)) ckpt_->mark_milestone(static_cast<uint64_t>(step), opts_.milestone_every);
   if (main_rank_)
     ckpt_->prune(opts_.keep_checkpoints, static_cast<uint64_t>(step), opts_.keep_best ? history_.best_step : -1);
   comms_.host.barrier();
@@ -532,6 +534,7 @@ void TrainingRun::save_checkpoint(int step) {
 // before the first backward. Plain shards: every target, B*T*grad_accum*world.
 uint64_t TrainingRun::load_step_batches() {
   const size_t NT = static_cast<size_t>(shape_.B) * shape_.T;
+  if (opts_.overfit_batch) train_loader_.reset();  // the first batch again, resumed runs included
   for (int micro = 0; micro < shape_.grad_accum; micro++)
     train_loader_.next_batch(inputs_.data() + micro * NT, targets_.data() + micro * NT);
   if (!train_loader_.has_loss_mask()) return static_cast<uint64_t>(shape_.total_batch);
@@ -713,8 +716,8 @@ int TrainingRun::run() {
       if (opts_.sample_every > 0 && step > start_step_ && step % opts_.sample_every == 0) sample(step);
       train_step(step);
       last_step_done_ = step + 1;
-      if (opts_.checkpoint_every > 0 && last_step_done_ % opts_.checkpoint_every == 0 &&
-          last_step_done_ < total_steps_)
+      const bool periodic = opts_.checkpoint_every > 0 && last_step_done_ % opts_.checkpoint_every == 0;
+      if ((periodic || is_milestone_step(last_step_done_)) && last_step_done_ < total_steps_)
         save_checkpoint(last_step_done_);
     }
     return finish();

@@ -159,6 +159,26 @@ TEST(KeepBest, PruneNeverRemovesTheProtectedCheckpoint) {
   EXPECT_EQ(ck.complete_steps(), (std::vector<uint64_t>{40, 50}));
 }
 
+// --milestone-every: a tagged checkpoint outlives --keep-checkpoints, even when
+// its marker is gone (abandoned or found corrupt); remove_all removes the tag.
+TEST(Milestones, PruneNeverRemovesAMilestone) {
+  const std::string d = temp_dir("milestones");
+  CheckpointDir ck(d);
+  for (uint64_t step : {10, 20, 30, 40}) write_checkpoint(ck, step);
+  ck.mark_milestone(20, 20);
+  EXPECT_TRUE(ck.is_milestone(20));
+  EXPECT_FALSE(ck.is_milestone(40));
+  ck.prune(1, 40);
+  EXPECT_EQ(ck.complete_steps(), (std::vector<uint64_t>{20, 40}));
+  std::rename(ck.done_path(20).c_str(), (ck.done_path(20) + ".abandoned").c_str());
+  write_checkpoint(ck, 50);
+  ck.prune(1, 50);
+  EXPECT_EQ(ck.complete_steps(), (std::vector<uint64_t>{50}));
+  EXPECT_TRUE(file_exists(ck.model_path(20)) && file_exists(ck.state_path(20, 0)));
+  ck.remove_all();
+  EXPECT_FALSE(file_exists(ck.milestone_path(20)));
+}
+
 TEST(ResumeFrom, ParsesCheckpointPaths) {
   const std::string d = temp_dir("ref");
   CheckpointRef r = parse_checkpoint_ref(d + "/DONE_00000020");

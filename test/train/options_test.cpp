@@ -296,6 +296,17 @@ TEST(Options, BadDropoutIsAnErrorNamingTheFlagAndThePart) {
 // The rates a run trains with: --dropout's, the others the model's (an HF
 // directory's config.json, GPT2Config's 0.1 where a key is absent; 0 for a
 // preset or an llm.c model file), and the banner's account of them.
+// Issue 24's flags: values, and the errors naming the flag.
+TEST(Options, PretrainingFlags) {
+  TrainOptions o = parse({"--overfit-batch", "--milestone-every", "100", "-o", "out"});
+  EXPECT_TRUE(o.overfit_batch);
+  EXPECT_EQ(o.milestone_every, 100);
+  EXPECT_NE(error_of({"--milestone-every", "10"}).find("--milestone-every needs --output-dir"), std::string::npos);
+  EXPECT_NE(error_of({"--milestone-every", "-1", "-o", "x"}).find("--milestone-every: invalid value"),
+            std::string::npos);
+  EXPECT_NE(error_of({"--eval-only", "--overfit-batch"}).find("--overfit-batch has no meaning"), std::string::npos);
+}
+
 TEST(RunDropout, FlagsOverTheModelsRates) {
   const std::string hf = temp_dir("run_dropout");
   write_text_file_atomic(hf + "/config.json", R"({"model_type": "gpt2", "resid_pdrop": 0.2, "attn_pdrop": 0})");
