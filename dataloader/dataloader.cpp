@@ -20,21 +20,12 @@ constexpr uint64_t kWindowOrderStream = 0x57494E444FULL;  // "WINDO"
 constexpr const char* kStateHeader = "gpt2-dataloader-state";
 constexpr uint64_t kStateVersion = 1;
 
-uint64_t mix64(uint64_t x) {  // splitmix64's finalizer: a bijective avalanche
-  x ^= x >> 30;
-  x *= 0xBF58476D1CE4E5B9ULL;
-  x ^= x >> 27;
-  x *= 0x94D049BB133111EBULL;
-  x ^= x >> 31;
-  return x;
-}
-
 // Seed of an independent stream for (seed, epoch, stream, index).
 uint64_t derive_seed(uint64_t seed, uint64_t epoch, uint64_t stream, uint64_t index) {
-  uint64_t h = mix64(seed + 0x9E3779B97F4A7C15ULL);
-  h = mix64(h ^ epoch);
-  h = mix64(h ^ stream);
-  return mix64(h ^ index);
+  uint64_t h = splitmix64_mix(seed + kSplitMix64Gamma);
+  h = splitmix64_mix(h ^ epoch);
+  h = splitmix64_mix(h ^ stream);
+  return splitmix64_mix(h ^ index);
 }
 
 bool is_regular_file(const std::string& path) {

@@ -1,6 +1,7 @@
 #include "tokenizer/tokenizer.h"
 
 #include "util/checked_io.h"
+#include "util/rng.h"
 
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
@@ -63,29 +64,20 @@ bool byte_is_self_mapped(unsigned b) {
   return (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174 && b <= 255);
 }
 
-uint64_t mix64(uint64_t x) {  // splitmix64 finalizer: good spread for (id, id) pair keys
-  x ^= x >> 30;
-  x *= 0xbf58476d1ce4e5b9ULL;
-  x ^= x >> 27;
-  x *= 0x94d049bb133111ebULL;
-  x ^= x >> 31;
-  return x;
-}
-
-// Hash of a short byte string (pre-tokens average ~4 bytes): 8 bytes at a time through mix64,
+// Hash of a short byte string (pre-tokens average ~4 bytes): 8 bytes at a time through splitmix64_mix,
 // inline, cheaper than std::hash's out-of-line murmur.
 uint64_t hash_piece(std::string_view s) {
-  uint64_t h = 0x9e3779b97f4a7c15ULL ^ s.size();
+  uint64_t h = kSplitMix64Gamma ^ s.size();
   size_t i = 0;
   for (; i + 8 <= s.size(); i += 8) {
     uint64_t w;
     std::memcpy(&w, s.data() + i, 8);
-    h = mix64(h ^ w);
+    h = splitmix64_mix(h ^ w);
   }
   if (i < s.size()) {
     uint64_t w = 0;
     std::memcpy(&w, s.data() + i, s.size() - i);
-    h = mix64(h ^ w ^ 0xff51afd7ed558ccdULL);
+    h = splitmix64_mix(h ^ w ^ 0xff51afd7ed558ccdULL);
   }
   return h;
 }
@@ -323,7 +315,7 @@ struct Tokenizer::Impl {
 
   uint32_t find_pair(uint32_t a, uint32_t b) const {  // merged id or UINT32_MAX
     const uint64_t key = (static_cast<uint64_t>(a) << 32) | b;
-    size_t h = mix64(key) & pair_mask;
+    size_t h = splitmix64_mix(key) & pair_mask;
     while (true) {
       const PairSlot& slot = pair_slots[h];
       if (slot.key == key) return slot.merged;
@@ -353,7 +345,7 @@ struct Tokenizer::Impl {
     pair_slots.assign(next_pow2(pairs.size() * 2 + 1), PairSlot{kEmptyPair, 0});
     pair_mask = pair_slots.size() - 1;
     for (const auto& [key, merged] : pairs) {
-      size_t h = mix64(key) & pair_mask;
+      size_t h = splitmix64_mix(key) & pair_mask;
       while (pair_slots[h].key != kEmptyPair) h = (h + 1) & pair_mask;
       pair_slots[h] = PairSlot{key, merged};
     }

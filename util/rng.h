@@ -9,15 +9,20 @@
 
 namespace gpt2 {
 
+// splitmix64's increment (2^64 / golden ratio) and finalizer: a bijective
+// avalanche of one uint64. The one copy: Rng's stream, the data order's stream
+// seeds (dataloader) and the tokenizer's hash keys all use it.
+constexpr uint64_t kSplitMix64Gamma = 0x9E3779B97F4A7C15ULL;
+inline uint64_t splitmix64_mix(uint64_t z) {
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+  return z ^ (z >> 31);
+}
+
 class Rng {
  public:
   explicit Rng(uint64_t seed = 0) : state_(seed) {}
-  uint64_t next_u64() {
-    uint64_t z = (state_ += 0x9E3779B97F4A7C15ULL);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-    return z ^ (z >> 31);
-  }
+  uint64_t next_u64() { return splitmix64_mix(state_ += kSplitMix64Gamma); }
   // Uniform in [0, n), n > 0, unbiased (Lemire's multiply-shift with rejection).
   uint64_t below(uint64_t n) {
     unsigned __int128 m = static_cast<unsigned __int128>(next_u64()) * n;

@@ -9,15 +9,12 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "util/rng.h"
+
 namespace gpt2 {
 namespace optest {
 
-uint64_t Rng::next() {
-  uint64_t z = (state_ += 0x9E3779B97F4A7C15ull);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
+uint64_t Rng::next() { return splitmix64_mix(state_ += kSplitMix64Gamma); }
 double Rng::uniform() { return static_cast<double>(next() >> 11) * 0x1.0p-53; }
 double Rng::uniform(double lo, double hi) { return lo + (hi - lo) * uniform(); }
 double Rng::normal() {
