@@ -16,3 +16,5 @@ TEST_SCRIPTS += test/runner/run_tests_selftest.sh test/runner/kernel_names_test.
 # The build's nvcc search and CPU flags (Makefile).
 TEST_SCRIPTS += test/build/build_config_test.sh
 
+# Every path and trainer flag the docs name exists (the tree, ./train_gpt2cu --help).
+TEST_SCRIPTS += test/docs/doc_refs_test.sh
