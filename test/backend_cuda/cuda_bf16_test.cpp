@@ -66,6 +66,7 @@
 #include "test/backend/harness.h"
 #include "test/backend_cuda/bf16_checked_backend.h"
 #include "test/backend_cuda/bf16_reference.h"
+#include "test/tiny_config.h"
 #include "util/bf16.h"
 
 namespace gpt2 {
@@ -331,16 +332,8 @@ TEST(CudaBf16, AdamWWithMasterWeights) {
 }
 
 // ---- one training step, bf16 CUDA backend -----------------------------------------------------
-GPT2Config tiny_config() {
-  GPT2Config cfg;
-  cfg.max_seq_len = 9;
-  cfg.vocab_size = 61;
-  cfg.padded_vocab_size = padded_vocab_for(61);
-  cfg.num_layers = 2;
-  cfg.num_heads = 3;
-  cfg.channels = 48;  // a multiple of 8: bf16 rows of 16-byte multiples, so cuBLASLt and its epilogues run
-  return cfg;
-}
+// C = 48, a multiple of 8: bf16 rows of 16-byte multiples, so cuBLASLt and its epilogues run.
+GPT2Config tiny_config() { return tiny_gpt2_config(2, 3, 48, 9, 61); }
 
 struct Bf16Step {
   float loss = 0;

@@ -22,6 +22,7 @@
 
 #include "backend/cuda/cuda_backend.h"
 #include "model/gpt2.h"
+#include "test/tiny_config.h"
 
 namespace gpt2 {
 namespace {
@@ -31,16 +32,8 @@ struct StepResult {
   std::vector<float> losses, grads, params_after;
 };
 
-GPT2Config tiny_config() {
-  GPT2Config cfg;
-  cfg.max_seq_len = 9;
-  cfg.vocab_size = 61;
-  cfg.padded_vocab_size = padded_vocab_for(61);  // 128: padded columns exist
-  cfg.num_layers = 2;
-  cfg.num_heads = 3;
-  cfg.channels = 36;  // head size 12; C not a multiple of 8 or 32
-  return cfg;
-}
+// Head size 12, C not a multiple of 8 or 32; V = 61 pads to 128: padded columns exist.
+GPT2Config tiny_config() { return tiny_gpt2_config(2, 3, 36, 9, 61); }
 
 constexpr int kB = 2, kT = 7;
 constexpr float kLr = 1e-3f, kBeta1 = 0.9f, kBeta2 = 0.95f, kEps = 1e-8f, kWd = 0.1f;

@@ -16,7 +16,7 @@
 #include "dataloader/dataloader.h"
 #include "dataloader/loss_mask.h"
 #include "dataloader/shard.h"
-#include "test/dataloader/temp_dir.h"
+#include "test/temp_dir.h"
 #include "test/dataloader/test_util.h"
 
 namespace gpt2 {

@@ -14,7 +14,7 @@
 #include <gtest/gtest.h>
 
 #include "dataloader/shard.h"
-#include "test/dataloader/temp_dir.h"
+#include "test/temp_dir.h"
 #include "test/dataloader/test_util.h"
 
 namespace gpt2 {

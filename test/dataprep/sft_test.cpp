@@ -18,7 +18,7 @@
 #include "dataloader/loss_mask.h"
 #include "dataloader/shard.h"
 #include "dataprep/sft.h"
-#include "test/dataloader/temp_dir.h"
+#include "test/temp_dir.h"
 #include "test/dataloader/test_util.h"
 #include "tokenizer/tokenizer.h"
 

@@ -4,6 +4,7 @@
 
 #include "model/config.h"
 #include "model/gpt2.h"
+#include "test/tiny_config.h"
 
 namespace gpt2 {
 namespace {
@@ -42,8 +43,7 @@ TEST(Config, Overrides) {
 }
 
 TEST(ParamLayout, OrderOffsetsAndDecay) {
-  GPT2Config c;
-  c.num_layers = 2; c.num_heads = 2; c.channels = 8; c.max_seq_len = 4; c.vocab_size = 10; c.padded_vocab_size = 16;
+  const GPT2Config c = tiny_gpt2_config(2, 2, 8, 4, 10, 16);
   ParamLayout p = ParamLayout::for_config(c);
   EXPECT_EQ(p.offset[kWte], 0u);
   EXPECT_EQ(p.offset[kWpe], 16u * 8);

@@ -12,21 +12,13 @@
 
 #include "backend/backend.h"
 #include "model/gpt2.h"
+#include "test/tiny_config.h"
 #include "util/rng.h"
 
 namespace gpt2 {
 namespace {
 
-GPT2Config tiny() {
-  GPT2Config c;
-  c.max_seq_len = 8;
-  c.vocab_size = 29;
-  c.padded_vocab_size = 32;
-  c.num_layers = 2;
-  c.num_heads = 2;
-  c.channels = 16;
-  return c;
-}
+GPT2Config tiny() { return tiny_gpt2_config(2, 2, 16, 8, 29, 32); }
 
 struct LossRun {
   double loss_sum = 0;

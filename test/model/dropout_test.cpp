@@ -15,21 +15,13 @@
 
 #include "backend/backend.h"
 #include "model/gpt2.h"
+#include "test/tiny_config.h"
 #include "util/rng.h"
 
 namespace gpt2 {
 namespace {
 
-GPT2Config small_config() {
-  GPT2Config c;
-  c.max_seq_len = 16;
-  c.vocab_size = 301;
-  c.padded_vocab_size = 320;
-  c.num_layers = 2;
-  c.num_heads = 2;
-  c.channels = 32;
-  return c;
-}
+GPT2Config small_config() { return tiny_gpt2_config(2, 2, 32, 16, 301, 320); }
 
 struct Batch {
   std::vector<int32_t> in, tg;

@@ -22,6 +22,7 @@
 #include "model/gpt2.h"
 #include "model/hf_checkpoint.h"
 #include "model/model_file.h"
+#include "test/tiny_config.h"
 #include "util/bf16.h"
 #include "util/checked_io.h"
 #include "util/rng.h"
@@ -31,12 +32,7 @@ namespace {
 
 using json = nlohmann::json;
 
-GPT2Config small(int L = 2, int H = 2, int C = 8, int T = 4, int V = 10) {
-  GPT2Config c;
-  c.num_layers = L, c.num_heads = H, c.channels = C, c.max_seq_len = T, c.vocab_size = V;
-  c.padded_vocab_size = padded_vocab_for(V);
-  return c;
-}
+GPT2Config small(int L = 2, int H = 2, int C = 8, int T = 4, int V = 10) { return tiny_gpt2_config(L, H, C, T, V); }
 
 // Values k/256, |k| < 256: exact in fp32, fp16 and bf16, so every dtype must
 // import to the same floats. The padded vocabulary rows are zero, as on import.

@@ -10,17 +10,14 @@
 
 #include "model/gpt2.h"
 #include "model/model_file.h"
+#include "test/tiny_config.h"
 #include "util/bf16.h"
 #include "util/checked_io.h"
 
 namespace gpt2 {
 namespace {
 
-GPT2Config tiny() {
-  GPT2Config c;
-  c.num_layers = 2; c.num_heads = 2; c.channels = 8; c.max_seq_len = 4; c.vocab_size = 10; c.padded_vocab_size = 16;
-  return c;
-}
+GPT2Config tiny() { return tiny_gpt2_config(2, 2, 8, 4, 10, 16); }
 
 std::string temp_path(const char* name) {
   std::string dir = "build/test/model";

@@ -12,7 +12,7 @@
 
 #include "distributed/comm.h"
 #include "test/train/checkpoint_fakes.h"
-#include "test/train/temp_dir.h"
+#include "test/temp_dir.h"
 #include "train/checkpoint.h"
 #include "util/checked_io.h"
 #include "util/checksum.h"

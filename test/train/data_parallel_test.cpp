@@ -19,6 +19,7 @@
 #include "backend/backend.h"
 #include "distributed/comm.h"
 #include "model/gpt2.h"
+#include "test/tiny_config.h"
 #include "train/data_parallel.h"
 
 namespace gpt2 {
@@ -75,16 +76,7 @@ class RecordingComm final : public Communicator {
   bool device_;
 };
 
-GPT2Config tiny_config() {
-  GPT2Config cfg;
-  cfg.max_seq_len = 8;
-  cfg.vocab_size = 32;
-  cfg.padded_vocab_size = 32;
-  cfg.num_layers = 2;
-  cfg.num_heads = 2;
-  cfg.channels = 16;
-  return cfg;
-}
+GPT2Config tiny_config() { return tiny_gpt2_config(2, 2, 16, 8, 32, 32); }
 
 // One step of the trainer's protocol for `stage`; returns the gradient norm.
 double one_step(Backend& be, DataParallel& dp, GPT2& model) {

@@ -17,7 +17,7 @@
 
 #include "distributed/comm.h"
 #include "test/train/checkpoint_fakes.h"
-#include "test/train/temp_dir.h"
+#include "test/temp_dir.h"
 #include "train/checkpoint.h"
 #include "train/eval_history.h"
 #include "train/resume_point.h"

@@ -8,6 +8,7 @@
 
 #include "backend/backend.h"
 #include "model/gpt2.h"
+#include "test/tiny_config.h"
 #include "train/evaluation.h"
 #include "util/rng.h"
 
@@ -16,16 +17,7 @@ namespace {
 
 constexpr int kT = 16;
 
-GPT2Config tiny_config() {
-  GPT2Config cfg;
-  cfg.max_seq_len = kT;
-  cfg.vocab_size = 64;
-  cfg.padded_vocab_size = 64;
-  cfg.num_layers = 2;
-  cfg.num_heads = 2;
-  cfg.channels = 32;
-  return cfg;
-}
+GPT2Config tiny_config() { return tiny_gpt2_config(2, 2, 32, kT, 64, 64); }
 
 std::vector<uint32_t> random_tokens(size_t n, uint64_t seed) {
   Rng rng(seed);

@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "test/train/temp_dir.h"
+#include "test/temp_dir.h"
 #include "train/options.h"
 #include "train/run_config.h"
 #include "train/run_setup.h"

@@ -12,7 +12,7 @@
 #include <string>
 #include <thread>
 
-#include "test/train/temp_dir.h"
+#include "test/temp_dir.h"
 #include "util/checked_io.h"
 
 namespace gpt2 {

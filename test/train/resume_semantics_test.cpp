@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "test/train/checkpoint_fakes.h"
-#include "test/train/temp_dir.h"
+#include "test/temp_dir.h"
 #include "train/checkpoint.h"
 #include "train/lr_schedule.h"
 #include "util/checked_io.h"

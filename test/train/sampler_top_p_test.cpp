@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "test/tiny_config.h"
 #include "train/sampler.h"
 
 namespace gpt2 {
@@ -87,14 +88,9 @@ TEST(SamplerTopP, TinyTemperatureIsArgmaxAndPOneIsTheOldSampler) {
 // e_0, so logit v = wte[v][0]; tokens 3 and 5 share all the probability.
 struct ConstantModel {
   std::unique_ptr<Backend> be = make_cpu_backend(1);
-  GPT2Config cfg;
+  GPT2Config cfg = tiny_gpt2_config(1, 2, 16, 16, 64, 64);
   std::unique_ptr<GPT2> model;
   ConstantModel() {
-    cfg.max_seq_len = 16;
-    cfg.vocab_size = cfg.padded_vocab_size = 64;
-    cfg.num_layers = 1;
-    cfg.num_heads = 2;
-    cfg.channels = 16;
     model = std::make_unique<GPT2>(*be, cfg, 1, 16);
     model->init_random(1);
     std::vector<float> p = model->get_parameters();
