@@ -47,6 +47,30 @@ enum class BufferRole : uint8_t {
   kScalar64,     // fp64 values (the gradient norm's state): 8-byte elements everywhere
 };
 
+// What a buffer of `role` holds, for an allocation failure's message.
+inline const char* buffer_role_name(BufferRole role) {
+  switch (role) {
+    case BufferRole::kParams: return "parameters";
+    case BufferRole::kGrads: return "gradients";
+    case BufferRole::kOptimizer: return "optimizer state";
+    case BufferRole::kActivations: return "activations";
+    case BufferRole::kTokens: return "token ids";
+    case BufferRole::kScratch: return "scratch";
+    case BufferRole::kStats: return "per-row statistics";
+    case BufferRole::kScalar64: return "fp64 scalars";
+  }
+  return "a buffer";
+}
+
+// The memory of the device a backend allocates from, as its driver reports it
+// at the time of the query. present == false: the buffers are host memory (the
+// host's own measurement covers them) and the rest is meaningless.
+struct DeviceMemory {
+  bool present = false;
+  size_t free_bytes = 0, total_bytes = 0;
+  std::string device;  // which device, for messages: "GPU 0 (NVIDIA H100 80GB HBM3)"
+};
+
 // A view of backend-owned memory. Never dereferenced by model code.
 struct Tensor {
   void* ptr = nullptr;
@@ -79,6 +103,10 @@ class Backend {
   virtual void upload_tokens(Tensor dst, const int32_t* src) = 0;  // kTokens buffer
   virtual void copy(Tensor dst, Tensor src) = 0;                // same role/type, dst.numel elems
   virtual void synchronize() {}
+  // The device's free and total bytes now (cudaMemGetInfo on the CUDA backend),
+  // so a run can be checked against them before it allocates. Default: no
+  // device memory (present == false), which is the CPU backend's answer.
+  virtual DeviceMemory device_memory() const { return DeviceMemory{}; }
 
   // ---- forward / backward ops ----------------------------------------------
   // out[b,t,:] = wte[tokens[b,t],:] + wpe[t,:]

@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -389,9 +390,52 @@ cudaError_t cudaFreeHost(void* ptr) {
   return cudaSuccess;
 }
 
+namespace {
+
+// A byte count: decimal digits only, no more than fit in 64 bits.
+bool parse_bytes(const std::string& text, size_t* v) {
+  static_assert(sizeof(size_t) == sizeof(unsigned long long), "byte counts are parsed as 64-bit");
+  if (text.empty() || text.find_first_not_of("0123456789") != std::string::npos) return false;
+  errno = 0;
+  *v = std::strtoull(text.c_str(), nullptr, 10);
+  return errno != ERANGE;
+}
+
+// The test hook GPT2_TEST_DEVICE_MEMORY=FREE[,TOTAL] (docs/emulator.md): what
+// cudaMemGetInfo reports instead of the device's own numbers, so tests of the
+// trainer's --memory-check can stand for a GPU that other processes already
+// fill. Read at every call (tests change it). cudaSuccess and *hooked false
+// without it; cudaErrorInvalidValue, said on stderr, for a malformed value.
+cudaError_t test_device_memory(size_t device_total, size_t* free_bytes, size_t* total_bytes, bool* hooked) {
+  *hooked = false;
+  const char* env = std::getenv("GPT2_TEST_DEVICE_MEMORY");
+  if (env == nullptr) return cudaSuccess;
+  const std::string text = env;
+  const size_t comma = text.find(',');
+  size_t free_v = 0, total_v = device_total;
+  if (!parse_bytes(text.substr(0, comma), &free_v) ||
+      (comma != std::string::npos && !parse_bytes(text.substr(comma + 1), &total_v)) || free_v > total_v) {
+    std::fprintf(stderr,
+                 "emu: GPT2_TEST_DEVICE_MEMORY='%s': expected FREE[,TOTAL], byte counts with FREE <= TOTAL "
+                 "(TOTAL defaults to the device's %zu)\n",
+                 env, device_total);
+    return cudaErrorInvalidValue;
+  }
+  *free_bytes = free_v;
+  *total_bytes = total_v;
+  *hooked = true;
+  return cudaSuccess;
+}
+
+}  // namespace
+
 cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total_bytes) {
   if (free_bytes == nullptr || total_bytes == nullptr) return fail(cudaErrorInvalidValue);
   gpt2::emu::DeviceConfig d = gpt2::emu::device_config();
+  bool hooked = false;
+  const cudaError_t hook = test_device_memory(d.total_global_mem, free_bytes, total_bytes, &hooked);
+  if (hook != cudaSuccess) return fail(hook);
+  if (hooked) return cudaSuccess;
   std::lock_guard<std::mutex> lock(state().mutex);
   *total_bytes = d.total_global_mem;
   *free_bytes = d.total_global_mem - state().allocated;

@@ -79,6 +79,25 @@ void lower_to_cgroup(const std::string& root, std::string path, bool v1, MemoryB
   }
 }
 
+// --memory-check's verdict on a shortfall ("" fits) of host or `gpu` memory:
+// on throws it with the ways out; warn prints it on stderr, on every rank for a
+// GPU (each has its own), else once per node (its ranks share the memory).
+void act_on_shortfall(const TrainOptions& o, const DistContext& dist, const std::string& shortfall, bool gpu) {
+  if (shortfall.empty() || o.memory_check == "off") return;
+  if (o.memory_check == "on")
+    throw std::runtime_error(std::string(gpu ? "not enough GPU memory: " : "not enough memory: ") + shortfall +
+                             "; lower -B or -T, add --recompute 1|2, shard over more ranks with --zero-stage 1|2, " +
+                             (gpu && o.dtype != "bf16" ? "store in bf16 with --dtype bf16, " : "") +
+                             "or pass --memory-check warn (or off) to run anyway");
+  if (gpu || dist.local_rank == 0)
+    std::fprintf(stderr, "%swarning: %s; going on (--memory-check warn)\n", dist.prefix().c_str(), shortfall.c_str());
+}
+
+// "1.23 GiB (1320702443 B)": the exact count too, as a tiny plan rounds alike.
+std::string bytes_exactly(uint64_t bytes) {
+  return format_bytes(static_cast<double>(bytes)) + " (" + std::to_string(bytes) + " B)";
+}
+
 }  // namespace
 
 bool meminfo_available(const std::string& meminfo, uint64_t* bytes) {
@@ -131,13 +150,27 @@ void check_host_memory(const TrainOptions& o, const DistContext& dist) {
   cpu.device = "cpu";
   const std::string shortfall =
       memory_shortfall(planned_rank_bytes(cpu, dist.world), dist.local_world, host_memory_budget());
-  if (shortfall.empty()) return;
-  if (o.memory_check == "on")
-    throw std::runtime_error("not enough memory: " + shortfall +
-                             "; lower -B or -T, add --recompute 1|2, shard over more ranks with --zero-stage 1|2, "
-                             "or pass --memory-check warn (or off) to run anyway");
-  if (dist.local_rank == 0)
-    std::fprintf(stderr, "%swarning: %s; going on (--memory-check warn)\n", dist.prefix().c_str(), shortfall.c_str());
+  act_on_shortfall(o, dist, shortfall, false);
+}
+
+std::string device_memory_shortfall(uint64_t per_rank, const DeviceMemory& gpu) {
+  if (per_rank <= gpu.free_bytes) return "";
+  return "this run needs " + bytes_exactly(per_rank) +
+         " per rank on its GPU (the --dry-run total: parameters, gradients, optimizer state, activations), more "
+         "than the " + bytes_exactly(gpu.free_bytes) + " free of " +
+         format_bytes(static_cast<double>(gpu.total_bytes)) + " on " + gpu.device + " (cudaMemGetInfo)";
+}
+
+void check_device_memory(const TrainOptions& o, const DistContext& dist, uint64_t per_rank, const DeviceMemory& gpu) {
+  act_on_shortfall(o, dist, device_memory_shortfall(per_rank, gpu), true);
+}
+
+void check_run_memory(const TrainOptions& o, const DistContext& dist, const Backend& backend) {
+  if (o.memory_check == "off") return;
+  if (backend.is_host_memory()) return check_host_memory(o, dist);
+  const DeviceMemory gpu = backend.device_memory();
+  if (!gpu.present) return;  // a backend that cannot say: its allocations report their own failures
+  check_device_memory(o, dist, planned_rank_bytes(o, dist.world), gpu);
 }
 
 }  // namespace gpt2

@@ -8,12 +8,18 @@
 // memory.limit_in_bytes; usage minus the inactive page cache the kernel
 // reclaims before it kills). Tests set GPT2_TEST_AVAILABLE_MEMORY=BYTES to
 // stand for that measurement (read only by host_memory_budget).
+//
+// On a GPU (a backend whose buffers are device memory) the plan of that
+// backend, per rank (one GPU each), against the device's free memory as the
+// backend reports it (cudaMemGetInfo); the emulator's GPT2_TEST_DEVICE_MEMORY
+// stands for that measurement in tests (docs/emulator.md).
 #ifndef TRAIN_MEMORY_CHECK_H
 #define TRAIN_MEMORY_CHECK_H
 
 #include <cstdint>
 #include <string>
 
+#include "backend/backend.h"
 #include "distributed/context.h"
 #include "train/options.h"
 
@@ -43,6 +49,20 @@ std::string memory_shortfall(uint64_t per_rank, int ranks_on_node, const MemoryB
 // with the shortfall and the ways out, warn prints it on stderr once per node,
 // off does nothing).
 void check_host_memory(const TrainOptions& o, const DistContext& dist);
+
+// "" when `per_rank` bytes fit in the free memory of `gpu`, else the sentence
+// naming both numbers and the device.
+std::string device_memory_shortfall(uint64_t per_rank, const DeviceMemory& gpu);
+
+// The check of a training run on a GPU: the plan's `per_rank` bytes against the
+// free memory of this rank's device `gpu` (on throws, warn prints it on stderr
+// on every rank whose device is short, off does nothing).
+void check_device_memory(const TrainOptions& o, const DistContext& dist, uint64_t per_rank, const DeviceMemory& gpu);
+
+// Before the model allocates: check_host_memory for a backend of host memory,
+// else check_device_memory with the --dry-run plan of the backend's kind at
+// this world size against backend.device_memory().
+void check_run_memory(const TrainOptions& o, const DistContext& dist, const Backend& backend);
 
 }  // namespace gpt2
 

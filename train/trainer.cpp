@@ -747,9 +747,9 @@ int TrainingRun::stop() {
 int run_training(const TrainOptions& opts, const DistContext& dist, Communicator& comm) {
   const TrainOptions effective = effective_options(opts);
   std::unique_ptr<Backend> backend = make_run_backend(effective, dist);
-  // Before anything is allocated: a run that cannot fit is an error now, not
-  // the OOM killer's silent SIGKILL later (a GPU's cudaMalloc failure names its size).
-  if (backend->is_host_memory()) check_host_memory(effective, dist);
+  // Before the model allocates: a run that cannot fit (host or GPU memory) is an
+  // error now, not the OOM killer's silent SIGKILL or a cudaMalloc failure later.
+  check_run_memory(effective, dist, *backend);
   TrainingRun run(effective, dist, comm, std::move(backend));
   return run.run();
 }

@@ -53,21 +53,6 @@ cpu::GemmThreading gemm_threading_from_env() {
                            " (expected split or openblas)");
 }
 
-// What a buffer holds, for an allocation failure's message.
-const char* role_name(BufferRole role) {
-  switch (role) {
-    case BufferRole::kParams: return "parameters";
-    case BufferRole::kGrads: return "gradients";
-    case BufferRole::kOptimizer: return "optimizer state";
-    case BufferRole::kActivations: return "activations";
-    case BufferRole::kTokens: return "token ids";
-    case BufferRole::kScratch: return "scratch";
-    case BufferRole::kStats: return "per-row statistics";
-    case BufferRole::kScalar64: return "fp64 scalars";
-  }
-  return "a buffer";
-}
-
 class CpuBackend final : public Backend {
  public:
   explicit CpuBackend(int threads) {
@@ -88,7 +73,7 @@ class CpuBackend final : public Backend {
     void* p = std::aligned_alloc(kAlign, bytes);
     if (p == nullptr)
       throw std::runtime_error("backend/cpu: alloc: out of memory for " + std::to_string(bytes) + " bytes of " +
-                               role_name(role) + " (the trainer's --dry-run 1 prints what a run needs)");
+                               buffer_role_name(role) + " (the trainer's --dry-run 1 prints what a run needs)");
     return Tensor{p, numel, elem};
   }
   void free(Tensor t) override { std::free(t.ptr); }

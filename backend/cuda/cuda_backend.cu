@@ -113,8 +113,9 @@ class CudaBackend final : public Backend {
       if (blas_.tf32) CUBLAS_CHECK(cublasSetMathMode(blas_.blas, CUBLAS_TF32_TENSOR_OP_MATH));
       blas_.lt_workspace_bytes = options.use_cublaslt ? options.cublaslt_workspace_bytes : 0;
       if (blas_.lt_workspace_bytes > 0)
-        CUDA_CHECK(cudaMalloc(&blas_.lt_workspace, blas_.lt_workspace_bytes));
-      CUDA_CHECK(cudaMalloc(&norm_partials_, kNormPartialsBytes));
+        blas_.lt_workspace = device_malloc(blas_.lt_workspace_bytes, "cuBLASLt's workspace", "construction");
+      norm_partials_ = static_cast<double*>(device_malloc(kNormPartialsBytes, "the gradient norm's partial sums",
+                                                          "construction"));
       CUDA_CHECK(cudaMallocHost(&clip_pinned_, 2 * sizeof(double)));
       CUDA_CHECK(cudaEventCreateWithFlags(&clip_copied_, cudaEventDisableTiming));
     } catch (...) {
@@ -132,11 +133,21 @@ class CudaBackend final : public Backend {
     r.allocated = allocated_bytes_;
     r.workspace = blas_.lt_workspace_bytes + kNormPartialsBytes +
                   workspace_floats_ * sizeof(float);
-    size_t free_bytes = 0, total = 0;
-    CUDA_CHECK(cudaSetDevice(device_));
-    CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total));
-    r.device_in_use = total - free_bytes;
+    const DeviceMemory m = device_memory();
+    r.device_in_use = m.total_bytes - m.free_bytes;
     return r;
+  }
+  // cudaMemGetInfo of this backend's device (set first: the thread's current
+  // device may be another one), named by index and cudaDeviceProp::name.
+  DeviceMemory device_memory() const override {
+    CUDA_CHECK(cudaSetDevice(device_));
+    DeviceMemory m;
+    m.present = true;
+    CUDA_CHECK(cudaMemGetInfo(&m.free_bytes, &m.total_bytes));
+    cudaDeviceProp prop{};
+    CUDA_CHECK(cudaGetDeviceProperties(&prop, device_));
+    m.device = "GPU " + std::to_string(device_) + " (" + prop.name + ")";
+    return m;
   }
 
   // ---- memory -------------------------------------------------------------
@@ -150,11 +161,7 @@ class CudaBackend final : public Backend {
     if (numel > SIZE_MAX / elem)
       throw std::runtime_error("backend/cuda: alloc: " + std::to_string(numel) +
                                " elements overflow size_t");
-    void* p = nullptr;
-    const cudaError_t status = cudaMalloc(&p, numel * elem);
-    if (status != cudaSuccess)
-      throw std::runtime_error("backend/cuda: alloc: cudaMalloc of " + std::to_string(numel * elem) +
-                               " bytes failed: " + cudaGetErrorString(status));
+    void* p = device_malloc(numel * elem, buffer_role_name(role), "alloc");
     live_[p] = numel * elem;
     allocated_bytes_ += numel * elem;
     return Tensor{p, numel, elem};
@@ -540,10 +547,28 @@ class CudaBackend final : public Backend {
       if (workspace_ != nullptr) CUDA_CHECK(cudaFree(workspace_));
       workspace_ = nullptr;
       workspace_floats_ = 0;
-      CUDA_CHECK(cudaMalloc(&workspace_, floats * sizeof(float)));
+      workspace_ = static_cast<float*>(device_malloc(floats * sizeof(float), "the op workspace", "workspace"));
       workspace_floats_ = floats;
     }
     return workspace_;
+  }
+
+  // cudaMalloc, or an error naming the bytes, what they were for and what the
+  // device had free then (an out-of-memory failure is not sticky: the query
+  // still works, and its error is cleared so that no later check reports it).
+  void* device_malloc(size_t bytes, const char* what, const char* op) const {
+    void* p = nullptr;
+    const cudaError_t status = cudaMalloc(&p, bytes);
+    if (status == cudaSuccess) return p;
+    size_t free_bytes = 0, total = 0;
+    const std::string have = cudaMemGetInfo(&free_bytes, &total) == cudaSuccess
+                                 ? "; " + std::to_string(free_bytes) + " bytes free of " + std::to_string(total)
+                                 : "";
+    cudaGetLastError();
+    throw std::runtime_error("backend/cuda: " + std::string(op) + ": cudaMalloc of " + std::to_string(bytes) +
+                             " bytes for " + what + " failed on GPU " + std::to_string(device_) + ": " +
+                             cudaGetErrorString(status) + have + ", " + std::to_string(allocated_bytes_) +
+                             " bytes already in the run's buffers (the trainer's --dry-run 1 prints what a run needs)");
   }
 
   // clip: null, or the device's clip state whose [1] replaces grad_scale (global_norm.cuh)

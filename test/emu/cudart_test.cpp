@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <stdexcept>
 #include <string>
@@ -75,6 +76,36 @@ TEST(Cudart, FreshAllocationsArePoisonedAndTracked) {
   EXPECT_EQ(cudaGetLastError(), cudaErrorInvalidValue);
   ASSERT_EQ(cudaMemGetInfo(&free1, &total), cudaSuccess);
   EXPECT_EQ(free1, free0);
+}
+
+// GPT2_TEST_DEVICE_MEMORY=FREE[,TOTAL]: cudaMemGetInfo reports those numbers
+// whatever is allocated (a GPU others fill, for --memory-check's tests), while
+// cudaMalloc keeps the device's limit; a malformed value is an error.
+TEST(Cudart, MemGetInfoTestHook) {
+  size_t free0 = 0, total0 = 0, free_bytes = 0, total = 0;
+  ASSERT_EQ(cudaMemGetInfo(&free0, &total0), cudaSuccess);
+  setenv("GPT2_TEST_DEVICE_MEMORY", "4096,1048576", 1);
+  ASSERT_EQ(cudaMemGetInfo(&free_bytes, &total), cudaSuccess);
+  EXPECT_EQ(free_bytes, 4096u);
+  EXPECT_EQ(total, 1048576u);
+  float* d = nullptr;
+  ASSERT_EQ(cudaMalloc(&d, 1 << 20), cudaSuccess);  // more than it says is free
+  ASSERT_EQ(cudaMemGetInfo(&free_bytes, &total), cudaSuccess);
+  EXPECT_EQ(free_bytes, 4096u);
+  ASSERT_EQ(cudaFree(d), cudaSuccess);
+  setenv("GPT2_TEST_DEVICE_MEMORY", "123", 1);
+  ASSERT_EQ(cudaMemGetInfo(&free_bytes, &total), cudaSuccess);
+  EXPECT_EQ(free_bytes, 123u);
+  EXPECT_EQ(total, total0);
+  for (const char* bad : {"x", "", "2,1", "1,", ",5", "1 2", "18446744073709551616"}) {
+    setenv("GPT2_TEST_DEVICE_MEMORY", bad, 1);
+    EXPECT_EQ(cudaMemGetInfo(&free_bytes, &total), cudaErrorInvalidValue) << "'" << bad << "'";
+    EXPECT_EQ(cudaGetLastError(), cudaErrorInvalidValue);
+  }
+  unsetenv("GPT2_TEST_DEVICE_MEMORY");
+  ASSERT_EQ(cudaMemGetInfo(&free_bytes, &total), cudaSuccess);
+  EXPECT_EQ(free_bytes, free0);
+  EXPECT_EQ(total, total0);
 }
 
 TEST(Cudart, PinnedMemoryAndAsyncCopiesOnStreams) {

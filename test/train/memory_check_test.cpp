@@ -1,11 +1,15 @@
 // --memory-check's measurement and comparison (issue 25, item 4), from the
-// texts the kernel's files hold, and the plan it compares against.
+// texts the kernel's files hold, and the plan it compares against; on a GPU,
+// the comparison with the free memory its backend reports.
 #include <gtest/gtest.h>
 
 #include <cstdint>
 #include <cstdlib>
+#include <memory>
+#include <stdexcept>
 #include <string>
 
+#include "backend/backend.h"
 #include "train/memory_check.h"
 #include "train/memory_plan.h"
 #include "train/options.h"
@@ -94,6 +98,80 @@ TEST(MemoryCheck, RefusesWarnsOrIsOff) {
   EXPECT_NO_THROW(check_host_memory(o, dist));
   dist.local_world = 2;  // two ranks of this node need twice as much
   EXPECT_THROW(check_host_memory(o, dist), std::runtime_error);
+  unsetenv("GPT2_TEST_AVAILABLE_MEMORY");
+}
+
+// On a GPU: the plan per rank against the free memory of the rank's own GPU,
+// with both exact counts (a tiny plan and its budget round alike) and the device.
+TEST(MemoryCheck, DeviceShortfallNamesNeededFreeAndTheGpu) {
+  const DeviceMemory gpu{true, 20 * kGiB, 80 * kGiB, "GPU 1 (NVIDIA H100 80GB HBM3)"};
+  EXPECT_EQ(device_memory_shortfall(20 * kGiB, gpu), "");  // exactly fits
+  EXPECT_EQ(device_memory_shortfall(20 * kGiB + 1, gpu),
+            "this run needs 20.00 GiB (21474836481 B) per rank on its GPU (the --dry-run total: parameters, "
+            "gradients, optimizer state, activations), more than the 20.00 GiB (21474836480 B) free of 80.00 GiB "
+            "on GPU 1 (NVIDIA H100 80GB HBM3) (cudaMemGetInfo)");
+}
+
+// The GPU check refuses with the ways out, warns on every rank (each has a GPU
+// of its own, unlike the host check's once per node) or stays silent.
+TEST(MemoryCheck, DeviceCheckRefusesWarnsOrIsOff) {
+  TrainOptions o;
+  DistContext dist;
+  dist.rank = dist.local_rank = 1;
+  dist.world = dist.local_world = 2;
+  const DeviceMemory gpu{true, kGiB, 80 * kGiB, "GPU 1 (test GPU)"};
+  try {
+    check_device_memory(o, dist, kGiB + 1, gpu);
+    ADD_FAILURE() << "a plan 1 byte over the free GPU memory passed";
+  } catch (const std::runtime_error& e) {
+    const std::string what = e.what();
+    EXPECT_EQ(what.rfind("not enough GPU memory: this run needs 1.00 GiB (1073741825 B) per rank on its GPU", 0), 0u)
+        << what;
+    for (const char* way : {"on GPU 1 (test GPU) (cudaMemGetInfo)", "lower -B or -T", "--recompute 1|2",
+                            "--zero-stage 1|2", "store in bf16 with --dtype bf16",
+                            "--memory-check warn (or off) to run anyway"})
+      EXPECT_NE(what.find(way), std::string::npos) << way << " missing from: " << what;
+  }
+  o.dtype = "bf16";  // no longer a way out
+  try {
+    check_device_memory(o, dist, kGiB + 1, gpu);
+    ADD_FAILURE() << "a bf16 plan 1 byte over the free GPU memory passed";
+  } catch (const std::runtime_error& e) {
+    EXPECT_EQ(std::string(e.what()).find("--dtype bf16"), std::string::npos) << e.what();
+  }
+  EXPECT_NO_THROW(check_device_memory(o, dist, kGiB, gpu));  // fits
+  o.memory_check = "warn";
+  testing::internal::CaptureStderr();
+  EXPECT_NO_THROW(check_device_memory(o, dist, kGiB + 1, gpu));
+  const std::string warned = testing::internal::GetCapturedStderr();
+  EXPECT_EQ(warned.rfind(dist.prefix() + "warning: this run needs 1.00 GiB (1073741825 B) per rank on its GPU", 0), 0u)
+      << warned;
+  EXPECT_NE(warned.find("going on (--memory-check warn)"), std::string::npos) << warned;
+  o.memory_check = "off";
+  testing::internal::CaptureStderr();
+  EXPECT_NO_THROW(check_device_memory(o, dist, 100 * kGiB, gpu));
+  EXPECT_EQ(testing::internal::GetCapturedStderr(), "");
+}
+
+// A backend of host memory (the CPU backend, which has no device memory) is
+// held against the host's budget, as before the GPU check existed.
+TEST(MemoryCheck, RunOnTheCpuBackendChecksHostMemory) {
+  TrainOptions o;
+  o.device = "cpu";
+  o.config_overrides = "n_layer=2,n_head=2,n_embd=64,max_seq=64";
+  o.seq_len = 32;
+  const std::unique_ptr<Backend> cpu = make_cpu_backend(1);
+  ASSERT_FALSE(cpu->device_memory().present);
+  DistContext dist;
+  setenv("GPT2_TEST_AVAILABLE_MEMORY", std::to_string(planned_rank_bytes(o, 1) - 1).c_str(), 1);
+  try {
+    check_run_memory(o, dist, *cpu);
+    ADD_FAILURE() << "a plan 1 byte over the host budget passed";
+  } catch (const std::runtime_error& e) {
+    EXPECT_EQ(std::string(e.what()).rfind("not enough memory: this run needs", 0), 0u) << e.what();
+  }
+  o.memory_check = "off";
+  EXPECT_NO_THROW(check_run_memory(o, dist, *cpu));
   unsetenv("GPT2_TEST_AVAILABLE_MEMORY");
 }
 
