@@ -32,18 +32,10 @@
 set -u
 cd "$(dirname "$0")/../.."
 EMU=build/train_gpt2cu_emu
-[ -x "$EMU" ] || { echo "FAIL: $EMU not built"; exit 1; }
-mkdir -p build/test/distributed
-W=$(mktemp -d build/test/distributed/comm_overlap.XXXXXX)
-cleanup() { [ -n "${KEEP:-}" ] || rm -rf "$W"; }
-trap cleanup EXIT
-fail=0
-pass() { echo "PASS $*"; }
-bad() { echo "FAIL $*"; fail=1; }
+. test/distributed/prologue.sh comm_overlap "$EMU"
 export GPT2_EMU_THREADS=1 GPT2_EMU_DEVICE_COUNT=2
 unset GPT2_EMU_STREAMS GPT2_EMU_STREAM_SEED GPT2_TEST_DROP_COMM_WAIT GPT2_TEST_DROP_REUSE_WAIT GPT2_DP_BUCKET_BYTES \
   GPT2_ZERO2_SLICE_ELEMS GPT2_ZERO2_WTE_CHUNK_ROWS
-. test/distributed/compare_lib.sh  # close_steps, reproduces, same_weights
 
 NCCL_TEST=build/test/distributed/comm_nccl_test
 if [ -x "$NCCL_TEST" ]; then

@@ -20,17 +20,9 @@
 set -u
 cd "$(dirname "$0")/../.."
 EMU=build/train_gpt2cu_emu
-[ -x "$EMU" ] || { echo "FAIL: $EMU not built"; exit 1; }
-mkdir -p build/test/distributed
-W=$(mktemp -d build/test/distributed/comm_stream.XXXXXX)
-cleanup() { [ -n "${KEEP:-}" ] || rm -rf "$W"; }
-trap cleanup EXIT
-fail=0
-pass() { echo "PASS $*"; }
-bad() { echo "FAIL $*"; fail=1; }
+. test/distributed/prologue.sh comm_stream "$EMU"
 export GPT2_EMU_THREADS=1 GPT2_EMU_DEVICE_COUNT=2
 unset GPT2_EMU_STREAMS GPT2_EMU_STREAM_SEED GPT2_TEST_DROP_COMM_WAIT
-. test/distributed/compare_lib.sh  # close_steps, reproduces
 
 /usr/bin/env python3 test/distributed/synthetic_shard.py "$W/train.bin" 20000 256
 [ -s "$W/train.bin" ] || { echo "FAIL: could not write the synthetic shard"; exit 1; }

@@ -17,14 +17,8 @@
 #      --comm-timeout refuses negative and malformed values.
 set -u
 cd "$(dirname "$0")/../.."
-[ -x ./train_gpt2cu ] || { echo "FAIL: ./train_gpt2cu not built"; exit 1; }
+. test/distributed/prologue.sh comm_timeout ./train_gpt2cu
 EMU=build/train_gpt2cu_emu
-mkdir -p build/test/distributed
-W=$(mktemp -d build/test/distributed/comm_timeout.XXXXXX)
-trap '[ -n "${KEEP:-}" ] || rm -rf "$W"' EXIT
-fail=0
-pass() { echo "PASS $*"; }
-bad() { echo "FAIL $*"; fail=1; }
 MPIRUN=(mpirun --allow-run-as-root --oversubscribe -np 2)
 
 /usr/bin/env python3 test/distributed/synthetic_shard.py "$W/train.bin" 40000 512

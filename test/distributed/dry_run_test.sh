@@ -19,14 +19,7 @@
 set -u
 cd "$(dirname "$0")/../.."
 EMU=build/train_gpt2cu_emu
-[ -x "$EMU" ] || { echo "FAIL: $EMU not built"; exit 1; }
-mkdir -p build/test/distributed
-W=$(mktemp -d build/test/distributed/dry_run.XXXXXX)
-cleanup() { [ -n "${KEEP:-}" ] || rm -rf "$W"; }
-trap cleanup EXIT
-fail=0
-pass() { echo "PASS $*"; }
-bad() { echo "FAIL $*"; fail=1; }
+. test/distributed/prologue.sh dry_run "$EMU"
 export GPT2_EMU_THREADS=1
 unset GPT2_ZERO2_WTE_CHUNK_ROWS GPT2_ZERO2_SLICE_ELEMS
 /usr/bin/env python3 test/distributed/synthetic_shard.py "$W/train.bin" 20000 256

@@ -31,17 +31,9 @@
 set -u
 cd "$(dirname "$0")/../.."
 EMU=build/train_gpt2cu_emu
-[ -x "$EMU" ] || { echo "FAIL: $EMU not built"; exit 1; }
-mkdir -p build/test/distributed
-W=$(mktemp -d build/test/distributed/resume_across.XXXXXX)
-cleanup() { [ -n "${KEEP:-}" ] || rm -rf "$W"; }
-trap cleanup EXIT
-fail=0
-pass() { echo "PASS $*"; }
-bad() { echo "FAIL $*"; fail=1; }
+. test/distributed/prologue.sh resume_across "$EMU"
 export GPT2_EMU_THREADS=1 OMP_NUM_THREADS=1
 unset GPT2_ZERO2_WTE_CHUNK_ROWS GPT2_ZERO2_SLICE_ELEMS
-. test/distributed/compare_lib.sh  # close_steps, same_weights, adamw_weights
 /usr/bin/env python3 test/distributed/synthetic_shard.py "$W/train.bin" 20000 256
 
 B=2 T=32

@@ -34,19 +34,10 @@
 set -u
 cd "$(dirname "$0")/../.."
 EMU=build/train_gpt2cu_emu
-[ -x "$EMU" ] || { echo "FAIL: $EMU not built"; exit 1; }
-mkdir -p build/test/distributed
-W=$(mktemp -d build/test/distributed/zero_cuda_emu.XXXXXX)
-cleanup() { [ -n "${KEEP:-}" ] || rm -rf "$W"; }
-trap cleanup EXIT
-fail=0
-pass() { echo "PASS $*"; }
-bad() { echo "FAIL $*"; fail=1; }
+. test/distributed/prologue.sh zero_cuda_emu "$EMU"
 export GPT2_EMU_THREADS=1
 MPIRUN=(timeout -k 10 120 mpirun --allow-run-as-root --oversubscribe -x GPT2_EMU_THREADS -x GPT2_EMU_DEVICE_COUNT)
 ONE=(timeout -k 10 120)
-
-. test/distributed/compare_lib.sh  # close_steps, same_weights, adamw_weights
 
 /usr/bin/env python3 test/distributed/synthetic_shard.py "$W/train.bin" 20000 256
 [ -s "$W/train.bin" ] || { echo "FAIL: could not write the synthetic shard"; exit 1; }

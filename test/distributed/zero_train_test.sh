@@ -13,15 +13,9 @@
 # A small model with a 512-token vocabulary on synthetic token shards keeps it fast.
 set -u
 cd "$(dirname "$0")/../.."
-[ -x ./train_gpt2cu ] || { echo "FAIL: ./train_gpt2cu not built"; exit 1; }
-mkdir -p build/test/distributed
-W=$(mktemp -d build/test/distributed/zero_train.XXXXXX)
+. test/distributed/prologue.sh zero_train ./train_gpt2cu
 bg=""
-cleanup() { [ -n "$bg" ] && kill -9 "$bg" 2>/dev/null; [ -n "${KEEP:-}" ] || rm -rf "$W"; }
-trap cleanup EXIT
-fail=0
-pass() { echo "PASS $*"; }
-bad() { echo "FAIL $*"; fail=1; }
+on_exit() { [ -n "$bg" ] && kill -9 "$bg" 2>/dev/null; }
 MPIRUN=(timeout -k 10 120 mpirun --allow-run-as-root --oversubscribe)
 ONE=(timeout -k 10 120)
 
@@ -35,7 +29,6 @@ common=(--device cpu --model d$L --config n_embd=$C,n_head=2,max_seq=$TMAX,vocab
         -B 4 -T 32 --total-batch-tokens 256 --lr 1e-3 --warmup-steps 2 --weight-decay 0.1 --threads 1
         --val-every 0 --sample-every 0 --no-shuffle --train-data "$W/train.bin")
 
-. test/distributed/compare_lib.sh  # losses, same_losses, same_weights
 
 # pids of this test's trainer processes writing to DIR (not mpirun, not other tests')
 rank_pids() {
