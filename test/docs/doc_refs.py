@@ -9,7 +9,7 @@ as `DOC:LINE: ...` with what is missing:
   - repository paths: in code spans and code blocks, a word that starts with
     one of the tree's top-level source folders (`train/options.cpp`,
     `scripts/finetune.sh`, `backend/cpu/`; globs and {a,b} alternatives must
-    each match), a span that leaves docs/ (`../x`), and every relative link
+    each match), a word that leaves docs/ (`../x`), and every relative link
     target must exist in the tree;
   - trainer flags: every `--flag` after the program's name on a code-block line
     or in a code span that runs train_gpt2cu, and every `--flag` in a code span
@@ -28,6 +28,7 @@ import sys
 SOURCE_DIRS = ("backend", "dataloader", "dataprep", "dev", "distributed", "docs", "emu", "model",
                "scripts", "test", "tokenizer", "train", "util", ".ci", "kernels")
 PATH_RE = re.compile(r"(?<![\w./-])((?:%s)/[\w./+*{},-]*)" % "|".join(re.escape(d) for d in SOURCE_DIRS))
+UP_RE = re.compile(r"(?<![\w./-])(?:\.\./)+[\w./+-]+")
 LINK_RE = re.compile(r"\]\(([^)\s]+)\)")
 SPAN_RE = re.compile(r"`([^`]+)`")
 # A span right after "llm.c's" names a file of llm.c's repository, not of ours.
@@ -80,23 +81,27 @@ def path_exists(p):
 
 
 def check_paths(doc, n, text, in_block, problems, counts):
+    """Each path the line names, as written and as resolved from the repository root."""
+    here = os.path.dirname(doc)
     pieces = [text] if in_block else SPAN_RE.findall(LLMC_SPAN_RE.sub("", text))
-    candidates = [m.group(1) for piece in pieces for m in PATH_RE.finditer(piece)]
-    # A span that climbs out of docs/ (`../shared/x.h`) names a file outside the repository.
-    candidates += [os.path.normpath(os.path.join(os.path.dirname(doc), piece.split()[0]))
-                   for piece in pieces if not in_block and piece.startswith("../")]
+    candidates = [(m.group(1), m.group(1)) for piece in pieces for m in PATH_RE.finditer(piece)]
+    # A word that climbs out of docs/ (`../shared/x.h`, in a span or not) names a file outside
+    # the repository unless it resolves inside it.
+    if not in_block:
+        candidates += [(m.group(0), os.path.normpath(os.path.join(here, m.group(0))))
+                       for m in UP_RE.finditer(text) if "](" + m.group(0) not in text]
     for target in LINK_RE.findall(text):
         target = target.split("#", 1)[0]
         if not target or re.match(r"[a-z]+:", target):
             continue  # an anchor in the same page, or a URL
-        candidates.append(os.path.normpath(os.path.join(os.path.dirname(doc), target)))
-    for p in candidates:
+        candidates.append((target, os.path.normpath(os.path.join(here, target))))
+    for written, p in candidates:
         p = p.rstrip(".,;:)")
         if PLACEHOLDER_RE.search(p) or not p:
             continue
         counts["paths"] += 1
-        if not path_exists(p):
-            problems.append("%s:%d: no such path in the tree: %s" % (doc, n, p))
+        if p.startswith("../") or not path_exists(p):
+            problems.append("%s:%d: no such path in the tree: %s" % (doc, n, written.rstrip(".,;:)")))
 
 
 def trainer_commands(text, in_block, continued):
