@@ -331,7 +331,7 @@ else
 fi
 
 # --- 6. the fine-tuning recipe under srun: LAUNCH="srun -N 2 -n 2" scripts/finetune.sh ----------------
-TXT=${TINYSHAKESPEARE_TXT:-../shared/data/tinyshakespeare/input.txt}
+TXT=${TINYSHAKESPEARE_TXT:-data/tinyshakespeare/input.txt}  # as `make data` finds it, in the tree
 if [ -x ./train_gpt2cu ] && [ -x ./prepare_data ] && [ -f "$TXT" ] && [ -f data/gpt2/encoder.json ]; then
   head -c 100000 "$TXT" > "$W/ft.txt"
   ./prepare_data --progress none --out-prefix "$W/ftbase" --val-tokens 2000 "$W/ft.txt" >/dev/null 2>&1
