@@ -78,6 +78,17 @@ std::string base_name(const std::string& path) {
   return slash == std::string::npos ? path : path.substr(slash + 1);
 }
 
+// Version 4's spike guard block: the skip count, then each window as a count and its values.
+void read_spike_state(ByteReader& r, const std::string& path, SpikeState* s) {
+  s->skips = r.get<uint64_t>();
+  for (std::vector<double>* window : {&s->loss, &s->grad_norm}) {
+    const uint32_t n = r.get<uint32_t>();
+    if (n > r.remaining() / sizeof(double)) throw std::runtime_error(path + ": truncated state file (spike window)");
+    window->resize(n);
+    if (n) r.get_bytes(window->data(), n * sizeof(double));
+  }
+}
+
 }  // namespace
 
 FileDigest write_state_file(const std::string& path, const TrainState& s) {
@@ -110,6 +121,11 @@ FileDigest write_state_file(const std::string& path, const TrainState& s) {
   w.put(s.eval.best_step);
   w.put(s.eval.last_step);
   w.put(s.eval.bad_evals);
+  w.put(s.spikes.skips);
+  for (const std::vector<double>* window : {&s.spikes.loss, &s.spikes.grad_norm}) {
+    w.put(static_cast<uint32_t>(window->size()));
+    if (!window->empty()) w.put_bytes(window->data(), window->size() * sizeof(double));
+  }
   w.put(static_cast<uint64_t>(s.master.size()));
   w.put(static_cast<uint64_t>(s.loader_state.size()));
   w.put_bytes(s.loader_state.data(), s.loader_state.size());
@@ -191,6 +207,7 @@ TrainState read_state_file(const std::string& path, bool header_only) {
     s.eval.bad_evals = r.get<uint32_t>();
   }
   if (header_only) return s;
+  if (version >= 4) read_spike_state(r, path, &s.spikes);
   const uint64_t master_count = r.get<uint64_t>();
   const uint64_t loader_bytes = r.get<uint64_t>();
   if (loader_bytes > r.remaining()) throw std::runtime_error(path + ": truncated state file (loader state)");

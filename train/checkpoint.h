@@ -23,6 +23,7 @@
 #include "model/config.h"
 #include "train/eval_history.h"
 #include "train/lr_schedule.h"
+#include "train/spike_guard.h"
 
 namespace gpt2 {
 
@@ -49,10 +50,11 @@ struct CheckpointMarker {
   std::vector<FileDigest> files;
 };
 
-// Version 2 added the learning-rate schedule, version 3 the evaluation history;
-// versions 1 and 2 still load (has_schedule = false: the resuming run defines
-// the schedule from its flags; no history: it starts with the next evaluation).
-constexpr uint32_t kStateFileVersion = 3;
+// Version 2 added the learning-rate schedule, version 3 the evaluation history,
+// version 4 the spike guards' windows; versions 1 to 3 still load
+// (has_schedule = false: the resuming run defines the schedule from its flags;
+// no history: it starts with the next evaluation; no windows: a new warm-up).
+constexpr uint32_t kStateFileVersion = 4;
 
 // Everything one rank needs, beyond the model file, to continue exactly.
 struct TrainState {
@@ -72,6 +74,8 @@ struct TrainState {
   LrSchedule schedule;
   // Best validation loss and early-stopping count (version 3; empty before).
   EvalHistory eval;
+  // Spike guards' skip count and windows (version 4; empty before).
+  SpikeState spikes;
   std::vector<uint8_t> loader_state;
   std::vector<float> m, v;          // AdamW moments of [shard_begin, shard_end)
   std::vector<float> master;        // fp32 master weights of the shard, empty for fp32 parameters

@@ -15,7 +15,11 @@ struct StepRecord {
   double loss = 0, grad_norm = 0, lr = 0, ms = 0, tok_per_s = 0, eta_s = 0;
   uint64_t comm_bytes = 0;         // bytes this rank sent in collectives during the step
   int64_t supervised_tokens = -1;  // targets in the loss, all ranks (SFT masks); -1: plain data, all count
-  bool skipped = false;            // non-finite loss/norm, update skipped
+  bool skipped = false;            // update skipped: non-finite loss/norm, or a spike
+  std::string skip_note;           // the step line's " | SKIPPED (...)"
+  std::string skip_reason;         // JSONL: "non-finite", "loss_z", "grad_z"
+  double loss_z = 0, grad_z = 0;   // spike guards' z-scores (NaN in their warm-up)
+  int64_t spike_skips = -1;        // steps skipped as spikes so far; -1: guards off
 };
 
 class TrainLogger {

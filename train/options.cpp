@@ -191,6 +191,9 @@ const std::vector<OptionSpec>& option_table() {
       {"epochs", 0, "E", "train E passes over the training data (fractional: HF's num_train_epochs), ceil(E x steps per epoch) steps at this global batch, as the banner says; the lr schedule spans them. A positive --max-steps overrides it, as in HF [one epoch]", [](TrainOptions& o, const char* v) { o.epochs = parse_double("epochs", v, -1e30, 1e30); if (!(o.epochs > 0.0 && o.epochs <= 1e6)) bad_value("epochs", v, "a number in (0, 1e6]"); }, [](const TrainOptions& o) { return fmt(o.epochs); }},
       {"on-nan", 0, "skip|stop", "non-finite loss or gradient norm: skip the update, or stop with an error (checkpoints kept) [stop]", [](TrainOptions& o, const char* v) { o.on_nan = choice("on-nan", v, {"skip", "stop"}); }, [](const TrainOptions& o) { return o.on_nan; }},
       {"max-nan-skips", 0, "N", "--on-nan skip: stop with an error after N consecutive skipped steps [10]", INT(max_nan_skips, "max-nan-skips", 1, 1 << 30)},
+      {"skip-loss-z", 0, "Z", "spike guard (llm.c's -sl): a step whose loss is more than Z standard deviations above the mean of the last --spike-window steps' losses is not applied (weights, AdamW moments and step count untouched; its data consumed); 0 = off [0]", [](TrainOptions& o, const char* v) { o.skip_loss_z = parse_double("skip-loss-z", v, 0.0, 1e6); }, [](const TrainOptions& o) { return fmt(o.skip_loss_z); }},
+      {"skip-grad-z", 0, "Z", "the same for the gradient norm (llm.c's -sg); 0 = off [0]", [](TrainOptions& o, const char* v) { o.skip_grad_z = parse_double("skip-grad-z", v, 0.0, 1e6); }, [](const TrainOptions& o) { return fmt(o.skip_grad_z); }},
+      {"spike-window", 0, "W", "steps the spike guards' mean and deviation cover; none is skipped before W steps have filled it (warm-up) [128]", INT(spike_window, "spike-window", 2, 1 << 20)},
       {"seed", 0, "N", "seed for init, data shuffling, sampling and the dropout masks [1337]", INT(seed, "seed", 0, kBig)},
       // evaluation and sampling
       {"val-every", 0, "N", "validation every N steps and at the end; 0 disables [20]", INT(val_every, "val-every", 0, 1 << 30)},
@@ -266,7 +269,8 @@ void check_modes(const TrainOptions& o) {
     throw std::runtime_error(mode + " does not train: --resume has no meaning (use --init-from CHECKPOINT_DIR)");
   const char* training_flag = o.epochs > 0 ? "--epochs" : o.keep_best ? "--keep-best"
                               : o.early_stopping_patience > 0 ? "--early-stopping-patience"
-                              : o.dropout_given() ? "--dropout" : o.overfit_batch ? "--overfit-batch" : nullptr;
+                              : o.dropout_given() ? "--dropout" : o.overfit_batch ? "--overfit-batch"
+                              : o.skip_loss_z > 0 ? "--skip-loss-z" : o.skip_grad_z > 0 ? "--skip-grad-z" : nullptr;
   if ((o.eval_only || o.generate) && training_flag)
     throw std::runtime_error(mode + " does not train: " + training_flag + " has no meaning");
 }

@@ -49,6 +49,9 @@ struct TrainOptions {
   bool dropout_given() const { return dropout_embd >= 0.0f || dropout_resid >= 0.0f || dropout_attn >= 0.0f; }
   std::string on_nan = "stop";        // skip | stop
   int max_nan_skips = 10;             // --on-nan skip: consecutive skipped steps before stopping
+  double skip_loss_z = 0;             // skip a step whose loss is this many deviations above the window; 0: off
+  double skip_grad_z = 0;             // the same for the gradient norm
+  int spike_window = 128;             // steps in the spike guards' window (and their warm-up)
   uint64_t seed = 1337;
   // evaluation and sampling
   int val_every = 20;                 // 0 disables

@@ -8,7 +8,6 @@
 #include <memory>
 #include <sstream>
 #include <stdexcept>
-#include <thread>
 #include <utility>
 #include <vector>
 
@@ -36,6 +35,8 @@
 #include "train/run_length.h"
 #include "train/run_setup.h"
 #include "train/sampler.h"
+#include "train/spike_guard.h"
+#include "train/test_hooks.h"
 #include "util/checked_io.h"
 #include "util/rng.h"
 
@@ -63,31 +64,6 @@ void require_finite(const std::vector<float>& v, const std::string& what) {
   if (const size_t bad = count_nonfinite(v, &first))
     throw std::runtime_error(what + ": " + std::to_string(bad) + " non-finite value(s), the first at index " +
                              std::to_string(first));
-}
-
-// ---- test hook: faults of one rank ------------------------------------------------
-// For the fault tests (test/distributed/comm_timeout_test.sh) only, read here and
-// nowhere else: at the start of optimizer step N (1-based, as logged) of rank R,
-// after the step's stop check, before its first forward,
-//   GPT2_TEST_HANG_RANK=R GPT2_TEST_HANG_AT_STEP=N   the rank hangs (sleeps forever)
-//   GPT2_TEST_EXIT_RANK=R GPT2_TEST_EXIT_AT_STEP=N   the rank exits 1 at once
-// so that its peers wait in the next collective for a rank that never comes.
-bool test_fault_env(const char* rank_var, const char* step_var, int rank, int step) {
-  const char* r = std::getenv(rank_var);
-  const char* s = std::getenv(step_var);
-  return r && s && std::atoi(r) == rank && std::atoi(s) == step + 1;
-}
-
-void test_fault_hook(const DistContext& dist, int step) {
-  if (test_fault_env("GPT2_TEST_EXIT_RANK", "GPT2_TEST_EXIT_AT_STEP", dist.rank, step)) {
-    std::fprintf(stderr, "%stest hook: exiting before step %d (GPT2_TEST_EXIT_*)\n", dist.prefix().c_str(), step + 1);
-    std::fflush(stderr);
-    std::_Exit(1);
-  }
-  if (!test_fault_env("GPT2_TEST_HANG_RANK", "GPT2_TEST_HANG_AT_STEP", dist.rank, step)) return;
-  std::fprintf(stderr, "%stest hook: hanging before step %d (GPT2_TEST_HANG_*)\n", dist.prefix().c_str(), step + 1);
-  std::fflush(stderr);
-  for (;;) std::this_thread::sleep_for(std::chrono::hours(1));
 }
 
 // ---- backend and communicators ---------------------------------------------------
@@ -155,6 +131,7 @@ class TrainingRun {
   void train_step(int step);
   uint64_t load_step_batches();
   uint64_t micro_token0(int micro) const;
+  void agree_on_rank0(double* loss, double* norm);
   double evaluate();
   bool validate(int step, bool at_end);
   bool checkpoint_on_disk(int step) const {
@@ -203,6 +180,7 @@ class TrainingRun {
   int last_step_done_ = 0;
   uint64_t nan_skips_ = 0;
   int nan_run_ = 0;  // consecutive skipped steps
+  SpikeGuard spikes_;  // --skip-loss-z, --skip-grad-z (in every checkpoint)
   Rng sample_rng_;
   std::vector<int32_t> inputs_, targets_;
   double time_sum_ = 0.0;
@@ -227,6 +205,7 @@ TrainingRun::TrainingRun(const TrainOptions& opts, const DistContext& dist, Comm
       train_loader_(train_loader_options(opts, shape_, dist, cfg_.vocab_size)),
       optimizer_(*backend_, layout_, dp_.opt_begin(), dp_.opt_end()),
       hyper_(adamw_hyper(opts)),
+      spikes_(opts.skip_loss_z, opts.skip_grad_z, opts.spike_window),
       sample_rng_(opts.seed ^ 0x5A4D504C45ULL) {
   if (opts.val_every > 0) {
     DataLoaderOptions vlo = train_loader_options(opts, shape_, dist, cfg_.vocab_size);
@@ -369,6 +348,7 @@ void TrainingRun::resume_from(uint64_t step) {
   train_loader_.load_state(st.loader_state);
   sample_rng_.set_state(st.sample_rng);
   nan_skips_ = st.nan_skips;
+  spikes_.restore(st.spikes);
   history_ = st.eval;
   start_step_ = static_cast<int>(step);
   // Every rank has read the old shards before any rank may write: a run resumed
@@ -493,6 +473,7 @@ void TrainingRun::save_checkpoint(int step) {
   st.seed = opts_.seed;
   st.sample_rng = sample_rng_.state();
   st.nan_skips = nan_skips_;
+  st.spikes = spikes_.state();
   st.has_schedule = true;
   st.schedule = schedule_;
   st.eval = history_;
@@ -553,6 +534,16 @@ uint64_t TrainingRun::micro_token0(int micro) const {
   return window * static_cast<uint64_t>(shape_.B) * static_cast<uint64_t>(shape_.T);
 }
 
+// Rank 0's loss and norm on every rank, bit for bit (an all-reduce need not
+// give one result everywhere): the spike guards decide alike and keep equal windows.
+void TrainingRun::agree_on_rank0(double* loss, double* norm) {
+  if (dist_.world == 1) return;
+  double v[2] = {*loss, *norm};
+  comms_.host.broadcast(v, sizeof(v), 0);
+  *loss = v[0];
+  *norm = v[1];
+}
+
 void TrainingRun::train_step(int step) {
   test_fault_hook(dist_, step);  // tests only: this rank hangs or exits here
 
@@ -563,9 +554,10 @@ void TrainingRun::train_step(int step) {
   // Gradients are averaged over ranks, so each rank scales by world / count.
   // (Plain shards: 1/(B*T*grad_accum), the same float as ever.)
   const float dloss_scale =
-      !train_loader_.has_loss_mask() ? 1.0f / static_cast<float>(NT * grad_accum)
-      : supervised ? static_cast<float>(static_cast<double>(dist_.world) / static_cast<double>(supervised))
-                   : 0.0f;
+      test_gradient_scale(step) *
+      (!train_loader_.has_loss_mask() ? 1.0f / static_cast<float>(NT * grad_accum)
+       : supervised ? static_cast<float>(static_cast<double>(dist_.world) / static_cast<double>(supervised))
+                    : 0.0f);
   comms_.reset_stats();
   dp_.begin_step();
   model_.zero_grad();
@@ -591,24 +583,29 @@ void TrainingRun::train_step(int step) {
   // time runs from the step's start to its wait (in steady state the period).
   const double loss_sum = model_.collect_deferred_losses();
   const double dt = seconds_since(t0);
-  const double loss =
+  double loss =
       supervised ? all_reduce_value(comms_.host, loss_sum, ReduceOp::kSum) / static_cast<double>(supervised) : 0.0;
   const float lr = schedule_.at(step);
   if (supervised == 0) {  // every target masked: nothing to learn from, nothing to update
     log_.info("step " + std::to_string(step + 1) + ": no supervised token in the batch; weights not updated");
     return;
   }
-  const double norm = dp_.grad_norm();  // copied behind the clip scale: the wait above covered it
+  double norm = dp_.grad_norm();  // copied behind the clip scale: the wait above covered it
+  if (spikes_.enabled()) agree_on_rank0(&loss, &norm);
   const bool finite = std::isfinite(loss) && std::isfinite(norm);
   if (!finite && opts_.on_nan == "stop")
     throw std::runtime_error("non-finite " + std::string(std::isfinite(loss) ? "gradient norm" : "loss") +
                              " at step " + std::to_string(step + 1) +
                              " (weights not updated; last checkpoint kept; --on-nan skip to continue)");
-  if (finite) {  // the clip scale is read on the device (clip_scale_value)
-    optimizer_.step(model_.params(), dp_.shard_grads(model_), lr, dp_.clip_state(), step + 1, hyper_);
+  // A spike is not applied: AdamW's step count t is the updates applied
+  // (non-finite skips count, as they always have).
+  const SpikeVerdict spike = finite && spikes_.enabled() ? spikes_.observe(loss, norm) : SpikeVerdict{};
+  if (finite && !spike.skip) {  // the clip scale is read on the device (clip_scale_value)
+    const int t = step + 1 - static_cast<int>(spikes_.skips());
+    optimizer_.step(model_.params(), dp_.shard_grads(model_), lr, dp_.clip_state(), t, hyper_);
     dp_.gather_params(model_);
     nan_run_ = 0;
-  } else {
+  } else if (!finite) {
     nan_skips_++;
     if (++nan_run_ >= opts_.max_nan_skips)  // the same on every rank: loss and norm are all-reduced
       throw std::runtime_error("non-finite " + std::string(std::isfinite(loss) ? "gradient norm" : "loss") +
@@ -629,7 +626,14 @@ void TrainingRun::train_step(int step) {
   rec.ms = dt * 1000.0;
   rec.tok_per_s = shape_.total_batch / dt;
   rec.eta_s = (timed_steps_ ? time_sum_ / timed_steps_ : dt) * (total_steps_ - step - 1);
-  rec.skipped = !finite;
+  rec.skipped = !finite || spike.skip;
+  rec.skip_note = finite ? spikes_.describe(spike) : " | SKIPPED (non-finite)";
+  rec.skip_reason = finite ? spike.reason : "non-finite";
+  if (spikes_.enabled()) {
+    rec.loss_z = spike.loss_z;
+    rec.grad_z = spike.grad_z;
+    rec.spike_skips = static_cast<int64_t>(spikes_.skips());
+  }
   rec.supervised_tokens = train_loader_.has_loss_mask() ? static_cast<int64_t>(supervised) : -1;
   rec.comm_bytes = comms_.sent_bytes();
   log_.step(rec);
@@ -677,6 +681,8 @@ int TrainingRun::finish() {
   }
   if (nan_skips_)
     log_.info("skipped " + std::to_string(nan_skips_) + " step(s) with a non-finite loss or gradient norm");
+  if (spikes_.skips())
+    log_.info("skipped " + std::to_string(spikes_.skips()) + " step(s) as loss or gradient-norm spikes");
   return 0;
 }
 

@@ -11,8 +11,7 @@ set -u
 cd "$(dirname "$0")/../.."
 BIN=${GPT2_TRAIN_BIN:-./train_gpt2cu}
 [ -x "$BIN" ] || { echo "FAIL: $BIN not built"; exit 1; }
-TXT=${TINYSHAKESPEARE_TXT:-../shared/data/tinyshakespeare/input.txt}
-[ -f "$TXT" ] || TXT=data/tinyshakespeare/input.txt
+TXT=${TINYSHAKESPEARE_TXT:-data/tinyshakespeare/input.txt}  # as `make data` finds it, in the tree
 [ -f "$TXT" ] || { echo "SKIP: no tinyshakespeare text (TINYSHAKESPEARE_TXT)"; exit 77; }
 mkdir -p build/test/e2e
 W=$(mktemp -d build/test/e2e/pretraining.XXXXXX)
@@ -23,14 +22,8 @@ pass() { echo "ok   $*"; }
 bad() { echo "FAIL $*"; fail=1; }
 RUN=(timeout -k 10 120 "$BIN")
 
-# shards of raw bytes (llm.c's uint16 format): token = byte, vocab 256
-head -c 40000 "$TXT" | python3 -c '
-import struct, sys
-t = sys.stdin.buffer.read()
-def shard(path, ids):
-    open(path, "wb").write(struct.pack("<256i", 20240520, 1, len(ids), *[0] * 253) + struct.pack("<%dH" % len(ids), *ids))
-shard(sys.argv[1] + "/b_val_000000.bin", t[:2000])
-shard(sys.argv[1] + "/b_train_000001.bin", t[2000:])' "$W" || { echo "FAIL: writing the shards"; exit 1; }
+# shards of raw bytes: token = byte, vocab 256
+head -c 40000 "$TXT" | python3 test/e2e/byte_shards.py "$W" || { echo "FAIL: writing the shards"; exit 1; }
 common=(--device cpu --threads 1 -T 32 -B 4 --sample-every 0 --lr-schedule constant --val-every 0
         --train-data "$W/b_train_*.bin" --val-data "$W/b_val_*.bin" --model d2
         --config n_embd=64,n_head=2,max_seq=64,vocab_size=256,padded_vocab_size=256)

@@ -245,7 +245,11 @@ TEST(CheckpointMarker, EveryDamagedFileIsNamed) {
   restore();
   const size_t marker_bytes = read_text_file(ck.done_path(3)).size();
   for (size_t offset : {size_t{2}, size_t{40}, marker_bytes - 5}) {  // first line, a file line, the end line
-    flip_byte(ck.done_path(3), offset);
+    // a digit for another (a flipped bit may turn the end line's hex into a
+    // non-digit, which is a malformed marker rather than a corrupt one)
+    std::string bytes = read_text_file(ck.done_path(3));
+    bytes[offset] = bytes[offset] == '0' ? '1' : '0';
+    std::ofstream(ck.done_path(3), std::ios::binary | std::ios::trunc).write(bytes.data(), bytes.size());
     p = ck.verify(3);
     EXPECT_NE(p.find("DONE_00000003 is corrupt"), std::string::npos) << offset << ": " << p;
     EXPECT_NE(error_of([&] { ck.read_marker(3); }).find(ck.done_path(3)), std::string::npos);

@@ -123,12 +123,31 @@ TEST(StateFileV3, EvalHistoryRoundTrips) {
 TEST(StateFileV3, ReadsVersionTwoWithoutHistory) {
   const std::string d = temp_dir("state_v2_read");
   write_state_file(d + "/s.bin", small_state());
-  const std::string v2 = older_state_file(read_text_file(d + "/s.bin"), 144, 28, 2, 4);
+  // (and without version 4's 16 bytes of empty spike windows after it)
+  const std::string v2 = older_state_file(read_text_file(d + "/s.bin"), 144, 28 + 16, 2, 4);
   std::ofstream(d + "/s2.bin", std::ios::binary).write(v2.data(), static_cast<std::streamsize>(v2.size()));
   const TrainState r = read_state_file(d + "/s2.bin");
   EXPECT_EQ(r.eval, EvalHistory{});
   EXPECT_TRUE(r.has_schedule);
   EXPECT_EQ(r.loader_state, small_state().loader_state);
+  EXPECT_EQ(r.m, small_state().m);
+}
+
+// Version 4 keeps the spike guards' windows and skip count, every bit; a
+// version 3 file (without the block at offset 172) loads with none.
+TEST(StateFileV4, SpikeWindowsRoundTripAndVersionThreeLoads) {
+  const std::string d = temp_dir("state_v4");
+  TrainState s = small_state();
+  s.spikes = {3, {2.5, 2.25, 0.1 + 0.2}, {1.0, 7.5}};
+  write_state_file(d + "/s.bin", s);
+  EXPECT_EQ(read_state_file(d + "/s.bin").spikes, s.spikes);
+  EXPECT_EQ(read_state_file(d + "/s.bin").m, s.m);
+  write_state_file(d + "/e.bin", small_state());
+  const std::string v3 = older_state_file(read_text_file(d + "/e.bin"), 172, 16, 3, 4);
+  std::ofstream(d + "/s3.bin", std::ios::binary).write(v3.data(), static_cast<std::streamsize>(v3.size()));
+  const TrainState r = read_state_file(d + "/s3.bin");
+  EXPECT_EQ(r.spikes, SpikeState{});
+  EXPECT_EQ(r.eval, small_state().eval);
   EXPECT_EQ(r.m, small_state().m);
 }
 

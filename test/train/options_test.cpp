@@ -305,6 +305,14 @@ TEST(Options, PretrainingFlags) {
   EXPECT_NE(error_of({"--milestone-every", "-1", "-o", "x"}).find("--milestone-every: invalid value"),
             std::string::npos);
   EXPECT_NE(error_of({"--eval-only", "--overfit-batch"}).find("--overfit-batch has no meaning"), std::string::npos);
+  o = parse({"--skip-loss-z", "6", "--skip-grad-z=4.5", "--spike-window", "32"});
+  EXPECT_EQ(o.skip_loss_z, 6.0);
+  EXPECT_EQ(o.skip_grad_z, 4.5);
+  EXPECT_EQ(o.spike_window, 32);
+  EXPECT_EQ(parse({}).spike_window, 128);
+  EXPECT_NE(error_of({"--skip-loss-z", "-1"}).find("--skip-loss-z: invalid value '-1'"), std::string::npos);
+  EXPECT_NE(error_of({"--spike-window", "1"}).find("--spike-window: invalid value"), std::string::npos);
+  EXPECT_NE(error_of({"--generate", "--skip-grad-z", "3"}).find("--skip-grad-z has no meaning"), std::string::npos);
 }
 
 TEST(RunDropout, FlagsOverTheModelsRates) {

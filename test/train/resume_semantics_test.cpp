@@ -72,12 +72,12 @@ TEST(StateFileV2, ScheduleAndGlobalBatchRoundTrip) {
 // A version 1 file: the version 3 layout without the 24 schedule bytes that
 // follow nan_skips (offset 8 magic + 4 version + 8 step + 24 config + 12 world,
 // rank, stage + 24 shard, params + 8 B, T + 32 total, seed, rng, skips = 120)
-// and the 28 bytes of evaluation history after them.
+// and the 28 bytes of evaluation history and version 4's 16 of spike windows after them.
 TEST(StateFileV2, ReadsVersionOneWithoutSchedule) {
   const std::string d = temp_dir("state_v1");
   const TrainState s = small_state();
   write_state_file(d + "/s.bin", s);
-  std::string v1 = older_state_file(read_text_file(d + "/s.bin"), 120, 24 + 28, 1, 8);
+  std::string v1 = older_state_file(read_text_file(d + "/s.bin"), 120, 24 + 28 + 16, 1, 8);
   std::ofstream(d + "/s1.bin", std::ios::binary).write(v1.data(), v1.size());
   TrainState r = read_state_file(d + "/s1.bin");
   EXPECT_FALSE(r.has_schedule);

@@ -1,0 +1,42 @@
+#include "train/test_hooks.h"
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <thread>
+
+#include "distributed/context.h"
+
+namespace gpt2 {
+
+namespace {
+
+bool test_fault_env(const char* rank_var, const char* step_var, int rank, int step) {
+  const char* r = std::getenv(rank_var);
+  const char* s = std::getenv(step_var);
+  return r && s && std::atoi(r) == rank && std::atoi(s) == step + 1;
+}
+
+}  // namespace
+
+void test_fault_hook(const DistContext& dist, int step) {
+  if (test_fault_env("GPT2_TEST_EXIT_RANK", "GPT2_TEST_EXIT_AT_STEP", dist.rank, step)) {
+    std::fprintf(stderr, "%stest hook: exiting before step %d (GPT2_TEST_EXIT_*)\n", dist.prefix().c_str(), step + 1);
+    std::fflush(stderr);
+    std::_Exit(1);
+  }
+  if (!test_fault_env("GPT2_TEST_HANG_RANK", "GPT2_TEST_HANG_AT_STEP", dist.rank, step)) return;
+  std::fprintf(stderr, "%stest hook: hanging before step %d (GPT2_TEST_HANG_*)\n", dist.prefix().c_str(), step + 1);
+  std::fflush(stderr);
+  for (;;) std::this_thread::sleep_for(std::chrono::hours(1));
+}
+
+float test_gradient_scale(int step) {
+  const char* v = std::getenv("GPT2_TEST_SCALE_GRAD");
+  int at = 0;
+  float factor = 1.0f;
+  if (!v || std::sscanf(v, "%d:%f", &at, &factor) != 2 || at != step + 1) return 1.0f;
+  return factor;
+}
+
+}  // namespace gpt2

@@ -1,0 +1,25 @@
+// Test hooks of the training loop, read from the environment here and nowhere
+// else; unset, they do nothing. For the tests named below only.
+#ifndef TRAIN_TEST_HOOKS_H
+#define TRAIN_TEST_HOOKS_H
+
+namespace gpt2 {
+
+struct DistContext;
+
+// Faults of one rank (test/distributed/comm_timeout_test.sh): at the start of
+// optimizer step N (1-based, as logged) of rank R, after the step's stop
+// check, before its first forward,
+//   GPT2_TEST_HANG_RANK=R GPT2_TEST_HANG_AT_STEP=N   the rank hangs (sleeps forever)
+//   GPT2_TEST_EXIT_RANK=R GPT2_TEST_EXIT_AT_STEP=N   the rank exits 1 at once
+// so that its peers wait in the next collective for a rank that never comes.
+void test_fault_hook(const DistContext& dist, int step);
+
+// A planted gradient spike (test/e2e/spike_guard_test.sh):
+// GPT2_TEST_SCALE_GRAD=N:F multiplies every gradient of step N (1-based) by F
+// on every rank, leaving its loss alone. 1 for other steps.
+float test_gradient_scale(int step);
+
+}  // namespace gpt2
+
+#endif  // TRAIN_TEST_HOOKS_H
