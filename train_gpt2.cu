@@ -36,10 +36,15 @@ int main(int argc, char** argv) {
   // Ctrl-C stops the same way (checkpoint, lock released); a second one ends the
   // process at once, as the default action would.
   gpt2::install_stop_handlers({SIGINT}, /*second_is_default=*/true);
-  // MPI comes up after the CLI check so a typo fails fast without a launcher.
+  // MPI (or, launched without it, the rendezvous) comes up after the CLI check
+  // so a typo fails fast without a launcher.
   std::unique_ptr<gpt2::DistRuntime> runtime;
   try {
-    runtime = std::make_unique<gpt2::DistRuntime>(&argc, &argv);
+    gpt2::LaunchSettings launch;  // for launches without MPI (torchrun, srun --mpi=none)
+    launch.rendezvous = opts.rendezvous;
+    launch.timeout_s = opts.comm_timeout > 0 ? opts.comm_timeout : gpt2::kDefaultCommTimeoutSeconds;
+    launch.device_ranks = opts.device != "cpu";
+    runtime = std::make_unique<gpt2::DistRuntime>(&argc, &argv, launch);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return 1;
@@ -51,8 +56,7 @@ int main(int argc, char** argv) {
   gpt2::CommWatchdog watchdog(opts.comm_timeout, dist.prefix());
   int rc = 0;
   try {
-    std::unique_ptr<gpt2::Communicator> comm = gpt2::make_mpi_communicator(*runtime);
-    comm->set_watchdog(&watchdog);
+    std::unique_ptr<gpt2::Communicator> comm = gpt2::make_host_communicator(*runtime, &watchdog);
     rc = opts.eval_only  ? gpt2::run_evaluation(opts, dist, *comm)
          : opts.generate ? gpt2::run_generation(opts, dist)
                          : gpt2::run_training(opts, dist, *comm);

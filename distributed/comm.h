@@ -246,6 +246,11 @@ inline double all_reduce_value(Communicator& comm, double value, ReduceOp op) {
 std::unique_ptr<Communicator> make_mpi_communicator(const DistRuntime& runtime,
                                                     size_t max_message_elems = 0);
 
+// The trainer's host communicator for `runtime`'s launch: MPI's, or without MPI
+// (torchrun, srun --mpi=none) the NCCL-staged one (make_nccl_host_communicator,
+// distributed/context.h), its NCCL calls timed by `watchdog` from the start.
+std::unique_ptr<Communicator> make_host_communicator(const DistRuntime& runtime, CommWatchdog* watchdog);
+
 }  // namespace gpt2
 
 #endif  // DISTRIBUTED_COMM_H

@@ -235,4 +235,11 @@ std::unique_ptr<Communicator> make_mpi_communicator(const DistRuntime& runtime,
   return std::make_unique<MpiCommunicator>(runtime.context(), chunk);
 }
 
+std::unique_ptr<Communicator> make_host_communicator(const DistRuntime& runtime, CommWatchdog* watchdog) {
+  if (!runtime.uses_mpi()) return make_nccl_host_communicator(runtime.nccl_id(), runtime.context(), watchdog);
+  auto comm = make_mpi_communicator(runtime);
+  comm->set_watchdog(watchdog);
+  return comm;
+}
+
 }  // namespace gpt2

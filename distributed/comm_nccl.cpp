@@ -34,6 +34,7 @@
 #include <cstdlib>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -98,8 +99,7 @@ struct IdMessage {
 
 class NcclCommunicator final : public Communicator {
  public:
-  NcclCommunicator(const Communicator& bootstrap, cudaStream_t stream)
-      : rank_(bootstrap.rank()), world_(bootstrap.world()), stream_(stream) {
+  NcclCommunicator(int rank, int world, cudaStream_t stream) : rank_(rank), world_(world), stream_(stream) {
     DistContext ctx;
     ctx.rank = rank_;
     ctx.world = world_;
@@ -161,6 +161,30 @@ class NcclCommunicator final : public Communicator {
                          r);
     }
     agree(bootstrap, error, "ncclCommInitRank");
+  }
+
+  // Without a bootstrap communicator (a launch without MPI): the id came from
+  // the rendezvous. A failure is this rank's alone; a peer left in NCCL's init
+  // is ended by its watchdog.
+  void init_from_id(const std::string& id_bytes, int cuda_device) {
+    const std::string error = prepare_device(cuda_device);
+    if (!error.empty()) throw_failed(prefix_ + error);
+    ncclUniqueId id{};
+    if (id_bytes.size() != sizeof id.internal)
+      throw_failed(prefix_ + "the rendezvous carried " + std::to_string(id_bytes.size()) +
+                   " bytes, not an NCCL unique id (" + std::to_string(sizeof id.internal) + ")");
+    std::memcpy(id.internal, id_bytes.data(), sizeof id.internal);
+    ncclResult_t r;
+    {
+      InFlight in_flight(watchdog_slot(), "ncclCommInitRank");
+      r = ncclCommInitRank(&comm_, world_, id, rank_);
+    }
+    if (r != ncclSuccess) {
+      comm_ = nullptr;
+      throw_failed(prefix_ + error_text("ncclCommInitRank(nranks " + std::to_string(world_) + ", rank " +
+                                            std::to_string(rank_) + ", CUDA device " + std::to_string(cuda_device) + ")",
+                                        r));
+    }
   }
 
   int rank() const override { return rank_; }
@@ -519,11 +543,151 @@ class NcclCommunicator final : public Communicator {
   bool aborted_ = false;          // ncclCommAbort called (own thread only): comm_ is gone
 };
 
+// Host memory through NCCL, for launches without MPI: every call copies the
+// host buffer to a device staging buffer on a private stream, runs the NCCL
+// collective there and copies the result back; wait_device (polled against the
+// watchdog's timeout) makes it complete on return, as comm.h requires.
+class NcclHostCommunicator final : public Communicator {
+ public:
+  NcclHostCommunicator(std::unique_ptr<NcclCommunicator> nccl, cudaStream_t stream)
+      : nccl_(std::move(nccl)), stream_(stream) {}
+  ~NcclHostCommunicator() override {
+    detach_watchdog();
+    nccl_.reset();
+    if (staging_ != nullptr) cudaFree(staging_);
+    if (stream_ != nullptr) cudaStreamDestroy(stream_);
+  }
+
+  int rank() const override { return nccl_->rank(); }
+  int world() const override { return nccl_->world(); }
+  bool is_device_memory() const override { return false; }
+  std::string name() const override { return "nccl (host buffers staged)"; }
+
+ protected:
+  std::string error_prefix() const override { return prefix(); }
+
+  void do_all_reduce(const void* send, void* recv, size_t count, DataType type, ReduceOp op) override {
+    const size_t bytes = count * data_type_bytes(type);
+    char* d = upload(send, bytes, 0, bytes);
+    nccl_->all_reduce(d, d, count, type, op);
+    download(recv, d, bytes);
+  }
+
+  void do_reduce_scatter(const void* send, void* recv, size_t recv_count, DataType type, ReduceOp op) override {
+    const size_t block = recv_count * data_type_bytes(type), mine = block * static_cast<size_t>(rank());
+    char* d = upload(send, block * static_cast<size_t>(world()), 0, block * static_cast<size_t>(world()));
+    nccl_->reduce_scatter(d, d + mine, recv_count, type, op);
+    download(recv, d + mine, block);
+  }
+
+  void do_reduce_scatter_v(const void* send, void* recv, const std::vector<size_t>& counts, DataType type,
+                           ReduceOp op) override {
+    const size_t eb = data_type_bytes(type);
+    size_t total = 0;
+    for (size_t c : counts) total += c;
+    const size_t mine = counts[static_cast<size_t>(rank())] * eb;
+    char* d = upload(send, total * eb, 0, total * eb + mine);
+    nccl_->reduce_scatter_v(d, d + total * eb, counts, type, op);
+    download(recv, d + total * eb, mine);
+  }
+
+  void do_all_gather(const void* send, void* recv, size_t send_count, DataType type) override {
+    const size_t block = send_count * data_type_bytes(type), mine = block * static_cast<size_t>(rank());
+    char* d = upload(send, block, mine, block * static_cast<size_t>(world()));
+    nccl_->all_gather(d + mine, d, send_count, type);
+    download(recv, d, block * static_cast<size_t>(world()));
+  }
+
+  void do_broadcast(void* buf, size_t bytes, int root) override {
+    char* d = upload(buf, bytes, 0, bytes);
+    nccl_->broadcast(d, bytes, root);
+    download(buf, d, bytes);
+  }
+
+  void do_barrier() override { nccl_->barrier(); }
+
+ private:
+  std::string prefix() const {
+    DistContext ctx;
+    ctx.rank = rank();
+    ctx.world = world();
+    ctx.host = host_name();
+    return ctx.prefix();
+  }
+
+  void check(cudaError_t e, const char* what) const {
+    if (e != cudaSuccess)
+      throw std::runtime_error(prefix() + "distributed/comm_nccl.cpp: " + what + " failed: " + cudaGetErrorString(e));
+  }
+
+  // `bytes` of `src` at offset `at` of a staging buffer of at least `size` bytes.
+  char* upload(const void* src, size_t bytes, size_t at, size_t size) {
+    if (size > staging_bytes_) {
+      if (staging_ != nullptr) check(cudaFree(staging_), "cudaFree of the staging buffer");
+      staging_ = nullptr;
+      check(cudaMalloc(&staging_, size), "cudaMalloc of the staging buffer");
+      staging_bytes_ = size;
+    }
+    char* d = static_cast<char*>(staging_);
+    check(cudaMemcpyAsync(d + at, src, bytes, cudaMemcpyHostToDevice, stream_), "cudaMemcpyAsync to the device");
+    return d;
+  }
+
+  void download(void* dst, const char* src, size_t bytes) {
+    check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream_), "cudaMemcpyAsync to the host");
+    nccl_->wait_device();  // polled against the collective timeout
+  }
+
+  std::unique_ptr<NcclCommunicator> nccl_;
+  cudaStream_t stream_;
+  void* staging_ = nullptr;
+  size_t staging_bytes_ = 0;
+};
+
 }  // namespace
+
+bool nccl_linked() { return true; }
+
+std::string nccl_unique_id_for_launch(const DistContext& ctx) {
+  ncclUniqueId id{};
+  const ncclResult_t r = ncclGetUniqueId(&id);
+  if (r != ncclSuccess)
+    throw std::runtime_error(ctx.prefix() + "distributed/comm_nccl.cpp: ncclGetUniqueId failed: " +
+                             ncclGetErrorString(r));
+  return std::string(id.internal, sizeof id.internal);
+}
+
+std::unique_ptr<Communicator> make_nccl_host_communicator(const std::string& nccl_id, const DistContext& ctx,
+                                                          CommWatchdog* watchdog) {
+  int devices = 0;
+  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0)
+    throw std::runtime_error(ctx.prefix() + "no GPU visible: " + cpu_ranks_need_mpi(ctx));
+  if (ctx.local_rank >= devices)
+    throw std::runtime_error(ctx.prefix() + "local rank " + std::to_string(ctx.local_rank) + " but only " +
+                             std::to_string(devices) + " visible GPU(s): start at most one rank per GPU");
+  const int device = ctx.local_rank;  // as train/device_choice picks it
+  cudaStream_t stream = nullptr;
+  if (cudaSetDevice(device) != cudaSuccess || cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking) != cudaSuccess)
+    throw std::runtime_error(ctx.prefix() + "distributed/comm_nccl.cpp: cannot create a stream on CUDA device " +
+                             std::to_string(device));
+  auto nccl = std::make_unique<NcclCommunicator>(ctx.rank, ctx.world, stream);
+  nccl->set_watchdog(watchdog);
+  try {
+    nccl->init_from_id(nccl_id, device);
+  } catch (...) {
+    nccl.reset();
+    cudaStreamDestroy(stream);
+    throw;
+  }
+  auto host = std::make_unique<NcclHostCommunicator>(std::move(nccl), stream);
+  host->set_watchdog(watchdog);
+  return host;
+}
 
 std::unique_ptr<Communicator> make_nccl_communicator(Communicator& bootstrap, int cuda_device,
                                                      void* cuda_stream) {
-  auto comm = std::make_unique<NcclCommunicator>(bootstrap, static_cast<cudaStream_t>(cuda_stream));
+  auto comm = std::make_unique<NcclCommunicator>(bootstrap.rank(), bootstrap.world(),
+                                                 static_cast<cudaStream_t>(cuda_stream));
   comm->set_watchdog(bootstrap.watchdog());  // the same collective timeout as the host calls
   comm->init(bootstrap, cuda_device);  // on failure the destructor releases what was made
   return comm;

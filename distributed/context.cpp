@@ -7,6 +7,9 @@
 #include <stdexcept>
 #include <vector>
 
+#include "distributed/comm.h"
+#include "distributed/env_launch.h"
+#include "distributed/rendezvous.h"
 #include "distributed/watchdog.h"
 
 namespace gpt2 {
@@ -54,6 +57,8 @@ const char* launch_mode_name(LaunchMode mode) {
     case LaunchMode::kStandalone: return "standalone";
     case LaunchMode::kMpirun: return "mpirun";
     case LaunchMode::kSrun: return "srun";
+    case LaunchMode::kTorchrun: return "torchrun (RANK/WORLD_SIZE)";
+    case LaunchMode::kSrunNoMpi: return "srun --mpi=none (SLURM_PROCID/SLURM_NTASKS)";
   }
   return "unknown";
 }
@@ -66,7 +71,7 @@ std::string DistContext::describe() const {
   return "rank " + std::to_string(rank) + "/" + std::to_string(world) + " local " +
          std::to_string(local_rank) + "/" + std::to_string(local_world) + " node " +
          std::to_string(node) + "/" + std::to_string(num_nodes) + " host " + host + " launch " +
-         launch_mode_name(mode);
+         launch_mode_name(mode) + (rendezvous.empty() ? "" : " rendezvous " + rendezvous);
 }
 
 std::string with_rank_prefix(const DistContext& ctx, const std::string& message) {
@@ -124,7 +129,12 @@ void check_against_slurm(const DistContext& ctx, const std::map<std::string, std
                              " (is Open MPI using PMIx? Debian's Open MPI needs srun --mpi=pmix)");
 }
 
-DistRuntime::DistRuntime(int* argc, char*** argv) {
+DistRuntime::DistRuntime(int* argc, char*** argv, const LaunchSettings& settings) {
+  const EnvLaunch launch = discover_env_launch(env_launch_variables());
+  if (launch.source != RankSource::kNone && launch.world > 1) {
+    start_without_mpi(launch, settings);
+    return;
+  }
   int initialized = 0;
   MPI_Initialized(&initialized);
   if (!initialized) {
@@ -167,6 +177,53 @@ DistRuntime::DistRuntime(int* argc, char*** argv) {
   check_against_slurm(ctx_, env);
 }
 
+std::string cpu_ranks_need_mpi(const DistContext& ctx) {
+  return std::to_string(ctx.world) + " CPU ranks launched by " + launch_mode_name(ctx.mode) +
+         " without MPI: CPU ranks exchange gradients through MPI; launch them with mpirun -np " +
+         std::to_string(ctx.world) + " or srun --mpi=pmix, or train on GPUs (one per rank, NCCL)";
+}
+
+// The layout from the launcher's variables, then the rendezvous, which carries
+// rank 0's NCCL unique id to every rank. No MPI call is made.
+void DistRuntime::start_without_mpi(const EnvLaunch& launch, const LaunchSettings& settings) {
+  uses_mpi_ = false;
+  ctx_.mode = launch.source == RankSource::kSlurm ? LaunchMode::kSrunNoMpi : LaunchMode::kTorchrun;
+  ctx_.host = host_name();
+  ctx_.rank = launch.rank;
+  ctx_.world = launch.world;
+  ctx_.local_rank = launch.local_rank;
+  ctx_.local_world = launch.local_world;
+  ctx_.node = launch.node;
+  ctx_.num_nodes = launch.num_nodes;
+  if (!settings.device_ranks || !nccl_linked())
+    throw std::runtime_error(ctx_.prefix() + cpu_ranks_need_mpi(ctx_) +
+                             (nccl_linked() ? "" : " (this binary was built without NCCL)"));
+  const RendezvousSpec spec = parse_rendezvous(settings.rendezvous, launch.master_addr, launch.master_port);
+  ctx_.rendezvous = spec.describe();
+  RendezvousRequest req;
+  req.rank = ctx_.rank;
+  req.world = ctx_.world;
+  req.job_id = launch.job_id;
+  req.host = ctx_.host;
+  req.prefix = ctx_.prefix();
+  req.timeout_s = settings.timeout_s;
+  if (ctx_.rank == 0) req.payload = nccl_unique_id_for_launch(ctx_);
+  nccl_id_ = rendezvous(spec, req).payload;
+}
+
+// Weak: binaries with NCCL replace these (distributed/comm_nccl.cpp).
+__attribute__((weak)) bool nccl_linked() { return false; }
+
+__attribute__((weak)) std::string nccl_unique_id_for_launch(const DistContext& ctx) {
+  throw std::runtime_error(ctx.prefix() + cpu_ranks_need_mpi(ctx) + " (this binary was built without NCCL)");
+}
+
+__attribute__((weak)) std::unique_ptr<Communicator> make_nccl_host_communicator(const std::string&,
+                                                                                const DistContext& ctx,
+                                                                                CommWatchdog*) {
+  throw std::runtime_error(ctx.prefix() + cpu_ranks_need_mpi(ctx) + " (this binary was built without NCCL)");
+}
+
 DistRuntime::~DistRuntime() {
   if (!owns_mpi_) return;
   int finalized = 0;
@@ -175,6 +232,7 @@ DistRuntime::~DistRuntime() {
 }
 
 void DistRuntime::abort_all(int code) const {
+  if (!uses_mpi_) std::_Exit(code);  // without MPI each rank ends itself; peers see it gone
   // MPI_Abort can block when the launcher's daemon is gone: the process ends anyway.
   const ExitDeadline deadline(kAbortGraceSeconds, ctx_.prefix() + "ending the process: MPI_Abort did not return "
                                                   "in time", code);

@@ -17,10 +17,16 @@
 
 namespace gpt2 {
 
+class Communicator;
+class CommWatchdog;
+struct EnvLaunch;
+
 enum class LaunchMode {
   kStandalone,  // no launcher (MPI singleton)
   kMpirun,      // started by mpirun/mpiexec (OpenMPI sets OMPI_COMM_WORLD_SIZE)
   kSrun,        // started by srun (SLURM_STEP_ID + PMIx, no mpirun in between)
+  kTorchrun,    // no MPI: torchrun's variables (RANK, WORLD_SIZE, ...), distributed/env_launch.h
+  kSrunNoMpi,   // no MPI: srun --mpi=none (SLURM_PROCID, SLURM_NTASKS, ...)
 };
 const char* launch_mode_name(LaunchMode mode);
 
@@ -36,11 +42,13 @@ struct DistContext {
   int num_nodes = 1;
   std::string host;
   LaunchMode mode = LaunchMode::kStandalone;
+  std::string rendezvous;  // without MPI: "tcp HOST:PORT" or "file DIR"; else empty
 
   bool is_main() const { return rank == 0; }  // only rank 0 prints and writes shared files
   // "rank R/W (host): " - every error a rank reports starts with this.
   std::string prefix() const;
-  // One line for logs: "rank 1/4 local 1/2 node 0/2 host node1 launch srun".
+  // One line for logs: "rank 1/4 local 1/2 node 0/2 host node1 launch srun"
+  // (without MPI: "... launch torchrun (RANK/WORLD_SIZE) rendezvous tcp node1:29500").
   std::string describe() const;
 };
 
@@ -64,11 +72,24 @@ std::map<std::string, std::string> launch_environment();
 // main() and keep it alive until the end. MPI can only be initialised once per
 // process, so there is at most one DistRuntime; if something else already
 // initialised MPI, this one neither re-initialises nor finalises it.
+// How a job launched without MPI (torchrun, srun --mpi=none) meets.
+struct LaunchSettings {
+  std::string rendezvous;    // --rendezvous: "" (tcp at MASTER_ADDR:MASTER_PORT), tcp:HOST:PORT, file:DIR
+  double timeout_s = 300;    // the rendezvous's bound
+  bool device_ranks = true;  // false (--device cpu): several ranks without MPI are refused
+};
+
 class DistRuntime {
  public:
-  // Initialises MPI (threads: funneled - OpenMP workers never call MPI),
-  // computes the layout and cross-checks it against Slurm.
-  DistRuntime(int* argc, char*** argv);
+  // With MPI (mpirun, srun --mpi=pmix, or a lone process): initialises MPI
+  // (threads: funneled - OpenMP workers never call MPI), computes the layout
+  // and cross-checks it against Slurm. Without MPI (torchrun's or an srun
+  // --mpi=none step's variables, world > 1): the layout from them
+  // (distributed/env_launch.h), MPI is never initialised, and the ranks meet
+  // at the rendezvous (distributed/rendezvous.h), which carries rank 0's NCCL
+  // unique id: their collectives, host scalars included, then go through NCCL
+  // (make_host_communicator). CPU ranks cannot: refused with a message.
+  explicit DistRuntime(int* argc, char*** argv, const LaunchSettings& settings = {});
   ~DistRuntime();
   DistRuntime(const DistRuntime&) = delete;
   DistRuntime& operator=(const DistRuntime&) = delete;
@@ -80,10 +101,31 @@ class DistRuntime {
   // return would leave them blocked forever.
   [[noreturn]] void abort_all(int code) const;
 
+  bool uses_mpi() const { return uses_mpi_; }
+  // Without MPI: the NCCL unique id every rank received at the rendezvous.
+  const std::string& nccl_id() const { return nccl_id_; }
+
  private:
+  void start_without_mpi(const EnvLaunch& launch, const LaunchSettings& settings);
+
   DistContext ctx_;
   bool owns_mpi_ = false;
+  bool uses_mpi_ = true;
+  std::string nccl_id_;
 };
+
+// What refuses several CPU ranks without MPI (names the launcher and the ways out).
+std::string cpu_ranks_need_mpi(const DistContext& ctx);
+
+// NCCL's half of a launch without MPI, defined by distributed/comm_nccl.cpp in
+// binaries with NCCL; without it (a CPU-only build) nccl_linked() is false and
+// the others throw the refusal above.
+// The unique id (rank 0 makes it), and a host-memory communicator whose calls
+// stage through the rank's GPU (local_rank) and one NCCL communicator.
+bool nccl_linked();
+std::string nccl_unique_id_for_launch(const DistContext& ctx);
+std::unique_ptr<Communicator> make_nccl_host_communicator(const std::string& nccl_id, const DistContext& ctx,
+                                                          CommWatchdog* watchdog);
 
 }  // namespace gpt2
 

@@ -80,8 +80,13 @@ EnvLaunch from_torchrun(const std::map<std::string, std::string>& env) {
   const std::string* addr = find(env, "MASTER_ADDR");
   l.master_addr = addr && !addr->empty() ? *addr : "127.0.0.1";
   l.master_port = optional(env, "MASTER_PORT", 29500);  // torchrun's default
-  if (const std::string* id = find(env, "TORCHELASTIC_RUN_ID")) l.job_id = *id;
-  else if (const std::string* job = find(env, "SLURM_JOB_ID")) l.job_id = *job;
+  if (const std::string* id = find(env, "TORCHELASTIC_RUN_ID")) {
+    l.job_id = *id;
+    // torchrun's agent serves its own store on MASTER_PORT: ours is the next one.
+    l.master_port += 1;
+  } else if (const std::string* job = find(env, "SLURM_JOB_ID")) {
+    l.job_id = *job;
+  }
   check_layout(l, "RANK", "WORLD_SIZE");
   return l;
 }

@@ -2,7 +2,9 @@
 // `accelerate launch` or `srun --mpi=none` started, read from the variables
 // those launchers set, in this order of precedence (after MPI itself):
 //   torchrun:  RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT
-//              (GROUP_RANK: the node, when set)
+//              (GROUP_RANK: the node, when set). Under torchrun itself
+//              (TORCHELASTIC_RUN_ID set) its agent holds MASTER_PORT with its own
+//              store, so the rendezvous uses MASTER_PORT + 1.
 //   Slurm:     SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID, SLURM_NODEID,
 //              SLURM_STEP_TASKS_PER_NODE (local world), SLURM_STEP_NUM_NODES; the
 //              master is MASTER_ADDR or else the first host of SLURM_JOB_NODELIST,

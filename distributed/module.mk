@@ -138,6 +138,10 @@ TEST_SCRIPTS += test/distributed/comm_overlap_test.sh
 # GPT2_EMU_NCCL_ABORT_BLOCKS / GPT2_EMU_NCCL_FREEZE_RANK): mpirun -np 2 of
 # build/train_gpt2cu_emu exits within --comm-timeout + the stated slack.
 TEST_SCRIPTS += test/distributed/abort_deadline_test.sh
+# Launches without MPI: torchrun's variables (a shell loop, torch.distributed.run)
+# reproduce mpirun bitwise over the emulated NCCL's socket transport; rendezvous
+# failures; a dead peer ends the job.
+TEST_SCRIPTS += test/distributed/launch_nompi_test.sh
 endif
 # zero_train_test.sh and the Slurm test's training part also need ./train_gpt2cu
 # (a TEST_PREREQ of train/module.mk).

@@ -2,7 +2,7 @@
 #
 # Libraries
 #   build/libemu.a         cudart + execution engine + cuBLAS/cuBLASLt (link with $(EMU_LIBS))
-#   build/libemu_nccl.a    NCCL over MPI (link with $(EMU_MPI_LIBS))
+#   build/libemu_nccl.a    NCCL over MPI or local sockets (link with $(EMU_MPI_LIBS))
 #   build/asan/libemu.a    the same as libemu.a built with AddressSanitizer
 #
 # Recipes any module can use for its kernel tests
@@ -34,8 +34,8 @@ EMU_SRCS      := emu/exec.cpp emu/cudart.cpp emu/cublas.cpp emu/cublaslt.cpp emu
 EMU_OBJS      := $(EMU_SRCS:%.cpp=$(BUILD)/%.o)
 EMU_ASAN_OBJS := $(EMU_SRCS:%.cpp=$(BUILD)/asan/%.o)
 
-$(EMU_OBJS) $(BUILD)/emu/nccl.o: CPPFLAGS += $(EMU_CUDA_INC)
-$(BUILD)/emu/nccl.o: CPPFLAGS += $(EMU_MPI_CFLAGS)
+$(EMU_OBJS) $(BUILD)/emu/nccl.o $(BUILD)/emu/nccl_socket.o $(BUILD)/emu/nccl_faults.o: CPPFLAGS += $(EMU_CUDA_INC)
+$(BUILD)/emu/nccl.o $(BUILD)/emu/nccl_socket.o $(BUILD)/emu/nccl_faults.o: CPPFLAGS += $(EMU_MPI_CFLAGS)
 
 $(EMU_LIB): $(EMU_OBJS)
 	@mkdir -p $(@D)
@@ -50,7 +50,7 @@ $(EMU_ASAN_LIB): $(EMU_ASAN_OBJS)
 	@mkdir -p $(@D)
 	ar rcs $@ $^
 
-$(EMU_NCCL_LIB): $(BUILD)/emu/nccl.o
+$(EMU_NCCL_LIB): $(BUILD)/emu/nccl.o $(BUILD)/emu/nccl_socket.o $(BUILD)/emu/nccl_faults.o
 	@mkdir -p $(@D)
 	ar rcs $@ $^
 

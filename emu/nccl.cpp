@@ -1,5 +1,6 @@
 // NCCL for the emulator, over MPI between real processes: `mpirun -np N` emulates
-// N GPUs, one per process. Implemented against the toolkit's nccl.h so host code
+// N GPUs, one per process; processes MPI did not start use the socket transport
+// of emu/nccl_socket.h instead (same arithmetic, same bits). Implemented against the toolkit's nccl.h so host code
 // runs unchanged. It refuses what NCCL (or a GPU running it) refuses, so code that
 // passes here does not first fail on a GPU cluster:
 //  * in-place calls need NCCL's exact offsets (reduce-scatter: recvbuff ==
@@ -45,23 +46,9 @@
 #include <vector>
 
 #include "emu/control.h"
+#include "emu/nccl_internal.h"
 #include "emu/runtime_internal.h"
 
-struct ncclComm {
-  MPI_Comm mpi;
-  int rank;
-  int nranks;
-  int device;                  // cudaGetDevice of the thread that created it
-  uint64_t id_hash;            // the same on every rank: orders a group's operations
-  ncclResult_t async_error;    // first failure of a running collective
-  std::string async_reason;
-  ncclResult_t injected;       // test hook: the next collective fails with this
-  std::string injected_reason;
-  uint64_t executed;           // collectives run so far (GPT2_EMU_NCCL_FAIL_AT)
-  int queued = 0;              // deferred mode: collectives queued and not yet run
-  bool aborted = false;        // ncclCommAbort with collectives still queued: they do nothing
-  std::thread::id owner = std::this_thread::get_id();  // the creating thread (see ncclCommAbort)
-};
 
 namespace gpt2 {
 namespace emu {
@@ -322,14 +309,13 @@ constexpr size_t kSliceBytes = size_t(16) << 20;
 size_t slice_elems(const Op& o) { return std::max<size_t>(1, kSliceBytes / type_bytes(o.type)); }
 
 int run_all_reduce(const Op& o) {
-  const ncclComm& c = *o.comm;
+  ncclComm& c = *o.comm;
   const size_t b = type_bytes(o.type), step = slice_elems(o);
   const size_t chunk = std::max<size_t>(1, (o.count + c.nranks - 1) / c.nranks);  // ring chunk c ends at rank c
   for (size_t k = 0; k < o.count; k += step) {
     const size_t m = std::min(step, o.count - k);
     std::vector<unsigned char> mine(bytes_of(o.send) + k * b, bytes_of(o.send) + (k + m) * b), all(c.nranks * m * b);
-    int rc = MPI_Allgather(mine.data(), static_cast<int>(m * b), MPI_BYTE, all.data(), static_cast<int>(m * b),
-                           MPI_BYTE, c.mpi);
+    int rc = transport_all_gather(c, mine.data(), m * b, all.data());
     if (rc != MPI_SUCCESS) return rc;
     reduce_any(o.type, all.data(), m, c.nranks, o.op, [&](size_t j) { return static_cast<int>((k + j) / chunk); },
                bytes_of(o.recv) + k * b);
@@ -338,15 +324,14 @@ int run_all_reduce(const Op& o) {
 }
 
 int run_reduce_scatter(const Op& o) {
-  const ncclComm& c = *o.comm;
+  ncclComm& c = *o.comm;
   const size_t b = type_bytes(o.type), step = slice_elems(o);
   for (size_t k = 0; k < o.count; k += step) {
     const size_t m = std::min(step, o.count - k);
     std::vector<unsigned char> packed(c.nranks * m * b), all(c.nranks * m * b);
     for (int d = 0; d < c.nranks; ++d)
       std::memcpy(packed.data() + d * m * b, bytes_of(o.send) + (d * o.count + k) * b, m * b);
-    int rc = MPI_Alltoall(packed.data(), static_cast<int>(m * b), MPI_BYTE, all.data(), static_cast<int>(m * b),
-                          MPI_BYTE, c.mpi);
+    int rc = transport_all_to_all(c, packed.data(), m * b, all.data());
     if (rc != MPI_SUCCESS) return rc;
     reduce_any(o.type, all.data(), m, c.nranks, o.op, [&](size_t) { return c.rank; }, bytes_of(o.recv) + k * b);
   }
@@ -354,14 +339,13 @@ int run_reduce_scatter(const Op& o) {
 }
 
 int run_reduce(const Op& o) {
-  const ncclComm& c = *o.comm;
+  ncclComm& c = *o.comm;
   const size_t b = type_bytes(o.type), step = slice_elems(o);
   for (size_t k = 0; k < o.count; k += step) {
     const size_t m = std::min(step, o.count - k);
     std::vector<unsigned char> mine(bytes_of(o.send) + k * b, bytes_of(o.send) + (k + m) * b);
     std::vector<unsigned char> all(c.rank == o.root ? c.nranks * m * b : 0);
-    int rc = MPI_Gather(mine.data(), static_cast<int>(m * b), MPI_BYTE, all.data(), static_cast<int>(m * b), MPI_BYTE,
-                        o.root, c.mpi);
+    int rc = transport_gather(c, mine.data(), m * b, all.data(), o.root);
     if (rc != MPI_SUCCESS) return rc;
     if (c.rank == o.root)
       reduce_any(o.type, all.data(), m, c.nranks, o.op, [&](size_t) { return o.root; }, bytes_of(o.recv) + k * b);
@@ -370,13 +354,12 @@ int run_reduce(const Op& o) {
 }
 
 int run_all_gather(const Op& o) {
-  const ncclComm& c = *o.comm;
+  ncclComm& c = *o.comm;
   const size_t b = type_bytes(o.type), step = slice_elems(o);
   for (size_t k = 0; k < o.count; k += step) {
     const size_t m = std::min(step, o.count - k);
     std::vector<unsigned char> mine(bytes_of(o.send) + k * b, bytes_of(o.send) + (k + m) * b), all(c.nranks * m * b);
-    int rc = MPI_Allgather(mine.data(), static_cast<int>(m * b), MPI_BYTE, all.data(), static_cast<int>(m * b),
-                           MPI_BYTE, c.mpi);
+    int rc = transport_all_gather(c, mine.data(), m * b, all.data());
     if (rc != MPI_SUCCESS) return rc;
     for (int src = 0; src < c.nranks; ++src)
       std::memcpy(bytes_of(o.recv) + (src * o.count + k) * b, all.data() + src * m * b, m * b);
@@ -385,12 +368,12 @@ int run_all_gather(const Op& o) {
 }
 
 int run_broadcast(const Op& o) {
-  const ncclComm& c = *o.comm;
+  ncclComm& c = *o.comm;
   const size_t b = type_bytes(o.type), step = slice_elems(o);
   if (c.rank == o.root && o.send != o.recv) std::memmove(o.recv, o.send, o.count * b);
   for (size_t k = 0; k < o.count; k += step) {
     const size_t m = std::min(step, o.count - k);
-    int rc = MPI_Bcast(bytes_of(o.recv) + k * b, static_cast<int>(m * b), MPI_BYTE, o.root, c.mpi);
+    int rc = transport_broadcast(c, bytes_of(o.recv) + k * b, m * b, o.root);
     if (rc != MPI_SUCCESS) return rc;
   }
   return MPI_SUCCESS;
@@ -427,7 +410,7 @@ int exchange_signatures(const Op& o, std::string* mismatch) {
   Signature mine{static_cast<int32_t>(o.kind), static_cast<int32_t>(o.type),
                  is_reduction(o.kind) ? static_cast<int32_t>(o.op) : -1, o.root, o.count};
   std::vector<Signature> all(o.comm->nranks);
-  int rc = MPI_Allgather(&mine, sizeof mine, MPI_BYTE, all.data(), sizeof mine, MPI_BYTE, o.comm->mpi);
+  int rc = transport_all_gather(*o.comm, &mine, sizeof mine, all.data());
   if (rc != MPI_SUCCESS) return rc;
   for (int r = 1; r < o.comm->nranks; ++r)
     if (std::memcmp(&all[r], &all[0], sizeof mine) != 0) {
@@ -436,62 +419,6 @@ int exchange_signatures(const Op& o, std::string* mismatch) {
       break;
     }
   return MPI_SUCCESS;
-}
-
-std::string mpi_error_text(int rc) {
-  char text[MPI_MAX_ERROR_STRING];
-  int len = 0;
-  if (MPI_Error_string(rc, text, &len) != MPI_SUCCESS) return "MPI error " + std::to_string(rc);
-  return "MPI error: " + std::string(text, len);
-}
-
-// Env GPT2_EMU_NCCL_FAIL_AT=N: the N-th collective of every communicator fails.
-uint64_t fail_at_from_env() {
-  static const uint64_t n = [] {
-    const char* s = std::getenv("GPT2_EMU_NCCL_FAIL_AT");
-    return s ? std::strtoull(s, nullptr, 10) : 0ULL;
-  }();
-  return n;
-}
-
-// Test switches for the fatal-error path (docs/emulator.md): a GPU whose NCCL
-// blocks where real ones are known to.
-//   GPT2_EMU_NCCL_ABORT_BLOCKS=1                          ncclCommAbort never returns
-//   GPT2_EMU_NCCL_FREEZE_RANK=R [GPT2_EMU_NCCL_FREEZE_AT=N]  the N-th (default 1st)
-//       collective that rank R of a communicator runs never returns (a hung kernel)
-bool env_flag(const char* name) {
-  const char* s = std::getenv(name);
-  return s != nullptr && *s != '\0' && std::strcmp(s, "0") != 0;
-}
-
-[[noreturn]] void block_forever(const std::string& why) {
-  std::fprintf(stderr, "NCCL (emulated): %s\n", why.c_str());
-  std::fflush(stderr);
-  for (;;) std::this_thread::sleep_for(std::chrono::hours(1));
-}
-
-void maybe_freeze(const ncclComm& c) {
-  const char* rank = std::getenv("GPT2_EMU_NCCL_FREEZE_RANK");
-  if (rank == nullptr || *rank == '\0' || std::atoi(rank) != c.rank) return;
-  const char* at = std::getenv("GPT2_EMU_NCCL_FREEZE_AT");
-  const uint64_t n = at != nullptr && *at != '\0' ? std::strtoull(at, nullptr, 10) : 1;
-  if (c.executed != n) return;
-  block_forever("rank " + std::to_string(c.rank) + " freezes in collective " + std::to_string(n) +
-                " (GPT2_EMU_NCCL_FREEZE_RANK)");
-}
-
-ncclResult_t take_injected(ncclComm* c, std::string* why) {
-  if (c->injected != ncclSuccess) {
-    ncclResult_t r = c->injected;
-    *why = c->injected_reason;
-    c->injected = ncclSuccess;
-    return r;
-  }
-  if (fail_at_from_env() != 0 && c->executed == fail_at_from_env()) {
-    *why = "injected by GPT2_EMU_NCCL_FAIL_AT=" + std::to_string(fail_at_from_env());
-    return ncclRemoteError;
-  }
-  return ncclSuccess;
 }
 
 // Runs one validated call. Failures are recorded on the communicator, as NCCL's
@@ -505,7 +432,7 @@ void execute(const Op& o) {
     maybe_freeze(*c);
     int rc = exchange_signatures(o, &why);
     if (rc == MPI_SUCCESS && why.empty()) rc = run(o);
-    if (rc != MPI_SUCCESS) failure = ncclSystemError, why = mpi_error_text(rc);
+    if (rc != MPI_SUCCESS) failure = c->sockets ? ncclRemoteError : ncclSystemError, why = transport_error_text(*c, rc);
     else if (!why.empty()) failure = ncclInvalidUsage;
     if (failure == ncclSuccess) failure = take_injected(c, &why);
   } else {
@@ -602,10 +529,11 @@ PeerInfo my_peer_info(int device) {
 
 // Every rank checks every pair, so all of them fail (NCCL fails the two ranks
 // involved, and the others then hang in the next bootstrap step).
-ncclResult_t check_devices(MPI_Comm comm, int nranks, int device) {
+template <class AllGather>
+ncclResult_t check_devices(AllGather all_gather, int nranks, int device) {
   PeerInfo mine = my_peer_info(device);
   std::vector<PeerInfo> all(nranks);
-  if (MPI_Allgather(&mine, sizeof mine, MPI_BYTE, all.data(), sizeof mine, MPI_BYTE, comm) != MPI_SUCCESS)
+  if (!all_gather(&mine, sizeof mine, all.data()))
     return warn(ncclSystemError, "ncclCommInitRank: exchanging device identities failed");
   for (int i = 0; i < nranks; ++i)
     for (int j = i + 1; j < nranks; ++j)
@@ -613,6 +541,38 @@ ncclResult_t check_devices(MPI_Comm comm, int nranks, int device) {
         return warn(ncclInvalidUsage, "Duplicate GPU detected : rank " + std::to_string(i) + " and rank " +
                                           std::to_string(j) + " both on CUDA device " + std::to_string(all[i].device) +
                                           " of host " + all[i].host + " (select one device per rank with cudaSetDevice)");
+  return ncclSuccess;
+}
+
+ncclComm* new_comm(MPI_Comm mpi, int rank, int nranks, int device, uint64_t h) {
+  ncclComm* c = new ncclComm();
+  c->mpi = mpi;
+  c->rank = rank;
+  c->nranks = nranks;
+  c->device = device;
+  c->id_hash = h;
+  c->async_error = c->injected = ncclSuccess;
+  c->executed = 0;
+  return c;
+}
+
+// ncclCommInitRank over the socket transport: the ranks meet at rank 0's
+// abstract socket (GPT2_EMU_NCCL_CONNECT_TIMEOUT seconds, default 120).
+ncclResult_t init_over_sockets(ncclComm_t* comm, int nranks, const ncclUniqueId& id, int rank, uint64_t h) {
+  const char* t = std::getenv("GPT2_EMU_NCCL_CONNECT_TIMEOUT");
+  const double timeout = t != nullptr && *t != '\0' ? std::atof(t) : 120.0;
+  std::string error;
+  std::unique_ptr<SocketGroup> group = SocketGroup::connect(id, rank, nranks, timeout, &error);
+  if (!group) return warn(ncclInvalidUsage, error);
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) device = 0;
+  const auto socket_all_gather = [&](const void* mine, size_t bytes, void* all) {
+    return group->all_gather(mine, bytes, all, &error);
+  };
+  const ncclResult_t r = check_devices(socket_all_gather, nranks, device);
+  if (r != ncclSuccess) return r;
+  *comm = new_comm(MPI_COMM_NULL, rank, nranks, device, h);
+  (*comm)->sockets = std::move(group);
   return ncclSuccess;
 }
 
@@ -656,10 +616,22 @@ const char* ncclGetLastError(ncclComm_t comm) {
   return last_error().c_str();
 }
 
+// Processes of an MPI job (world > 1) communicate over MPI; any other process
+// (torchrun, srun --mpi=none, a shell loop, or alone) gets an id of the socket
+// transport (emu/nccl_socket.h), which every rank's ncclCommInitRank recognises.
 ncclResult_t ncclGetUniqueId(ncclUniqueId* id) {
   if (id == nullptr) return ncclInvalidArgument;
+  int initialized = 0, finalized = 0, world = 1;
+  MPI_Initialized(&initialized);
+  MPI_Finalized(&finalized);
+  if (initialized && !finalized) MPI_Comm_size(MPI_COMM_WORLD, &world);
+  if (world == 1) {
+    make_socket_unique_id(id);
+    return ncclSuccess;
+  }
   std::random_device rd;
   for (size_t i = 0; i < sizeof(id->internal); ++i) id->internal[i] = static_cast<char>(rd() & 0xFF);
+  id->internal[0] = 0;  // never the socket transport's mark
   return ncclSuccess;
 }
 
@@ -671,10 +643,11 @@ ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqueId id, int
   if (nranks < 1 || rank < 0 || rank >= nranks)
     return warn(ncclInvalidArgument, "ncclCommInitRank: invalid rank " + std::to_string(rank) + " of nranks " +
                                          std::to_string(nranks));
+  const uint64_t h = hash_id(id);
+  if (is_socket_unique_id(id)) return init_over_sockets(comm, nranks, id, rank, h);
   int initialized = 0;
   MPI_Initialized(&initialized);
   if (!initialized && MPI_Init(nullptr, nullptr) != MPI_SUCCESS) return warn(ncclSystemError, "MPI_Init failed");
-  const uint64_t h = hash_id(id);
   MPI_Comm split;
   if (MPI_Comm_split(MPI_COMM_WORLD, static_cast<int>(h & 0x7fffffff), rank, &split) != MPI_SUCCESS)
     return warn(ncclSystemError, "ncclCommInitRank: MPI_Comm_split failed");
@@ -686,7 +659,11 @@ ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqueId id, int
   MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, split);
   int device = 0;
   if (cudaGetDevice(&device) != cudaSuccess) device = 0;
-  ncclResult_t r = all_ok ? check_devices(split, size, device)
+  const auto mpi_all_gather = [&](const void* mine, size_t bytes, void* all) {
+    return MPI_Allgather(mine, static_cast<int>(bytes), MPI_BYTE, all, static_cast<int>(bytes), MPI_BYTE, split) ==
+           MPI_SUCCESS;
+  };
+  ncclResult_t r = all_ok ? check_devices(mpi_all_gather, size, device)
                           : warn(ncclInvalidArgument, "ncclCommInitRank: " + std::to_string(size) +
                                                           " processes share this unique id, but rank " +
                                                           std::to_string(rank) + " was told nranks " +
@@ -695,7 +672,7 @@ ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqueId id, int
     MPI_Comm_free(&split);
     return r;
   }
-  *comm = new ncclComm{split, rank, nranks, device, h, ncclSuccess, {}, ncclSuccess, {}, 0};
+  *comm = new_comm(split, rank, nranks, device, h);
   return ncclSuccess;
 }
 
@@ -713,7 +690,7 @@ ncclResult_t ncclCommDestroy(ncclComm_t comm) {
   if (comm->queued > 0) return ncclSuccess;  // aborted with queued items: they still name it (leaked)
   int finalized = 0;
   MPI_Finalized(&finalized);
-  if (!finalized) MPI_Comm_free(&comm->mpi);
+  if (!finalized && comm->mpi != MPI_COMM_NULL) MPI_Comm_free(&comm->mpi);
   delete comm;
   return ncclSuccess;
 }
@@ -726,8 +703,7 @@ ncclResult_t ncclCommDestroy(ncclComm_t comm) {
 // GPU, NCCL's abort makes the kernels waiting for a dead peer return).
 ncclResult_t ncclCommAbort(ncclComm_t comm) {
   if (comm == nullptr) return ncclSuccess;
-  if (env_flag("GPT2_EMU_NCCL_ABORT_BLOCKS"))
-    block_forever("ncclCommAbort of rank " + std::to_string(comm->rank) + " blocks forever (GPT2_EMU_NCCL_ABORT_BLOCKS)");
+  maybe_block_abort(*comm);
   if (std::this_thread::get_id() != comm->owner) return ncclSuccess;
   std::vector<Op>& ops = group().ops;
   ops.erase(std::remove_if(ops.begin(), ops.end(), [&](const Op& o) { return o.comm == comm; }), ops.end());

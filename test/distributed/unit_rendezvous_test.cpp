@@ -34,7 +34,7 @@ TEST(EnvLaunch, TorchrunVariables) {
   EXPECT_EQ(l.node, 1);
   EXPECT_EQ(l.num_nodes, 2);
   EXPECT_EQ(l.master_addr, "node1");
-  EXPECT_EQ(l.master_port, 29511);
+  EXPECT_EQ(l.master_port, 29512);  // torchrun's agent holds 29511 (TORCHELASTIC_RUN_ID)
   EXPECT_EQ(l.job_id, "abc");
   EXPECT_STREQ(rank_source_name(l.source), "torchrun (RANK/WORLD_SIZE)");
 }
