@@ -7,8 +7,10 @@
 # architecture; every CUDA op test and the CUDA training tests against the CPU
 # backend (fp32 and bf16); compute-sanitizer memcheck, racecheck and synccheck
 # on the op tests; the per-op benchmark (`make bench-cuda`'s program); and d12
-# bf16 training throughput beside transformers' GPT2LMHeadModel and a compact
-# torch.compile GPT-2 on the same config and tokens. Writes OUT_DIR/gpu_check_report.txt
+# a Hugging Face client on the CPU (save_pretrained into ours, our --save-hf into
+# from_pretrained; skipped without transformers); d12 bf16 training throughput
+# beside transformers' GPT2LMHeadModel and a compact torch.compile GPT-2 on the
+# same config and tokens. Writes OUT_DIR/gpu_check_report.txt
 # and OUT_DIR/gpu_check_summary.json.
 #
 # Every phase has a time budget (full: under 10 minutes in all; --quick: under 3).
@@ -87,6 +89,7 @@ run_phase op_tests    100  25 phase_op_tests
 run_phase train_tests  60  25 phase_train_tests
 run_phase sanitizer   150  25 phase_sanitizer
 run_phase bench_ops    60  30 phase_bench_ops
+run_phase hf_client    30  20 phase_hf_client
 run_phase throughput  200  70 phase_throughput
 
 pick_python

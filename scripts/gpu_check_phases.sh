@@ -100,7 +100,7 @@ phase_binaries() {
   if is_rehearsal; then
     # The emulated builds stand in for the GPU ones; the kit, when present, is still unpacked and run on the CPU.
     for b in build/test/backend_cuda/backend_cuda_test build/test/backend_cuda/backend_cuda_asan_test \
-             build/train_gpt2cu_emu build/dev/cuda/bench_cuda_ops_emu train_gpt2cu; do
+             build/train_gpt2cu_emu build/dev/cuda/bench_cuda_ops_emu train_gpt2cu build/test/e2e/hf_logits; do
       [ -x "$b" ] || { echo "gpu_check: $b is not built (make -j2 test builds it)"; return 1; }
     done
     if [ $krc -eq 0 ]; then
@@ -116,6 +116,7 @@ OPS_TEST=$repo/build/test/backend_cuda/backend_cuda_test
 MEMCHECK=$repo/build/test/backend_cuda/backend_cuda_asan_test
 CUDA_TRAINER=$repo/build/train_gpt2cu_emu
 CPU_TRAINER=$repo/train_gpt2cu
+HF_LOGITS=$repo/build/test/e2e/hf_logits
 BENCH_OPS="$repo/build/dev/cuda/bench_cuda_ops_emu --smoke"
 DATA=$repo/data
 EOF
@@ -135,6 +136,7 @@ export LD_LIBRARY_PATH=\$LD_LIBRARY_PATH:$libs
 OPS_TEST=$root/bin/backend_cuda_gpu_test
 CUDA_TRAINER=$root/bin/train_gpt2cu
 CPU_TRAINER=$root/bin/train_gpt2cu
+HF_LOGITS=$root/bin/hf_logits
 BENCH_OPS=$root/bin/bench_cuda_ops
 DATA=$root/data
 EOF
@@ -143,13 +145,14 @@ EOF
   # Without a usable kit: build for this GPU (needs the -dev packages, and data/ carried along).
   echo "no usable kit (absent, or not built for sm_$cc): building here for the local GPU"
   arch="-gencode arch=compute_$cc,code=sm_$cc"
-  make -j"$(nproc)" CUDA_GENCODE="$arch" OPT="-O3 -march=native" gpu-binaries || return 1
+  make -j"$(nproc)" CUDA_GENCODE="$arch" OPT="-O3 -march=native" gpu-binaries build/test/e2e/hf_logits || return 1
   [ -f data/tinyshakespeare/tiny_shakespeare_train.bin ] || { echo "gpu_check: no data/ (carry it, or the kit)"; return 1; }
   metric binaries "built here for sm_$cc"
   cat > "$work/bins.env" <<EOF
 OPS_TEST=$repo/build/gpu/backend_cuda_gpu_test
 CUDA_TRAINER=$repo/build/gpu/train_gpt2cu
 CPU_TRAINER=$repo/build/gpu/train_gpt2cu
+HF_LOGITS=$repo/build/test/e2e/hf_logits
 BENCH_OPS=$repo/build/dev/cuda/bench_cuda_ops
 DATA=$repo/data
 EOF
@@ -231,6 +234,33 @@ phase_bench_ops() {
   if is_rehearsal; then $BENCH_OPS --smoke; return; fi
   $BENCH_OPS --budget "$budget" || return 1
   is_quick || $BENCH_OPS --budget "$budget" --bf16
+}
+
+# A real Hugging Face client, on the CPU (issue 26): transformers'
+# save_pretrained directory loaded by ours (hf_logits, the trainer's loader)
+# gives transformers' logits; our --save-hf export of a 2-step fine-tune,
+# loaded by GPT2LMHeadModel.from_pretrained, gives ours. Both within
+# hf_reference.py's REL_TOL (fp32 against float64). Skipped without transformers.
+phase_hf_client() {
+  load_bins
+  "$PY" -c 'import transformers' 2>/dev/null || skip "transformers is not installed for $PY"
+  local d=$work/hf_client ref=$repo/test/e2e/hf_reference.py rc=0
+  mkdir -p "$d"
+  metric hf_client.transformers "$("$PY" -c 'import transformers; print(transformers.__version__)')"
+  "$PY" "$ref" save-pretrained "$d/sp" || return 1
+  "$HF_LOGITS" "$d/sp/hf" "$d/sp/tokens.bin" 2 8 "$d/sp/ours.bin" || return 1
+  "$PY" "$ref" compare "$d/sp" "$d/sp/ours.bin" || rc=1
+  metric hf_client.save_pretrained_into_ours "$([ $rc = 0 ] && echo ok || echo FAIL)"
+  "$PY" "$ref" make "$d/mk" > /dev/null || return 1
+  "$CPU_TRAINER" --device cpu --model "$d/mk/hf" --train-data "$d/mk/train.bin" -B 2 -T 8 --max-steps 2 \
+    --val-every 0 --sample-every 0 --output-dir "$d/run" --save-hf "$d/export" > "$d/train.log" 2>&1 ||
+    { tail -5 "$d/train.log"; return 1; }
+  tail -2 "$d/train.log"
+  "$HF_LOGITS" "$d/export" "$d/mk/tokens.bin" 2 8 "$d/export.ours.bin" || return 1
+  local r=0
+  "$PY" "$ref" transformers-logits "$d/export" "$d/mk/tokens.bin" 2 8 "$d/export.ours.bin" || r=1
+  metric hf_client.save_hf_into_transformers "$([ $r = 0 ] && echo ok || echo FAIL)"
+  return $(( rc | r ))
 }
 
 # Tokens/s, MFU and peak memory of one d12 bf16 training step: ours, then

@@ -29,13 +29,14 @@ echo "gpu_kit: building with OPT='$kit_opt' in $kit_build (nvcc object shared wi
 make --no-print-directory vocab data build/nvcc/fat/backend/cuda/cuda_backend.o >/dev/null
 make --no-print-directory -j"$jobs" BUILD="$kit_build" OPT="$kit_opt" \
   CUDA_BACKEND_FAT_OBJ=build/nvcc/fat/backend/cuda/cuda_backend.o \
-  "$kit_build/gpu/train_gpt2cu" "$kit_build/gpu/backend_cuda_gpu_test" "$kit_build/dev/cuda/bench_cuda_ops" >/dev/null
+  "$kit_build/gpu/train_gpt2cu" "$kit_build/gpu/backend_cuda_gpu_test" "$kit_build/dev/cuda/bench_cuda_ops" \
+  "$kit_build/test/e2e/hf_logits" >/dev/null
 
 stage=$(mktemp -d "${TMPDIR:-/tmp}/gpu_kit.XXXXXX")
 trap 'rm -rf "$stage"' EXIT
 root=$stage/gpu-kit
 mkdir -p "$root/bin" "$root/lib" "$root/data/gpt2" "$root/data/tinyshakespeare"
-for b in gpu/train_gpt2cu gpu/backend_cuda_gpu_test dev/cuda/bench_cuda_ops; do
+for b in gpu/train_gpt2cu gpu/backend_cuda_gpu_test dev/cuda/bench_cuda_ops test/e2e/hf_logits; do
   strip --strip-debug -o "$root/bin/$(basename "$b")" "$kit_build/$b"
 done
 cp data/gpt2/encoder.json data/gpt2/vocab.bpe "$root/data/gpt2/"

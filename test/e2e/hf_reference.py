@@ -19,6 +19,13 @@ Commands:
                                    GPT2LMHeadModel's names, with save_pretrained's config keys
   transformers REF_DIR EXPORT_DIR  GPT2LMHeadModel.from_pretrained(EXPORT_DIR) gives the
                                    reference logits (needs `transformers`)
+  save-pretrained OUT_DIR [shape options]
+                                   GPT2LMHeadModel(GPT2Config(...)).save_pretrained(OUT_DIR/hf)
+                                   with tokens.bin and transformers' logits as reference.bin,
+                                   for `compare` (needs `transformers`)
+  transformers-logits EXPORT TOKENS B T OURS
+                                   hf_logits' output for EXPORT against
+                                   GPT2LMHeadModel.from_pretrained(EXPORT) (needs `transformers`)
   big OUT_DIR [--dtype BF16]       a d48-sized checkpoint (1.56e9 parameters) of
                                    pseudo-random values, for measuring a load's peak memory
 """
@@ -243,17 +250,61 @@ def rel_l2(a, b):
     return float(np.linalg.norm(a - b) / np.linalg.norm(b))
 
 
-def cmd_compare(a):
-    m, logits, loss = load_reference(a.ref)
-    ours = np.fromfile(a.ours, dtype="<f4").astype(np.float64)
+def compare_logits(name, ours_path, logits, loss, against="torch"):
+    """Exits 0 when hf_logits' output (float32 logits, then the loss) is within REL_TOL of the reference."""
+    ours = np.fromfile(ours_path, dtype="<f4").astype(np.float64)
     if ours.size != logits.size + 1:
-        sys.exit(f"FAIL {a.ours}: {ours.size} floats, expected {logits.size + 1}")
+        sys.exit(f"FAIL {ours_path}: {ours.size} floats, expected {logits.size + 1}")
     err = rel_l2(ours[:-1].reshape(logits.shape), logits)
     lerr = abs(ours[-1] - loss) / loss
     ok = err < REL_TOL and lerr < REL_TOL
-    print(f"{'ok  ' if ok else 'FAIL'} {a.ref}: logits rel err {err:.2e}, loss {ours[-1]:.9f} vs torch {loss:.9f} "
+    print(f"{'ok  ' if ok else 'FAIL'} {name}: logits rel err {err:.2e}, loss {ours[-1]:.9f} vs {against} {loss:.9f} "
           f"(rel {lerr:.2e}, bound {REL_TOL:g})")
     sys.exit(0 if ok else 1)
+
+
+def cmd_compare(a):
+    m, logits, loss = load_reference(a.ref)
+    compare_logits(a.ref, a.ours, logits, loss)
+
+
+def transformers_logits(model_dir, tokens, B, T):
+    """GPT2LMHeadModel.from_pretrained(model_dir) evaluated in float64 (on the stored
+    fp32 values, exactly) on tokens[:B*T] with targets tokens[1:]: logits, mean loss."""
+    import transformers  # only where it is installed (the GPU machine)
+    model = transformers.GPT2LMHeadModel.from_pretrained(model_dir, torch_dtype=torch.float32).double().eval()
+    idx = torch.from_numpy(tokens.astype(np.int64))
+    with torch.no_grad():
+        logits = model(idx[:B * T].view(B, T)).logits
+    loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), idx[1:B * T + 1]).item()
+    return logits.numpy(), loss, transformers.__version__
+
+
+def cmd_save_pretrained(a):
+    """A GPT2LMHeadModel of GPT2Config's own initialisation, written by save_pretrained
+    (safetensors), with tokens.bin, meta.json and transformers' float64 logits as reference.bin."""
+    import transformers
+    torch.manual_seed(a.seed)
+    cfg = transformers.GPT2Config(n_layer=a.layers, n_head=a.heads, n_embd=a.embd, n_positions=a.positions,
+                                  vocab_size=a.vocab)
+    transformers.GPT2LMHeadModel(cfg).float().save_pretrained(os.path.join(a.out, "hf"), safe_serialization=True)
+    tokens = np.random.default_rng(a.seed).integers(0, a.vocab, size=a.B * a.T + 1)
+    with open(os.path.join(a.out, "tokens.bin"), "wb") as f:
+        f.write(tokens.astype("<i4").tobytes())
+    logits, loss, version = transformers_logits(os.path.join(a.out, "hf"), tokens, a.B, a.T)
+    with open(os.path.join(a.out, "reference.bin"), "wb") as f:
+        f.write(logits.astype("<f8").tobytes() + struct.pack("<d", loss))
+    with open(os.path.join(a.out, "meta.json"), "w") as f:
+        json.dump(vars(a), f)
+    print(f"saved {a.out}/hf with transformers {version} save_pretrained: L={a.layers} H={a.heads} C={a.embd} "
+          f"V={a.vocab}; its loss {loss:.9f}")
+
+
+def cmd_transformers_logits(a):
+    """Our logits of EXPORT (hf_logits' output OURS) against GPT2LMHeadModel.from_pretrained(EXPORT)'s."""
+    tokens = np.fromfile(a.tokens, dtype="<i4")
+    logits, loss, version = transformers_logits(a.export, tokens, a.B, a.T)
+    compare_logits(f"{a.export} (transformers {version} from_pretrained)", a.ours, logits, loss, "transformers")
 
 
 def cmd_loss(a):
@@ -372,13 +423,25 @@ def main():
         e = sub.add_parser(name)
         e.add_argument("ref")
         e.add_argument("export")
+    sp = sub.add_parser("save-pretrained")
+    sp.add_argument("out")
+    for k, v in (("layers", 2), ("heads", 4), ("embd", 32), ("positions", 16), ("vocab", 101), ("B", 2), ("T", 8),
+                 ("seed", 1234)):
+        sp.add_argument("--" + k, type=int, default=v)
+    tl = sub.add_parser("transformers-logits")
+    tl.add_argument("export")
+    tl.add_argument("tokens")
+    tl.add_argument("B", type=int)
+    tl.add_argument("T", type=int)
+    tl.add_argument("ours")
     b = sub.add_parser("big")
     b.add_argument("out")
     b.add_argument("--dtype", choices=["F32", "BF16"], default="BF16")
     a = ap.parse_args()
     torch.set_default_dtype(torch.float64)
     {"make": cmd_make, "compare": cmd_compare, "loss": cmd_loss, "check-export": cmd_check_export,
-     "transformers": cmd_transformers, "big": cmd_big}[a.cmd](a)
+     "transformers": cmd_transformers, "save-pretrained": cmd_save_pretrained,
+     "transformers-logits": cmd_transformers_logits, "big": cmd_big}[a.cmd](a)
 
 
 if __name__ == "__main__":

@@ -76,8 +76,17 @@ out = sys.argv[1]
 s = json.load(open(os.path.join(out, "gpu_check_summary.json")))
 report = open(os.path.join(out, "gpu_check_report.txt")).read()
 phases = {p["name"]: p["status"] for p in s["phases"]}
-want = ["env", "binaries", "op_tests", "train_tests", "sanitizer", "bench_ops", "throughput"]
+want = ["env", "binaries", "op_tests", "train_tests", "sanitizer", "bench_ops", "hf_client", "throughput"]
 assert list(phases) == want, phases
+try:
+    import transformers  # noqa: F401
+    has_transformers = True
+except ImportError:
+    has_transformers = False
+# hf_client needs transformers; without it the phase says so ("skipped"), and only then
+assert phases.pop("hf_client") == ("pass" if has_transformers else "skipped"), s["phases"]
+assert has_transformers or any(p["name"] == "hf_client" and "transformers is not installed" in p["detail"]
+                               for p in s["phases"]), s["phases"]
 assert all(v == "pass" for v in phases.values()), phases
 m = s["metrics"]
 for key in ("op_tests", "memcheck", "racecheck", "synccheck"):
@@ -87,10 +96,9 @@ tp = s["throughput"]
 assert tp["ours"]["tok_per_s"] > 0 and tp["compact"]["tok_per_s"] > 0, tp
 assert tp["speed_ours_over_compact"] > 0 and tp["ours"]["peak_mem_mib"] > 0, tp
 hf = tp["hf"]["status"]
-try:
-    import transformers  # noqa: F401
+if has_transformers:
     assert hf == "ok", hf
-except ImportError:
+else:
     assert hf.startswith("skipped: transformers is not installed"), hf
 assert "fp32: worst relative difference" in report and "===== summary =====" in report
 print(f"ok   rehearsal: {len(phases)} phases pass; op tests {m['op_tests.passed']} passed; "
