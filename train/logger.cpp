@@ -41,13 +41,15 @@ std::string num(double x, const char* f = "%.6g") {
 void TrainLogger::step(const StepRecord& r) {
   if (!enabled_) return;
   const std::string sup = r.supervised_tokens >= 0 ? " | sup " + std::to_string(r.supervised_tokens) : "";
-  std::printf("step %5d/%d | loss %.6f | norm %.4f | lr %.2e | %.1f ms | %.0f tok/s%s | eta %s%s\n", r.step,
-              r.total_steps, r.loss, r.grad_norm, r.lr, r.ms, r.tok_per_s, sup.c_str(),
+  const std::string mfu = r.mfu >= 0 ? " | mfu " + num(100.0 * r.mfu, "%.1f") + "%" : "";
+  std::printf("step %5d/%d | loss %.6f | norm %.4f | lr %.2e | %.1f ms | %.0f tok/s%s%s | eta %s%s\n", r.step,
+              r.total_steps, r.loss, r.grad_norm, r.lr, r.ms, r.tok_per_s, mfu.c_str(), sup.c_str(),
               format_duration(r.eta_s).c_str(), r.skipped ? r.skip_note.c_str() : "");
   std::fflush(stdout);
   jsonl("{\"type\":\"train\",\"step\":" + std::to_string(r.step) + ",\"loss\":" + num(r.loss, "%.17g") +
         ",\"grad_norm\":" + num(r.grad_norm) + ",\"lr\":" + num(r.lr) + ",\"ms\":" + num(r.ms, "%.3f") +
         ",\"tok_per_s\":" + num(r.tok_per_s, "%.1f") +
+        (r.mfu >= 0 ? ",\"mfu\":" + num(r.mfu, "%.4g") : "") +
         ",\"comm_bytes\":" + std::to_string(r.comm_bytes) +
         (r.supervised_tokens >= 0 ? ",\"supervised_tokens\":" + std::to_string(r.supervised_tokens) : "") +
         (r.spike_skips >= 0 ? ",\"loss_z\":" + num(r.loss_z) + ",\"grad_z\":" + num(r.grad_z) +

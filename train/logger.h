@@ -20,6 +20,7 @@ struct StepRecord {
   std::string skip_reason;         // JSONL: "non-finite", "loss_z", "grad_z"
   double loss_z = 0, grad_z = 0;   // spike guards' z-scores (NaN in their warm-up)
   int64_t spike_skips = -1;        // steps skipped as spikes so far; -1: guards off
+  double mfu = -1;                 // model FLOPs utilisation (fraction); < 0: no peak known
 };
 
 class TrainLogger {

@@ -100,6 +100,6 @@ $(BENCH_TRAIN_STEP): $(BUILD)/dev/train/bench_train_step.o $(TRAINER_LIBS)
 bench: $(BENCH_TRAIN_STEP) $(BUILD)/dev/train/fp32_peak
 	@dev/train/bench.sh
 .PHONY: bench
-$(BUILD)/dev/train/fp32_peak: $(BUILD)/dev/train/fp32_peak.o
+$(BUILD)/dev/train/fp32_peak: $(BUILD)/dev/train/fp32_peak.o $(TRAIN_LIB)
 	@mkdir -p $(@D)
-	$(CXX) $(LDFLAGS) -o $@ $<
+	$(CXX) $(LDFLAGS) -o $@ $< $(TRAIN_LIB)

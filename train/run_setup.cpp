@@ -29,6 +29,12 @@ bool tf32_on(const TrainOptions& o) {
 #endif
 }
 
+// The GPU's model in a DeviceMemory's "GPU 0 (NVIDIA H100 80GB HBM3)".
+std::string gpu_model(const DeviceMemory& m) {
+  const size_t open = m.device.find('('), close = m.device.rfind(')');
+  return open != std::string::npos && close > open ? m.device.substr(open + 1, close - open - 1) : m.device;
+}
+
 void refuse_bf16_on(const std::string& backend, const TrainOptions& o) {
   if (o.dtype == "bf16" && backend == "cpu")
     throw std::runtime_error("--dtype bf16 needs the CUDA backend (the CPU backend is the fp32 reference)");
@@ -144,6 +150,19 @@ int grad_accum_for(int64_t total_batch, int64_t tokens_per_micro) {
                      std::to_string(tokens_per_micro) + " tokens per step; at most " +
                      std::to_string(kMaxGradAccum) + " (raise -B or the rank count)");
   return static_cast<int>(accum);
+}
+
+PeakFlops run_peak(const TrainOptions& o, const Backend& backend) {
+  if (o.peak_tflops > 0) return {o.peak_tflops, format_tflops(o.peak_tflops) + " (--peak-tflops)"};
+  if (backend.is_host_memory()) {
+    const double gflops = measure_cpu_fma_gflops(o.threads);
+    return {gflops / 1000.0, format_tflops(gflops / 1000.0) + " (fp32 FMA peak of this CPU, measured at start-up)"};
+  }
+  const std::string gpu = gpu_model(backend.device_memory());
+  const PeakKind kind = o.dtype == "bf16" ? PeakKind::kBf16 : tf32_on(o) ? PeakKind::kTf32 : PeakKind::kFp32;
+  PeakFlops p = gpu_peak(gpu, kind);
+  if (p.tflops <= 0) p.source = "no peak known for " + gpu + ": no MFU printed (--peak-tflops X gives one)";
+  return p;
 }
 
 }  // namespace gpt2

@@ -14,6 +14,7 @@
 #include "distributed/context.h"
 #include "model/config.h"
 #include "model/model_file.h"
+#include "train/mfu.h"
 #include "train/options.h"
 
 namespace gpt2 {
@@ -30,6 +31,11 @@ std::unique_ptr<SizingBackend> make_sizing_backend(const TrainOptions& o);
 // The arithmetic the run's backend does, resolved ("fp32 with TF32 GEMMs on
 // (--tf32 auto)", "bf16 storage with ..."), for the start-up banner.
 std::string describe_precision(const TrainOptions& o, const Backend& backend);
+
+// The peak a step's MFU is held against (train/mfu.h): --peak-tflops, else on
+// a GPU its datasheet peak for the run's arithmetic (bf16, TF32 or fp32; none
+// for a GPU the table lacks), else the CPU's fp32 FMA peak measured now.
+PeakFlops run_peak(const TrainOptions& o, const Backend& backend);
 
 // The model config the options ask for: a dN preset plus --config overrides,
 // or a model file's header (*from_file = true).

@@ -181,6 +181,7 @@ class TrainingRun {
   uint64_t nan_skips_ = 0;
   int nan_run_ = 0;  // consecutive skipped steps
   SpikeGuard spikes_;  // --skip-loss-z, --skip-grad-z (in every checkpoint)
+  PeakFlops peak_;     // the MFU's denominator, per device
   Rng sample_rng_;
   std::vector<int32_t> inputs_, targets_;
   double time_sum_ = 0.0;
@@ -385,6 +386,8 @@ void TrainingRun::log_banner() {
             std::to_string(train_loader_.total_tokens()) + " tokens, " + std::to_string(steps_per_epoch_) +
             " steps/epoch; training " + std::to_string(total_steps_) + " steps: " + length_why_);
   log_.info("| dropout      " + dropout_.described + ", in training forwards only");
+  log_.info("| mfu          " + std::to_string(static_cast<int64_t>(flops_per_token(cfg_, shape_.T, P))) +
+            " FLOP/token (6N + 6LCT)" + (peak_.tflops > 0 ? " against " : "; ") + peak_.source);
   log_.info("| lr schedule  " + schedule_.describe() + " (" + schedule_source_ + ")");
   log_.info("| zero         stage " + std::to_string(opts_.zero_stage) + ", shard of rank 0: [" +
             std::to_string(dp_.opt_begin()) + ", " + std::to_string(dp_.opt_end()) + ") of " + std::to_string(P) +
@@ -625,6 +628,8 @@ void TrainingRun::train_step(int step) {
   rec.lr = lr;
   rec.ms = dt * 1000.0;
   rec.tok_per_s = shape_.total_batch / dt;
+  rec.mfu = mfu(flops_per_token(cfg_, shape_.T, layout_.total), static_cast<double>(shape_.total_batch), dt, peak_,
+                dist_.world);
   rec.eta_s = (timed_steps_ ? time_sum_ / timed_steps_ : dt) * (total_steps_ - step - 1);
   rec.skipped = !finite || spike.skip;
   rec.skip_note = finite ? spikes_.describe(spike) : " | SKIPPED (non-finite)";
@@ -713,6 +718,7 @@ std::vector<float> TrainingRun::final_weights() {
 
 int TrainingRun::run() {
   init_or_resume();
+  peak_ = run_peak(opts_, *backend_);
   log_banner();
   last_step_done_ = start_step_;
   try {
