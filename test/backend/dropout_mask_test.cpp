@@ -94,5 +94,45 @@ TEST(DropoutMask, SameMaskWhateverTheSplit) {
   EXPECT_FLOAT_EQ(mask(0.1f).keep_scale(), 1.0f / 0.9f);
 }
 
+// Attention-probability dropout draws 2x2 blocks {q, q+8} x {j, j+8} per call:
+// 10^6 elements (1000 queries x 1000 keys of one head) keep within 5 sigma of
+// n (1 - p), and the four words of a call, other heads, layers, steps and batch
+// rows are independent masks (agreement ~1/2 at p = 0.5).
+TEST(DropoutMask, AttentionMaskKeptFractionWithinBinomialBounds) {
+  for (float p : {0.1f, 0.5f}) {
+    const DropoutMask m = mask(p, 7, 2, DropoutMask::stream_of(1, DropoutMask::kAttentionProbs));
+    const double n = 1e6;
+    long kept = 0;
+    for (int q = 0; q < 1000; q++)
+      for (int j = 0; j < 1000; j++) kept += m.keep_attention(5000, 1000, 3, q, j);
+    const double sigma = std::sqrt(n * p * (1.0 - p));
+    EXPECT_LE(std::fabs(kept - n * (1.0 - p)), 5 * sigma) << "p=" << p << " kept " << kept;
+  }
+}
+
+TEST(DropoutMask, AttentionMasksDifferAcrossWordsHeadsLayersStepsAndRows) {
+  const int T = 200;
+  const DropoutMask base = mask(0.5f, 99, 3, DropoutMask::stream_of(2, DropoutMask::kAttentionProbs));
+  DropoutMask layer = base, step = base;
+  layer.stream = DropoutMask::stream_of(3, DropoutMask::kAttentionProbs);
+  step.step = 4;
+  // agreement of (q, j) under `a` with (q + dq, j + dj) under `b`, head h vs hb, row token r vs rb
+  auto agreement = [&](const DropoutMask& a, const DropoutMask& b, int dq, int dj, int hb, uint64_t rb) {
+    long same = 0, n = 0;
+    for (int q = 0; q + dq < T; q++)
+      for (int j = 0; j + dj < T; j++, n++)
+        same += a.keep_attention(0, T, 1, q, j) == b.keep_attention(rb, T, hb, q + dq, j + dj);
+    return double(same) / n;
+  };
+  EXPECT_EQ(agreement(base, base, 0, 0, 1, 0), 1.0);
+  // ~4*10^4 pairs: sigma 0.0025, 5 sigma 0.0125
+  EXPECT_NEAR(agreement(base, base, 8, 0, 1, 0), 0.5, 0.0125);  // the other row word of a call
+  EXPECT_NEAR(agreement(base, base, 0, 8, 1, 0), 0.5, 0.0125);  // the other column word
+  EXPECT_NEAR(agreement(base, base, 0, 0, 2, 0), 0.5, 0.0125);  // another head
+  EXPECT_NEAR(agreement(base, base, 0, 0, 1, T), 0.5, 0.0125);  // the next batch row
+  EXPECT_NEAR(agreement(base, layer, 0, 0, 1, 0), 0.5, 0.0125);
+  EXPECT_NEAR(agreement(base, step, 0, 0, 1, 0), 0.5, 0.0125);
+}
+
 }  // namespace
 }  // namespace gpt2
