@@ -16,6 +16,7 @@
 #include "dataloader/shard.h"
 #include "distributed/preempt.h"
 #include "model/model_file.h"
+#include "train/hellaswag.h"
 #include "train/run_setup.h"
 #include "util/checked_io.h"
 
@@ -202,6 +203,8 @@ struct EvalReport {
   size_t shards = 0;
   EvalTotals totals;
   double seconds = 0.0;
+  bool has_hellaswag = false;
+  HellaSwagResult hellaswag;
 };
 
 void print_report(const EvalReport& r) {
@@ -215,6 +218,9 @@ void print_report(const EvalReport& r) {
   std::printf("eval loss        %.6f\n", t.loss());
   std::printf("eval perplexity  %.4f\n", t.perplexity());
   std::printf("eval time        %.2f s, %.0f tokens/s\n", r.seconds, t.tokens / std::max(r.seconds, 1e-9));
+  if (r.has_hellaswag)
+    std::printf("eval hellaswag   n %llu, acc %.4f, acc_norm %.4f\n", static_cast<unsigned long long>(r.hellaswag.n),
+                r.hellaswag.acc(), r.hellaswag.acc_norm());
   std::fflush(stdout);
 }
 
@@ -236,6 +242,8 @@ void write_report_json(const std::string& path, const EvalReport& r) {
   j["dtype"] = r.dtype;
   j["seconds"] = r.seconds;
   j["tokens_per_s"] = r.totals.tokens / std::max(r.seconds, 1e-9);
+  if (r.has_hellaswag)
+    j["hellaswag"] = {{"n", r.hellaswag.n}, {"acc", r.hellaswag.acc()}, {"acc_norm", r.hellaswag.acc_norm()}};
   write_text_file_atomic(path, j.dump(2) + "\n");
 }
 
@@ -280,6 +288,10 @@ int run_evaluation(const TrainOptions& opts, const DistContext& dist, Communicat
     return stopped_exit_code(stop.signum);
   }
   r.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  if (!opts.eval_hellaswag.empty()) {
+    r.has_hellaswag = true;
+    r.hellaswag = evaluate_hellaswag(model, spec.B, spec.T, read_hellaswag_for(opts), dist.rank, dist.world, sum);
+  }
   if (r.totals.tokens == 0) throw std::runtime_error(opts.val_data + ": no token to score (shards of < 2 tokens)");
   r.model = path;
   r.data = opts.val_data;

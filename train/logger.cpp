@@ -66,6 +66,15 @@ void TrainLogger::val(int step, double val_loss) {
         ",\"val_ppl\":" + num(std::exp(val_loss)) + "}");
 }
 
+void TrainLogger::hellaswag(int step, uint64_t n, double acc, double acc_norm) {
+  if (!enabled_) return;
+  std::printf("hellaswag %5d | acc %.4f | acc_norm %.4f | n %llu\n", step, acc, acc_norm,
+              static_cast<unsigned long long>(n));
+  std::fflush(stdout);
+  jsonl("{\"type\":\"hellaswag\",\"step\":" + std::to_string(step) + ",\"n\":" + std::to_string(n) +
+        ",\"acc\":" + num(acc, "%.17g") + ",\"acc_norm\":" + num(acc_norm, "%.17g") + "}");
+}
+
 void TrainLogger::sample(int step, const std::string& text) {
   if (!enabled_) return;
   // every byte of the text: a decoded token may be a NUL, which %s would end at

@@ -33,6 +33,7 @@ class TrainLogger {
 
   void step(const StepRecord& r);
   void val(int step, double val_loss);
+  void hellaswag(int step, uint64_t n, double acc, double acc_norm);
   void sample(int step, const std::string& text);
   void info(const std::string& line);  // a plain line, flushed
 

@@ -208,6 +208,7 @@ const std::vector<OptionSpec>& option_table() {
       {"eval-only", 0, nullptr, "no training: perplexity of --val-data with Hugging Face's strided sliding window (context --seq-len, --eval-stride) on the weights of --model FILE|HF_DIR or --init-from", FLAG(eval_only)},
       {"eval-stride", 0, "S", "--eval-only: window stride; each window scores only the tokens after the previous window's end [--seq-len]", INT(eval_stride, "eval-stride", 1, 1 << 20)},
       {"eval-json", 0, "PATH", "--eval-only: also write the result as JSON (rank 0; - = standard output; checked before the evaluation)", STR(eval_json)},
+      {"eval-hellaswag", 0, "FILE", "HellaSwag accuracy (acc: lowest summed loss of an ending; acc_norm: lowest mean per token, as llm.c) of the official JSONL FILE (ctx, endings, label; a local file) at every validation (--val-every) and in --eval-only (also in --eval-json); needs the GPT-2 vocabulary", STR(eval_hellaswag)},
       {"generate", 0, nullptr, "no training: print --num-samples samples of --gen-tokens tokens after the prompt, from the weights of --model FILE|HF_DIR or --init-from (rank 0)", FLAG(generate)},
       {"prompt-file", 0, "PATH", "--generate: read the prompt from PATH (- = stdin); not with --prompt", STR(prompt_file)},
       {"max-new-tokens", 0, "N", "alias of --gen-tokens", INT(gen_tokens, "max-new-tokens", 1, 1 << 20)},
@@ -283,6 +284,9 @@ void check_modes(const TrainOptions& o) {
 void check_eval_driven(const TrainOptions& o) {
   if (o.keep_best && o.output_dir.empty())
     throw std::runtime_error("--keep-best needs --output-dir (where the best checkpoint is kept)");
+  if (!o.eval_hellaswag.empty() && o.generate) throw std::runtime_error("--eval-hellaswag does not apply to --generate");
+  if (!o.eval_hellaswag.empty() && !o.eval_only && o.val_every == 0)
+    throw std::runtime_error("--eval-hellaswag runs with validation: --val-every is 0");
   if (o.keep_best && o.val_every == 0)
     throw std::runtime_error("--keep-best needs validation: --val-every is 0");
   if (o.early_stopping_patience > 0 && o.val_every == 0)

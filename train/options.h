@@ -66,6 +66,7 @@ struct TrainOptions {
   bool eval_only = false;             // --eval-only: sliding-window perplexity of --val-data
   int eval_stride = 0;                // 0: the context length (disjoint windows)
   std::string eval_json;              // --eval-only: write the result here
+  std::string eval_hellaswag;         // HellaSwag JSONL scored at every validation and in --eval-only
   bool generate = false;              // --generate: sample text from the model
   std::string prompt_file;            // --generate: prompt from a file ("-": stdin)
   int num_samples = 1;

@@ -26,6 +26,7 @@
 #include "train/checkpoint.h"
 #include "train/data_parallel.h"
 #include "train/eval_history.h"
+#include "train/hellaswag.h"
 #include "train/logger.h"
 #include "train/lr_schedule.h"
 #include "train/memory_check.h"
@@ -182,6 +183,7 @@ class TrainingRun {
   int nan_run_ = 0;  // consecutive skipped steps
   SpikeGuard spikes_;  // --skip-loss-z, --skip-grad-z (in every checkpoint)
   PeakFlops peak_;     // the MFU's denominator, per device
+  std::vector<HellaSwagExample> hellaswag_;  // --eval-hellaswag, scored at every validation
   Rng sample_rng_;
   std::vector<int32_t> inputs_, targets_;
   double time_sum_ = 0.0;
@@ -233,6 +235,7 @@ TrainingRun::TrainingRun(const TrainOptions& opts, const DistContext& dist, Comm
   targets_.resize(NT * shape_.grad_accum);
   model_.reserve_deferred_losses(shape_.grad_accum);  // counted by the banner's memory line
   model_.set_dropout(dropout_.rates, opts.seed ^ kDropoutSeedSalt);
+  if (!opts.eval_hellaswag.empty()) hellaswag_ = read_hellaswag_for(opts);
 }
 
 // Parameters and optimizer state: from the newest complete checkpoint with
@@ -428,6 +431,12 @@ double TrainingRun::evaluate() {
 bool TrainingRun::validate(int step, bool at_end) {
   const double loss = evaluate();
   log_.val(step, loss);
+  if (!hellaswag_.empty()) {
+    const HellaSwagResult h = evaluate_hellaswag(
+        model_, shape_.B, shape_.T, hellaswag_, dist_.rank, dist_.world,
+        [this](std::vector<double>& v) { all_reduce(comms_.host, v.data(), v.size(), ReduceOp::kSum); });
+    log_.hellaswag(step, h.n, h.acc(), h.acc_norm());
+  }
   evaluated_at_ = step;
   const EvalVerdict v = observe_eval(&history_, step, loss, opts_.early_stopping_threshold);
   if (v.new_best && opts_.keep_best && !at_end && !checkpoint_on_disk(step)) save_checkpoint(step);

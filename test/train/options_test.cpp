@@ -313,6 +313,11 @@ TEST(Options, PretrainingFlags) {
   EXPECT_NE(error_of({"--skip-loss-z", "-1"}).find("--skip-loss-z: invalid value '-1'"), std::string::npos);
   EXPECT_NE(error_of({"--spike-window", "1"}).find("--spike-window: invalid value"), std::string::npos);
   EXPECT_NE(error_of({"--generate", "--skip-grad-z", "3"}).find("--skip-grad-z has no meaning"), std::string::npos);
+  EXPECT_EQ(parse({"--eval-hellaswag", "hs.jsonl"}).eval_hellaswag, "hs.jsonl");
+  EXPECT_NE(error_of({"--eval-hellaswag", "h", "--val-every", "0"}).find("--eval-hellaswag runs with validation"),
+            std::string::npos);
+  EXPECT_EQ(parse({"--eval-only", "--eval-hellaswag", "h", "--val-every", "0"}).eval_hellaswag, "h");
+  EXPECT_NE(error_of({"--generate", "--eval-hellaswag", "h"}).find("does not apply to --generate"), std::string::npos);
 }
 
 TEST(RunDropout, FlagsOverTheModelsRates) {

@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# test-timeout: 240
+# --eval-hellaswag (issue 24, item 2) against a float64 PyTorch computation of llm.c's scores
+# (test/e2e/hellaswag_reference.py: a 2-layer GPT-2 with GPT-2's vocabulary and random weights, six
+# HellaSwag-format examples, one of them longer than the context):
+#   a. --eval-only -T 24 -B 3 (rows of an example across forwards): n, acc and acc_norm as PyTorch's,
+#      in the summary and in --eval-json's "hellaswag"; 2 ranks (mpirun) give the same JSON numbers;
+#   b. training with --val-every: a "hellaswag" line and JSONL record at every validation, the one at
+#      step 0 (the same weights) equal to --eval-only's;
+#   c. errors: a bad line names FILE:LINE (exit 1), --eval-hellaswag without validation exits 2.
+# Needs the GPT-2 vocabulary (data/gpt2 or $GPT2_VOCAB_DIR).
+set -u
+cd "$(dirname "$0")/../.."
+BIN=${GPT2_TRAIN_BIN:-./train_gpt2cu}
+PY=/usr/bin/python3
+for b in "$BIN" ./gpt2_tokenizer; do [ -x "$b" ] || { echo "FAIL: $b not built"; exit 1; }; done
+$PY -c "import torch, numpy" 2> /dev/null || { echo "SKIP: no torch/numpy for $PY"; exit 77; }
+echo x | ./gpt2_tokenizer encode > /dev/null 2>&1 || { echo "SKIP: no GPT-2 vocabulary"; exit 77; }
+mkdir -p build/test/e2e
+W=$(mktemp -d build/test/e2e/hellaswag.XXXXXX)
+cleanup() { [ -n "${KEEP:-}" ] || rm -rf "$W"; }
+trap cleanup EXIT
+fail=0 skipped=
+pass() { echo "ok   $*"; }
+bad() { echo "FAIL $*"; fail=1; }
+RUN=(timeout -k 10 120 "$BIN")
+
+$PY test/e2e/hellaswag_reference.py "$W" ./gpt2_tokenizer 24 || { echo "FAIL: the PyTorch reference"; exit 1; }
+expected=$($PY -c 'import json,sys; e=json.load(open(sys.argv[1])); print(e["n"], e["acc"], e["acc_norm"])' "$W/expected.json")
+margin=$($PY -c 'import json,sys; print(json.load(open(sys.argv[1]))["margin"])' "$W/expected.json")
+awk -v m="$margin" 'BEGIN { exit !(m > 1e-4) }' || bad "the fixture's scores are too close to compare in fp32 ($margin)"
+# the --eval-json's hellaswag numbers, as "n acc acc_norm"
+got() { $PY -c 'import json,sys; h=json.load(open(sys.argv[1]))["hellaswag"]; print(h["n"], h["acc"], h["acc_norm"])' "$1"; }
+# (val data: the run also reports perplexity; any shard of GPT-2 tokens will do)
+$PY -c 'import struct; ids=list(range(300, 800)); open("'"$W"'/val.bin","wb").write(struct.pack("<256i",20240520,1,len(ids),*[0]*253)+struct.pack("<%dH"%len(ids),*ids))'
+common=(--device cpu --threads 1 -T 24 --val-data "$W/val.bin" --eval-hellaswag "$W/hs.jsonl")
+
+# a ----------------------------------------------------------------------------------------------
+"${RUN[@]}" --eval-only --model "$W/model.bin" "${common[@]}" -B 3 --eval-json "$W/e1.json" > "$W/e1.log" 2>&1 ||
+  bad "a: --eval-only failed: $(grep -m1 error "$W/e1.log")"
+[ "$(got "$W/e1.json")" = "$expected" ] && grep -q "^eval hellaswag   n 6, acc" "$W/e1.log" &&
+  pass "a: --eval-only: n acc acc_norm = $(got "$W/e1.json"), as PyTorch float64 (gaps >= $margin)" ||
+  bad "a: --eval-only gives '$(got "$W/e1.json")', PyTorch '$expected'"
+if command -v mpirun > /dev/null; then
+  timeout -k 10 120 mpirun --allow-run-as-root --oversubscribe -np 2 "$BIN" --eval-only --model "$W/model.bin" \
+    "${common[@]}" -B 3 --eval-json "$W/e2.json" > "$W/e2.log" 2>&1 || bad "a: 2 ranks failed: $(grep -m1 error "$W/e2.log")"
+  [ "$(got "$W/e2.json")" = "$expected" ] && pass "a: 2 ranks: the same ($(got "$W/e2.json"))" ||
+    bad "a: 2 ranks give '$(got "$W/e2.json")'"
+else
+  echo "SKIP a: mpirun not found (2 ranks)"; skipped+=" a"
+fi
+
+# b ----------------------------------------------------------------------------------------------
+"${RUN[@]}" --model "$W/model.bin" "${common[@]}" -B 3 --train-data "$W/val.bin" --max-steps 2 --val-every 1 \
+  --val-steps 1 --sample-every 0 --log-jsonl "$W/t.jsonl" > "$W/t.log" 2>&1 || bad "b: training failed: $(grep -m1 error "$W/t.log")"
+step0=$(grep -m1 '"type":"hellaswag","step":0,' "$W/t.jsonl" | sed -E 's/.*"n":([0-9]+),"acc":([^,]+),"acc_norm":([^}]+)}/\1 \2 \3/')
+[ "$(grep -c '"type":"hellaswag"' "$W/t.jsonl")" = 3 ] && [ "$(grep -c '^hellaswag ' "$W/t.log")" = 3 ] &&
+  [ "$($PY -c "import sys; a=sys.argv[1].split(); print(a[0], float(a[1]), float(a[2]))" "$step0")" = "$expected" ] &&
+  pass "b: a hellaswag line and record at steps 0, 1, 2; step 0's = --eval-only's ($step0)" ||
+  bad "b: training's hellaswag records: '$step0' ($(grep -c '"type":"hellaswag"' "$W/t.jsonl") records)"
+
+# c ----------------------------------------------------------------------------------------------
+{ head -n 2 "$W/hs.jsonl"; echo '{"ctx": "x", "endings": ["a", "b"], "label": 0}'; } > "$W/bad.jsonl"
+"${RUN[@]}" --eval-only --model "$W/model.bin" --device cpu -T 24 --val-data "$W/val.bin" \
+  --eval-hellaswag "$W/bad.jsonl" > "$W/bad.log" 2>&1
+rc=$?
+[ $rc = 1 ] && grep -q "$W/bad.jsonl:3: \"endings\" must be a list of 4 strings" "$W/bad.log" &&
+  pass "c: a bad line: exit 1 naming $(basename "$W")/bad.jsonl:3" || bad "c: bad line: exit $rc, $(grep -m1 error "$W/bad.log")"
+"${RUN[@]}" --model "$W/model.bin" "${common[@]}" --val-every 0 > "$W/noval.log" 2>&1
+rc=$?
+[ $rc = 2 ] && grep -q -- "--eval-hellaswag runs with validation" "$W/noval.log" &&
+  pass "c: --eval-hellaswag with --val-every 0: exit 2" || bad "c: without validation: exit $rc"
+
+[ "$fail" = 0 ] && [ -n "$skipped" ] && { echo "hellaswag_test: skipped part$skipped"; exit 77; }
+[ $fail = 0 ] && echo "PASS hellaswag_test" || echo "FAIL hellaswag_test"
+exit $fail
