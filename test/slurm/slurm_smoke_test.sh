@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# test-timeout: 900
 # slurm_smoke_test.sh - distributed/ under a real Slurm cluster on loopback (munged,
 # slurmctld, two slurmd nodes; test/slurm/local_slurm_start.sh), with the
 # project's MPI self-check program (build/distributed/dist_selfcheck):
@@ -19,6 +20,9 @@
 #      fp32): `srun -N 2 -n 2 --mpi=pmix` against `mpirun -np 2`, and
 #      scripts/slurm/train_multinode_gpus.sbatch (test-sized overrides) preempted with
 #      `scancel --signal=USR1`, requeued and resumed, bitwise equal to mpirun;
+#   5c. the same without MPI: `srun -N 2 -n 2 --mpi=none` (ranks from Slurm's variables,
+#      TCP rendezvous, the emulated NCCL's socket transport) bitwise equal to mpirun, and
+#      scripts/slurm/train_multinode_gpus_nompi.sbatch preempted, requeued, resumed;
 #   6. the fine-tuning recipe (scripts/finetune.sh) with LAUNCH="srun -N 2 -n 2".
 # Needs root and: munge slurmd slurmctld slurm-client libpmix-dev openmpi-bin.
 # Everything lives in a temp dir; the cluster and its jobs are stopped on exit.
@@ -300,31 +304,58 @@ if [ -x "$EMU" ]; then
   # The project's multi-node GPU sbatch script running the emulated binary (GPT2_TRAIN_BIN),
   # with test-sized overrides (later flags win; --gpus-per-node=0: the test cluster has no
   # GPUs to allocate), preempted by USR1 after its first checkpoint, requeued, resumed.
-  log=$W/e_sbatch.out
-  jid=$(GPT2_TRAIN_BIN=$PWD/$EMU GPT2_DATA_PREFIX=$W/emu timeout 30 sbatch --parsable --nodes=2 --ntasks-per-node=1 \
-        --cpus-per-task=1 --gpus-per-node=0 --time=10 -o "$log" scripts/slurm/train_multinode_gpus.sbatch \
-        "${ecommon[@]}" --checkpoint-every 20 --output-dir "$W/e_sbatch" --log-jsonl "$W/e_sbatch.jsonl")
-  ok=1
-  if [ -z "$jid" ]; then
-    ok=0; echo "  sbatch refused the job"
+  # gpu_sbatch NAME SCRIPT JOBNAME LAUNCH COMM: SCRIPT (test-sized overrides) preempted by USR1
+  # after its first checkpoint, requeued and resumed; launched by LAUNCH both times, its
+  # communicators COMM; the same losses and weights as mpirun's run.
+  gpu_sbatch() {
+    local name=$1 script=$2 jobname=$3 launch=$4 comm=$5 ok=1 stopped msg wmsg
+    log=$W/$name.out
+    jid=$(GPT2_TRAIN_BIN=$PWD/$EMU GPT2_DATA_PREFIX=$W/emu timeout 30 sbatch --parsable --nodes=2 --ntasks-per-node=1 \
+          --cpus-per-task=1 --gpus-per-node=0 --time=10 -o "$log" "$script" \
+          "${ecommon[@]}" --checkpoint-every 20 --output-dir "$W/$name" --log-jsonl "$W/$name.jsonl")
+    if [ -z "$jid" ]; then
+      ok=0; echo "  sbatch refused the job"
+    else
+      preempt_requeued "$W/$name/DONE_00000020" || ok=0
+      rmdir "out/$jobname-$jid" 2>/dev/null  # the script's default output dir, unused here
+    fi
+    stopped=$(sed -n 's/.*checkpointing at step \([0-9]*\).*/\1/p' "$log" 2>/dev/null | head -n 1)
+    [ -n "$stopped" ] && [ "$stopped" -ge 20 ] && [ "$stopped" -lt 200 ] ||
+      { ok=0; echo "  no checkpoint on the stop signal between steps 20 and 199 (${stopped:-none})"; }
+    grep -q "resumed from .* at step ${stopped:-x} " "$log" || { ok=0; echo "  no resume from step ${stopped:-?}"; }
+    [ "$(grep -c "$launch" "$log")" -ge 2 ] || { ok=0; echo "  not launched by '$launch' twice"; }
+    grep -q "^| comm         $comm" "$log" || { ok=0; echo "  not the communicators '$comm'"; }
+    grep -q '^srun exited with status 0' "$log" || { ok=0; echo "  the final srun did not exit 0"; }
+    if [ $ok = 1 ] && msg=$(same_losses "$W/e_mpirun.jsonl" "$W/$name.jsonl") &&
+       wmsg=$(same_weights "$W/e_mpirun/model.bin" "$W/$name/model.bin"); then
+      pass "sbatch $script ($EMU --device cuda, ZeRO-2 fp32, $launch): preempted at step $stopped, requeued, resumed: $msg; weights $wmsg"
+    else
+      bad "GPU sbatch training with preemption ($script): ${msg:-} ${wmsg:-} (job state $(job_state "${jid:-0}"))"
+      grep -vE '^(step |\| )' "$log" 2>/dev/null | tail -n 40 | sed 's/^/  | /'
+    fi
+  }
+  gpu_sbatch e_sbatch scripts/slurm/train_multinode_gpus.sbatch gpt2-multinode 'launch srun' \
+    'nccl (buffers), mpi (host scalars)'
+
+  # --- 5c. the same without MPI (issue 22): srun --mpi=none, every task reads its rank from
+  # SLURM_PROCID/SLURM_NTASKS, the ranks meet at node1 (the first host of the job's node list)
+  # on 20000 + job id % 20000, and the emulated NCCL runs over its socket transport (the two
+  # slurmd nodes share this host's network namespace). Bitwise mpirun's run; then the no-MPI
+  # GPU sbatch script preempted by USR1, requeued and resumed, bitwise too.
+  if OMP_NUM_THREADS=1 timeout -k 10 240 srun -N 2 -n 2 --mpi=none "$EMU" "${ecommon[@]}" --output-dir "$W/e_nompi" \
+       --log-jsonl "$W/e_nompi.jsonl" >"$W/e_nompi.log" 2>&1 &&
+     grep -q 'rank 0/2 local 0/1 node 0/2 host node1 launch srun --mpi=none (SLURM_PROCID/SLURM_NTASKS) rendezvous tcp node1:' "$W/e_nompi.log" &&
+     grep -q '^| comm         nccl (buffers), nccl (host buffers staged) (host scalars)' "$W/e_nompi.log" &&
+     msg=$(same_losses "$W/e_mpirun.jsonl" "$W/e_nompi.jsonl") &&
+     wmsg=$(same_weights "$W/e_mpirun/model.bin" "$W/e_nompi/model.bin"); then
+    pass "srun -N 2 -n 2 --mpi=none $EMU --device cuda (no MPI: Slurm variables, TCP rendezvous) vs mpirun -np 2: $msg; weights $wmsg"
   else
-    preempt_requeued "$W/e_sbatch/DONE_00000020" || ok=0
-    rmdir "out/gpt2-multinode-$jid" 2>/dev/null  # the script's default output dir, unused here
+    bad "srun --mpi=none $EMU --device cuda training: ${msg:-run failed or wrong launch/communicator} ${wmsg:-}"
+    grep -vE '^(step |\| )' "$W/e_nompi.log" | tail -n 20 | sed 's/^/  | /'
   fi
-  stopped=$(sed -n 's/.*checkpointing at step \([0-9]*\).*/\1/p' "$log" 2>/dev/null | head -n 1)
-  [ -n "$stopped" ] && [ "$stopped" -ge 20 ] && [ "$stopped" -lt 200 ] ||
-    { ok=0; echo "  no checkpoint on the stop signal between steps 20 and 199 (${stopped:-none})"; }
-  grep -q "resumed from .* at step ${stopped:-x} " "$log" || { ok=0; echo "  no resume from step ${stopped:-?}"; }
-  [ "$(grep -c 'launch srun' "$log")" -ge 2 ] || { ok=0; echo "  not launched by srun twice"; }
-  grep -q '^| comm         nccl (buffers), mpi (host scalars)' "$log" || { ok=0; echo "  not the NCCL communicator"; }
-  grep -q '^srun exited with status 0' "$log" || { ok=0; echo "  the final srun did not exit 0"; }
-  if [ $ok = 1 ] && msg=$(same_losses "$W/e_mpirun.jsonl" "$W/e_sbatch.jsonl") &&
-     wmsg=$(same_weights "$W/e_mpirun/model.bin" "$W/e_sbatch/model.bin"); then
-    pass "sbatch scripts/slurm/train_multinode_gpus.sbatch ($EMU --device cuda, ZeRO-2 fp32): preempted at step $stopped, requeued, resumed: $msg; weights $wmsg"
-  else
-    bad "GPU sbatch training with preemption: ${msg:-} ${wmsg:-} (job state $(job_state "${jid:-0}"))"
-    grep -vE '^(step |\| )' "$log" 2>/dev/null | tail -n 40 | sed 's/^/  | /'
-  fi
+  unset msg wmsg
+  gpu_sbatch e_sbatch_nompi scripts/slurm/train_multinode_gpus_nompi.sbatch gpt2-multinode-nompi \
+    'launch srun --mpi=none' 'nccl (buffers), nccl (host buffers staged) (host scalars)'
   unset msg wmsg GPT2_EMU_THREADS
 else
   bad "$EMU not built: the CUDA backend under Slurm not tested"
