@@ -9,6 +9,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <utility>
+
 namespace gpt2 {
 
 namespace {
@@ -61,12 +63,27 @@ bool exists_not_regular(const std::string& path) {
   struct stat st;
   return stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode);
 }
+// The standard stream (stdout, stderr) whose open file `path` is (/dev/stdout,
+// a link to /proc/self/fd/1, the very file stdout is redirected to), or
+// nullptr. Such a path is written through the stream: a rename, or a reopen
+// that truncates, would discard what the stream already holds.
+FILE* standard_stream_at(const std::string& path) {
+  struct stat p;
+  if (stat(path.c_str(), &p) != 0) return nullptr;
+  const std::pair<int, FILE*> streams[] = {{STDOUT_FILENO, stdout}, {STDERR_FILENO, stderr}};
+  for (const auto& [fd, stream] : streams) {
+    struct stat s;
+    if (fstat(fd, &s) == 0 && s.st_dev == p.st_dev && s.st_ino == p.st_ino) return stream;
+  }
+  return nullptr;
+}
 }  // namespace
 
 AtomicOutputFile::AtomicOutputFile(const std::string& path) : path_(path) {
-  if (path == "-") {
+  FILE* stream = path == "-" ? stdout : standard_stream_at(path);
+  if (stream) {
     is_stdout_ = true;
-    f_ = stdout;
+    f_ = stream;
     return;
   }
   if (exists_not_regular(path)) {  // a device, FIFO or socket: never replaced

@@ -32,10 +32,12 @@ class InputFile {
 
 // Writes PATH.tmp; commit() flushes, fsyncs and renames it to PATH (and fsyncs
 // the directory). Destroyed without commit(): the temp file is removed.
-// Only a regular file is replaced that way: "-" is standard output, and a path
-// that exists as something else (a device such as /dev/stdout or /dev/full, a
-// FIFO) is written in place, where a failed write is still an error. A symlink
-// is followed: its target is replaced, the link stays.
+// Only a regular file is replaced that way: "-" is standard output, a path
+// naming the open file of stdout or stderr (/dev/stdout, /proc/self/fd/1, the
+// file stdout is redirected to) is written through that stream, keeping what
+// it already holds, and a path that exists as something else (a device such as
+// /dev/full, a FIFO) is written in place, where a failed write is still an
+// error. A symlink is followed: its target is replaced, the link stays.
 class AtomicOutputFile {
  public:
   explicit AtomicOutputFile(const std::string& path);

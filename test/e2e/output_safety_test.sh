@@ -118,5 +118,19 @@ if [ $rc -eq 1 ] && grep -q "/dev/full: write failed" "$W/l.log" && [ -c /dev/fu
   pass "--eval-json /dev/full: the failed write is an error (exit 1), the device stays a device"
 else bad "--eval-json /dev/full: exit $rc, $(ls -l /dev/full)"; tail -n 3 "$W/l.log"; fi
 
+# stdout redirected to a regular file: /dev/stdout and a link to /proc/self/fd/1 are that
+# stream, written through it (what it already holds stays; no rename onto the file)
+ln -s /proc/self/fd/1 "$W/stdout_link"
+for target in /dev/stdout "$W/stdout_link"; do
+  echo "line before" >"$W/m.out"
+  ino=$(stat -c %i "$W/m.out")
+  train_file --model "$model" --val-data "$W/train.bin" --eval-only --eval-json "$target" >>"$W/m.out" 2>"$W/m.log"
+  rc=$?
+  if [ $rc -eq 0 ] && [ "$(head -n 1 "$W/m.out")" = "line before" ] && [ "$(stat -c %i "$W/m.out")" = "$ino" ] &&
+     grep -q '"loss"' "$W/m.out" && [ -L "$W/stdout_link" ]; then
+    pass "--eval-json $target with stdout in a file: written through stdout, the file's earlier lines kept"
+  else bad "--eval-json $target into redirected stdout: exit $rc, $(head -n 2 "$W/m.out")"; tail -n 3 "$W/m.log"; fi
+done
+
 [ $fail = 0 ] && echo "output_safety_test: all passed"
 exit $fail
