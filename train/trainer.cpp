@@ -734,7 +734,10 @@ int TrainingRun::run() {
     for (int step = start_step_; step < total_steps_; step++) {
       if (should_stop(comms_.host)) return stop();
       if (val_loader_ && step % opts_.val_every == 0 && validate(step, /*at_end=*/false)) break;  // early stopping
-      if (opts_.sample_every > 0 && step > start_step_ && step % opts_.sample_every == 0) sample(step);
+      if (opts_.sample_every > 0 && step > start_step_ && step % opts_.sample_every == 0) {
+        sample(step);
+        if (should_stop(comms_.host)) return stop();  // a signal during the sample: no further step
+      }
       train_step(step);
       last_step_done_ = step + 1;
       const bool periodic = opts_.checkpoint_every > 0 && last_step_done_ % opts_.checkpoint_every == 0;
