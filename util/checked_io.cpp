@@ -168,6 +168,13 @@ void check_output_path(const std::string& flag, const std::string& path, bool is
     throw std::runtime_error(what + ": " + dir + " exists and is not a directory");
   }
   if (access(dir.c_str(), W_OK) != 0) throw std::runtime_error(what + ": directory " + dir + " is not writable: " + errno_text());
+  // access() says yes to root everywhere, also where nothing can be created (/proc, a
+  // read-only mount): create and remove a probe file, so those fail now, not after the work.
+  const std::string probe = dir + "/.gpt2_write_probe." + std::to_string(getpid());
+  const int fd = open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL, 0600);
+  if (fd < 0) throw std::runtime_error(what + ": cannot create a file in directory " + dir + ": " + errno_text());
+  close(fd);
+  unlink(probe.c_str());
 }
 
 void make_directories(const std::string& path) {

@@ -118,6 +118,15 @@ if [ $rc -eq 1 ] && grep -q "/dev/full: write failed" "$W/l.log" && [ -c /dev/fu
   pass "--eval-json /dev/full: the failed write is an error (exit 1), the device stays a device"
 else bad "--eval-json /dev/full: exit $rc, $(ls -l /dev/full)"; tail -n 3 "$W/l.log"; fi
 
+# a directory where access() passes for root but no file can be created: refused at start too
+if [ "$(id -u)" = 0 ]; then
+  train --max-steps 2 --save-hf /proc >"$W/n.log" 2>&1
+  rc=$?
+  if [ $rc -eq 1 ] && grep -q -- "--save-hf /proc: cannot create a file in directory /proc" "$W/n.log" &&
+     ! grep -q "^step " "$W/n.log"; then
+    pass "--save-hf /proc (root): an error before the first step"
+  else bad "--save-hf /proc: exit $rc"; tail -n 3 "$W/n.log"; fi
+fi
 # stdout redirected to a regular file: /dev/stdout and a link to /proc/self/fd/1 are that
 # stream, written through it (what it already holds stays; no rename onto the file)
 ln -s /proc/self/fd/1 "$W/stdout_link"
