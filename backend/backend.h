@@ -71,6 +71,19 @@ struct DeviceMemory {
   std::string device;  // which device, for messages: "GPU 0 (NVIDIA H100 80GB HBM3)"
 };
 
+class Backend;
+// A named profiler range (NVTX on the CUDA backend) for the scope's lifetime.
+class ProfileRange {
+ public:
+  ProfileRange(Backend& backend, const std::string& name);
+  ~ProfileRange();
+  ProfileRange(const ProfileRange&) = delete;
+  ProfileRange& operator=(const ProfileRange&) = delete;
+
+ private:
+  Backend& backend_;
+};
+
 // A view of backend-owned memory. Never dereferenced by model code.
 struct Tensor {
   void* ptr = nullptr;
@@ -103,6 +116,11 @@ class Backend {
   virtual void upload_tokens(Tensor dst, const int32_t* src) = 0;  // kTokens buffer
   virtual void copy(Tensor dst, Tensor src) = 0;                // same role/type, dst.numel elems
   virtual void synchronize() {}
+  // Profiling (CUDA: NVTX ranges that nsys and ncu show, and the capture
+  // window of cudaProfilerStart/Stop for --profile-steps); no-ops elsewhere.
+  virtual void range_push(const char* name) { (void)name; }
+  virtual void range_pop() {}
+  virtual void profiler_capture(bool on) { (void)on; }
   // The device's free and total bytes now (cudaMemGetInfo on the CUDA backend),
   // so a run can be checked against them before it allocates. Default: no
   // device memory (present == false), which is the CPU backend's answer.
@@ -282,6 +300,11 @@ inline double clip_scale_value(double sum_squares, float max_norm) {
 
 // Factories. `threads` <= 0 means "use the OpenMP default".
 std::unique_ptr<Backend> make_cpu_backend(int threads);
+
+inline ProfileRange::ProfileRange(Backend& backend, const std::string& name) : backend_(backend) {
+  backend_.range_push(name.c_str());
+}
+inline ProfileRange::~ProfileRange() { backend_.range_pop(); }
 
 }  // namespace gpt2
 

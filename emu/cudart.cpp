@@ -7,6 +7,7 @@
 // are trivially ordered; event timing measures host wall time between records.
 // In the deferred stream mode (emu/streams.cpp) work on created streams is queued
 // and the synchronising calls here are where it runs.
+#include <cuda_profiler_api.h>
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -428,6 +429,11 @@ cudaError_t test_device_memory(size_t device_total, size_t* free_bytes, size_t* 
 }
 
 }  // namespace
+
+// Profiler capture window (nsys --capture-range=cudaProfilerApi): nothing to
+// capture here; accepted so the trainer's --profile-steps runs emulated.
+cudaError_t cudaProfilerStart() { return cudaSuccess; }
+cudaError_t cudaProfilerStop() { return cudaSuccess; }
 
 cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total_bytes) {
   if (free_bytes == nullptr || total_bytes == nullptr) return fail(cudaErrorInvalidValue);

@@ -404,6 +404,7 @@ void GPT2::forward_layers() {
   const Norm first = ln1_of(0);
   be.layernorm_forward(first.out, first.mean, first.rstd, a.encoded.slice(0, N * C), first.w, first.b, N, C);
   for (int l = 0; l < L; l++) {
+    const ProfileRange range(be, "forward layer " + std::to_string(l));
     Tensor residual = l == 0 ? a.encoded.slice(0, N * C) : layer(a.residual3, l - 1, C);
     const int ln_l = recompute_ln_ ? 0 : l;
     Tensor ln1 = layer(a.ln1, ln_l, C);
@@ -540,6 +541,7 @@ void GPT2::backward(const std::function<void(int)>& on_layer_done) {
                         param(kLnfw), a.lnf_mean.slice(0, N), a.lnf_rstd.slice(0, N), N, C);
 
   for (int l = L - 1; l >= 0; l--) {
+    const ProfileRange range(backend_, "backward layer " + std::to_string(l));
     if (staged) backend_.zero(layer_buffer(l));
     Tensor residual = l == 0 ? a.encoded.slice(0, N * C) : layer(a.residual3, l - 1, C);
     // residual3 = residual2 + fcproj: dresidual flows to both unchanged.

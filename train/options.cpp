@@ -148,6 +148,16 @@ std::string show_dropout(const TrainOptions& o) {
   return s;
 }
 
+// --profile-steps A:B: 1 <= A <= B, steps as the log numbers them.
+void set_profile_steps(TrainOptions& o, const char* v) {
+  const std::string s = v;
+  const size_t colon = s.find(':');
+  if (colon == std::string::npos) bad_value("profile-steps", v, "A:B, the first and last step to capture");
+  o.profile_first = static_cast<int>(parse_int("profile-steps", s.substr(0, colon).c_str(), 1, 1 << 30));
+  o.profile_last = static_cast<int>(parse_int("profile-steps", s.substr(colon + 1).c_str(), 1, 1 << 30));
+  if (o.profile_last < o.profile_first) bad_value("profile-steps", v, "A:B with A <= B");
+}
+
 constexpr int64_t kBig = 1LL << 40;
 
 #define STR(field) [](TrainOptions& o, const char* v) { o.field = v; }, [](const TrainOptions& o) { return o.field; }
@@ -240,6 +250,7 @@ const std::vector<OptionSpec>& option_table() {
       {"recompute", 0, "0|1|2", "activation recomputation: 0 keeps all activations; 1 keeps one layer's GELU output and recomputes it in the backward (saves (L-1)*B*T*4C activations, ~2% more FLOPs); 2 also keeps one layernorm output for ln1 and ln2 of all layers and recomputes them (saves another (2L-1)*B*T*C) [0]", INT(recompute, "recompute", 0, 2)},
       {"dry-run", 0, "W[,W...]", "no training: print the per-rank memory table (parameters, gradients, optimizer state, activations) of this model, --device/--dtype, -B/-T, --zero-stage and --recompute at each world size W, allocating nothing (no GPU or data needed; --device auto plans for the GPU when this binary has the CUDA backend)", [](TrainOptions& o, const char* v) { o.dry_run_worlds = parse_worlds(v); }, [](const TrainOptions& o) { std::string r; for (int w : o.dry_run_worlds) r += (r.empty() ? "" : ",") + std::to_string(w); return r; }},
       {"memory-check", 0, "on|warn|off", "before allocating, compare the memory the run needs (the --dry-run total) with what it has: the CPU backend's, times the ranks on this node, with the machine's (MemAvailable, the cgroup limit); a GPU rank's with its GPU's free memory (cudaMemGetInfo). on = refuse with an error naming both, warn = print that and go on, off = no check [on]", [](TrainOptions& o, const char* v) { o.memory_check = choice("memory-check", v, {"on", "warn", "off"}); }, [](const TrainOptions& o) { return o.memory_check; }},
+      {"profile-steps", 0, "A:B", "CUDA: capture steps A to B (1-based, inclusive) for a profiler: cudaProfilerStart before step A, cudaProfilerStop after step B (nsys profile --capture-range=cudaProfilerApi); the CUDA backend marks phases and layers with NVTX ranges either way (docs/gpu.md) [off]", [](TrainOptions& o, const char* v) { set_profile_steps(o, v); }, [](const TrainOptions& o) { return o.profile_first ? std::to_string(o.profile_first) + ":" + std::to_string(o.profile_last) : std::string("off"); }},
       {"peak-tflops", 0, "X", "the dense peak of one device in TFLOP/s that the step lines' MFU is held against (6N + 6LCT FLOPs per token, as llm.c) [a GPU: its datasheet peak for bf16, TF32 or fp32 (docs/cli.md lists the GPUs); the CPU: its fp32 FMA peak, measured at start-up]", [](TrainOptions& o, const char* v) { o.peak_tflops = parse_double("peak-tflops", v, 1e-6, 1e6); }, [](const TrainOptions& o) { return o.peak_tflops > 0 ? fmt(o.peak_tflops) : std::string("from the device"); }},
       {"comm-timeout", 0, "SECONDS", "a collective (MPI or NCCL) waiting longer than this for its peers (one died or hangs) aborts every rank with an error naming the call; must exceed the longest checkpoint write; 0 waits forever [600]", FLT(comm_timeout, "comm-timeout", 0.0, 1e7)},
       {"rendezvous", 0, "tcp|tcp:HOST:PORT|file:DIR", "ranks launched without MPI (torchrun, srun --mpi=none) meet here: rank 0 listens at MASTER_ADDR:MASTER_PORT (tcp), or files in a directory every node sees [tcp]", STR(rendezvous)},
@@ -272,7 +283,7 @@ void check_modes(const TrainOptions& o) {
     throw std::runtime_error(mode + " does not train: --resume has no meaning (use --init-from CHECKPOINT_DIR)");
   const char* training_flag = o.epochs > 0 ? "--epochs" : o.keep_best ? "--keep-best"
                               : o.early_stopping_patience > 0 ? "--early-stopping-patience"
-                              : o.dropout_given() ? "--dropout" : o.overfit_batch ? "--overfit-batch"
+                              : o.dropout_given() ? "--dropout" : o.overfit_batch ? "--overfit-batch" : o.profile_first ? "--profile-steps"
                               : o.skip_loss_z > 0 ? "--skip-loss-z" : o.skip_grad_z > 0 ? "--skip-grad-z" : nullptr;
   if ((o.eval_only || o.generate) && training_flag)
     throw std::runtime_error(mode + " does not train: " + training_flag + " has no meaning");

@@ -97,6 +97,7 @@ struct TrainOptions {
   int recompute = 0;                  // 0 | 1 (GELU output recomputed in the backward) | 2 (also layernorm)
   float comm_timeout = 600.0f;        // seconds one collective may wait for its peers; 0: forever
   std::string rendezvous;             // without MPI (torchrun, srun --mpi=none): tcp[:HOST:PORT] or file:DIR
+  int profile_first = 0, profile_last = 0;  // --profile-steps A:B (1-based, inclusive); 0: off
   double peak_tflops = 0;             // MFU's denominator per device; 0: the GPU table or the measured CPU peak
   std::string memory_check = "on";    // on | warn | off: the planned memory against what the machine has
   std::vector<int> dry_run_worlds;    // --dry-run W[,W...]: print the memory table at these world sizes

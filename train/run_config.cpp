@@ -1,6 +1,7 @@
 #include "train/run_config.h"
 
 #include <algorithm>
+#include <cmath>
 #include <sstream>
 #include <stdexcept>
 
@@ -152,6 +153,20 @@ std::string join_tokens(const std::vector<int32_t>& ids) {
   std::ostringstream s;
   for (size_t i = 0; i < ids.size(); i++) s << (i ? " " : "") << ids[i];
   return s.str();
+}
+
+size_t count_nonfinite(const std::vector<float>& v, size_t* first) {
+  size_t bad = 0;
+  for (size_t i = 0; i < v.size(); i++)
+    if (!std::isfinite(v[i]) && bad++ == 0 && first) *first = i;
+  return bad;
+}
+
+void require_finite(const std::vector<float>& v, const std::string& what) {
+  size_t first = 0;
+  if (const size_t bad = count_nonfinite(v, &first))
+    throw std::runtime_error(what + ": " + std::to_string(bad) + " non-finite value(s), the first at index " +
+                             std::to_string(first));
 }
 
 }  // namespace gpt2

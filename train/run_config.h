@@ -71,6 +71,12 @@ std::unique_ptr<Tokenizer> load_tokenizer(const TrainOptions& o, TrainLogger& lo
 
 std::string join_tokens(const std::vector<int32_t>& ids);
 
+// Non-finite values of v (and the first one's index).
+size_t count_nonfinite(const std::vector<float>& v, size_t* first = nullptr);
+// Weights are never loaded with NaN or Inf: every step, and every resume of a
+// checkpoint made from them, would fail again. Throws naming `what`.
+void require_finite(const std::vector<float>& v, const std::string& what);
+
 }  // namespace gpt2
 
 #endif  // TRAIN_RUN_CONFIG_H

@@ -51,22 +51,6 @@ double seconds_since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
-size_t count_nonfinite(const std::vector<float>& v, size_t* first = nullptr) {
-  size_t bad = 0;
-  for (size_t i = 0; i < v.size(); i++)
-    if (!std::isfinite(v[i]) && bad++ == 0 && first) *first = i;
-  return bad;
-}
-
-// Weights are never loaded with NaN or Inf: every step, and every resume of a
-// checkpoint made from them, would fail again.
-void require_finite(const std::vector<float>& v, const std::string& what) {
-  size_t first = 0;
-  if (const size_t bad = count_nonfinite(v, &first))
-    throw std::runtime_error(what + ": " + std::to_string(bad) + " non-finite value(s), the first at index " +
-                             std::to_string(first));
-}
-
 // ---- backend and communicators ---------------------------------------------------
 
 // The communicator for the backend's buffers when the host one (MPI) cannot
@@ -133,6 +117,7 @@ class TrainingRun {
   uint64_t load_step_batches();
   uint64_t micro_token0(int micro) const;
   void agree_on_rank0(double* loss, double* norm);
+  void profile_window(int step, bool before);
   double evaluate();
   bool validate(int step, bool at_end);
   bool checkpoint_on_disk(int step) const {
@@ -556,13 +541,27 @@ void TrainingRun::agree_on_rank0(double* loss, double* norm) {
   *norm = v[1];
 }
 
+// --profile-steps A:B: the profiler's capture starts before step A and stops after step B.
+void TrainingRun::profile_window(int step, bool before) {
+  if (step + 1 != (before ? opts_.profile_first : opts_.profile_last)) return;
+  backend_->synchronize();  // the window holds this step's work only
+  backend_->profiler_capture(before);
+  log_.info(std::string("--profile-steps: profiler capture ") + (before ? "started before" : "stopped after") +
+            " step " + std::to_string(step + 1) + (backend_->is_host_memory() ? " (no effect on the CPU backend)" : ""));
+}
+
 void TrainingRun::train_step(int step) {
   test_fault_hook(dist_, step);  // tests only: this rank hangs or exits here
 
   const auto t0 = Clock::now();
   const int B = shape_.B, T = shape_.T, grad_accum = shape_.grad_accum;
   const size_t NT = static_cast<size_t>(B) * T;
-  const uint64_t supervised = load_step_batches();
+  const ProfileRange step_range(*backend_, "step " + std::to_string(step + 1));
+  uint64_t supervised = 0;
+  {
+    const ProfileRange range(*backend_, "data");
+    supervised = load_step_batches();
+  }
   // Gradients are averaged over ranks, so each rank scales by world / count.
   // (Plain shards: 1/(B*T*grad_accum), the same float as ever.)
   const float dloss_scale =
@@ -581,7 +580,10 @@ void TrainingRun::train_step(int step) {
     // Stages 0/1 reduce in buckets during the last micro-step's backward (device buffers).
     model_.backward(dp_.backward_hook(model_, micro + 1 == grad_accum));
   }
-  dp_.reduce_gradients(model_);
+  {
+    const ProfileRange range(*backend_, "gradient reduce (collective)");
+    dp_.reduce_gradients(model_);
+  }
   // The norm and the clip scale stay where the gradients are; the host only
   // reads the norm back, in the step's one wait.
   if (supervised != 0) dp_.queue_grad_clip(model_, opts_.grad_clip);
@@ -614,7 +616,11 @@ void TrainingRun::train_step(int step) {
   const SpikeVerdict spike = finite && spikes_.enabled() ? spikes_.observe(loss, norm) : SpikeVerdict{};
   if (finite && !spike.skip) {  // the clip scale is read on the device (clip_scale_value)
     const int t = step + 1 - static_cast<int>(spikes_.skips());
-    optimizer_.step(model_.params(), dp_.shard_grads(model_), lr, dp_.clip_state(), t, hyper_);
+    {
+      const ProfileRange range(*backend_, "optimizer");
+      optimizer_.step(model_.params(), dp_.shard_grads(model_), lr, dp_.clip_state(), t, hyper_);
+    }
+    const ProfileRange range(*backend_, "parameter gather (collective)");
     dp_.gather_params(model_);
     nan_run_ = 0;
   } else if (!finite) {
@@ -738,7 +744,9 @@ int TrainingRun::run() {
         sample(step);
         if (should_stop(comms_.host)) return stop();  // a signal during the sample: no further step
       }
+      profile_window(step, true);
       train_step(step);
+      profile_window(step, false);
       last_step_done_ = step + 1;
       const bool periodic = opts_.checkpoint_every > 0 && last_step_done_ % opts_.checkpoint_every == 0;
       if ((periodic || is_milestone_step(last_step_done_)) && last_step_done_ < total_steps_)

@@ -43,6 +43,9 @@
 #include "backend/cuda/residual.cuh"
 #include "backend/cuda/token_staging.h"
 
+#include <cuda_profiler_api.h>
+#include <nvtx3/nvToolsExt.h>  // header-only NVTX v3: a no-op unless a profiler is attached
+
 namespace gpt2 {
 
 namespace {
@@ -211,6 +214,10 @@ class CudaBackend final : public Backend {
     CUDA_CHECK(cudaMemcpyAsync(dst.ptr, src.ptr, dst.bytes(), cudaMemcpyDeviceToDevice, stream_));
   }
   // A device fault of any earlier op surfaces here on a GPU (asynchronous, sticky).
+  void range_push(const char* name) override { nvtxRangePushA(name); }
+  void range_pop() override { nvtxRangePop(); }
+  void profiler_capture(bool on) override { CUDA_CHECK(on ? cudaProfilerStart() : cudaProfilerStop()); }
+
   void synchronize() override {
     const cudaError_t status = cudaStreamSynchronize(stream_);
     if (status != cudaSuccess)

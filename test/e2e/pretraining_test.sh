@@ -9,6 +9,7 @@
 #   c. MFU in every step line and JSONL record = 6N + 6LCT FLOP/token x tok/s / the peak: --peak-tflops,
 #      the CPU's measured FMA peak, the emulated CUDA backend named an H100 (bf16: 989.4 TFLOP/s), and
 #      none for the emulator's own name.
+#   d. --profile-steps A:B on the emulated CUDA backend (cudaProfilerStart/Stop, NVTX ranges accepted).
 # GPT2_TRAIN_BIN overrides ./train_gpt2cu.
 set -u
 cd "$(dirname "$0")/../.."
@@ -104,6 +105,21 @@ fi
 rc=$?
 [ $rc = 2 ] && grep -q -- "--peak-tflops: invalid value '0'" "$W/bad.log" &&
   pass "c: --peak-tflops 0: exit 2 naming the flag" || bad "c: --peak-tflops 0: exit $rc"
+
+# d ----------------------------------------------------------------------------------------------
+# --profile-steps on the emulated CUDA backend: cudaProfilerStart/Stop and the NVTX ranges are accepted
+if [ -x "$EMU" ]; then
+  TRAIN_BIN=$EMU train prof --device cuda --lr 1e-3 --max-steps 4 --profile-steps 2:3
+  grep -q '^--profile-steps: profiler capture started before step 2$' "$W/prof.log" &&
+    grep -q '^--profile-steps: profiler capture stopped after step 3$' "$W/prof.log" &&
+    [ "$(grep -c '"type":"train"' "$W/prof.jsonl")" = 4 ] &&
+    pass "d: --profile-steps 2:3 on the emulated CUDA backend: capture started before 2, stopped after 3" ||
+    bad "d: --profile-steps: $(grep -m1 -E 'profile|error' "$W/prof.log")"
+fi
+"${RUN[@]}" "${common[@]}" --profile-steps 3:2 > "$W/bad.log" 2>&1
+rc=$?
+[ $rc = 2 ] && grep -q -- "--profile-steps: invalid value '3:2' (expected A:B with A <= B)" "$W/bad.log" &&
+  pass "d: --profile-steps 3:2: exit 2 naming the flag" || bad "d: --profile-steps 3:2: exit $rc"
 
 # A part that could not run makes the whole a counted skip (77), not a pass.
 [ "$fail" = 0 ] && [ -n "$skipped" ] && { echo "pretraining_test: skipped part$skipped"; exit 77; }

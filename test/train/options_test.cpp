@@ -314,6 +314,11 @@ TEST(Options, PretrainingFlags) {
   EXPECT_NE(error_of({"--spike-window", "1"}).find("--spike-window: invalid value"), std::string::npos);
   EXPECT_NE(error_of({"--generate", "--skip-grad-z", "3"}).find("--skip-grad-z has no meaning"), std::string::npos);
   EXPECT_EQ(parse({"--eval-hellaswag", "hs.jsonl"}).eval_hellaswag, "hs.jsonl");
+  o = parse({"--profile-steps", "10:12"});
+  EXPECT_EQ(o.profile_first, 10);
+  EXPECT_EQ(o.profile_last, 12);
+  EXPECT_NE(error_of({"--profile-steps", "12"}).find("--profile-steps: invalid value '12'"), std::string::npos);
+  EXPECT_NE(error_of({"--profile-steps", "0:2"}).find("--profile-steps: invalid value '0'"), std::string::npos);
   EXPECT_NE(error_of({"--eval-hellaswag", "h", "--val-every", "0"}).find("--eval-hellaswag runs with validation"),
             std::string::npos);
   EXPECT_EQ(parse({"--eval-only", "--eval-hellaswag", "h", "--val-every", "0"}).eval_hellaswag, "h");
