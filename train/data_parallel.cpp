@@ -163,6 +163,7 @@ std::function<void(int)> DataParallel::backward_hook(GPT2& model, bool last_micr
   if (buckets_.empty()) return nullptr;
   return [this, &model](int layer) {
     if (next_bucket_ >= buckets_.size() || buckets_[next_bucket_].low_layer != layer) return;
+    const ProfileRange range(backend_, "bucket " + std::to_string(next_bucket_) + " reduce (collective)");
     Tensor g = model.grads();
     comm_.begin_async();
     comm_.reduce_pieces(g.ptr, buckets_[next_bucket_].pieces, comm_data_type(g.elem_bytes), ReduceOp::kAvg);
@@ -221,6 +222,7 @@ void DataParallel::add_bucket_range(Bucket& bucket, size_t begin, size_t end) co
 // Stage 2 overlap: the unit's whole exchange in one asynchronous
 // reduce_scatter_v into the receive buffer of its send buffer's slot.
 void DataParallel::exchange_async(GPT2& model, int unit, int slot) {
+  const ProfileRange range(backend_, "zero-2 exchange unit " + std::to_string(unit) + " (collective)");
   if (pending_[slot].unit >= 0) throw std::runtime_error("ZeRO-2: gradient buffer reused before its exchange was retired");
   const UnitExchange& ex = plan_.unit(unit);
   Tensor send = model.unit_grads(unit);
@@ -238,6 +240,7 @@ void DataParallel::exchange_async(GPT2& model, int unit, int slot) {
 void DataParallel::retire(int slot) {
   PendingUnit& p = pending_[slot];
   if (p.unit < 0) return;
+  const ProfileRange range(backend_, "zero-2 retire unit " + std::to_string(p.unit) + " (collective wait)");
   if (!drop_reuse_wait_) comm_.wait(p.ticket);
   const UnitExchange& ex = plan_.unit(p.unit);
   add_received(ex, recv_slot_[slot], 0, ex.numel);
@@ -250,6 +253,7 @@ void DataParallel::retire(int slot) {
 // the receive buffer however large a unit is; this rank adds what it receives
 // into its shard.
 void DataParallel::reduce_unit(GPT2& model, int unit) {
+  const ProfileRange range(backend_, "zero-2 exchange unit " + std::to_string(unit) + " (collective)");
   const UnitExchange& ex = plan_.unit(unit);
   const size_t world = static_cast<size_t>(comm_.world()), me = static_cast<size_t>(comm_.rank());
   Tensor send = model.unit_grads(unit);
