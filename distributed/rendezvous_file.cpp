@@ -73,9 +73,15 @@ std::string format(const Fields& f) {
   return out;
 }
 
-// Writes a temporary file next to `path`; returns its name.
+// Writes a temporary file next to `path`; returns its name. The name carries a
+// random tag, not only the pid: two writers of one path may share a pid (threads
+// of one process, or processes on two hosts of a shared file system), and a
+// shared temporary name lets one writer's remove() break the other's link().
 std::string write_temp(const std::string& path, const Fields& f, const std::string& prefix) {
-  const std::string tmp = path + ".tmp." + std::to_string(getpid());
+  std::random_device entropy;
+  const unsigned long long tag = (static_cast<unsigned long long>(entropy()) << 32) ^ entropy();
+  const std::string tmp = path + ".tmp." + std::to_string(getpid()) + "." + hex(std::string(
+      reinterpret_cast<const char*>(&tag), sizeof tag));
   std::ofstream out(tmp, std::ios::trunc);
   out << format(f);
   out.close();
