@@ -1,6 +1,7 @@
 # train/: optimizer, schedules, checkpoints, logging, sampling, the loop
 # -> build/libtrain.a, and the trainer binary ./train_gpt2cu.
-TRAIN_SRCS := $(wildcard train/*.cpp)
+# train/device_link_cuda.cpp goes only into the CUDA-capable trainers (below).
+TRAIN_SRCS := $(filter-out train/device_link_cuda.cpp,$(wildcard train/*.cpp))
 TRAIN_LIB  := $(BUILD)/libtrain.a
 
 $(TRAIN_LIB): $(TRAIN_SRCS:%.cpp=$(BUILD)/%.o)
@@ -13,25 +14,25 @@ TRAINER_LDLIBS := $(BACKEND_CPU_LDLIBS) $(TOKENIZER_LDLIBS) $(MPI_LDLIBS)
 
 # With nvcc present, train_gpt2cu also carries the CUDA backend (backend/cuda/, fat
 # binary for sm_80 + sm_90) and picks it at run time when a GPU is visible
-# (--device auto); without nvcc it is the CPU trainer. The trainer source is
-# compiled a second time with GPT2_WITH_CUDA for the CUDA-capable variants, and
-# so is train/run_setup.cpp (the backend choice of --eval-only and --generate).
-TRAIN_CUDA_VARIANT_SRCS := train/trainer.cpp train/run_setup.cpp
-TRAINER_CUDA_OBJ := $(TRAIN_CUDA_VARIANT_SRCS:%.cpp=$(BUILD)/with_cuda/%.o)
-$(BUILD)/with_cuda/train/%.o: train/%.cpp
-	@mkdir -p $(@D)
-	$(CXX) $(CPPFLAGS) $(CXXFLAGS) -DGPT2_WITH_CUDA $(if $(DISTRIBUTED_NCCL_LIB),-DGPT2_WITH_NCCL) -c $< -o $@
+# (--device auto); without nvcc it is the CPU trainer. What differs is linked, not
+# compiled (train/device_link.h): the CUDA-capable variants take
+# train/device_link_cuda.o and libtrain_parts.a (libtrain.a without
+# device_link_none.o), the others libtrain.a.
+TRAINER_CUDA_OBJ := $(BUILD)/train/device_link_cuda.o
 TRAIN_LIB_NO_LOOP := $(BUILD)/libtrain_parts.a
-$(TRAIN_LIB_NO_LOOP): $(patsubst %.cpp,$(BUILD)/%.o,$(filter-out $(TRAIN_CUDA_VARIANT_SRCS),$(TRAIN_SRCS)))
+$(TRAIN_LIB_NO_LOOP): $(patsubst %.cpp,$(BUILD)/%.o,$(filter-out train/device_link_none.cpp,$(TRAIN_SRCS)))
 	@mkdir -p $(@D)
 	$(AR) rcs $@ $^
 # The CUDA-capable trainers move device buffers between ranks with the NCCL
 # communicator (distributed/comm_nccl.h): its library goes before libdistributed.a
 # (it implements that library's Communicator), and the program links NCCL itself:
 # the real -lnccl (nvcc builds) or the emulator's NCCL over MPI (train_gpt2cu_emu).
+# Without nccl.h, distributed/comm_nccl_absent.o stands in: its
+# make_nccl_communicator refuses multi-GPU runs, saying why.
+TRAINER_NCCL := $(if $(DISTRIBUTED_NCCL_LIB),$(DISTRIBUTED_NCCL_LIB),$(BUILD)/distributed/comm_nccl_absent.o)
 TRAINER_CUDA_LIBS := $(TRAINER_CUDA_OBJ) $(TRAIN_LIB_NO_LOOP) \
                      $(filter-out $(TRAIN_LIB) $(DISTRIBUTED_LIB),$(TRAINER_LIBS)) \
-                     $(DISTRIBUTED_NCCL_LIB) $(DISTRIBUTED_LIB)
+                     $(TRAINER_NCCL) $(DISTRIBUTED_LIB)
 # -lnccl from $NCCL_HOME/lib, CUDA_LDLIBS' -L$(CUDA_HOME)/lib64 (the toolkit's NCCL) or the
 # system paths; without nccl.h the trainer is built without NCCL and refuses multi-GPU runs.
 NCCL_LDLIBS := $(if $(DISTRIBUTED_NCCL_LIB),$(if $(NCCL_HOME),-L$(NCCL_HOME)/lib -Wl$(comma)-rpath$(comma)$(NCCL_HOME)/lib) -lnccl)

@@ -5,29 +5,13 @@
 #include <stdexcept>
 #include <vector>
 
-#ifdef GPT2_WITH_CUDA
-#include "backend/cuda/cuda_backend.h"
-#include "train/device_choice.h"
-#endif
 #include "train/checkpoint.h"
+#include "train/device_link.h"
 #include "util/checked_io.h"
 
 namespace gpt2 {
 
 namespace {
-
-constexpr const char* kNoCudaBuild =
-    "--device cuda: this binary was built without the CUDA backend (nvcc not found at build time)";
-
-// --tf32 on|off|auto resolved: auto is on for the nvcc build on a GPU, off for
-// the emulated trainer (whose fp32 runs are compared with the CPU backend).
-bool tf32_on(const TrainOptions& o) {
-#ifdef GPT2_WITH_CUDA
-  return o.tf32 == "on" || (o.tf32 == "auto" && cuda_tf32_default());
-#else
-  return o.tf32 == "on";
-#endif
-}
 
 // The GPU's model in a DeviceMemory's "GPU 0 (NVIDIA H100 80GB HBM3)".
 std::string gpu_model(const DeviceMemory& m) {
@@ -40,31 +24,15 @@ void refuse_bf16_on(const std::string& backend, const TrainOptions& o) {
     throw std::runtime_error("--dtype bf16 needs the CUDA backend (the CPU backend is the fp32 reference)");
 }
 
-#ifdef GPT2_WITH_CUDA
-CudaBackendOptions cuda_options(const TrainOptions& o) {
-  CudaBackendOptions co;
-  co.bf16 = o.dtype == "bf16";
-  co.tf32 = tf32_on(o);
-  co.cublaslt_gelu = o.gelu_fusion == "on";
-  return co;
-}
-#endif
-
 std::unique_ptr<Backend> pick_backend(const TrainOptions& o, const DistContext& dist) {
   if (o.device == "cpu") return make_cpu_backend(o.threads);
-#ifdef GPT2_WITH_CUDA
-  const int gpus = cuda_device_count();
-  if (gpus > 0)
-    return make_cuda_backend(cuda_device_for_rank(dist, gpus, std::getenv("CUDA_VISIBLE_DEVICES")), cuda_options(o));
-  if (o.device == "cuda") throw std::runtime_error("--device cuda: no CUDA device is visible");
-#else
-  (void)dist;
-  if (o.device == "cuda") throw std::runtime_error(kNoCudaBuild);
-#endif
-  return make_cpu_backend(o.threads);
+  std::unique_ptr<Backend> gpu = make_gpu_backend(o, dist);
+  return gpu ? std::move(gpu) : make_cpu_backend(o.threads);
 }
 
 }  // namespace
+
+bool tf32_on(const TrainOptions& o) { return o.tf32 == "on" || (o.tf32 == "auto" && gpu_tf32_default()); }
 
 std::string describe_precision(const TrainOptions& o, const Backend& backend) {
   if (backend.name() != "cuda") return "fp32";
@@ -87,11 +55,7 @@ GPT2Config requested_config(const TrainOptions& o, bool* from_file) {
 
 std::unique_ptr<SizingBackend> make_sizing_backend(const TrainOptions& o) {
   std::unique_ptr<SizingBackend> be;
-#ifdef GPT2_WITH_CUDA
-  if (o.device != "cpu") be = std::make_unique<SizingBackend>(cuda_backend_sizes(cuda_options(o)));
-#else
-  if (o.device == "cuda") throw std::runtime_error(kNoCudaBuild);
-#endif
+  if (o.device != "cpu") be = make_gpu_sizing_backend(o);
   if (!be) be = std::make_unique<SizingBackend>(cpu_backend_sizes(o.threads));
   refuse_bf16_on(be->name(), o);
   return be;

@@ -1,8 +1,8 @@
 // Set-up shared by training and the modes that only run a trained model
 // (--eval-only, --generate): the backend chosen by --device/--dtype, and the
 // weights named by --model FILE|HF_DIR or --init-from PATH.
-// This file is compiled twice, like train/trainer.cpp: plainly (CPU-only
-// programs and tests) and with GPT2_WITH_CUDA for the CUDA-capable trainers.
+// What differs between the CPU-only and the CUDA-capable programs is linked in
+// (train/device_link.h), not compiled in.
 #ifndef TRAIN_RUN_SETUP_H
 #define TRAIN_RUN_SETUP_H
 
@@ -27,6 +27,9 @@ std::unique_ptr<Backend> make_run_backend(const TrainOptions& o, const DistConte
 // --dtype would (--dry-run): --device auto means the CUDA backend when this
 // binary has it (a dry run plans GPU jobs), else the CPU one.
 std::unique_ptr<SizingBackend> make_sizing_backend(const TrainOptions& o);
+
+// --tf32 on|off|auto resolved (auto: train/device_link.h's gpu_tf32_default()).
+bool tf32_on(const TrainOptions& o);
 
 // The arithmetic the run's backend does, resolved ("fp32 with TF32 GEMMs on
 // (--tf32 auto)", "bf16 storage with ..."), for the start-up banner.

@@ -12,10 +12,6 @@
 #include <vector>
 
 #include "backend/backend.h"
-#ifdef GPT2_WITH_CUDA
-#include "distributed/comm_nccl.h"
-#include "backend/cuda/cuda_backend.h"
-#endif
 #include "dataloader/dataloader.h"
 #include "distributed/comm.h"
 #include "distributed/preempt.h"
@@ -25,6 +21,7 @@
 #include "tokenizer/tokenizer.h"
 #include "train/checkpoint.h"
 #include "train/data_parallel.h"
+#include "train/device_link.h"
 #include "train/eval_history.h"
 #include "train/hellaswag.h"
 #include "train/logger.h"
@@ -56,20 +53,9 @@ double seconds_since(Clock::time_point t0) {
 // The communicator for the backend's buffers when the host one (MPI) cannot
 // move them; nullptr when it can. A device backend needs one as soon as
 // buffers travel: several ranks, or ZeRO-2's unit exchange (also at one rank).
-// For the CUDA backend that is NCCL on the backend's device and compute stream,
-// bootstrapped through the host communicator.
 std::unique_ptr<Communicator> make_buffer_communicator(Backend& backend, Communicator& host, int zero_stage) {
   if (backend.is_host_memory() || (host.world() == 1 && zero_stage != 2)) return nullptr;
-#if defined(GPT2_WITH_CUDA) && defined(GPT2_WITH_NCCL)
-  const CudaPlacement at = cuda_placement(backend);
-  return make_nccl_communicator(host, at.device, at.stream);
-#elif defined(GPT2_WITH_CUDA)
-  (void)host;
-  throw std::runtime_error("multi-GPU training and ZeRO-2 on a GPU need NCCL, which this binary was built without "
-                           "(nccl.h was not found: load NCCL, e.g. set NCCL_HOME, and rebuild)");
-#else
-  throw std::runtime_error("the " + backend.name() + " backend needs a device communicator, which this binary lacks");
-#endif
+  return make_gpu_buffer_communicator(backend, host);
 }
 
 // The host communicator (MPI: loss, gradient norm, stop check, barriers) and
@@ -660,23 +646,11 @@ void TrainingRun::train_step(int step) {
   if (step == start_step_) log_device_memory(step + 1);  // workspaces have grown to their size by now
 }
 
-// CUDA: the device memory after the first step, against the --dry-run total (the
-// backend's alloc() bytes); the rest is the backend's workspaces and, on a GPU,
-// the CUDA context and the libraries' own memory (in the emulator: nothing).
+// A device backend's memory after the first step, against the --dry-run total
+// (the backend's alloc() bytes): train/device_link.h's gpu_memory_line.
 void TrainingRun::log_device_memory(int step) {
-#ifdef GPT2_WITH_CUDA
-  if (backend_->is_host_memory()) return;
-  const CudaMemoryReport m = cuda_memory_report(*backend_);
-  const size_t known = m.allocated + m.workspace;
-  const std::string other = m.device_in_use >= known ? std::to_string(m.device_in_use - known) + " B"
-                                                     : "-" + std::to_string(known - m.device_in_use) + " B";
-  log_.info("| device mem   after step " + std::to_string(step) + ": " + format_bytes(static_cast<double>(m.device_in_use)) +
-            " in use (cudaMemGetInfo, " + std::to_string(m.device_in_use) + " B) = allocations " +
-            format_bytes(static_cast<double>(m.allocated)) + " (" + std::to_string(m.allocated) +
-            " B) + backend workspaces " + std::to_string(m.workspace) + " B + other " + other);
-#else
-  (void)step;
-#endif
+  const std::string line = gpu_memory_line(*backend_);
+  if (!line.empty()) log_.info("| device mem   after step " + std::to_string(step) + ": " + line);
 }
 
 // After the loop (its end, or early stopping): validation unless this step's

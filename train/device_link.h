@@ -1,0 +1,48 @@
+// What this program can do with a GPU, chosen when it is linked rather than by
+// #ifdef: the CUDA-capable trainers (train_gpt2cu built with nvcc, and
+// train_gpt2cu_emu) link train/device_link_cuda.cpp, the CPU-only programs and
+// the tests train/device_link_none.cpp. Everything CUDA-specific the trainer
+// and the model-only modes need goes through these five functions, so every
+// other file of train/ is compiled once and knows no backend by name.
+#ifndef TRAIN_DEVICE_LINK_H
+#define TRAIN_DEVICE_LINK_H
+
+#include <memory>
+#include <string>
+
+#include "backend/backend.h"
+#include "backend/sizing_backend.h"
+#include "distributed/comm.h"
+#include "distributed/context.h"
+#include "train/options.h"
+
+namespace gpt2 {
+
+// --device auto|cuda: the GPU backend on this rank's GPU (local rank r takes
+// device r; train/device_choice.h), or nullptr under --device auto when no GPU
+// is visible. --device cuda without a visible GPU, or in a binary without the
+// CUDA backend: an error saying which.
+std::unique_ptr<Backend> make_gpu_backend(const TrainOptions& o, const DistContext& dist);
+
+// --dry-run: a backend that counts what the GPU backend of --dtype would
+// allocate, or nullptr in a binary without one (--device auto plans for the
+// CPU then; --device cuda is the same error as above).
+std::unique_ptr<SizingBackend> make_gpu_sizing_backend(const TrainOptions& o);
+
+// --tf32 auto: on for the nvcc build on a GPU; off for the emulated trainer
+// (whose fp32 runs are compared with the CPU backend) and without CUDA.
+bool gpu_tf32_default();
+
+// The communicator for a device backend's buffers: NCCL on the backend's
+// device and compute stream, bootstrapped through `host` (collective). An
+// error when the binary has no NCCL or the backend is not a GPU one.
+std::unique_ptr<Communicator> make_gpu_buffer_communicator(Backend& backend, Communicator& host);
+
+// After the first step: the device memory in use against what the backend
+// allocated ("X in use (cudaMemGetInfo, N B) = allocations ... + other ..."),
+// or "" for a backend on host memory.
+std::string gpu_memory_line(const Backend& backend);
+
+}  // namespace gpt2
+
+#endif  // TRAIN_DEVICE_LINK_H

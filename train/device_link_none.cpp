@@ -1,0 +1,35 @@
+// train/device_link.h for the programs built without the CUDA backend.
+#include <stdexcept>
+
+#include "train/device_link.h"
+
+namespace gpt2 {
+
+namespace {
+
+void refuse_cuda(const TrainOptions& o) {
+  if (o.device == "cuda")
+    throw std::runtime_error("--device cuda: this binary was built without the CUDA backend (nvcc not found at build time)");
+}
+
+}  // namespace
+
+std::unique_ptr<Backend> make_gpu_backend(const TrainOptions& o, const DistContext&) {
+  refuse_cuda(o);
+  return nullptr;
+}
+
+std::unique_ptr<SizingBackend> make_gpu_sizing_backend(const TrainOptions& o) {
+  refuse_cuda(o);
+  return nullptr;
+}
+
+bool gpu_tf32_default() { return false; }
+
+std::unique_ptr<Communicator> make_gpu_buffer_communicator(Backend& backend, Communicator&) {
+  throw std::runtime_error("the " + backend.name() + " backend needs a device communicator, which this binary lacks");
+}
+
+std::string gpu_memory_line(const Backend&) { return ""; }
+
+}  // namespace gpt2
