@@ -15,32 +15,16 @@
 #define TRAIN_CHECKPOINT_H
 
 #include <cstdint>
-#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
-#include "model/config.h"
-#include "train/eval_history.h"
-#include "train/lr_schedule.h"
-#include "train/spike_guard.h"
+#include "train/output_lock.h"
+#include "train/state_file.h"
 
 namespace gpt2 {
 
 class Communicator;
-
-// Where warnings and notes go (the trainer passes its logger); may be empty.
-using Notify = std::function<void(const std::string&)>;
-
-// One file of a checkpoint as its completion marker records it.
-struct FileDigest {
-  std::string name;   // file name inside the checkpoint directory
-  uint64_t size = 0;  // bytes
-  uint64_t xxh64 = 0; // XXH64 (seed 0) of the whole file, util/checksum.h
-  bool operator==(const FileDigest& o) const { return name == o.name && size == o.size && xxh64 == o.xxh64; }
-};
-// Hashes a file on disk; `name` is its base name.
-FileDigest digest_file(const std::string& path);
 
 // A parsed completion marker. `files` is empty for markers written before
 // checksums existed (they still load, unverified).
@@ -49,46 +33,6 @@ struct CheckpointMarker {
   uint32_t world = 0, zero_stage = 0;
   std::vector<FileDigest> files;
 };
-
-// Version 2 added the learning-rate schedule, version 3 the evaluation history,
-// version 4 the spike guards' windows; versions 1 to 3 still load
-// (has_schedule = false: the resuming run defines the schedule from its flags;
-// no history: it starts with the next evaluation; no windows: a new warm-up).
-constexpr uint32_t kStateFileVersion = 4;
-
-// Everything one rank needs, beyond the model file, to continue exactly.
-struct TrainState {
-  uint64_t step = 0;               // optimizer steps completed
-  GPT2Config config;
-  uint32_t world = 1, rank = 0, zero_stage = 0;
-  uint64_t shard_begin = 0, shard_end = 0;  // this rank's optimizer range in the flat params
-  uint64_t num_params = 0;
-  int32_t batch_size = 0, seq_len = 0;
-  int64_t total_batch_tokens = 0;
-  uint64_t seed = 0;
-  uint64_t sample_rng = 0;
-  uint64_t nan_skips = 0;
-  // The schedule the run that wrote the file used (the original run's, kept
-  // across resumes that extend --max-steps). false: a version 1 file.
-  bool has_schedule = false;
-  LrSchedule schedule;
-  // Best validation loss and early-stopping count (version 3; empty before).
-  EvalHistory eval;
-  // Spike guards' skip count and windows (version 4; empty before).
-  SpikeState spikes;
-  std::vector<uint8_t> loader_state;
-  std::vector<float> m, v;          // AdamW moments of [shard_begin, shard_end)
-  std::vector<float> master;        // fp32 master weights of the shard, empty for fp32 parameters
-};
-
-// Atomic, checksummed. Errors name the file. Returns the written file's
-// digest, hashed from memory while writing (no second read).
-FileDigest write_state_file(const std::string& path, const TrainState& s);
-// header_only: only the fixed fields through the schedule (no loader state,
-// moments or checksum check), reading the file's first few hundred bytes.
-TrainState read_state_file(const std::string& path, bool header_only = false);
-
-class OutputDirLock;
 
 class CheckpointDir {
  public:
@@ -159,56 +103,6 @@ class CheckpointDir {
   uint64_t pick_resume_step(bool fallback, const Notify& note) const;
   std::string dir_;
   std::unique_ptr<OutputDirLock> lock_;
-};
-
-// Exclusive use of an output directory by one training run: DIR/.lock, with
-// the holder's host, PID, start time, Slurm job and a heartbeat, under
-// flock(LOCK_EX) for the life of the object; removed by the destructor (also on
-// error exits: RAII). A second run throws:
-//   "--output-dir DIR is in use by PID P on host H (started ...)..."
-// A lock left behind by a killed run is stale, and taken over with a warning, when
-//   * its holder is on this host and flock is granted (the kernel drops the
-//     lock of a dead process), or, where the filesystem has no flock, its PID
-//     no longer exists;
-//   * it is a previous incarnation of this Slurm job (same SLURM_JOB_ID, other
-//     SLURM_RESTART_COUNT: Slurm requeues only a job that has ended);
-//   * its holder is on another host and its heartbeat (rewritten every
-//     kLockHeartbeatSeconds by a thread) is older than kLockStaleSeconds: flock
-//     across nodes is not trusted (NFS/Lustre may grant it locally only).
-constexpr int kLockHeartbeatSeconds = 60;
-constexpr int kLockStaleSeconds = 600;
-
-// The lock file's contents and the staleness rules (public for the tests).
-struct LockHolder {
-  std::string host;
-  int64_t pid = 0;
-  int64_t started = 0, heartbeat = 0;  // unix seconds
-  std::string slurm_job, slurm_restart;  // empty outside Slurm
-};
-std::string format_lock(const LockHolder& h);
-bool parse_lock(const std::string& text, LockHolder* h);
-LockHolder this_process_lock_holder();
-// Why `holder` no longer holds its lock ("" when it may still be running).
-// granted: this process got flock on the file; no_flock: the filesystem has none.
-std::string stale_lock_reason(const LockHolder& holder, const LockHolder& me, bool granted, bool no_flock,
-                              int64_t now);
-
-class OutputDirLock {
- public:
-  OutputDirLock(const std::string& dir, const Notify& note, int heartbeat_seconds = kLockHeartbeatSeconds);
-  ~OutputDirLock();
-  OutputDirLock(const OutputDirLock&) = delete;
-  OutputDirLock& operator=(const OutputDirLock&) = delete;
-  const std::string& path() const { return path_; }
-
- private:
-  struct Heartbeat;
-  bool try_acquire(const Notify& note);
-  void write_contents();
-  std::string path_;
-  int fd_ = -1;
-  LockHolder me_;
-  std::unique_ptr<Heartbeat> heartbeat_;
 };
 
 // Gathers the AdamW moments of [begin, end) from the state files of a

@@ -6,6 +6,7 @@
 #include <stdexcept>
 
 #include "model/hf_checkpoint.h"
+#include "train/checkpoint.h"
 #include "train/resume_point.h"
 #include "train/run_setup.h"
 

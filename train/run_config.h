@@ -14,11 +14,11 @@
 #include "model/config.h"
 #include "model/gpt2.h"
 #include "tokenizer/tokenizer.h"
-#include "train/checkpoint.h"
 #include "train/logger.h"
 #include "train/lr_schedule.h"
 #include "train/optimizer.h"
 #include "train/options.h"
+#include "train/state_file.h"
 
 namespace gpt2 {
 

@@ -1,6 +1,6 @@
 // Helpers of the checkpoint tests: a communicator standing in for one rank of
-// a job, the message of a call's exception, and older state file versions made
-// from the current one.
+// a job, the message of a call's exception, a sample state, and older state
+// file versions made from the current one.
 #ifndef TEST_TRAIN_CHECKPOINT_FAKES_H
 #define TEST_TRAIN_CHECKPOINT_FAKES_H
 
@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "distributed/comm.h"
+#include "train/state_file.h"
 #include "util/checked_io.h"
 
 namespace gpt2 {
@@ -58,6 +59,31 @@ inline std::string error_of(const std::function<void()>& f) {
     return e.what();
   }
   return "(no error)";
+}
+
+// Rank `rank` of `world` at step 42, its shard [begin, end) with m = i and v = i / 2.
+inline TrainState sample_state(uint64_t begin, uint64_t end, uint32_t rank, uint32_t world) {
+  TrainState s;
+  s.step = 42;
+  s.config.num_layers = 3;
+  s.world = world;
+  s.rank = rank;
+  s.zero_stage = 1;
+  s.shard_begin = begin;
+  s.shard_end = end;
+  s.num_params = 100;
+  s.batch_size = 4;
+  s.seq_len = 64;
+  s.total_batch_tokens = 512;
+  s.seed = 7;
+  s.sample_rng = 0xabcdef;
+  s.nan_skips = 2;
+  s.loader_state = {1, 2, 3, 4, 5};
+  for (uint64_t i = begin; i < end; i++) {
+    s.m.push_back(static_cast<float>(i));
+    s.v.push_back(static_cast<float>(i) * 0.5f);
+  }
+  return s;
 }
 
 // `bytes`, a state file of the current version holding the moments of `n`

@@ -1,14 +1,11 @@
 #include <gtest/gtest.h>
 
-#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <functional>
 #include <stdexcept>
 #include <string>
-#include <thread>
-#include <unistd.h>
 
 #include "distributed/comm.h"
 #include "test/train/checkpoint_fakes.h"
@@ -19,81 +16,6 @@
 
 namespace gpt2 {
 namespace {
-
-TrainState sample_state(uint64_t begin, uint64_t end, uint32_t rank, uint32_t world) {
-  TrainState s;
-  s.step = 42;
-  s.config.num_layers = 3;
-  s.world = world;
-  s.rank = rank;
-  s.zero_stage = 1;
-  s.shard_begin = begin;
-  s.shard_end = end;
-  s.num_params = 100;
-  s.batch_size = 4;
-  s.seq_len = 64;
-  s.total_batch_tokens = 512;
-  s.seed = 7;
-  s.sample_rng = 0xabcdef;
-  s.nan_skips = 2;
-  s.loader_state = {1, 2, 3, 4, 5};
-  for (uint64_t i = begin; i < end; i++) {
-    s.m.push_back(static_cast<float>(i));
-    s.v.push_back(static_cast<float>(i) * 0.5f);
-  }
-  return s;
-}
-
-TEST(StateFile, RoundTrip) {
-  const std::string d = temp_dir("state");
-  TrainState s = sample_state(10, 60, 1, 2);
-  write_state_file(d + "/s.bin", s);
-  TrainState r = read_state_file(d + "/s.bin");
-  EXPECT_EQ(r.step, 42u);
-  EXPECT_EQ(r.config, s.config);
-  EXPECT_EQ(r.rank, 1u);
-  EXPECT_EQ(r.world, 2u);
-  EXPECT_EQ(r.shard_begin, 10u);
-  EXPECT_EQ(r.shard_end, 60u);
-  EXPECT_EQ(r.sample_rng, 0xabcdefu);
-  EXPECT_EQ(r.nan_skips, 2u);
-  EXPECT_EQ(r.loader_state, s.loader_state);
-  EXPECT_EQ(r.m, s.m);
-  EXPECT_EQ(r.v, s.v);
-}
-
-TEST(StateFile, MasterWeightsRoundTrip) {
-  const std::string d = temp_dir("master");
-  TrainState s = sample_state(0, 20, 0, 1);
-  for (int i = 0; i < 20; i++) s.master.push_back(0.25f * i);
-  write_state_file(d + "/s.bin", s);
-  TrainState r = read_state_file(d + "/s.bin");
-  EXPECT_EQ(r.master, s.master);
-  EXPECT_EQ(r.m, s.m);
-}
-
-TEST(StateFile, CorruptionIsDetected) {
-  const std::string d = temp_dir("corrupt");
-  const std::string path = d + "/s.bin";
-  write_state_file(path, sample_state(0, 50, 0, 1));
-  std::string good = read_text_file(path);
-  auto expect_error = [&](const std::string& bytes, const char* what) {
-    std::ofstream(path, std::ios::binary | std::ios::trunc).write(bytes.data(), bytes.size());
-    try {
-      read_state_file(path);
-      ADD_FAILURE() << "no error for " << what;
-    } catch (const std::runtime_error& e) {
-      EXPECT_NE(std::string(e.what()).find(path), std::string::npos) << e.what();
-      EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
-    }
-  };
-  std::string flipped = good;
-  flipped[good.size() - 20] ^= 0x01;  // a bit of v
-  expect_error(flipped, "checksum");
-  expect_error(good.substr(0, good.size() - 9), "truncated");
-  expect_error("NOTSTATE" + good.substr(8), "bad magic");
-  expect_error(good.substr(0, 10), "truncated");
-}
 
 TEST(CheckpointDir, MarkersPruneAndReshard) {
   const std::string d = temp_dir("ckdir");
@@ -330,114 +252,6 @@ TEST(ResumeSelection, RefusesCorruptNewestOrFallsBack) {
   FakeComm rank1(1, 2);
   rank1.broadcast_value = 5;
   EXPECT_EQ(ck.select_resume_step(rank1, false, note), 5);
-}
-
-// ---- the output directory lock ------------------------------------------------------
-
-TEST(OutputDirLock, FormatAndStaleRules) {
-  LockHolder me = this_process_lock_holder();
-  EXPECT_EQ(me.pid, getpid());
-  LockHolder h = me;
-  h.pid = 123;
-  h.slurm_job = "991";
-  h.slurm_restart = "0";
-  LockHolder back;
-  ASSERT_TRUE(parse_lock(format_lock(h), &back));
-  EXPECT_EQ(back.host, h.host);
-  EXPECT_EQ(back.pid, 123);
-  EXPECT_EQ(back.started, h.started);
-  EXPECT_EQ(back.heartbeat, h.heartbeat);
-  EXPECT_EQ(back.slurm_job, "991");
-  EXPECT_FALSE(parse_lock("hello\n", &back));
-  EXPECT_FALSE(parse_lock("host=a\npid=x\nheartbeat=1\n", &back));
-
-  const int64_t now = me.heartbeat;
-  LockHolder local = me;
-  local.pid = getpid();  // alive
-  EXPECT_NE(stale_lock_reason(local, me, true, false, now), "");   // flock granted on this host: gone
-  EXPECT_EQ(stale_lock_reason(local, me, false, true, now), "");   // no flock, PID alive
-  local.pid = 0x7ffffff0;                                          // no such PID
-  EXPECT_NE(stale_lock_reason(local, me, false, true, now).find("no longer exists"), std::string::npos);
-
-  LockHolder remote = me;
-  remote.host = me.host + "-other";
-  remote.heartbeat = now - 30;
-  EXPECT_EQ(stale_lock_reason(remote, me, true, false, now), "");  // flock across nodes is not trusted
-  remote.heartbeat = now - kLockStaleSeconds - 1;
-  EXPECT_NE(stale_lock_reason(remote, me, true, false, now).find("has not renewed it"), std::string::npos);
-
-  LockHolder requeued = remote;
-  requeued.heartbeat = now;
-  requeued.slurm_job = "991";
-  requeued.slurm_restart = "0";
-  LockHolder me_slurm = me;
-  me_slurm.slurm_job = "991";
-  me_slurm.slurm_restart = "1";
-  EXPECT_NE(stale_lock_reason(requeued, me_slurm, true, false, now).find("earlier run of this Slurm job"),
-            std::string::npos);
-  me_slurm.slurm_restart = "0";  // the same run: a second srun of this job on the directory
-  EXPECT_EQ(stale_lock_reason(requeued, me_slurm, true, false, now), "");
-  me_slurm.slurm_job = "992";    // a duplicated job
-  EXPECT_EQ(stale_lock_reason(requeued, me_slurm, true, false, now), "");
-}
-
-TEST(OutputDirLock, ExclusiveReleasedAndStaleTakenOver) {
-  const std::string d = temp_dir("lock");
-  const LockHolder me = this_process_lock_holder();
-  std::vector<std::string> notes;
-  const Notify note = [&](const std::string& s) { notes.push_back(s); };
-  {
-    CheckpointDir first(d + "/out", true, note);  // creates the directory
-    ASSERT_TRUE(file_exists(first.lock_path()));
-    LockHolder h;
-    ASSERT_TRUE(parse_lock(read_text_file(first.lock_path()), &h));
-    EXPECT_EQ(h.pid, getpid());
-    // A second holder (own open file description, so flock refuses it even in this process).
-    const std::string e = error_of([&] { CheckpointDir second(d + "/out/", true, note); });
-    EXPECT_EQ(e.rfind("--output-dir " + d + "/out is in use by PID " + std::to_string(getpid()) + " on host " +
-                          me.host + " (started ",
-                      0),
-              0u)
-        << e;
-    EXPECT_NE(e.find("remove " + d + "/out/.lock"), std::string::npos) << e;
-    CheckpointDir reader(d + "/out");  // other ranks: no lock
-  }
-  EXPECT_FALSE(file_exists(d + "/out/.lock"));  // released and removed
-  EXPECT_TRUE(notes.empty());
-
-  // Left behind by a killed run on this host: nobody holds the flock.
-  LockHolder dead = me;
-  dead.pid = 0x7ffffff0;
-  write_text_file_atomic(d + "/out/.lock", format_lock(dead));
-  { CheckpointDir again(d + "/out", true, note); }
-  ASSERT_EQ(notes.size(), 1u);
-  EXPECT_NE(notes[0].find("taking over the stale lock"), std::string::npos) << notes[0];
-
-  // Another host's lock with a recent heartbeat is respected; an old one is stale.
-  LockHolder remote = me;
-  remote.host = "elsewhere-node";
-  remote.pid = 4242;
-  write_text_file_atomic(d + "/out/.lock", format_lock(remote));
-  const std::string e = error_of([&] { CheckpointDir c(d + "/out", true, note); });
-  EXPECT_NE(e.find("in use by PID 4242 on host elsewhere-node"), std::string::npos) << e;
-  remote.heartbeat -= kLockStaleSeconds + 5;
-  write_text_file_atomic(d + "/out/.lock", format_lock(remote));
-  { CheckpointDir c(d + "/out", true, note); }
-  EXPECT_NE(notes.back().find("elsewhere-node has not renewed it"), std::string::npos) << notes.back();
-}
-
-TEST(OutputDirLock, HeartbeatIsRenewed) {
-  const std::string d = temp_dir("heartbeat");
-  OutputDirLock lock(d, {}, 1);
-  LockHolder first, later;
-  ASSERT_TRUE(parse_lock(read_text_file(lock.path()), &first));
-  for (int i = 0; i < 40; i++) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    ASSERT_TRUE(parse_lock(read_text_file(lock.path()), &later));
-    if (later.heartbeat > first.heartbeat) break;
-  }
-  EXPECT_GT(later.heartbeat, first.heartbeat);
-  EXPECT_EQ(later.started, first.started);
 }
 
 }  // namespace

@@ -22,6 +22,7 @@
 #include "train/eval_history.h"
 #include "train/resume_point.h"
 #include "train/run_length.h"
+#include "train/state_file.h"
 #include "util/checked_io.h"
 #include "util/checksum.h"
 

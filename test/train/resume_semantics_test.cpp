@@ -14,8 +14,8 @@
 
 #include "test/train/checkpoint_fakes.h"
 #include "test/temp_dir.h"
-#include "train/checkpoint.h"
 #include "train/lr_schedule.h"
+#include "train/state_file.h"
 #include "util/checked_io.h"
 
 namespace gpt2 {
