@@ -52,7 +52,7 @@ DataParallel::DataParallel(Backend& backend, Communicator& buffers, const ParamL
   if (zero_stage < 0 || zero_stage > 2) throw std::runtime_error("--zero-stage must be 0, 1 or 2");
   // One rank moves no buffers through the communicator except stage 2's unit
   // exchange, so only then must its memory kind match the backend's.
-  if ((buffers.world() > 1 || stage_ == 2) && buffers.is_device_memory() == backend.is_host_memory())
+  if (buffers_travel(buffers.world(), stage_) && buffers.is_device_memory() == backend.is_host_memory())
     throw std::runtime_error("communicator (" + buffers.name() + ") and backend (" + backend.name() +
                              ") disagree on where memory lives" +
                              (stage_ == 2 && buffers.world() == 1 ? " (--zero-stage 2 exchanges buffers)" : ""));

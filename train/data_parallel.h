@@ -56,6 +56,10 @@ class DataParallel {
   // `buffers` moves the backend's memory (gradients, parameters, the gradient
   // norm's sum): a host communicator for a host backend, NCCL for the CUDA one.
   DataParallel(Backend& backend, Communicator& buffers, const ParamLayout& layout, int zero_stage);
+  // Whether the backend's buffers go through `buffers` at all: with several
+  // ranks, and for ZeRO-2's unit exchange also at one. Else a host
+  // communicator does, whatever the backend's memory.
+  static bool buffers_travel(int world, int zero_stage) { return world > 1 || zero_stage == 2; }
   ~DataParallel();
   DataParallel(const DataParallel&) = delete;
   DataParallel& operator=(const DataParallel&) = delete;

@@ -17,6 +17,7 @@
 #include "distributed/preempt.h"
 #include "model/model_file.h"
 #include "train/hellaswag.h"
+#include "train/run_config.h"
 #include "train/run_setup.h"
 #include "util/checked_io.h"
 
@@ -255,7 +256,8 @@ int run_evaluation(const TrainOptions& opts, const DistContext& dist, Communicat
   const std::string path = weights_path(opts, "--eval-only");
   ModelFile mf = read_model_file(path);
   EvalSpec spec;
-  spec.T = std::min(opts.seq_len, mf.config.max_seq_len);
+  std::string cap_note;
+  spec.T = capped_seq_len(opts, mf.config, &cap_note);
   spec.S = opts.eval_stride > 0 ? opts.eval_stride : spec.T;
   spec.B = opts.batch_size;
   spec.rank = dist.rank;
@@ -268,8 +270,7 @@ int run_evaluation(const TrainOptions& opts, const DistContext& dist, Communicat
   GPT2 model(*backend, mf.config, spec.B, spec.T);
   model.set_parameters(mf.params);
   mf.params = {};
-  if (dist.is_main() && opts.seq_len > spec.T)
-    std::fprintf(stderr, "note: --seq-len %d capped to the model's max_seq %d\n", opts.seq_len, spec.T);
+  if (dist.is_main() && !cap_note.empty()) std::fprintf(stderr, "%s\n", cap_note.c_str());
   comm.barrier();
   const auto t0 = Clock::now();
   const RankSum sum = [&comm](std::vector<double>& v) { all_reduce(comm, v.data(), v.size(), ReduceOp::kSum); };

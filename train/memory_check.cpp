@@ -144,13 +144,12 @@ std::string memory_shortfall(uint64_t per_rank, int ranks_on_node, const MemoryB
   return s + ", more than the " + format_bytes(static_cast<double>(have.bytes)) + " available (" + have.source + ")";
 }
 
-void check_host_memory(const TrainOptions& o, const DistContext& dist) {
-  if (o.memory_check == "off") return;
-  TrainOptions cpu = o;
-  cpu.device = "cpu";
-  const std::string shortfall =
-      memory_shortfall(planned_rank_bytes(cpu, dist.world), dist.local_world, host_memory_budget());
-  act_on_shortfall(o, dist, shortfall, false);
+void check_host_memory(const RunPlan& plan, const DistContext& dist) {
+  if (plan.opts.memory_check == "off") return;
+  RunPlan cpu = plan;
+  cpu.opts.device = "cpu";
+  const std::string shortfall = memory_shortfall(planned_rank_bytes(cpu), dist.local_world, host_memory_budget());
+  act_on_shortfall(plan.opts, dist, shortfall, false);
 }
 
 std::string device_memory_shortfall(uint64_t per_rank, const DeviceMemory& gpu) {
@@ -165,12 +164,12 @@ void check_device_memory(const TrainOptions& o, const DistContext& dist, uint64_
   act_on_shortfall(o, dist, device_memory_shortfall(per_rank, gpu), true);
 }
 
-void check_run_memory(const TrainOptions& o, const DistContext& dist, const Backend& backend) {
-  if (o.memory_check == "off") return;
-  if (backend.is_host_memory()) return check_host_memory(o, dist);
+void check_run_memory(const RunPlan& plan, const DistContext& dist, const Backend& backend) {
+  if (plan.opts.memory_check == "off") return;
+  if (backend.is_host_memory()) return check_host_memory(plan, dist);
   const DeviceMemory gpu = backend.device_memory();
   if (!gpu.present) return;  // a backend that cannot say: its allocations report their own failures
-  check_device_memory(o, dist, planned_rank_bytes(o, dist.world), gpu);
+  check_device_memory(plan.opts, dist, planned_rank_bytes(plan), gpu);
 }
 
 }  // namespace gpt2

@@ -22,6 +22,7 @@
 #include "backend/backend.h"
 #include "distributed/context.h"
 #include "train/options.h"
+#include "train/run_plan.h"
 
 namespace gpt2 {
 
@@ -45,10 +46,10 @@ MemoryBudget host_memory_budget();
 // else the sentence saying by how much they do not.
 std::string memory_shortfall(uint64_t per_rank, int ranks_on_node, const MemoryBudget& have);
 
-// The check of a training run on the CPU backend (o.memory_check: on throws
+// The check of a training run on the CPU backend (plan.opts.memory_check: on throws
 // with the shortfall and the ways out, warn prints it on stderr once per node,
 // off does nothing).
-void check_host_memory(const TrainOptions& o, const DistContext& dist);
+void check_host_memory(const RunPlan& plan, const DistContext& dist);
 
 // "" when `per_rank` bytes fit in the free memory of `gpu`, else the sentence
 // naming both numbers and the device.
@@ -62,7 +63,7 @@ void check_device_memory(const TrainOptions& o, const DistContext& dist, uint64_
 // Before the model allocates: check_host_memory for a backend of host memory,
 // else check_device_memory with the --dry-run plan of the backend's kind at
 // this world size against backend.device_memory().
-void check_run_memory(const TrainOptions& o, const DistContext& dist, const Backend& backend);
+void check_run_memory(const RunPlan& plan, const DistContext& dist, const Backend& backend);
 
 }  // namespace gpt2
 

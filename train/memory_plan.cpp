@@ -9,10 +9,7 @@
 
 #include "backend/sizing_backend.h"
 #include "distributed/comm.h"
-#include "model/gpt2.h"
-#include "train/data_parallel.h"
 #include "train/logger.h"
-#include "train/optimizer.h"
 #include "train/run_setup.h"
 
 namespace gpt2 {
@@ -44,69 +41,58 @@ class PlanComm final : public Communicator {
   bool device_;
 };
 
-// The objects a training run constructs at `world` ranks, on a backend that
-// allocates nothing but counts (rank 0's view).
+// The parts a training run of `plan` constructs (rank 0's view), on a backend
+// that allocates nothing but counts.
 struct PlannedRun {
-  PlannedRun(const TrainOptions& o, const GPT2Config& cfg, const ParamLayout& layout, int world)
-      : be(make_sizing_backend(o)),
-        buffers(world, !be->is_host_memory()),
-        host(world, false),
-        dp(*be, world > 1 || o.zero_stage == 2 ? static_cast<Communicator&>(buffers) : host, layout, o.zero_stage),
-        model(*be, cfg, o.batch_size, std::min(o.seq_len, cfg.max_seq_len), dp.grad_mode(), dp.param_capacity(),
-              o.recompute),
-        opt(*be, layout, dp.opt_begin(), dp.opt_end()) {
-    opt.reserve_master(model.params());
-    // the step's deferred per-token losses: one slot per micro-batch
-    const int64_t micro = static_cast<int64_t>(o.batch_size) * std::min(o.seq_len, cfg.max_seq_len) * world;
-    model.reserve_deferred_losses(grad_accum_for(o.total_batch_tokens < 0 ? micro : o.total_batch_tokens, micro));
-  }
+  explicit PlannedRun(const RunPlan& plan)
+      : be(make_sizing_backend(plan.opts)),
+        buffers(plan.world, !be->is_host_memory()),
+        host(plan.world, false),
+        parts(*be, plan.buffers_travel() ? static_cast<Communicator&>(buffers) : host, plan) {}
   std::unique_ptr<SizingBackend> be;
   PlanComm buffers, host;
-  DataParallel dp;
-  GPT2 model;
-  AdamW opt;
+  RunAssembly parts;
 };
 
 }  // namespace
 
 std::string memory_plan_table(const TrainOptions& o) {
-  bool from_file = false;
-  const GPT2Config cfg = requested_config(o, &from_file);
-  const ParamLayout layout = ParamLayout::for_config(cfg);
-  const int B = o.batch_size, T = std::min(o.seq_len, cfg.max_seq_len);
+  TrainLogger quiet(false, "");
   std::ostringstream out;
   char line[256];
   for (int world : o.dry_run_worlds) {
-    const PlannedRun run(o, cfg, layout, world);
+    const RunPlan plan = plan_training_run(o, world, quiet);
+    const PlannedRun run(plan);
     const SizingBackend& be = *run.be;
+    const GPT2& model = run.parts.model;
     if (out.tellp() == 0) {
-      out << "memory plan: " << (from_file ? o.model : o.model + " " + cfg.describe()) << ", " << layout.total
-          << " parameters; " << be.name() << " " << o.dtype << ", B=" << B << " T=" << T << ", ZeRO-"
-          << o.zero_stage << ", recompute " << o.recompute << "\n"
+      out << "memory plan: " << (plan.cfg_from_file ? plan.opts.model : plan.opts.model + " " + plan.cfg.describe())
+          << ", " << plan.layout.total << " parameters; " << be.name() << " " << o.dtype << ", B=" << plan.shape.B
+          << " T=" << plan.shape.T << ", ZeRO-" << o.zero_stage << ", recompute " << o.recompute << "\n"
           << "per rank, from the allocations training makes (nothing allocated); plus the backend's workspace,\n"
           << "grown on demand (cuBLASLt's 32 MiB, per-op partial sums)\n";
       std::snprintf(line, sizeof line, "%7s %12s %12s %9s %12s %12s %12s %14s\n", "world", "params", "grads",
                     "grads/P", "optimizer", "activations", "total", "total bytes");
       out << line;
     }
-    const double grads = static_cast<double>(run.dp.gradient_bytes(run.model));
-    const double full = static_cast<double>(layout.total) * run.model.params().elem_bytes;  // one dense gradient
+    const double grads = static_cast<double>(run.parts.dp.gradient_bytes(model));
+    const double full = static_cast<double>(plan.layout.total) * model.params().elem_bytes;  // one dense gradient
     const double total = static_cast<double>(be.allocated_bytes());
     std::snprintf(line, sizeof line, "%7d %12s %12s %9.3f %12s %12s %12s %14zu\n", world,
-                  format_bytes(static_cast<double>(run.model.params().bytes())).c_str(), format_bytes(grads).c_str(),
-                  grads / full, format_bytes(static_cast<double>(run.opt.state_bytes())).c_str(),
-                  format_bytes(static_cast<double>(run.model.activation_bytes())).c_str(), format_bytes(total).c_str(),
+                  format_bytes(static_cast<double>(model.params().bytes())).c_str(), format_bytes(grads).c_str(),
+                  grads / full, format_bytes(static_cast<double>(run.parts.optimizer.state_bytes())).c_str(),
+                  format_bytes(static_cast<double>(model.activation_bytes())).c_str(), format_bytes(total).c_str(),
                   be.allocated_bytes());
     out << line;
   }
   return out.str();
 }
 
+size_t planned_rank_bytes(const RunPlan& plan) { return PlannedRun(plan).be->allocated_bytes(); }
+
 size_t planned_rank_bytes(const TrainOptions& o, int world) {
-  bool from_file = false;
-  const GPT2Config cfg = requested_config(o, &from_file);
-  const PlannedRun run(o, cfg, ParamLayout::for_config(cfg), world);
-  return run.be->allocated_bytes();
+  TrainLogger quiet(false, "");
+  return planned_rank_bytes(plan_training_run(o, world, quiet));
 }
 
 int run_memory_plan(const TrainOptions& o) {

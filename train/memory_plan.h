@@ -1,6 +1,6 @@
 // --dry-run W[,W...]: the per-rank memory table of a training configuration at
-// several world sizes, computed by building the model, the ZeRO plan and the
-// optimizer exactly as training does, on a backend that allocates nothing
+// several world sizes, computed by building the run plan and its parts
+// (train/run_plan.h) exactly as training does, on a backend that allocates nothing
 // (backend/sizing_backend.h). No GPU, data or MPI needed: a d48 plan for 64
 // GPUs runs on a laptop.
 #ifndef TRAIN_MEMORY_PLAN_H
@@ -10,6 +10,7 @@
 #include <string>
 
 #include "train/options.h"
+#include "train/run_plan.h"
 
 namespace gpt2 {
 
@@ -21,6 +22,8 @@ std::string memory_plan_table(const TrainOptions& o);
 // training run with these options allocates on the backend of --device/--dtype
 // (pass --device cpu for the CPU backend).
 size_t planned_rank_bytes(const TrainOptions& o, int world);
+// The same for a plan already made (training's memory check).
+size_t planned_rank_bytes(const RunPlan& plan);
 
 // Prints memory_plan_table to stdout; returns the exit status (0, or 1 with
 // the error on stderr).

@@ -36,14 +36,21 @@ TrainOptions effective_options(const TrainOptions& o) {
   return e;
 }
 
+int capped_seq_len(const TrainOptions& o, const GPT2Config& cfg, std::string* note) {
+  note->clear();
+  if (o.seq_len <= cfg.max_seq_len) return o.seq_len;
+  *note = "note: --seq-len " + std::to_string(o.seq_len) + " capped to the model's max_seq " +
+          std::to_string(cfg.max_seq_len);
+  return cfg.max_seq_len;
+}
+
 BatchShape batch_shape(const TrainOptions& o, const GPT2Config& cfg, int world, const TrainState* stored,
                        TrainLogger& log) {
   BatchShape s;
   s.B = o.batch_size;
-  s.T = std::min(o.seq_len, cfg.max_seq_len);
-  if (o.seq_len > cfg.max_seq_len)
-    log.info("note: --seq-len " + std::to_string(o.seq_len) + " capped to the model's max_seq " +
-             std::to_string(cfg.max_seq_len));
+  std::string cap_note;
+  s.T = capped_seq_len(o, cfg, &cap_note);
+  if (!cap_note.empty()) log.info(cap_note);
   const int64_t tokens_per_micro = static_cast<int64_t>(s.B) * s.T * world;
   s.total_batch = o.total_batch_tokens < 0 ? tokens_per_micro : o.total_batch_tokens;
   if (o.total_batch_tokens < 0 && stored && stored->total_batch_tokens > 0) {

@@ -39,6 +39,10 @@ bool peek_resume_state(const TrainOptions& o, TrainState* st);
 // only from it, exactly like --model FILE|HF_DIR).
 TrainOptions effective_options(const TrainOptions& o);
 
+// --seq-len capped to the model's max_seq, with the note saying so ("" when
+// not capped): training's T (batch_shape) and --eval-only's window.
+int capped_seq_len(const TrainOptions& o, const GPT2Config& cfg, std::string* note);
+
 // `stored`: the global batch of the checkpoint being resumed (0: none). When
 // --total-batch-tokens is not given it is the default, so a run resumed on
 // another number of ranks keeps its tokens per step (more or fewer micro-batches).

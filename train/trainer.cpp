@@ -31,6 +31,7 @@
 #include "train/resume_point.h"
 #include "train/run_config.h"
 #include "train/run_length.h"
+#include "train/run_plan.h"
 #include "train/run_setup.h"
 #include "train/sampler.h"
 #include "train/spike_guard.h"
@@ -53,8 +54,8 @@ double seconds_since(Clock::time_point t0) {
 // The communicator for the backend's buffers when the host one (MPI) cannot
 // move them; nullptr when it can. A device backend needs one as soon as
 // buffers travel: several ranks, or ZeRO-2's unit exchange (also at one rank).
-std::unique_ptr<Communicator> make_buffer_communicator(Backend& backend, Communicator& host, int zero_stage) {
-  if (backend.is_host_memory() || (host.world() == 1 && zero_stage != 2)) return nullptr;
+std::unique_ptr<Communicator> make_buffer_communicator(Backend& backend, Communicator& host, const RunPlan& plan) {
+  if (backend.is_host_memory() || !plan.buffers_travel()) return nullptr;
   return make_gpu_buffer_communicator(backend, host);
 }
 
@@ -87,7 +88,8 @@ struct Communicators {
 // or resume, banner, the loop, the end (checkpoint, final model).
 class TrainingRun {
  public:
-  TrainingRun(const TrainOptions& opts, const DistContext& dist, Communicator& host, std::unique_ptr<Backend> backend);
+  TrainingRun(const RunPlan& plan, const DistContext& dist, Communicator& host, TrainLogger& log,
+              std::unique_ptr<Backend> backend);
   int run();
 
  private:
@@ -116,27 +118,26 @@ class TrainingRun {
   std::vector<float> final_weights();
   int stop();
 
-  const TrainOptions& opts_;
+  const RunPlan& plan_;
+  const TrainOptions& opts_;   // plan_.opts
   const DistContext& dist_;
   const bool main_rank_;
-  TrainLogger log_;
+  TrainLogger& log_;
   std::unique_ptr<Backend> backend_;
-  bool from_file_ = false;
-  const GPT2Config cfg_;
+  const GPT2Config& cfg_;      // plan_.cfg
   const RunDropout dropout_;   // the rates in effect and where they come from
-  TrainState peek_;            // header of the checkpoint --resume is expected to pick
-  const bool has_peek_;
-  const BatchShape shape_;
-  const ParamLayout layout_;
+  const BatchShape& shape_;    // plan_.shape
+  const ParamLayout& layout_;  // plan_.layout
   Communicators comms_;
-  DataParallel dp_;
-  GPT2 model_;
+  RunAssembly parts_;          // DataParallel, the model, AdamW
+  DataParallel& dp_;
+  GPT2& model_;
+  AdamW& optimizer_;
   DataLoader train_loader_;
   std::unique_ptr<DataLoader> val_loader_;
   int64_t steps_per_epoch_ = 0;
   int total_steps_ = 0;
   std::string length_why_;  // what total_steps_ comes from (--max-steps, --epochs)
-  AdamW optimizer_;
   const AdamWHyper hyper_;
   LrSchedule schedule_;
   std::string schedule_source_ = "from the flags";
@@ -161,52 +162,52 @@ class TrainingRun {
   int timed_steps_ = 0;
 };
 
-TrainingRun::TrainingRun(const TrainOptions& opts, const DistContext& dist, Communicator& host,
+TrainingRun::TrainingRun(const RunPlan& plan, const DistContext& dist, Communicator& host, TrainLogger& log,
                          std::unique_ptr<Backend> backend)
-    : opts_(opts),
+    : plan_(plan),
+      opts_(plan.opts),
       dist_(dist),
       main_rank_(dist.is_main()),
-      log_(main_rank_, opts.log_jsonl),
+      log_(log),
       backend_(std::move(backend)),
-      cfg_(requested_config(opts, &from_file_)),
-      dropout_(run_dropout(opts)),
-      has_peek_(peek_resume_state(opts, &peek_)),
-      shape_(batch_shape(opts, cfg_, dist.world, has_peek_ ? &peek_ : nullptr, log_)),
-      layout_(ParamLayout::for_config(cfg_)),
-      comms_{host, make_buffer_communicator(*backend_, host, opts.zero_stage)},
-      dp_(*backend_, comms_.buffers(), layout_, opts.zero_stage),
-      model_(*backend_, cfg_, shape_.B, shape_.T, dp_.grad_mode(), dp_.param_capacity(), opts.recompute),
-      train_loader_(train_loader_options(opts, shape_, dist, cfg_.vocab_size)),
-      optimizer_(*backend_, layout_, dp_.opt_begin(), dp_.opt_end()),
-      hyper_(adamw_hyper(opts)),
-      spikes_(opts.skip_loss_z, opts.skip_grad_z, opts.spike_window),
-      sample_rng_(opts.seed ^ 0x5A4D504C45ULL) {
-  if (opts.val_every > 0) {
-    DataLoaderOptions vlo = train_loader_options(opts, shape_, dist, cfg_.vocab_size);
-    vlo.pattern = opts.val_data;
+      cfg_(plan.cfg),
+      dropout_(run_dropout(plan.opts)),
+      shape_(plan.shape),
+      layout_(plan.layout),
+      comms_{host, make_buffer_communicator(*backend_, host, plan)},
+      parts_(*backend_, comms_.buffers(), plan),
+      dp_(parts_.dp),
+      model_(parts_.model),
+      optimizer_(parts_.optimizer),
+      train_loader_(train_loader_options(plan.opts, shape_, dist, cfg_.vocab_size)),
+      hyper_(adamw_hyper(plan.opts)),
+      spikes_(plan.opts.skip_loss_z, plan.opts.skip_grad_z, plan.opts.spike_window),
+      sample_rng_(plan.opts.seed ^ 0x5A4D504C45ULL) {
+  if (opts_.val_every > 0) {
+    DataLoaderOptions vlo = train_loader_options(opts_, shape_, dist, cfg_.vocab_size);
+    vlo.pattern = opts_.val_data;
     vlo.grad_accum = 1;
     vlo.shuffle = false;
     val_loader_ = std::make_unique<DataLoader>(vlo);
   }
   steps_per_epoch_ = static_cast<int64_t>(train_loader_.samples_per_epoch()) / (dist.world * shape_.grad_accum);
-  if (steps_per_epoch_ < 1 && opts.max_steps <= 0)
-    throw std::runtime_error(opts.train_data + ": not enough tokens for one optimizer step");
-  const RunLength length = run_length(opts.max_steps, opts.epochs, steps_per_epoch_);
+  if (steps_per_epoch_ < 1 && opts_.max_steps <= 0)
+    throw std::runtime_error(opts_.train_data + ": not enough tokens for one optimizer step");
+  const RunLength length = run_length(opts_.max_steps, opts_.epochs, steps_per_epoch_);
   total_steps_ = length.steps;
   length_why_ = length.why;
-  schedule_ = lr_schedule(opts, total_steps_);
-  tokenizer_ = load_tokenizer(opts, log_);
-  if (!opts.prompt.empty()) {
+  schedule_ = lr_schedule(opts_, total_steps_);
+  tokenizer_ = load_tokenizer(opts_, log_);
+  if (!opts_.prompt.empty()) {
     sample_context_.clear();
-    for (uint32_t id : tokenizer_->encode(opts.prompt)) sample_context_.push_back(static_cast<int32_t>(id));
+    for (uint32_t id : tokenizer_->encode(opts_.prompt)) sample_context_.push_back(static_cast<int32_t>(id));
   }
   // One optimizer step's micro-batches (read before the first forward: see load_step_batches).
   const size_t NT = static_cast<size_t>(shape_.B) * shape_.T;
   inputs_.resize(NT * shape_.grad_accum);
   targets_.resize(NT * shape_.grad_accum);
-  model_.reserve_deferred_losses(shape_.grad_accum);  // counted by the banner's memory line
-  model_.set_dropout(dropout_.rates, opts.seed ^ kDropoutSeedSalt);
-  if (!opts.eval_hellaswag.empty()) hellaswag_ = read_hellaswag_for(opts);
+  model_.set_dropout(dropout_.rates, opts_.seed ^ kDropoutSeedSalt);
+  if (!opts_.eval_hellaswag.empty()) hellaswag_ = read_hellaswag_for(opts_);
 }
 
 // Parameters and optimizer state: from the newest complete checkpoint with
@@ -246,7 +247,7 @@ void TrainingRun::init_or_resume() {
     return abandon_later_checkpoints(static_cast<uint64_t>(resume_step));
   }
   if (opts_.resume) log_.info("--resume: no complete checkpoint in " + opts_.output_dir + "; starting fresh");
-  if (from_file_) {
+  if (plan_.cfg_from_file) {
     ModelFile mf = read_model_file(opts_.model);
     require_finite(mf.params, opts_.model + ": the initial weights");
     model_.set_parameters(mf.params);
@@ -348,7 +349,7 @@ void TrainingRun::log_banner() {
   }
   log_.info("+----------------------------------------------------------------------");
   log_.info("| model        " + cfg_.describe() +
-            (from_file_ ? " from " + opts_.model : std::string(" (random init)")));
+            (plan_.cfg_from_file ? " from " + opts_.model : std::string(" (random init)")));
   log_.info("| parameters   " + std::to_string(P) + " (" + format_bytes(P * 4.0) + " fp32)");
   log_.info("| backend      " + backend_->name() + ", " + describe_precision(opts_, *backend_) + ", " +
             dist_.describe());
@@ -751,12 +752,13 @@ int TrainingRun::stop() {
 }  // namespace
 
 int run_training(const TrainOptions& opts, const DistContext& dist, Communicator& comm) {
-  const TrainOptions effective = effective_options(opts);
-  std::unique_ptr<Backend> backend = make_run_backend(effective, dist);
+  TrainLogger log(dist.is_main(), opts.log_jsonl);
+  const RunPlan plan = plan_training_run(opts, dist.world, log);
+  std::unique_ptr<Backend> backend = make_run_backend(plan.opts, dist);
   // Before the model allocates: a run that cannot fit (host or GPU memory) is an
   // error now, not the OOM killer's silent SIGKILL or a cudaMalloc failure later.
-  check_run_memory(effective, dist, *backend);
-  TrainingRun run(effective, dist, comm, std::move(backend));
+  check_run_memory(plan, dist, *backend);
+  TrainingRun run(plan, dist, comm, log, std::move(backend));
   return run.run();
 }
 

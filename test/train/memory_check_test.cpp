@@ -10,9 +10,12 @@
 #include <string>
 
 #include "backend/backend.h"
+#include "model/model_file.h"
 #include "train/memory_check.h"
 #include "train/memory_plan.h"
 #include "train/options.h"
+#include "test/temp_dir.h"
+#include "test/tiny_config.h"
 
 namespace gpt2 {
 namespace {
@@ -83,21 +86,23 @@ TEST(MemoryCheck, RefusesWarnsOrIsOff) {
   const size_t need = planned_rank_bytes(o, 1);
   EXPECT_NE(memory_plan_table(o).find(" " + std::to_string(need) + "\n"), std::string::npos);
   DistContext dist;
+  TrainLogger quiet(false, "");
+  RunPlan plan = plan_training_run(o, 1, quiet);
   setenv("GPT2_TEST_AVAILABLE_MEMORY", std::to_string(need - 1).c_str(), 1);
   try {
-    check_host_memory(o, dist);
+    check_host_memory(plan, dist);
     ADD_FAILURE() << "a plan 1 byte over the budget passed";
   } catch (const std::runtime_error& e) {
     EXPECT_NE(std::string(e.what()).find("not enough memory: this run needs"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("--memory-check warn (or off) to run anyway"), std::string::npos);
   }
-  o.memory_check = "warn";
-  EXPECT_NO_THROW(check_host_memory(o, dist));
-  o.memory_check = "on";
+  plan.opts.memory_check = "warn";
+  EXPECT_NO_THROW(check_host_memory(plan, dist));
+  plan.opts.memory_check = "on";
   setenv("GPT2_TEST_AVAILABLE_MEMORY", std::to_string(need).c_str(), 1);
-  EXPECT_NO_THROW(check_host_memory(o, dist));
+  EXPECT_NO_THROW(check_host_memory(plan, dist));
   dist.local_world = 2;  // two ranks of this node need twice as much
-  EXPECT_THROW(check_host_memory(o, dist), std::runtime_error);
+  EXPECT_THROW(check_host_memory(plan, dist), std::runtime_error);
   unsetenv("GPT2_TEST_AVAILABLE_MEMORY");
 }
 
@@ -163,17 +168,35 @@ TEST(MemoryCheck, RunOnTheCpuBackendChecksHostMemory) {
   const std::unique_ptr<Backend> cpu = make_cpu_backend(1);
   ASSERT_FALSE(cpu->device_memory().present);
   DistContext dist;
+  TrainLogger quiet(false, "");
+  RunPlan plan = plan_training_run(o, 1, quiet);
   setenv("GPT2_TEST_AVAILABLE_MEMORY", std::to_string(planned_rank_bytes(o, 1) - 1).c_str(), 1);
   try {
-    check_run_memory(o, dist, *cpu);
+    check_run_memory(plan, dist, *cpu);
     ADD_FAILURE() << "a plan 1 byte over the host budget passed";
   } catch (const std::runtime_error& e) {
     EXPECT_EQ(std::string(e.what()).rfind("not enough memory: this run needs", 0), 0u) << e.what();
   }
-  o.memory_check = "off";
-  EXPECT_NO_THROW(check_run_memory(o, dist, *cpu));
+  plan.opts.memory_check = "off";
+  EXPECT_NO_THROW(check_run_memory(plan, dist, *cpu));
   unsetenv("GPT2_TEST_AVAILABLE_MEMORY");
 }
 
 }  // namespace
+// --dry-run plans the run training would make: --init-from FILE is the model
+// (it used to plan the default --model d12), and the plan's T is capped to it.
+TEST(MemoryPlan, InitFromNamesTheModelPlanned) {
+  const TempDir dir("memory_plan");
+  const GPT2Config cfg = tiny_gpt2_config(2, 2, 32, 16, 64);
+  write_model_file(dir.file("model.bin"), cfg, std::vector<float>(ParamLayout::for_config(cfg).total, 0.0f));
+  TrainOptions o;
+  o.device = "cpu";
+  o.init_from = dir.file("model.bin");
+  o.seq_len = 64;
+  o.dry_run_worlds = {1};
+  const std::string table = memory_plan_table(o);
+  EXPECT_EQ(table.rfind("memory plan: " + o.init_from + ", " + std::to_string(ParamLayout::for_config(cfg).total) +
+                            " parameters; cpu fp32, B=4 T=16,", 0), 0u) << table;
+}
+
 }  // namespace gpt2

@@ -1,0 +1,26 @@
+#include "train/run_plan.h"
+
+#include "train/run_setup.h"
+
+namespace gpt2 {
+
+RunPlan plan_training_run(const TrainOptions& o, int world, TrainLogger& log) {
+  RunPlan p;
+  p.opts = effective_options(o);
+  p.cfg = requested_config(p.opts, &p.cfg_from_file);
+  p.layout = ParamLayout::for_config(p.cfg);
+  p.world = world;
+  p.has_resume_state = peek_resume_state(p.opts, &p.resume_state);
+  p.shape = batch_shape(p.opts, p.cfg, world, p.has_resume_state ? &p.resume_state : nullptr, log);
+  return p;
+}
+
+RunAssembly::RunAssembly(Backend& backend, Communicator& buffers, const RunPlan& plan)
+    : dp(backend, buffers, plan.layout, plan.opts.zero_stage),
+      model(backend, plan.cfg, plan.shape.B, plan.shape.T, dp.grad_mode(), dp.param_capacity(), plan.opts.recompute),
+      optimizer(backend, plan.layout, dp.opt_begin(), dp.opt_end()) {
+  optimizer.reserve_master(model.params());
+  model.reserve_deferred_losses(plan.shape.grad_accum);
+}
+
+}  // namespace gpt2
