@@ -1,7 +1,8 @@
 // Emulated cooperative groups (g++ build only): the subset the project uses --
 // this_thread_block, tiled_partition<N> (N a power of two <= 32), thread_rank,
 // meta_group_rank/size, shuffles/ballot on tiles and cg::reduce with plus, less
-// and greater. Under nvcc, emu/cuda.cuh includes <cooperative_groups.h> instead.
+// and greater. The emulated build's <cooperative_groups.h> (emu/include/)
+// includes it; nvcc uses the toolkit's.
 #ifndef EMU_COOPERATIVE_GROUPS_H
 #define EMU_COOPERATIVE_GROUPS_H
 

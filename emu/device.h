@@ -1,13 +1,16 @@
 // Device-side CUDA surface for the g++ (emulation) build: built-in index
 // variables, barriers, warp intrinsics, atomics, memory-access hints and math
-// intrinsics. Included by emu/cuda.cuh only when not compiling with nvcc; kernel
-// sources never include it directly.
+// intrinsics. Reached through the emulated build's <cuda_runtime.h>
+// (emu/include/cuda_runtime.h); kernel sources never include it directly.
+// Defines GPT2_EMU_CUDA, on which backend/cuda/launch.cuh picks the emulator's launch.
 #ifndef EMU_DEVICE_H
 #define EMU_DEVICE_H
 
 #ifdef __CUDACC__
-#error "emu/device.h is the emulation layer; under nvcc include emu/cuda.cuh instead"
+#error "emu/device.h is the emulation layer; nvcc compiles CUDA sources against the toolkit's headers"
 #endif
+
+#define GPT2_EMU_CUDA 1
 
 #include <cuda_runtime.h>
 #include <cuda_bf16.h>
@@ -65,7 +68,7 @@ constexpr int warpSize = 32;
 #define asm inline_PTX_cannot_run_in_the_emulator__guard_it_with_CUDA_ARCH_and_keep_a_portable_fallback
 
 // Device assert: records a kernel fault (cudaErrorAssert) instead of aborting the
-// process. Re-including <cassert> after emu/cuda.cuh restores the host assert.
+// process. Re-including <cassert> after <cuda_runtime.h> restores the host assert.
 #undef assert
 #ifdef NDEBUG
 #define assert(expr) (static_cast<void>(0))

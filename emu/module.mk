@@ -5,8 +5,17 @@
 #   build/libemu_nccl.a    NCCL over MPI or local sockets (link with $(EMU_MPI_LIBS))
 #   build/asan/libemu.a    the same as libemu.a built with AddressSanitizer
 #
+# Include paths
+#   $(EMU_CUDA_INC)    the toolkit's headers: host code of the emulated build (cudart,
+#                      cuBLAS, NCCL declarations, which the libraries above implement)
+#   $(EMU_KERNEL_INC)  CUDA sources compiled by g++: emu/include/ first, so the CUDA
+#                      headers they name (<cuda_runtime.h>, <cooperative_groups.h>,
+#                      <mma.h>) bring the emulator's device surface; the rest (<cuda_bf16.h>,
+#                      <cublasLt.h>, ...) are the toolkit's. Production code names only
+#                      CUDA's headers; only this flag maps them to the emulator.
+#
 # Recipes any module can use for its kernel tests
-#   emulation:  objects get  CPPFLAGS += $(EMU_CUDA_INC)  (the .cu -> build/X.cu.o rule
+#   emulation:  objects get  CPPFLAGS += $(EMU_KERNEL_INC)  (the .cu -> build/X.cu.o rule
 #               of the top-level Makefile compiles them as C++), link $(EMU_LIB) $(EMU_LIBS)
 #   ASan:       build/asan/X.o / build/asan/X.cu.o from X.cpp / X.cu (rules below),
 #               link with $(EMU_SANITIZE) $(EMU_ASAN_LIB) $(EMU_LIBS)
@@ -14,6 +23,7 @@
 #               --resource-usage report lands next to the object as X.resource.txt
 
 EMU_CUDA_INC   := -isystem $(CUDA_HOME)/include
+EMU_KERNEL_INC := -Iemu/include $(EMU_CUDA_INC)
 EMU_MPI_CFLAGS := $(patsubst -I%,-isystem %,$(shell mpicxx --showme:compile 2>/dev/null)) -DOMPI_SKIP_MPICXX=1
 EMU_MPI_LIBS   := $(shell mpicxx --showme:link 2>/dev/null)
 EMU_LIBS       := -lboost_context
@@ -61,7 +71,7 @@ $(BUILD)/asan/%.o: %.cpp
 
 $(BUILD)/asan/%.cu.o: %.cu
 	@mkdir -p $(@D)
-	$(CXX) $(CPPFLAGS) $(EMU_CUDA_INC) $(CXXSTD) $(EMU_ASAN_FLAGS) $(WARN) -fopenmp -pthread -x c++ -c $< -o $@
+	$(CXX) $(CPPFLAGS) $(EMU_KERNEL_INC) $(CXXSTD) $(EMU_ASAN_FLAGS) $(WARN) -fopenmp -pthread -x c++ -c $< -o $@
 
 # ---- nvcc builds of CUDA sources (resource usage recorded next to the object) ------------------
 define EMU_NVCC_RULE
@@ -92,7 +102,9 @@ EMU_TEST_CU      := test/emu/kernels.cu test/emu/ptx_kernels.cu
 EMU_TEST_OBJS    := $(EMU_TEST_CPP:%.cpp=$(BUILD)/%.o) $(EMU_TEST_CU:%.cu=$(BUILD)/%.cu.o)
 EMU_TEST_ASAN_OBJS := $(EMU_TEST_CPP:%.cpp=$(BUILD)/asan/%.o) $(EMU_TEST_CU:%.cu=$(BUILD)/asan/%.cu.o)
 
-$(EMU_TEST_OBJS) $(BUILD)/test/emu/nccl_test.o $(BUILD)/dev/emu/bench_emu.o: CPPFLAGS += $(EMU_CUDA_INC)
+$(EMU_TEST_OBJS) $(BUILD)/dev/emu/bench_emu.o: CPPFLAGS += $(EMU_KERNEL_INC)
+$(EMU_TEST_ASAN_OBJS): CPPFLAGS += -Iemu/include
+$(BUILD)/test/emu/nccl_test.o: CPPFLAGS += $(EMU_CUDA_INC)
 $(BUILD)/test/emu/nccl_test.o: CPPFLAGS += $(EMU_MPI_CFLAGS)
 
 $(BUILD)/test/emu/emu_test: $(EMU_TEST_OBJS) $(EMU_LIB)
@@ -159,7 +171,7 @@ $(EMU_PROFILE_LIB): $(EMU_PROFILE_OBJS)
 # Any .cu file in the profile build: build/profile/X.cu.o
 $(BUILD)/profile/%.cu.o: %.cu
 	@mkdir -p $(@D)
-	$(EMU_PROFILE_CXX) $(CPPFLAGS) $(EMU_CUDA_INC) $(EMU_PROFILE_FLAGS) -x c++ -c $< -o $@
+	$(EMU_PROFILE_CXX) $(CPPFLAGS) $(EMU_KERNEL_INC) $(EMU_PROFILE_FLAGS) -x c++ -c $< -o $@
 
 # Kernels with known counts (test/emu/profile/profile_patterns_test.sh asserts them).
 $(BUILD)/test/emu/profile_patterns: $(BUILD)/profile/test/emu/profile/patterns.cu.o $(EMU_PROFILE_LIB)

@@ -3,7 +3,7 @@
 // share of a tile (element e of lane l is tile position e*32 + l, row-major), so
 // per-lane loops over frag.x[] and warp reductions count every element once.
 // mma_sync exchanges fragments through a per-block table at a warp rendezvous.
-// Under nvcc, emu/cuda.cuh includes <mma.h> instead.
+// The emulated build's <mma.h> (emu/include/) includes it; nvcc uses the toolkit's.
 //
 // Profile build (emu/profile.h): loads and stores report the accesses the GPU's
 // instructions make, not the element copies below (which are not counted):

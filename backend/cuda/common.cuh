@@ -1,5 +1,8 @@
 // Helpers shared by the kernel files: error checks for cuBLAS, launch-size
 // arithmetic and the warp / block reductions every row-wise kernel uses.
+// Like every file in backend/cuda/ it includes only CUDA's own headers, plus
+// backend/cuda/launch.cuh for LAUNCH_KERNEL and CUDA_CHECK; the emulated build
+// maps those headers to the emulator by its include path (emu/include/).
 //
 // Reductions are written so that the result does not depend on the order in
 // which threads run: a warp reduction is a fixed butterfly of __shfl_xor_sync,
@@ -15,10 +18,12 @@
 #include <string>
 #include <type_traits>
 
-#include "emu/cuda.cuh"
-
+#include <cuda_runtime.h>
+#include <cuda_bf16.h>
 #include <cublasLt.h>
 #include <cublas_v2.h>
+
+#include "backend/cuda/launch.cuh"
 
 #define CUBLAS_CHECK(call)                                                                   \
   do {                                                                                       \

@@ -220,28 +220,11 @@ constexpr size_t backward_smem() { return 7 * tile_elems<Ops>() * sizeof(typenam
 
 // Waits until *turn == want (thread 0; the block then passes a __syncthreads).
 // A turn that never comes (a block not scheduled, a bug) ends the launch with an
-// error after ~30 s instead of hanging.
+// error instead of hanging (mma::wait_acquire).
 __device__ inline void wait_for_turn(const int* turn, int want) {
-#if defined(__CUDA_ARCH__)
-  const long long start = clock64();
-  int now;
-  for (;;) {
-    asm volatile("ld.acquire.gpu.global.s32 %0, [%1];\n" : "=r"(now) : "l"(turn) : "memory");
-    if (now == want) break;
-    __nanosleep(64);
-    if (clock64() - start > 60LL * 1000 * 1000 * 1000) __trap();
-  }
-#elif GPT2_EMULATED
-  emu::ptx::wait_for_value(turn, want, "flash backward: a key block's turn on a dq tile never came");
-#endif
+  mma::wait_acquire(turn, want, "flash backward: a key block's turn on a dq tile never came");
 }
-__device__ inline void pass_turn(int* turn, int next) {
-#if defined(__CUDA_ARCH__)
-  asm volatile("st.release.gpu.global.s32 [%0], %1;\n" ::"l"(turn), "r"(next) : "memory");
-#elif GPT2_EMULATED
-  __atomic_store_n(turn, next, __ATOMIC_RELEASE);
-#endif
-}
+__device__ inline void pass_turn(int* turn, int next) { mma::store_release(turn, next); }
 }  // namespace flash_mma
 
 // grid (key blocks, B*NH); block x holds key block nkb-1-x (the last key block first).

@@ -3,6 +3,9 @@
 // "ldmatrix", "cp.async"). Kernels that touch fragment elements use these, never
 // WMMA, whose element order is unspecified. Under nvcc each is one instruction;
 // in the emulator (emu/ptx.h) the same layouts, exchanges and completion rules.
+// With backend/cuda/launch.cuh, the one place in backend/cuda/ that tells the
+// GPU from the emulator: inline PTX here (__CUDA_ARCH__), emu::ptx otherwise
+// (the emulated build's <cuda_runtime.h> brings it); kernels call only these.
 //
 // Lane = 4g + t (g = lane/4 the "group", t = lane%4 the thread in it):
 //   bf16 A 16x16 (row-major)  a[0]: row g, cols 2t,2t+1   a[1]: row g+8, same
@@ -154,6 +157,34 @@ __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
 #elif GPT2_EMULATED
   emu::ptx::cp_async_wait_group(N);
+#endif
+}
+
+// Spins (one thread) until an acquire load of *flag reads want: what the block
+// that stored it with store_release wrote before is then visible. A value that
+// never comes ends the launch with an error instead of hanging: __trap after 60e9
+// clocks (~30 s) on a GPU, a fault naming `what` after 60 s in the emulator.
+__device__ inline void wait_acquire(const int* flag, int want, const char* what) {
+#if defined(__CUDA_ARCH__)
+  const long long start = clock64();
+  int now;
+  for (;;) {
+    asm volatile("ld.acquire.gpu.global.s32 %0, [%1];\n" : "=r"(now) : "l"(flag) : "memory");
+    if (now == want) break;
+    __nanosleep(64);
+    if (clock64() - start > 60LL * 1000 * 1000 * 1000) __trap();
+  }
+#elif GPT2_EMULATED
+  emu::ptx::wait_for_value(flag, want, what);
+#endif
+}
+
+// *flag = value with release semantics (global memory, GPU scope).
+__device__ inline void store_release(int* flag, int value) {
+#if defined(__CUDA_ARCH__)
+  asm volatile("st.release.gpu.global.s32 [%0], %1;\n" ::"l"(flag), "r"(value) : "memory");
+#elif GPT2_EMULATED
+  __atomic_store_n(flag, value, __ATOMIC_RELEASE);
 #endif
 }
 

@@ -1,7 +1,8 @@
 # backend/cuda/: the CUDA backend (backend/cuda/*.cuh + backend/cuda/cuda_backend.cu), its tests
 # (test/backend_cuda/) and benchmark (dev/cuda/). docs/kernels.md describes them.
 #
-#   build/libbackend_cuda_emu.a   the backend compiled by g++ against emu/ (-O2);
+#   build/libbackend_cuda_emu.a   the backend compiled by g++ with $(EMU_KERNEL_INC), so the
+#                                 CUDA headers it names resolve to the emulator (-O2);
 #                                 link with $(EMU_LIB) $(EMU_LIBS)
 #   make kernels-nvcc             nvcc compile check for sm_80 + sm_90, --resource-usage
 #                                 report in build/backend/cuda/nvcc_resource_usage.txt
@@ -14,7 +15,7 @@ CUDA_BACKEND_EMU_LIB := $(BUILD)/libbackend_cuda_emu.a
 # -O2: the emulated kernels run in tests; the fibers dominate anyway.
 $(CUDA_BACKEND_EMU_OBJ): $(CUDA_BACKEND_SRC)
 	@mkdir -p $(@D)
-	$(CXX) $(CPPFLAGS) $(EMU_CUDA_INC) $(CXXSTD) -O2 -g $(WARN) -fopenmp -pthread -x c++ -c $< -o $@
+	$(CXX) $(CPPFLAGS) $(EMU_KERNEL_INC) $(CXXSTD) -O2 -g $(WARN) -fopenmp -pthread -x c++ -c $< -o $@
 
 $(CUDA_BACKEND_EMU_LIB): $(CUDA_BACKEND_EMU_OBJ)
 	@mkdir -p $(@D)
@@ -75,7 +76,7 @@ CUDA_VISIBLE_ARCHS := $(sort $(shell nvidia-smi --query-gpu=compute_cap --format
 CUDA_GENCODE ?= $(foreach a,$(sort 80 90 $(CUDA_VISIBLE_ARCHS)),-gencode arch=compute_$(a),code=sm_$(a))
 CUDA_BACKEND_FAT_OBJ := $(BUILD)/nvcc/fat/backend/cuda/cuda_backend.o
 CUDA_LDLIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcublas -lcudart
-$(CUDA_BACKEND_FAT_OBJ): $(CUDA_BACKEND_SRC) $(wildcard backend/cuda/*.cuh backend/cuda/*.h emu/cuda.cuh backend/*.h)
+$(CUDA_BACKEND_FAT_OBJ): $(CUDA_BACKEND_SRC) $(wildcard backend/cuda/*.cuh backend/cuda/*.h backend/*.h)
 	@mkdir -p $(@D)
 	$(NVCC) -std=c++17 -O3 -I. $(CUDA_GENCODE) -Xcompiler -fPIC -c $< -o $@
 

@@ -11,7 +11,8 @@
 
 #include <cstdint>
 
-#include "emu/cuda.cuh"
+#include <cuda_runtime.h>
+
 #include "backend/cuda/common.cuh"
 
 namespace gpt2 {

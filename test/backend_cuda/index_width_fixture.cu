@@ -3,7 +3,7 @@
 // B=64, T=1024 the logits hold B*T*Vp = 3.3e9 elements: an int product wraps.
 #include <cstddef>
 
-#include "emu/cuda.cuh"
+#include <cuda_runtime.h>
 
 __global__ void planted_logits_row_kernel(float* logits, const int* targets, int T_, int Vp) {
   const int b = blockIdx.y, t = blockIdx.x;
