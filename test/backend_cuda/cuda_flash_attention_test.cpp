@@ -12,7 +12,7 @@
 //   bf16: per element against bf16ref (the exact value of the flash formula
 //         with its bf16 roundings; bf16_reference.h), no other slack;
 //   dropout: fp32 and bf16, flash and classic, the same checks with a mask (and
-//         the same bits under two run orders);
+//         the same bits under two run orders); tf32 flash with tf32's allowances;
 //   all: the same bits under the three emulator run orders (no atomics), every
 //         element of out and dqkv written (NaN poison before the call), and the
 //         same bits with 1 worker and with 4 taking blocks in descending order
@@ -306,43 +306,73 @@ DropoutMask attention_drop(float p, uint64_t token0) {
   return m;
 }
 
+// kDropShapes with the mask on `cuda` (label: its path) against the CPU backend:
+// |out - cpu| within 2 (fwd + fwd |cpu|), |dqkv - cpu| within 2 (bwd sqrt(T) + bwd |cpu|),
+// the same bits under two run orders, and not the bits without dropout; with
+// `other`, not other's dqkv bits either (a switch that must reach the kernels).
+void expect_dropout_matches_cpu(Backend& cuda, const std::string& label, optest::Rng& rng, double fwd, double bwd,
+                                Backend* other = nullptr) {
+  auto cpu = make_cpu_backend(0);
+  for (const Shape& s : kDropShapes) {
+    const size_t n = size_t(s.B) * s.T * s.C;
+    const std::vector<float> qkv = randn(rng, 3 * n, s.scale), dy = randn(rng, n, 1.0);
+    const DropoutMask drop = attention_drop(0.2f, (1ULL << 32) - 40);
+    Shape plain = s;
+    plain.offset = false;
+    std::vector<float> want_out, want_dq, out, dq, out2, dq2, undropped_out, undropped_dq;
+    Call(*cpu, plain).run(plain, qkv, dy, &want_out, &want_dq, drop);
+    {
+      emu::ScopedRunOrder scoped(RunOrder::kForward, 3);
+      Call(cuda, s).run(s, qkv, dy, &out, &dq, drop);
+    }
+    {
+      emu::ScopedRunOrder scoped(RunOrder::kRandom, 9);
+      Call(cuda, s).run(s, qkv, dy, &out2, &dq2, drop);
+    }
+    Call(cuda, s).run(s, qkv, dy, &undropped_out, &undropped_dq);
+    const std::string name = s.str() + " " + label;
+    size_t at = 0;
+    EXPECT_LE(worst_ratio(out, want_out, fwd, fwd, &at), 1.0)
+        << name << " out[" << at << "] " << out[at] << " vs cpu " << want_out[at];
+    EXPECT_LE(worst_ratio(dq, want_dq, bwd * std::sqrt(double(s.T)), bwd, &at), 1.0)
+        << name << " dqkv[" << at << "] " << dq[at] << " vs cpu " << want_dq[at];
+    EXPECT_TRUE(same_bits(out, out2) && same_bits(dq, dq2)) << name << ": depends on the run order";
+    if (s.T > 1) {
+      EXPECT_FALSE(same_bits(out, undropped_out)) << name << ": dropout changed nothing";
+    }
+    if (other != nullptr && s.T > 1) {
+      std::vector<float> other_out, other_dq;
+      Call(*other, s).run(s, qkv, dy, &other_out, &other_dq, drop);
+      EXPECT_FALSE(same_bits(dq, other_dq)) << name << ": the same dqkv bits as the other path";
+    }
+  }
+}
+
 // fp32 (flash 3xTF32, and classic) against the CPU backend with the fp32 test's
 // allowances (the dropped P is P z, z <= 1/(1-p) = 1.25: the products keep their
 // relative error), the same bits under two run orders, and not the bits without dropout.
 TEST(CudaFlashAttention, Fp32DropoutMatchesCpuBackend) {
-  auto cpu = make_cpu_backend(0);
   optest::Rng rng(20261127);
   for (CudaAttention kind : {CudaAttention::kFlash, CudaAttention::kClassic}) {
     auto cuda = make(false, kind);
-    for (const Shape& s : kDropShapes) {
-      const size_t n = size_t(s.B) * s.T * s.C;
-      const std::vector<float> qkv = randn(rng, 3 * n, s.scale), dy = randn(rng, n, 1.0);
-      const DropoutMask drop = attention_drop(0.2f, (1ULL << 32) - 40);
-      Shape plain = s;
-      plain.offset = false;
-      std::vector<float> want_out, want_dq, out, dq, out2, dq2, undropped_out, undropped_dq;
-      Call(*cpu, plain).run(plain, qkv, dy, &want_out, &want_dq, drop);
-      {
-        emu::ScopedRunOrder scoped(RunOrder::kForward, 3);
-        Call(*cuda, s).run(s, qkv, dy, &out, &dq, drop);
-      }
-      {
-        emu::ScopedRunOrder scoped(RunOrder::kRandom, 9);
-        Call(*cuda, s).run(s, qkv, dy, &out2, &dq2, drop);
-      }
-      Call(*cuda, s).run(s, qkv, dy, &undropped_out, &undropped_dq);
-      const std::string name = s.str() + (kind == CudaAttention::kFlash ? " flash" : " classic");
-      size_t at = 0;
-      EXPECT_LE(worst_ratio(out, want_out, 2e-6, 2e-6, &at), 1.0)
-          << name << " out[" << at << "] " << out[at] << " vs cpu " << want_out[at];
-      EXPECT_LE(worst_ratio(dq, want_dq, 5e-6 * std::sqrt(double(s.T)), 5e-6, &at), 1.0)
-          << name << " dqkv[" << at << "] " << dq[at] << " vs cpu " << want_dq[at];
-      EXPECT_TRUE(same_bits(out, out2) && same_bits(dq, dq2)) << name << ": depends on the run order";
-      if (s.T > 1) {
-        EXPECT_FALSE(same_bits(out, undropped_out)) << name << ": dropout changed nothing";
-      }
-    }
+    expect_dropout_matches_cpu(*cuda, kind == CudaAttention::kFlash ? "flash" : "classic", rng, 2e-6, 5e-6);
   }
+}
+
+// --tf32 on with dropout: the flash kernels' Tf32Ops<false> instantiation with
+// kDrop (no other test runs it). The allowances of Tf32WithinTf32RoundoffOfCpuBackend,
+// unchanged: operands rounded to tf32 (10 mantissa bits, u = 2^-11) give each
+// product a relative error <= 2u whatever the mask, and the dropped P is P z with
+// z in {0, 1.25} (p = 0.2), one more fp32 rounding (2^-24) per element, which keeps
+// the products' relative error; kDropShapes are all scale 1. The seeded data use
+// <= 0.19 of the allowance (out and dqkv). Not the bits of the 3xTF32 path with the
+// same mask: the switch reaches the dropout kernels.
+TEST(CudaFlashAttention, Tf32DropoutWithinTf32RoundoffOfCpuBackend) {
+  optest::Rng rng(20261129);
+  auto tf32 = make(false, CudaAttention::kFlash, true);
+  auto exact = make(false);
+  const double u = std::ldexp(1.0, -11);
+  expect_dropout_matches_cpu(*tf32, "flash tf32", rng, 4 * u, 4 * u, exact.get());
 }
 
 // bf16 (flash and classic) per element against bf16ref with the same mask.
