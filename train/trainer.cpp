@@ -101,7 +101,19 @@ class TrainingRun {
   void resume_from(uint64_t step);
   void log_banner();
   void log_device_memory(int step);
+  // A step's outcome: whether its loss and norm are finite, and the spike guards' verdict.
+  struct StepVerdict {
+    bool finite = true;
+    SpikeVerdict spike;
+    bool apply() const { return finite && !spike.skip; }
+  };
   void train_step(int step);
+  float loss_scale(int step, uint64_t supervised) const;
+  void accumulate_gradients(int step, float dloss_scale);
+  void reduce_gradients(bool clip);
+  StepVerdict judge_step(int step, double loss, double norm);
+  void apply_update(int step);
+  void log_step(int step, double loss, double norm, double dt, uint64_t supervised, const StepVerdict& verdict);
   uint64_t load_step_batches();
   uint64_t micro_token0(int micro) const;
   void agree_on_rank0(double* loss, double* norm);
@@ -488,10 +500,6 @@ void TrainingRun::save_checkpoint(int step) {
             std::to_string(seconds_since(t0)).substr(0, 5) + " s)");
 }
 
-// One optimizer step: micro-batches forward + backward (ZeRO-2 exchanges units
-// during backward), gradient exchange, norm, AdamW on this rank's shard,
-// parameter gather. Host scalars (loss, norm) travel over the host
-// communicator, buffers over the buffer one.
 // Reads this rank's micro-batches of the step into inputs_/targets_ and
 // returns the supervised targets of the whole step on all ranks. The loss (and
 // so every gradient) is normalised by that count, like HF Trainer's
@@ -537,87 +545,123 @@ void TrainingRun::profile_window(int step, bool before) {
             " step " + std::to_string(step + 1) + (backend_->is_host_memory() ? " (no effect on the CPU backend)" : ""));
 }
 
+// One optimizer step, as llm.c's loop reads: the step's batches; forward and
+// backward per micro-batch (ZeRO-2 exchanges units during the backward); the
+// gradient reduction and the clip norm, queued; the one host wait; the loss;
+// the verdict (non-finite, spike); AdamW on this rank's shard and the
+// parameter gather; the log line. Host scalars (loss, norm) travel over the
+// host communicator, buffers over the buffer one.
 void TrainingRun::train_step(int step) {
   test_fault_hook(dist_, step);  // tests only: this rank hangs or exits here
-
   const auto t0 = Clock::now();
-  const int B = shape_.B, T = shape_.T, grad_accum = shape_.grad_accum;
-  const size_t NT = static_cast<size_t>(B) * T;
   const ProfileRange step_range(*backend_, "step " + std::to_string(step + 1));
   uint64_t supervised = 0;
   {
     const ProfileRange range(*backend_, "data");
     supervised = load_step_batches();
   }
-  // Gradients are averaged over ranks, so each rank scales by world / count.
-  // (Plain shards: 1/(B*T*grad_accum), the same float as ever.)
-  const float dloss_scale =
-      test_gradient_scale(step) *
-      (!train_loader_.has_loss_mask() ? 1.0f / static_cast<float>(NT * grad_accum)
-       : supervised ? static_cast<float>(static_cast<double>(dist_.world) / static_cast<double>(supervised))
-                    : 0.0f);
   comms_.reset_stats();
-  dp_.begin_step();
-  model_.zero_grad();
-  // The micro-steps' losses stay on the device: no host wait until the norm.
-  model_.begin_deferred_losses(grad_accum);
-  for (int micro = 0; micro < grad_accum; micro++) {
-    model_.set_dropout_position(static_cast<uint32_t>(step), micro_token0(micro));
-    model_.forward(inputs_.data() + micro * NT, targets_.data() + micro * NT, B, T, true, dloss_scale);
-    // Stages 0/1 reduce in buckets during the last micro-step's backward (device buffers).
-    model_.backward(dp_.backward_hook(model_, micro + 1 == grad_accum));
-  }
-  {
-    const ProfileRange range(*backend_, "gradient reduce (collective)");
-    dp_.reduce_gradients(model_);
-  }
-  // The norm and the clip scale stay where the gradients are; the host only
-  // reads the norm back, in the step's one wait.
-  if (supervised != 0) dp_.queue_grad_clip(model_, opts_.grad_clip);
+  accumulate_gradients(step, loss_scale(step, supervised));
+  reduce_gradients(supervised != 0);
   // The step's host wait. A device communicator's collectives return once
   // enqueued: its wait_device() polls the compute stream against
   // --comm-timeout, so a hung peer ends the job here instead of leaving the
-  // loss copy blocked forever. Without one, the loss copy is the wait.
-  if (comms_.device) comms_.device->wait_device();
-  // No wait for the optimizer and the all-gather: they run while the host
+  // loss copy blocked forever. Without one, the loss copy is the wait. The
+  // optimizer and the all-gather are not waited for: they run while the host
   // loads the next batches, and the next step's wait covers them. The step
   // time runs from the step's start to its wait (in steady state the period).
+  if (comms_.device) comms_.device->wait_device();
   const double loss_sum = model_.collect_deferred_losses();
   const double dt = seconds_since(t0);
-  double loss =
-      supervised ? all_reduce_value(comms_.host, loss_sum, ReduceOp::kSum) / static_cast<double>(supervised) : 0.0;
-  const float lr = schedule_.at(step);
   if (supervised == 0) {  // every target masked: nothing to learn from, nothing to update
     log_.info("step " + std::to_string(step + 1) + ": no supervised token in the batch; weights not updated");
     return;
   }
+  double loss = all_reduce_value(comms_.host, loss_sum, ReduceOp::kSum) / static_cast<double>(supervised);
   double norm = dp_.grad_norm();  // copied behind the clip scale: the wait above covered it
   if (spikes_.enabled()) agree_on_rank0(&loss, &norm);
-  const bool finite = std::isfinite(loss) && std::isfinite(norm);
-  if (!finite && opts_.on_nan == "stop")
-    throw std::runtime_error("non-finite " + std::string(std::isfinite(loss) ? "gradient norm" : "loss") +
-                             " at step " + std::to_string(step + 1) +
-                             " (weights not updated; last checkpoint kept; --on-nan skip to continue)");
-  // A spike is not applied: AdamW's step count t is the updates applied
-  // (non-finite skips count, as they always have).
-  const SpikeVerdict spike = finite && spikes_.enabled() ? spikes_.observe(loss, norm) : SpikeVerdict{};
-  if (finite && !spike.skip) {  // the clip scale is read on the device (clip_scale_value)
-    const int t = step + 1 - static_cast<int>(spikes_.skips());
-    {
-      const ProfileRange range(*backend_, "optimizer");
-      optimizer_.step(model_.params(), dp_.shard_grads(model_), lr, dp_.clip_state(), t, hyper_);
-    }
-    const ProfileRange range(*backend_, "parameter gather (collective)");
-    dp_.gather_params(model_);
-    nan_run_ = 0;
-  } else if (!finite) {
-    nan_skips_++;
-    if (++nan_run_ >= opts_.max_nan_skips)  // the same on every rank: loss and norm are all-reduced
-      throw std::runtime_error("non-finite " + std::string(std::isfinite(loss) ? "gradient norm" : "loss") +
-                               " in " + std::to_string(nan_run_) + " consecutive steps, the last step " +
-                               std::to_string(step + 1) + " (--on-nan skip, --max-nan-skips " +
-                               std::to_string(opts_.max_nan_skips) + "; last checkpoint kept)");
+  const StepVerdict verdict = judge_step(step, loss, norm);
+  if (verdict.apply()) apply_update(step);
+  log_step(step, loss, norm, dt, supervised, verdict);
+}
+
+// The factor on dloss: gradients are averaged over ranks, so each rank scales
+// by world / (the step's supervised targets). Plain shards: 1/(B*T*grad_accum),
+// the same float as ever.
+float TrainingRun::loss_scale(int step, uint64_t supervised) const {
+  const float scale = !train_loader_.has_loss_mask()
+                          ? 1.0f / static_cast<float>(static_cast<size_t>(shape_.B) * shape_.T * shape_.grad_accum)
+                      : supervised ? static_cast<float>(static_cast<double>(dist_.world) / static_cast<double>(supervised))
+                                   : 0.0f;
+  return test_gradient_scale(step) * scale;
+}
+
+// Forward and backward over the step's micro-batches into the gradients; the
+// losses stay on the device (no host wait until the norm). Stages 0/1 reduce
+// in buckets during the last micro-step's backward (device buffers).
+void TrainingRun::accumulate_gradients(int step, float dloss_scale) {
+  const size_t NT = static_cast<size_t>(shape_.B) * shape_.T;
+  dp_.begin_step();
+  model_.zero_grad();
+  model_.begin_deferred_losses(shape_.grad_accum);
+  for (int micro = 0; micro < shape_.grad_accum; micro++) {
+    model_.set_dropout_position(static_cast<uint32_t>(step), micro_token0(micro));
+    model_.forward(inputs_.data() + micro * NT, targets_.data() + micro * NT, shape_.B, shape_.T, true, dloss_scale);
+    model_.backward(dp_.backward_hook(model_, micro + 1 == shape_.grad_accum));
   }
+}
+
+// The gradient collectives, then (when there is something to clip) the norm
+// and the clip scale, queued where the gradients are; the host reads the norm
+// after the step's wait.
+void TrainingRun::reduce_gradients(bool clip) {
+  {
+    const ProfileRange range(*backend_, "gradient reduce (collective)");
+    dp_.reduce_gradients(model_);
+  }
+  if (clip) dp_.queue_grad_clip(model_, opts_.grad_clip);
+}
+
+// Whether the step's update is applied: not with a non-finite loss or norm
+// (--on-nan stop ends the run; skip counts it, up to --max-nan-skips in a row;
+// the count is the same on every rank, loss and norm being all-reduced), nor
+// with a spike (--skip-loss-z, --skip-grad-z).
+TrainingRun::StepVerdict TrainingRun::judge_step(int step, double loss, double norm) {
+  StepVerdict v;
+  v.finite = std::isfinite(loss) && std::isfinite(norm);
+  const std::string what = std::isfinite(loss) ? "gradient norm" : "loss";
+  if (!v.finite && opts_.on_nan == "stop")
+    throw std::runtime_error("non-finite " + what + " at step " + std::to_string(step + 1) +
+                             " (weights not updated; last checkpoint kept; --on-nan skip to continue)");
+  if (!v.finite) {
+    nan_skips_++;
+    if (++nan_run_ >= opts_.max_nan_skips)
+      throw std::runtime_error("non-finite " + what + " in " + std::to_string(nan_run_) +
+                               " consecutive steps, the last step " + std::to_string(step + 1) +
+                               " (--on-nan skip, --max-nan-skips " + std::to_string(opts_.max_nan_skips) +
+                               "; last checkpoint kept)");
+  } else if (spikes_.enabled()) {
+    v.spike = spikes_.observe(loss, norm);
+  }
+  if (v.apply()) nan_run_ = 0;
+  return v;
+}
+
+// AdamW on this rank's shard (the clip scale is read on the device), then the
+// parameters gathered. AdamW's step count t is the updates applied: a spike
+// is not one (non-finite skips count, as they always have).
+void TrainingRun::apply_update(int step) {
+  const int t = step + 1 - static_cast<int>(spikes_.skips());
+  {
+    const ProfileRange range(*backend_, "optimizer");
+    optimizer_.step(model_.params(), dp_.shard_grads(model_), schedule_.at(step), dp_.clip_state(), t, hyper_);
+  }
+  const ProfileRange range(*backend_, "parameter gather (collective)");
+  dp_.gather_params(model_);
+}
+
+void TrainingRun::log_step(int step, double loss, double norm, double dt, uint64_t supervised,
+                           const StepVerdict& verdict) {
   if (step > start_step_) {  // the first step warms caches and is not representative
     time_sum_ += dt;
     timed_steps_++;
@@ -627,18 +671,18 @@ void TrainingRun::train_step(int step) {
   rec.total_steps = total_steps_;
   rec.loss = loss;
   rec.grad_norm = norm;
-  rec.lr = lr;
+  rec.lr = schedule_.at(step);
   rec.ms = dt * 1000.0;
   rec.tok_per_s = shape_.total_batch / dt;
   rec.mfu = mfu(flops_per_token(cfg_, shape_.T, layout_.total), static_cast<double>(shape_.total_batch), dt, peak_,
                 dist_.world);
   rec.eta_s = (timed_steps_ ? time_sum_ / timed_steps_ : dt) * (total_steps_ - step - 1);
-  rec.skipped = !finite || spike.skip;
-  rec.skip_note = finite ? spikes_.describe(spike) : " | SKIPPED (non-finite)";
-  rec.skip_reason = finite ? spike.reason : "non-finite";
+  rec.skipped = !verdict.apply();
+  rec.skip_note = verdict.finite ? spikes_.describe(verdict.spike) : " | SKIPPED (non-finite)";
+  rec.skip_reason = verdict.finite ? verdict.spike.reason : "non-finite";
   if (spikes_.enabled()) {
-    rec.loss_z = spike.loss_z;
-    rec.grad_z = spike.grad_z;
+    rec.loss_z = verdict.spike.loss_z;
+    rec.grad_z = verdict.spike.grad_z;
     rec.spike_skips = static_cast<int64_t>(spikes_.skips());
   }
   rec.supervised_tokens = train_loader_.has_loss_mask() ? static_cast<int64_t>(supervised) : -1;
