@@ -71,13 +71,13 @@ __device__ inline float attention_dropout_factor(const DropoutMask& m, int row, 
   return m.keep_attention(m.token0 + static_cast<uint64_t>(b) * T_, T_, h, t, j) ? m.keep_scale() : 0.0f;
 }
 
-// x[row, j] *= Z for the B*NH*T rows of T, in place (fp32 dP and P in the
-// backward). One thread per element and one Philox call each (this path is the
-// fallback; the flash kernels use all four words of a call).
-__global__ void attention_dropout_kernel(float* x, DropoutMask m, int rows, int NH, int T_) {
+// dst[row, j] = src[row, j] Z for the B*NH*T rows of T (fp32 dP and P in the
+// backward); dst may be src (in place). One thread per element and one Philox
+// call each (this path is the fallback; the flash kernels use all four words of a call).
+__global__ void attention_dropout_kernel(float* dst, const float* src, DropoutMask m, int rows, int NH, int T_) {
   const size_t idx = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (idx >= static_cast<size_t>(rows) * T_) return;
-  x[idx] *= attention_dropout_factor(m, static_cast<int>(idx / T_), static_cast<int>(idx % T_), NH, T_);
+  dst[idx] = src[idx] * attention_dropout_factor(m, static_cast<int>(idx / T_), static_cast<int>(idx % T_), NH, T_);
 }
 
 // One warp per row r of rows = B*NH*T rows of length T; the row's query
@@ -233,19 +233,18 @@ void attention_backward(cublasHandle_t blas, T* dqkv, float* scratch, float* wor
   const bool dropping = drop.p > 0.0f;
   const unsigned elem_grid = static_cast<unsigned>(ceil_div(static_cast<size_t>(rows) * T_, size_t(block)));
   if constexpr (std::is_same<T, float>::value) {
-    // dv = (P o Z)^T dy: the forward's P o Z drawn again (the same fp32 products) after the 7 tensors
+    // dv = (P o Z)^T dy: the forward's P o Z drawn again (the same fp32 products) after the 7
+    // tensors, by one kernel that reads P and writes P o Z (no copy of P first)
     const T* pz = att;
     if (dropping) {
       float* buf = workspace + 7 * n;
-      CUDA_CHECK(cudaMemcpyAsync(buf, att, attention_saved_elems(B, T_, NH) * sizeof(float),
-                                 cudaMemcpyDeviceToDevice, stream));
-      LAUNCH_KERNEL(attention_dropout_kernel, elem_grid, block, 0, stream, buf, drop, rows, NH, T_);
+      LAUNCH_KERNEL(attention_dropout_kernel, elem_grid, block, 0, stream, buf, att, drop, rows, NH, T_);
       pz = buf;
     }
     gemm_rm_batched(blas, true, false, T_, hs, T_, 1.0f, type, pz, T_, st, dy, hs, sh, 0.0f, type,
                     dv, hs, sh, heads);
   }
-  if (dropping) LAUNCH_KERNEL(attention_dropout_kernel, elem_grid, block, 0, stream, dp, drop, rows, NH, T_);
+  if (dropping) LAUNCH_KERNEL(attention_dropout_kernel, elem_grid, block, 0, stream, dp, dp, drop, rows, NH, T_);
   if constexpr (std::is_same<T, float>::value) {
     auto softmax_backward = causal_softmax_backward_kernel<T, T>;
     LAUNCH_KERNEL(softmax_backward, ceil_div(rows, rows_per_block), block, 0, stream, ds, dp, att,
@@ -263,7 +262,7 @@ void attention_backward(cublasHandle_t blas, T* dqkv, float* scratch, float* wor
     LAUNCH_KERNEL(softmax_backward, ceil_div(rows, rows_per_block), block, 0, stream, ds, dp, p32,
                   rows, T_, scale);
     // dv = (P o Z)^T dy from the fp32 P (a sum of up to T rounded products otherwise)
-    if (dropping) LAUNCH_KERNEL(attention_dropout_kernel, elem_grid, block, 0, stream, p32, drop, rows, NH, T_);
+    if (dropping) LAUNCH_KERNEL(attention_dropout_kernel, elem_grid, block, 0, stream, p32, p32, drop, rows, NH, T_);
     float* dy32 = p32 + attention_saved_elems(B, T_, NH);
     float* dv32 = dy32 + n;
     auto split32 = split_heads_kernel<float, T>;
