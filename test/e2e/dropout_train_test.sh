@@ -17,16 +17,8 @@
 set -u
 cd "$(dirname "$0")/../.."
 BIN=${GPT2_TRAIN_BIN:-./train_gpt2cu}
-for b in ./prepare_data ./gpt2_convert "$BIN"; do [ -x "$b" ] || { echo "FAIL: $b not built"; exit 1; }; done
-TXT=${TINYSHAKESPEARE_TXT:-data/tinyshakespeare/input.txt}  # as `make data` finds it, in the tree
-[ -f "$TXT" ] || { echo "SKIP: no tinyshakespeare text (TINYSHAKESPEARE_TXT)"; exit 77; }
-mkdir -p build/test/e2e
-W=$(mktemp -d build/test/e2e/dropout_train.XXXXXX)
-cleanup() { [ -n "${KEEP:-}" ] || rm -rf "$W"; }
-trap cleanup EXIT
-fail=0 skipped=
-pass() { echo "ok   $*"; }
-bad() { echo "FAIL $*"; fail=1; }
+. test/e2e/prologue.sh dropout_train ./prepare_data ./gpt2_convert "$BIN"
+need_text
 RUN=(timeout -k 10 120 "$BIN")
 
 head -c 40000 "$TXT" > "$W/text.txt"
@@ -143,6 +135,4 @@ rc=$?
   bad "e: config.json attn_pdrop 1.5: exit $rc, $(grep -m1 error "$W/bad_cfg.log")"
 
 # A part that could not run makes the whole a counted skip (77), not a pass.
-[ "$fail" = 0 ] && [ -n "$skipped" ] && { echo "dropout_train_test: skipped part$skipped"; exit 77; }
-[ "$fail" = 0 ] && echo "dropout_train_test: all passed" || echo "dropout_train_test: FAILED"
-exit "$fail"
+finish dropout_train_test

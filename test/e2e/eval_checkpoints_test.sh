@@ -17,16 +17,8 @@
 #   f. 2 ranks (mpirun): the early-stopping decision is the same on both, the run ends cleanly.
 set -u
 cd "$(dirname "$0")/../.."
-for b in ./prepare_data ./train_gpt2cu ./gpt2_convert; do [ -x "$b" ] || { echo "FAIL: $b not built"; exit 1; }; done
-TXT=${TINYSHAKESPEARE_TXT:-data/tinyshakespeare/input.txt}  # as `make data` finds it, in the tree
-[ -f "$TXT" ] || { echo "SKIP: no tinyshakespeare text (TINYSHAKESPEARE_TXT)"; exit 77; }
-mkdir -p build/test/e2e
-W=$(mktemp -d build/test/e2e/eval_checkpoints.XXXXXX)
-cleanup() { [ -n "${KEEP:-}" ] || rm -rf "$W"; }
-trap cleanup EXIT
-fail=0 skipped=
-pass() { echo "ok   $*"; }
-bad() { echo "FAIL $*"; fail=1; }
+. test/e2e/prologue.sh eval_checkpoints ./prepare_data ./train_gpt2cu ./gpt2_convert
+need_text
 RUN=(timeout -k 10 200 ./train_gpt2cu)
 
 head -c 40000 "$TXT" > "$W/text.txt"
@@ -205,6 +197,4 @@ else
 fi
 
 # A part that could not run makes the whole a counted skip (77), not a pass.
-[ "$fail" = 0 ] && [ -n "$skipped" ] && { echo "eval_checkpoints_test: skipped part$skipped"; exit 77; }
-[ "$fail" = 0 ] && echo "PASS" || echo "FAILED"
-exit "$fail"
+finish eval_checkpoints_test

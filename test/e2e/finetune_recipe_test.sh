@@ -14,16 +14,8 @@
 #   e. evaluation and the best checkpoint on (the default with --val-every > 0), --epochs, --patience.
 set -u
 cd "$(dirname "$0")/../.."
-for b in ./prepare_data ./train_gpt2cu; do [ -x "$b" ] || { echo "FAIL: $b not built"; exit 1; }; done
-TXT=${TINYSHAKESPEARE_TXT:-data/tinyshakespeare/input.txt}  # as `make data` finds it, in the tree
-[ -f "$TXT" ] || { echo "SKIP: no tinyshakespeare text (TINYSHAKESPEARE_TXT)"; exit 77; }
-mkdir -p build/test/e2e
-W=$(mktemp -d build/test/e2e/finetune_recipe.XXXXXX)
-cleanup() { [ -n "${KEEP:-}" ] || rm -rf "$W"; }
-trap cleanup EXIT
-fail=0 skipped=
-pass() { echo "PASS $*"; }
-bad() { echo "FAIL $*"; fail=1; }
+. test/e2e/prologue.sh finetune_recipe ./prepare_data ./train_gpt2cu
+need_text
 json() { /usr/bin/env python3 -c "import json,sys; print(json.load(open(sys.argv[1]))[sys.argv[2]])" "$1" "$2"; }
 
 head -c 200000 "$TXT" > "$W/shakespeare.txt"
@@ -114,6 +106,4 @@ else
   bad "e: finetune.sh failed: $(tail -3 "$W/e.log")"
 fi
 # A part that could not run makes the whole a counted skip (77), not a pass.
-[ "$fail" = 0 ] && [ -n "$skipped" ] && { echo "finetune_recipe_test: skipped part$skipped"; exit 77; }
-[ $fail = 0 ] && echo "finetune_recipe_test: all passed"
-exit $fail
+finish finetune_recipe_test

@@ -17,14 +17,7 @@
 set -u
 cd "$(dirname "$0")/../.."
 BIN=${TRAINER:-./train_gpt2cu}  # any trainer binary with the CPU backend
-[ -x "$BIN" ] || { echo "FAIL: $BIN not built"; exit 1; }
-mkdir -p build/test/e2e
-W=$(mktemp -d build/test/e2e/output_safety.XXXXXX)
-cleanup() { [ -n "${KEEP:-}" ] || rm -rf "$W"; }
-trap cleanup EXIT
-fail=0
-pass() { echo "ok   $*"; }
-bad() { echo "FAIL $*"; fail=1; }
+. test/e2e/prologue.sh output_safety "$BIN"
 ONE=(timeout -k 10 120)
 
 /usr/bin/env python3 test/distributed/synthetic_shard.py "$W/train.bin" 20000 512
@@ -141,5 +134,4 @@ for target in /dev/stdout "$W/stdout_link"; do
   else bad "--eval-json $target into redirected stdout: exit $rc, $(head -n 2 "$W/m.out")"; tail -n 3 "$W/m.log"; fi
 done
 
-[ $fail = 0 ] && echo "output_safety_test: all passed"
-exit $fail
+finish output_safety_test

@@ -14,16 +14,8 @@
 set -u
 cd "$(dirname "$0")/../.."
 BIN=${GPT2_TRAIN_BIN:-./train_gpt2cu}
-[ -x "$BIN" ] || { echo "FAIL: $BIN not built"; exit 1; }
-TXT=${TINYSHAKESPEARE_TXT:-data/tinyshakespeare/input.txt}  # as `make data` finds it, in the tree
-[ -f "$TXT" ] || { echo "SKIP: no tinyshakespeare text (TINYSHAKESPEARE_TXT)"; exit 77; }
-mkdir -p build/test/e2e
-W=$(mktemp -d build/test/e2e/pretraining.XXXXXX)
-cleanup() { [ -n "${KEEP:-}" ] || rm -rf "$W"; }
-trap cleanup EXIT
-fail=0 skipped=
-pass() { echo "ok   $*"; }
-bad() { echo "FAIL $*"; fail=1; }
+. test/e2e/prologue.sh pretraining "$BIN"
+need_text
 RUN=(timeout -k 10 120 "$BIN")
 export GPT2_EMU_THREADS=1
 
@@ -122,6 +114,4 @@ rc=$?
   pass "d: --profile-steps 3:2: exit 2 naming the flag" || bad "d: --profile-steps 3:2: exit $rc"
 
 # A part that could not run makes the whole a counted skip (77), not a pass.
-[ "$fail" = 0 ] && [ -n "$skipped" ] && { echo "pretraining_test: skipped part$skipped"; exit 77; }
-[ $fail = 0 ] && echo "PASS pretraining_test" || echo "FAIL pretraining_test"
-exit $fail
+finish pretraining_test

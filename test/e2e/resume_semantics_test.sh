@@ -12,14 +12,7 @@
 #      schedule and data position); with --resume a checkpoint in --output-dir wins.
 set -u
 cd "$(dirname "$0")/../.."
-[ -x ./train_gpt2cu ] || { echo "FAIL: ./train_gpt2cu not built"; exit 1; }
-mkdir -p build/test/e2e
-W=$(mktemp -d build/test/e2e/resume_semantics.XXXXXX)
-cleanup() { [ -n "${KEEP:-}" ] || rm -rf "$W"; }
-trap cleanup EXIT
-fail=0
-pass() { echo "ok   $*"; }
-bad() { echo "FAIL $*"; fail=1; }
+. test/e2e/prologue.sh resume_semantics ./train_gpt2cu
 ONE=(timeout -k 10 120)
 MPIRUN=(timeout -k 10 120 mpirun --allow-run-as-root --oversubscribe)
 
@@ -122,4 +115,4 @@ grep -q -- "--init-from $W/nothing: not a model file" "$W/d_bad.log" && pass "d:
 ./train_gpt2cu "${init[@]}" --init-from "$W/a0" --model d2 >"$W/d_both.log" 2>&1
 [ $? = 2 ] && pass "d: --init-from with --model refused" || bad "d: --init-from with --model accepted"
 
-[ $fail = 0 ] && echo "PASS resume_semantics_test" || { echo "FAIL resume_semantics_test (KEEP=1 keeps $W)"; exit 1; }
+finish resume_semantics_test

@@ -13,15 +13,8 @@
 set -u
 cd "$(dirname "$0")/../.."
 EMU=build/train_gpt2cu_emu
-for b in ./prepare_data ./train_gpt2cu "$EMU"; do [ -x "$b" ] || { echo "FAIL: $b not built"; exit 1; }; done
+. test/e2e/prologue.sh sft_train ./prepare_data ./train_gpt2cu "$EMU"
 [ -f data/gpt2/encoder.json ] || { echo "FAIL: no GPT-2 vocabulary in data/gpt2 (make vocab)"; exit 1; }
-mkdir -p build/test/e2e
-W=$(mktemp -d build/test/e2e/sft_train.XXXXXX)
-cleanup() { [ -n "${KEEP:-}" ] || rm -rf "$W"; }
-trap cleanup EXIT
-fail=0
-pass() { echo "PASS $*"; }
-bad() { echo "FAIL $*"; fail=1; }
 . test/distributed/compare_lib.sh  # losses, same_losses
 
 # 400 arithmetic questions: the answer is learnable, the prompt is not supervised.
@@ -93,5 +86,4 @@ if echo "$vals" | awk '{ exit !(NF == 3 && $3 < $1 / 2) }'; then
 else
   bad "masked val loss at steps 0/30/60: '$vals'"
 fi
-[ $fail = 0 ] && echo "sft_train_test: all passed"
-exit $fail
+finish sft_train_test

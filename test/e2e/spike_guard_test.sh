@@ -17,16 +17,8 @@ set -u
 cd "$(dirname "$0")/../.."
 BIN=${GPT2_TRAIN_BIN:-./train_gpt2cu}
 EMU=build/train_gpt2cu_emu
-[ -x "$BIN" ] || { echo "FAIL: $BIN not built"; exit 1; }
-TXT=${TINYSHAKESPEARE_TXT:-data/tinyshakespeare/input.txt}  # as `make data` finds it, in the tree
-[ -f "$TXT" ] || { echo "SKIP: no tinyshakespeare text (TINYSHAKESPEARE_TXT)"; exit 77; }
-mkdir -p build/test/e2e
-W=$(mktemp -d build/test/e2e/spike_guard.XXXXXX)
-cleanup() { [ -n "${KEEP:-}" ] || rm -rf "$W"; }
-trap cleanup EXIT
-fail=0 skipped=
-pass() { echo "ok   $*"; }
-bad() { echo "FAIL $*"; fail=1; }
+. test/e2e/prologue.sh spike_guard "$BIN"
+need_text
 export GPT2_EMU_THREADS=1
 MPIRUN=(timeout -k 10 120 mpirun --allow-run-as-root --oversubscribe -x GPT2_EMU_THREADS -x GPT2_EMU_DEVICE_COUNT
         -x GPT2_TEST_SCALE_GRAD)
@@ -117,6 +109,4 @@ else
 fi
 
 # A part that could not run makes the whole a counted skip (77), not a pass.
-[ "$fail" = 0 ] && [ -n "$skipped" ] && { echo "spike_guard_test: skipped part$skipped"; exit 77; }
-[ $fail = 0 ] && echo "PASS spike_guard_test" || echo "FAIL spike_guard_test"
-exit $fail
+finish spike_guard_test

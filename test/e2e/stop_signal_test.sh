@@ -14,14 +14,7 @@
 set -u
 cd "$(dirname "$0")/../.."
 BIN=${TRAINER:-./train_gpt2cu}  # any trainer binary with the CPU backend
-[ -x "$BIN" ] || { echo "FAIL: $BIN not built"; exit 1; }
-mkdir -p build/test/e2e
-W=$(mktemp -d build/test/e2e/stop_signal.XXXXXX)
-cleanup() { [ -n "${KEEP:-}" ] || rm -rf "$W"; }
-trap cleanup EXIT
-fail=0
-pass() { echo "ok   $*"; }
-bad() { echo "FAIL $*"; fail=1; }
+. test/e2e/prologue.sh stop_signal "$BIN"
 
 /usr/bin/env python3 test/distributed/synthetic_shard.py "$W/tokens.bin" 20000 512
 common=(--device cpu -B 2 -T 32 --lr 1e-3 --threads 1 --no-shuffle --train-data "$W/tokens.bin"
@@ -86,5 +79,4 @@ if [ $rc -eq 75 ] && in_time && [ -n "$n" ] && [ -e "$W/f/DONE_$(printf %08d "$n
   pass "f: SIGINT: exit 75 after $secs s, checkpoint of step $n, DIR/.lock released"
 else bad "f: SIGINT: exit $rc after $secs s, $(ls -A "$W/f" 2>/dev/null | tr '\n' ' ')"; tail -n 3 "$W/f.log"; fi
 
-[ $fail = 0 ] && echo "stop_signal_test: all passed"
-exit $fail
+finish stop_signal_test
