@@ -28,6 +28,24 @@ common=(--device cpu --model d2 --config n_embd=64,n_head=2,max_seq=64 -T 64 -B 
         --lr 1e-2 --lr-schedule constant --max-steps 80 --val-every 4 --val-steps 4 --sample-every 0
         --train-data "$W/d_train_*.bin" --val-data "$W/d_val_*.bin")
 best_flags=(--keep-best --keep-checkpoints 1 --checkpoint-every 4 --early-stopping-patience 3)
+have_mpi=$(command -v mpirun)
+
+# The runs of d and f depend on no other part: they run in the background, beside a-c (one thread
+# each), and are checked in their sections.
+independent_runs() {
+  "${RUN[@]}" "${common[@]}" --max-steps -1 --val-every 0 --lr-schedule cosine --epochs 1.5 --log-jsonl "$W/d.jsonl" \
+    > "$W/d.log" 2>&1
+  echo $? > "$W/d.rc"
+  "${RUN[@]}" "${common[@]}" --max-steps 3 --val-every 0 --epochs 1.5 --log-jsonl "$W/d2.jsonl" > "$W/d2.log" 2>&1
+  [ -n "$have_mpi" ] || return 0
+  timeout -k 10 300 mpirun --allow-run-as-root --oversubscribe -np 2 ./train_gpt2cu "${common[@]}" -B 2 \
+    "${best_flags[@]}" -o "$W/f" --log-jsonl "$W/f.jsonl" > "$W/f.log" 2>&1
+  echo $? > "$W/f.rc"
+}
+independent_runs &
+independent_pid=$!
+# on an early exit: stop them (timeout and mpirun pass the TERM on)
+on_exit() { [ -n "$independent_pid" ] && { pkill -TERM -P "$independent_pid"; kill "$independent_pid"; } 2> /dev/null; }
 
 # the "step loss" (train) and "step val_loss" (val) records of a JSONL log
 train_losses() { grep '"type":"train"' "$1" | sed -E 's/.*"step":([0-9]+),"loss":([^,]+),.*/\1 \2/'; }
@@ -153,8 +171,9 @@ expect_error "c: not a checkpoint" 2 "--resume-from $W/c_bad/model.bin: not a ch
   "${RUN[@]}" "${common[@]}" --resume-from "$W/c_bad/model.bin"
 
 # d ----------------------------------------------------------------------------------------------
-"${RUN[@]}" "${common[@]}" --max-steps -1 --val-every 0 --lr-schedule cosine --epochs 1.5 --log-jsonl "$W/d.jsonl" \
-  > "$W/d.log" 2>&1 || bad "d: --epochs 1.5 failed: $(tail -2 "$W/d.log")"
+wait "$independent_pid"  # the runs of d and f, in the background since the start
+independent_pid=
+[ "$(cat "$W/d.rc")" = 0 ] || bad "d: --epochs 1.5 failed: $(tail -2 "$W/d.log")"
 per_epoch=$(grep -m1 '^| data ' "$W/d.log" | grep -o '[0-9]* steps/epoch' | head -1 | cut -d' ' -f1)
 want=$(( (per_epoch * 3 + 1) / 2 ))
 if [ -n "$per_epoch" ] && grep -q "steps/epoch; training $want steps: --epochs 1.5 = ceil(1.5 x $per_epoch steps/epoch)$" "$W/d.log" &&
@@ -164,7 +183,6 @@ if [ -n "$per_epoch" ] && grep -q "steps/epoch; training $want steps: --epochs 1
 else
   bad "d: $(grep -m1 'steps/epoch' "$W/d.log"); $(train_losses "$W/d.jsonl" | wc -l) steps logged (want $want)"
 fi
-"${RUN[@]}" "${common[@]}" --max-steps 3 --val-every 0 --epochs 1.5 --log-jsonl "$W/d2.jsonl" > "$W/d2.log" 2>&1
 grep -q "training 3 steps: --max-steps 3 (overrides --epochs 1.5, as HF's max_steps overrides num_train_epochs)" "$W/d2.log" &&
   [ "$(train_losses "$W/d2.jsonl" | wc -l)" = 3 ] && pass "d: --max-steps 3 overrides --epochs 1.5, said in the banner" ||
   bad "d: $(grep -m1 'steps/epoch' "$W/d2.log")"
@@ -180,10 +198,8 @@ expect_error "e: --resume-from with --resume-fallback" 2 "--resume-fallback repl
   "${RUN[@]}" "${common[@]}" --resume-from "$marker" --resume-fallback
 
 # f ----------------------------------------------------------------------------------------------
-if command -v mpirun > /dev/null; then
-  timeout -k 10 300 mpirun --allow-run-as-root --oversubscribe -np 2 ./train_gpt2cu "${common[@]}" -B 2 \
-    "${best_flags[@]}" -o "$W/f" --log-jsonl "$W/f.jsonl" > "$W/f.log" 2>&1
-  rc=$?
+if [ -n "$have_mpi" ]; then
+  rc=$(cat "$W/f.rc")
   read -r stop_f best_f <<< "$(hf_decision "$W/f.jsonl" 3)"
   if [ "$rc" = 0 ] && [ "$stop_f" -gt 0 ] && grep -q "^early stopping at step $stop_f:" "$W/f.log" &&
      [ "$(steps_of "$W/f")" = "$best_f $stop_f" ] &&
