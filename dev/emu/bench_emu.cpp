@@ -7,8 +7,11 @@
 #include <thread>
 #include <vector>
 
+#include <cuda_runtime.h>
+#include <cooperative_groups.h>
+
+#include "backend/cuda/launch.cuh"
 #include "emu/control.h"
-#include "emu/cuda.cuh"
 
 namespace {
 

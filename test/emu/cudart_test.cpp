@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "emu/control.h"
-#include "emu/cuda.cuh"
+#include "test/emu/cuda.cuh"
 
 namespace gpt2 {
 namespace {

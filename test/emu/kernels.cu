@@ -3,7 +3,7 @@
 // their --resource-usage) to prove the same source is valid CUDA.
 #include "test/emu/kernels.h"
 
-#include "emu/cuda.cuh"
+#include "test/emu/cuda.cuh"
 #include "backend/cuda/pack128.cuh"
 
 #include <cstring>

@@ -10,7 +10,7 @@
 #include <stdexcept>
 #include <vector>
 
-#include "emu/cuda.cuh"
+#include "test/emu/cuda.cuh"
 #include "backend/cuda/pack128.cuh"
 
 namespace {

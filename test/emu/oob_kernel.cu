@@ -4,7 +4,7 @@
 #include <cstdio>
 #include <stdexcept>
 
-#include "emu/cuda.cuh"
+#include "test/emu/cuda.cuh"
 
 namespace {
 

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "emu/control.h"
-#include "emu/cuda.cuh"
+#include "test/emu/cuda.cuh"
 
 namespace gpt2 {
 namespace {

@@ -3,7 +3,7 @@
 // holds the expected counts). One warp per block unless a kernel says otherwise;
 // every kernel ends by writing out[t] (one coalesced 4-byte global store
 // request: 4 sectors) unless it writes wider.
-#include "emu/cuda.cuh"
+#include "test/emu/cuda.cuh"
 
 namespace {
 

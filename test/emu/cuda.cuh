@@ -1,5 +1,4 @@
-// The one include of the emulator's own CUDA sources (test/emu/ kernels, dev/emu/
-// bench_emu.cpp): CUDA's headers by their own names plus the backend's launch
+// The one include of the emulator tests' CUDA sources (test/emu/ kernels): CUDA's headers by their own names plus the backend's launch
 // macros (backend/cuda/launch.cuh: LAUNCH_KERNEL, DYNAMIC_SHARED, CUDA_CHECK), so
 // these kernels are written and launched exactly as production kernels are.
 //
@@ -10,8 +9,8 @@
 //            and <mma.h> are emu/cooperative_groups.h and emu/wmma.h.
 // Production code (backend/cuda/) includes the same CUDA headers and launch.cuh
 // itself, never this file. See docs/emulator.md for the supported surface.
-#ifndef EMU_CUDA_CUH
-#define EMU_CUDA_CUH
+#ifndef TEST_EMU_CUDA_CUH
+#define TEST_EMU_CUDA_CUH
 
 #include <cuda_runtime.h>
 #include <cuda_bf16.h>
@@ -22,4 +21,4 @@
 
 #include "backend/cuda/launch.cuh"
 
-#endif  // EMU_CUDA_CUH
+#endif  // TEST_EMU_CUDA_CUH
