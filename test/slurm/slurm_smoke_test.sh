@@ -48,6 +48,38 @@ fi
 # Only SLURM_CONF: what Open MPI needs inside tasks comes from the cluster's TaskProlog.
 export SLURM_CONF=$BASE/etc/slurm.conf
 
+# The mpirun reference runs of sections 5 and 5b need no cluster: they run in the background
+# from here on, beside sections 1-4b (which mostly wait on Slurm), and section 5 waits for them.
+EMU=build/train_gpt2cu_emu
+python3 test/distributed/synthetic_shard.py "$W/train.bin" 40000 512
+common=(--device cpu --model d16 --config n_embd=64,n_head=2,max_seq=64,vocab_size=512,padded_vocab_size=512
+        -B 4 -T 32 --total-batch-tokens 256 --lr 1e-3 --warmup-steps 2 --weight-decay 0.1 --threads 1
+        --val-every 0 --sample-every 0 --no-shuffle --train-data "$W/train.bin" --max-steps 40 --zero-stage 1)
+python3 test/distributed/synthetic_shard.py "$W/emu_train_000.bin" 20000 512
+cp "$W/emu_train_000.bin" "$W/emu_val_000.bin"  # the GPU script names a val glob too (unused: --val-every 0)
+# --tf32 on: flash attention's single tf32 products, the cheaper emulated path (3xTF32
+# triples the mma); every comparison below is between runs of the same binary, bitwise.
+ecommon=(--device cuda --dtype fp32 --tf32 on --model d2 --config n_embd=64,n_head=2,max_seq=64,vocab_size=512,padded_vocab_size=512
+         -B 2 -T 32 --total-batch-tokens 128 --lr 1e-3 --warmup-steps 2 --weight-decay 0.1 --threads 1
+         --val-every 0 --sample-every 0 --no-shuffle --train-data "$W/emu_train_*.bin" --max-steps 200 --zero-stage 2)
+references() {
+  if [ -x ./train_gpt2cu ]; then
+    timeout -k 10 120 mpirun --allow-run-as-root --oversubscribe -np 2 ./train_gpt2cu "${common[@]}" \
+      --output-dir "$W/t_mpirun" --log-jsonl "$W/t_mpirun.jsonl" >"$W/t_mpirun.log" 2>&1
+    echo $? > "$W/t_mpirun.rc"
+  fi
+  # mpirun puts both ranks on this host: one emulated GPU each (one emulator worker per rank:
+  # cheap and deterministic). OMP_NUM_THREADS=1, as the sbatch scripts set it (section 5b).
+  if [ -x "$EMU" ]; then
+    GPT2_EMU_THREADS=1 GPT2_EMU_DEVICE_COUNT=2 OMP_NUM_THREADS=1 timeout -k 10 240 mpirun --allow-run-as-root \
+      --oversubscribe -x GPT2_EMU_THREADS -x OMP_NUM_THREADS -x GPT2_EMU_DEVICE_COUNT -np 2 "$EMU" "${ecommon[@]}" \
+      --output-dir "$W/e_mpirun" --log-jsonl "$W/e_mpirun.jsonl" >"$W/e_mpirun.log" 2>&1
+    echo $? > "$W/e_mpirun.rc"
+  fi
+}
+references &
+references_pid=$!
+
 # expect_ranks DESC OUTPUT LINE_REGEX... : every regex matches a selfcheck line
 expect_ranks() {
   local desc=$1 out=$2 missing=0; shift 2
@@ -216,15 +248,11 @@ fi
 timeout 10 scancel "$jid" 2>/dev/null
 
 # --- 5. training: srun and a preempted, requeued sbatch job vs mpirun ---------------
+wait "$references_pid"  # the mpirun reference runs, started after the cluster
 if [ -x ./train_gpt2cu ]; then
   . test/distributed/compare_lib.sh
-  python3 test/distributed/synthetic_shard.py "$W/train.bin" 40000 512
-  common=(--device cpu --model d16 --config n_embd=64,n_head=2,max_seq=64,vocab_size=512,padded_vocab_size=512
-          -B 4 -T 32 --total-batch-tokens 256 --lr 1e-3 --warmup-steps 2 --weight-decay 0.1 --threads 1
-          --val-every 0 --sample-every 0 --no-shuffle --train-data "$W/train.bin" --max-steps 40 --zero-stage 1)
   unset GPT2_TRAIN_BIN GPT2_TRAIN_ARGS
-  timeout -k 10 120 mpirun --allow-run-as-root --oversubscribe -np 2 ./train_gpt2cu "${common[@]}" \
-    --output-dir "$W/t_mpirun" --log-jsonl "$W/t_mpirun.jsonl" >"$W/t_mpirun.log" 2>&1 || bad "mpirun -np 2 training"
+  [ "$(cat "$W/t_mpirun.rc")" = 0 ] || bad "mpirun -np 2 training"
   if timeout -k 10 120 srun -N 2 -n 2 ./train_gpt2cu "${common[@]}" --output-dir "$W/t_srun" \
        --log-jsonl "$W/t_srun.jsonl" >"$W/t_srun.log" 2>&1 &&
      grep -q 'rank 0/2 local 0/1 node 0/2 host node1 launch srun' "$W/t_srun.log" &&
@@ -268,26 +296,17 @@ fi
 # --mpi=pmix is the cluster's MpiDefault anyway (Debian's Open MPI supports only PMIx).
 # 200 steps (~50 ms each): long enough that the USR1 sent after the step-20 checkpoint
 # lands well before the end; the whole section takes under a minute on 2 cores.
-EMU=build/train_gpt2cu_emu
 if [ -x "$EMU" ]; then
   . test/distributed/compare_lib.sh
   unset GPT2_TRAIN_BIN GPT2_TRAIN_ARGS msg wmsg
   export GPT2_EMU_THREADS=1  # one emulator worker per rank: cheap and deterministic
-  python3 test/distributed/synthetic_shard.py "$W/emu_train_000.bin" 20000 512
-  cp "$W/emu_train_000.bin" "$W/emu_val_000.bin"  # the GPU script names a val glob too (unused: --val-every 0)
-  # --tf32 on: flash attention's single tf32 products, the cheaper emulated path (3xTF32
-  # triples the mma); every comparison below is between runs of the same binary, bitwise.
-  ecommon=(--device cuda --dtype fp32 --tf32 on --model d2 --config n_embd=64,n_head=2,max_seq=64,vocab_size=512,padded_vocab_size=512
-           -B 2 -T 32 --total-batch-tokens 128 --lr 1e-3 --warmup-steps 2 --weight-decay 0.1 --threads 1
-           --val-every 0 --sample-every 0 --no-shuffle --train-data "$W/emu_train_*.bin" --max-steps 200 --zero-stage 2)
-  # mpirun puts both ranks on this host: one emulated GPU each. Under srun each node runs
-  # one rank and its emulator's default of one GPU is enough.
+  # The mpirun reference (started with section 1, above) puts both ranks on this host: one
+  # emulated GPU each. Under srun each node runs one rank and its emulator's default of one
+  # GPU is enough.
   # OMP_NUM_THREADS=1, as the sbatch scripts set it (= --cpus-per-task). (The emulated cuBLAS,
   # OpenBLAS sgemm, now pins itself to one thread: before, mpirun's core binding vs srun's
   # none gave 1 vs 2 threads and rounding differences of ~1e-8 in the losses.)
-  GPT2_EMU_DEVICE_COUNT=2 OMP_NUM_THREADS=1 timeout -k 10 240 mpirun --allow-run-as-root --oversubscribe -x GPT2_EMU_THREADS \
-    -x OMP_NUM_THREADS -x GPT2_EMU_DEVICE_COUNT -np 2 "$EMU" "${ecommon[@]}" --output-dir "$W/e_mpirun" --log-jsonl "$W/e_mpirun.jsonl" \
-    >"$W/e_mpirun.log" 2>&1 || bad "mpirun -np 2 $EMU --device cuda training"
+  [ "$(cat "$W/e_mpirun.rc")" = 0 ] || bad "mpirun -np 2 $EMU --device cuda training"
   if OMP_NUM_THREADS=1 timeout -k 10 240 srun -N 2 -n 2 --mpi=pmix "$EMU" "${ecommon[@]}" --output-dir "$W/e_srun" \
        --log-jsonl "$W/e_srun.jsonl" >"$W/e_srun.log" 2>&1 &&
      grep -q 'rank 0/2 local 0/1 node 0/2 host node1 launch srun' "$W/e_srun.log" &&
