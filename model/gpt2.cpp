@@ -89,7 +89,7 @@ GPT2::GPT2(Backend& backend, const GPT2Config& cfg, int B, int T, GradMode grad_
     owned_.push_back(grads_);
     backend_.zero(grads_);
     gradient_bytes_ = grads_.bytes();
-  } else {
+  } else if (grad_mode_ != GradMode::kNone) {
     // Layer buffers also stage the wte chunks: as large as either.
     size_t layer_numel = 0, rest_numel = 0;
     for (int t = 0; t < kNumParamTensors; t++) {
@@ -156,7 +156,7 @@ void GPT2::allocate_activations() {
   a.logits = take(N * Vp);
   a.tokens = take(N, BufferRole::kTokens);
   a.targets = take(N, BufferRole::kTokens);
-  allocate_backward_scratch(N, C);
+  if (grad_mode_ != GradMode::kNone) allocate_backward_scratch(N, C);
   a.att_scratch = take(backend_.attention_scratch_numel(B_, T_, cfg_.num_heads), BufferRole::kScratch);
 }
 
@@ -244,12 +244,14 @@ void GPT2::zero_grad() {
 }
 
 Tensor GPT2::grads() const {
+  if (grad_mode_ == GradMode::kNone) throw std::runtime_error("grads(): a forward-only model has no gradients");
   if (grad_mode_ != GradMode::kFull) throw std::runtime_error("grads(): gradients are staged per unit (ZeRO-2)");
   return grads_;
 }
 
 Tensor GPT2::unit_grads(int unit) const {
-  if (grad_mode_ == GradMode::kFull) throw std::runtime_error("unit_grads(): only with staged gradients");
+  if (grad_mode_ == GradMode::kFull || grad_mode_ == GradMode::kNone)
+    throw std::runtime_error("unit_grads(): only with staged gradients");
   const int L = cfg_.num_layers;
   if (unit < 0 || unit > L + num_wte_chunks()) throw std::runtime_error("unit_grads(): no unit " + std::to_string(unit));
   if (unit < L) return layer_buffer(unit);
@@ -286,7 +288,8 @@ void GPT2::wte_chunk_parts(int k, Tensor dst, bool lm_head, bool embedding) {
 }
 
 void GPT2::wte_grad_chunk(int k) {
-  if (grad_mode_ == GradMode::kFull) throw std::runtime_error("wte_grad_chunk(): kFull's backward() makes them");
+  if (grad_mode_ == GradMode::kFull || grad_mode_ == GradMode::kNone)
+    throw std::runtime_error("wte_grad_chunk(): only with staged gradients (kFull's backward() makes them)");
   if (cur_B_ == 0) throw std::runtime_error("wte_grad_chunk(): no backward to take it from");
   if (k < 0 || k >= num_wte_chunks()) throw std::runtime_error("wte_grad_chunk(): no chunk " + std::to_string(k));
   Tensor chunk = unit_grads(cfg_.num_layers + 1 + k);
@@ -327,6 +330,8 @@ void GPT2::check_batch(const int32_t* inputs, const int32_t* targets, int B, int
 float GPT2::forward(const int32_t* inputs, const int32_t* targets, int B, int T,
                     bool prepare_backward, float dloss_scale) {
   check_batch(inputs, targets, B, T);
+  if (prepare_backward && grad_mode_ == GradMode::kNone)
+    throw std::runtime_error("forward: a forward-only model (GradMode::kNone) cannot prepare a backward");
   cur_B_ = B;
   cur_T_ = T;
   const size_t N = static_cast<size_t>(B) * T;
@@ -505,6 +510,7 @@ double GPT2::collect_deferred_losses() {
 // ---------------------------------------------------------------- backward
 
 void GPT2::backward(const std::function<void(int)>& on_layer_done) {
+  if (grad_mode_ == GradMode::kNone) throw std::runtime_error("backward: a forward-only model (GradMode::kNone)");
   const int B = cur_B_, T = cur_T_;
   if (B == 0) throw std::runtime_error("backward called before forward");
   const int C = cfg_.channels, L = cfg_.num_layers, NH = cfg_.num_heads;

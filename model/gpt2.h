@@ -100,7 +100,10 @@ struct DropoutRates {
 //            while layer l-1's backward writes the other one; the hook must
 //            be done with layer l+2's buffer before on_layer_done(l+1) returns
 //            (DataParallel waits for it there; train/data_parallel.cpp).
-enum class GradMode { kFull, kStaged, kStagedPair };
+//   kNone:   forward only (--eval-only, --generate): no gradient buffer and no
+//            backward scratch; backward(), grads() and a training forward
+//            (prepare_backward) throw.
+enum class GradMode { kFull, kStaged, kStagedPair, kNone };
 
 class GPT2 {
  public:

@@ -267,7 +267,7 @@ int run_evaluation(const TrainOptions& opts, const DistContext& dist, Communicat
                              std::to_string(spec.T) + " (tokens between windows would never be scored)");
   const EvalData data(opts.val_data);
   spec.stream_tokens = data.tokens;
-  GPT2 model(*backend, mf.config, spec.B, spec.T);
+  GPT2 model(*backend, mf.config, spec.B, spec.T, GradMode::kNone);  // forward only: no gradient memory
   model.set_parameters(mf.params);
   mf.params = {};
   if (dist.is_main() && !cap_note.empty()) std::fprintf(stderr, "%s\n", cap_note.c_str());

@@ -90,7 +90,7 @@ int run_generation(const TrainOptions& opts, const DistContext& dist) {
   ModelFile mf = read_model_file(path);
   std::unique_ptr<Tokenizer> tok = try_tokenizer();
   const std::vector<int32_t> context = prompt_context(prompt, tok.get(), mf.config.vocab_size);
-  GPT2 model(*backend, mf.config, 1, mf.config.max_seq_len);
+  GPT2 model(*backend, mf.config, 1, mf.config.max_seq_len, GradMode::kNone);  // forward only
   model.set_parameters(mf.params);
   const int32_t stop = opts.no_stop_at_eos ? -1 : static_cast<int32_t>(Tokenizer::kEndOfText);
   std::fprintf(stderr, "generate: %s [%s] on %s; prompt %zu token(s); %d sample(s) of up to %d token(s)\n",

@@ -1,0 +1,46 @@
+// GradMode::kNone, the model --eval-only and --generate build: the same
+// forward, bit for bit, as a training model's, with no gradient memory and no
+// backward scratch, and every gradient path refused instead of running on
+// buffers that do not exist.
+#include <gtest/gtest.h>
+
+#include <stdexcept>
+#include <vector>
+
+#include "backend/backend.h"
+#include "model/gpt2.h"
+#include "test/tiny_config.h"
+#include "util/rng.h"
+
+namespace gpt2 {
+namespace {
+
+TEST(ForwardOnlyModel, SameForwardWithoutGradientMemory) {
+  // Vp = 64 < the backward scratch's 9C per token: the scratch cannot all live
+  // in the logits buffer, so a training model allocates some of it.
+  const GPT2Config cfg = tiny_gpt2_config(2, 2, 32, 16, 60, 64);
+  const int B = 2, T = 16;
+  auto be = make_cpu_backend(1);
+  GPT2 train(*be, cfg, B, T);
+  GPT2 eval(*be, cfg, B, T, GradMode::kNone);
+  train.init_random(5);
+  eval.set_parameters(train.get_parameters());
+  Rng rng(3);
+  std::vector<int32_t> in(B * T), tg(B * T);
+  for (auto& x : in) x = static_cast<int32_t>(rng.below(cfg.vocab_size));
+  for (auto& x : tg) x = static_cast<int32_t>(rng.below(cfg.vocab_size));
+  const float want = train.forward(in.data(), tg.data(), B, T);
+  EXPECT_EQ(eval.forward(in.data(), tg.data(), B, T), want);
+  EXPECT_EQ(eval.logits_at(1, T - 1), train.logits_at(1, T - 1));
+  EXPECT_GT(train.gradient_bytes(), 0u);
+  EXPECT_EQ(eval.gradient_bytes(), 0u);
+  EXPECT_LT(eval.activation_bytes(), train.activation_bytes());
+  EXPECT_THROW(eval.forward(in.data(), tg.data(), B, T, true, 1.0f), std::runtime_error);
+  EXPECT_THROW(eval.backward(), std::runtime_error);
+  EXPECT_THROW(eval.grads(), std::runtime_error);
+  EXPECT_THROW(eval.unit_grads(0), std::runtime_error);
+  EXPECT_THROW(eval.wte_grad_chunk(0), std::runtime_error);
+}
+
+}  // namespace
+}  // namespace gpt2
