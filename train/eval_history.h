@@ -5,7 +5,7 @@
 //   * early stopping (EarlyStoppingCallback(patience, threshold),
 //     --early-stopping-patience/--early-stopping-threshold): evaluations since
 //     the last one that beat the best so far by more than the threshold.
-// The history is part of every checkpoint's state file (train/checkpoint.h),
+// The history is part of every checkpoint's state file (train/state_file.h),
 // so --resume continues both exactly.
 #ifndef TRAIN_EVAL_HISTORY_H
 #define TRAIN_EVAL_HISTORY_H
