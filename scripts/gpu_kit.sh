@@ -20,7 +20,11 @@ kit_dir=${1:-gpu-kit}
 limit_mib=64
 # Portable CPU code: the GPU machine's CPU is not this one (-march=native could SIGILL).
 kit_opt=${GPU_KIT_OPT:--O3 -march=x86-64-v3 -mtune=generic}
+# With the main build's flags (the portable default) its objects serve as they
+# are; other flags (NATIVE=1 here, GPU_KIT_OPT) build apart, in build/kit.
+main_opt=$(make --no-print-directory -s print-build-config | sed -n 's/^OPT=//p')
 kit_build=build/kit
+[ "$main_opt" = "$kit_opt" ] && kit_build=build
 jobs=${GPU_KIT_JOBS:-$(nproc)}
 
 command -v "${NVCC:-/usr/local/cuda/bin/nvcc}" >/dev/null || { echo "gpu_kit: nvcc not found (${NVCC:-/usr/local/cuda/bin/nvcc})" >&2; exit 1; }
