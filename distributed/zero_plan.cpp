@@ -98,6 +98,15 @@ ZeroPlan::ZeroPlan(std::vector<ParamTensorSpec> tensors, int world, size_t shard
   }
 }
 
+size_t UnitExchange::packed_position(size_t global) const {
+  size_t packed = 0;
+  for (const ElemRange& r : ranges) {
+    if (global >= r.begin && global < r.end) return packed + (global - r.begin);
+    packed += r.size();
+  }
+  throw std::runtime_error("distributed/zero_plan.cpp: element " + std::to_string(global) + " is not in this unit");
+}
+
 ElemRange ZeroPlan::shard(int rank) const {
   if (rank < 0 || rank >= world_)
     throw std::runtime_error("distributed/zero_plan.cpp: rank " + std::to_string(rank) +

@@ -66,6 +66,9 @@ struct UnitExchange {
   std::vector<int> touched_ranks;     // ranks with counts > 0, ascending
   // Index of rank r's first piece in `pieces` (pieces of r are consecutive), for r in [0, world].
   std::vector<size_t> first_piece_of_rank;
+  // Where flat element `global` (inside `ranges`) sits in the packed send
+  // buffer: the ranges concatenated. Throws for an element of another unit.
+  size_t packed_position(size_t global) const;
 };
 
 class ZeroPlan {

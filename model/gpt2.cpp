@@ -54,6 +54,16 @@ size_t ParamLayout::wte_chunk_rows() const {
   return std::min(std::max<size_t>(fit, 64), Vp);
 }
 
+int ParamLayout::num_wte_chunks() const {
+  const size_t rows = wte_chunk_rows(), Vp = numel[kWte] / channels();
+  return static_cast<int>((Vp + rows - 1) / rows);
+}
+
+size_t ParamLayout::wte_chunk_numel(int k) const {
+  const size_t rows = wte_chunk_rows(), row0 = static_cast<size_t>(k) * rows, Vp = numel[kWte] / channels();
+  return std::min(rows, Vp - row0) * channels();
+}
+
 bool ParamLayout::is_per_layer(int t) { return t != kWte && t != kWpe && t != kLnfw && t != kLnfb; }
 
 bool ParamLayout::decays(int t) {
@@ -78,7 +88,6 @@ GPT2::GPT2(Backend& backend, const GPT2Config& cfg, int B, int T, GradMode grad_
   if (T > cfg.max_seq_len)
     throw std::runtime_error("sequence length " + std::to_string(T) + " exceeds the model's max_seq " +
                              std::to_string(cfg.max_seq_len));
-  wte_chunk_rows_ = layout_.wte_chunk_rows();
   if (param_capacity == 0) param_capacity = layout_.total;
   if (param_capacity < layout_.total) throw std::runtime_error("param_capacity below the parameter count");
   params_ = backend_.alloc(param_capacity, BufferRole::kParams);
@@ -89,25 +98,7 @@ GPT2::GPT2(Backend& backend, const GPT2Config& cfg, int B, int T, GradMode grad_
     owned_.push_back(grads_);
     backend_.zero(grads_);
     gradient_bytes_ = grads_.bytes();
-  } else if (grad_mode_ != GradMode::kNone) {
-    // Layer buffers also stage the wte chunks: as large as either.
-    size_t layer_numel = 0, rest_numel = 0;
-    for (int t = 0; t < kNumParamTensors; t++) {
-      if (t == kWte) continue;
-      size_t& unit = ParamLayout::is_per_layer(t) ? layer_numel : rest_numel;
-      unit_offset_[t] = unit;
-      unit += ParamLayout::is_per_layer(t) ? layout_.layer_numel(t) : layout_.numel[t];
-    }
-    layer_numel = std::max(layer_numel, wte_chunk_rows_ * layout_.channels());
-    const int buffers = grad_mode_ == GradMode::kStagedPair ? 2 : 1;
-    for (int i = 0; i < buffers; i++) {
-      layer_grads_[i] = backend_.alloc(layer_numel, BufferRole::kGrads);
-      owned_.push_back(layer_grads_[i]);
-      gradient_bytes_ += layer_grads_[i].bytes();
-    }
-    rest_grads_ = backend_.alloc(rest_numel, BufferRole::kGrads);
-    owned_.push_back(rest_grads_);
-    gradient_bytes_ += rest_grads_.bytes();
+    flat_sink_.model = this;
   }
   allocate_activations();
 }
@@ -163,7 +154,7 @@ void GPT2::allocate_activations() {
 // dln takes the projections' buffer (forward-only). With kFull gradients the
 // lm_head backward reads dlogits first thing and never again (the wte
 // gradient's lm_head part is made then too), so the other scratch buffers,
-// largest first, take the logits buffer while they fit. Staged gradients
+// largest first, take the logits buffer while they fit. kExternal gradients
 // read dlogits after the backward (wte_grad_chunk): everything separate.
 void GPT2::allocate_backward_scratch(size_t N, size_t C) {
   Activations& a = acts_;
@@ -240,39 +231,14 @@ std::vector<float> GPT2::get_parameters() const {
 
 void GPT2::zero_grad() {
   if (grad_mode_ == GradMode::kFull) backend_.zero(grads_);
-  // kStaged: backward() zeroes its unit buffers; accumulated shards belong to the caller.
+  // kExternal: the caller's sink owns (and zeroes) its gradients.
 }
 
 Tensor GPT2::grads() const {
-  if (grad_mode_ == GradMode::kNone) throw std::runtime_error("grads(): a forward-only model has no gradients");
-  if (grad_mode_ != GradMode::kFull) throw std::runtime_error("grads(): gradients are staged per unit (ZeRO-2)");
+  if (grad_mode_ != GradMode::kFull)
+    throw std::runtime_error(grad_mode_ == GradMode::kNone ? "grads(): a forward-only model has no gradients"
+                                                            : "grads(): the gradients are the caller's (GradMode::kExternal)");
   return grads_;
-}
-
-Tensor GPT2::unit_grads(int unit) const {
-  if (grad_mode_ == GradMode::kFull || grad_mode_ == GradMode::kNone)
-    throw std::runtime_error("unit_grads(): only with staged gradients");
-  const int L = cfg_.num_layers;
-  if (unit < 0 || unit > L + num_wte_chunks()) throw std::runtime_error("unit_grads(): no unit " + std::to_string(unit));
-  if (unit < L) return layer_buffer(unit);
-  if (unit == L) return rest_grads_;
-  const int k = unit - L - 1;
-  return layer_buffer(k).slice(0, wte_chunk_numel(k));
-}
-
-size_t GPT2::wte_chunk_numel(int k) const {
-  const size_t row0 = static_cast<size_t>(k) * wte_chunk_rows_, Vp = cfg_.padded_vocab_size;
-  return std::min(wte_chunk_rows_, Vp - row0) * layout_.channels();
-}
-
-int GPT2::num_wte_chunks() const {
-  const size_t Vp = layout_.numel[kWte] / layout_.channels();
-  return static_cast<int>((Vp + wte_chunk_rows_ - 1) / wte_chunk_rows_);
-}
-
-Tensor GPT2::wte_grad_rows(int k) const {
-  const size_t row0 = static_cast<size_t>(k) * wte_chunk_rows_;
-  return grads_.slice(layout_.offset[kWte] + row0 * layout_.channels(), wte_chunk_numel(k));
 }
 
 void GPT2::wte_chunk_parts(int k, Tensor dst, bool lm_head, bool embedding) {
@@ -284,26 +250,16 @@ void GPT2::wte_chunk_parts(int k, Tensor dst, bool lm_head, bool embedding) {
                                         lm_head ? acts_.lnf.slice(0, N * C) : Tensor{},
                                         embedding ? acts_.dresidual.slice(0, N * C) : Tensor{},
                                         acts_.tokens.slice(0, N), static_cast<int>(N), static_cast<int>(C), Vp,
-                                        static_cast<int>(static_cast<size_t>(k) * wte_chunk_rows_));
+                                        static_cast<int>(static_cast<size_t>(k) * layout_.wte_chunk_rows()));
 }
 
-void GPT2::wte_grad_chunk(int k) {
-  if (grad_mode_ == GradMode::kFull || grad_mode_ == GradMode::kNone)
-    throw std::runtime_error("wte_grad_chunk(): only with staged gradients (kFull's backward() makes them)");
-  if (cur_B_ == 0) throw std::runtime_error("wte_grad_chunk(): no backward to take it from");
-  if (k < 0 || k >= num_wte_chunks()) throw std::runtime_error("wte_grad_chunk(): no chunk " + std::to_string(k));
-  Tensor chunk = unit_grads(cfg_.num_layers + 1 + k);
-  backend_.zero(chunk);
-  wte_chunk_parts(k, chunk, true, true);
-}
-
-Tensor GPT2::grad_view(int t, int l) const {
-  if (grad_mode_ == GradMode::kFull)
-    return ParamLayout::is_per_layer(t) ? grads_.slice(layout_.layer_offset(t, l), layout_.layer_numel(t))
-                                        : grads_.slice(layout_.offset[t], layout_.numel[t]);
-  if (t == kWte) throw std::runtime_error("grad_view: staged wte gradients are chunk units (wte_grad_chunk)");
-  return ParamLayout::is_per_layer(t) ? layer_buffer(l).slice(unit_offset_[t], layout_.layer_numel(t))
-                                      : rest_grads_.slice(unit_offset_[t], layout_.numel[t]);
+void GPT2::wte_grad_chunk(int k, Tensor dst) {
+  if (pass_ != Pass::kBackwardDone || grad_mode_ != GradMode::kExternal)
+    throw std::runtime_error("wte_grad_chunk(): only after a backward() of a GradMode::kExternal model");
+  if (k < 0 || k >= layout_.num_wte_chunks()) throw std::runtime_error("wte_grad_chunk(): no chunk " + std::to_string(k));
+  if (dst.numel != layout_.wte_chunk_numel(k)) throw std::runtime_error("wte_grad_chunk(): destination of the wrong size");
+  backend_.zero(dst);
+  wte_chunk_parts(k, dst, true, true);
 }
 
 // ---------------------------------------------------------------- forward
@@ -334,6 +290,7 @@ float GPT2::forward(const int32_t* inputs, const int32_t* targets, int B, int T,
     throw std::runtime_error("forward: a forward-only model (GradMode::kNone) cannot prepare a backward");
   cur_B_ = B;
   cur_T_ = T;
+  pass_ = prepare_backward && targets ? Pass::kPrepared : Pass::kForward;
   const size_t N = static_cast<size_t>(B) * T;
   backend_.upload_tokens(acts_.tokens.slice(0, N), inputs);
   dropping_ = prepare_backward && dropout_.any();
@@ -391,7 +348,7 @@ void GPT2::forward_layers() {
   // Per-layer activation slices use the allocated (max) stride so one buffer
   // serves any smaller batch.
   auto layer = [&](Tensor t, int l, size_t per_row) { return t.slice(l * Nmax * per_row, N * per_row); };
-  auto pl = [&](int t, int l) { return params_.slice(layout_.layer_offset(t, l), layout_.layer_numel(t)); };
+  auto pl = [&](int t, int l) { return layout_.view(params_, t, l); };
   const size_t saved_stride = be.attention_saved_numel(B_, T_, NH);
   const size_t saved_numel = be.attention_saved_numel(B, T, NH);
   struct Norm {
@@ -509,21 +466,31 @@ double GPT2::collect_deferred_losses() {
 
 // ---------------------------------------------------------------- backward
 
-void GPT2::backward(const std::function<void(int)>& on_layer_done) {
+void GPT2::backward(int B, int T, GradientSink* sink) {
   if (grad_mode_ == GradMode::kNone) throw std::runtime_error("backward: a forward-only model (GradMode::kNone)");
-  const int B = cur_B_, T = cur_T_;
-  if (B == 0) throw std::runtime_error("backward called before forward");
+  if (pass_ != Pass::kPrepared || B != cur_B_ || T != cur_T_)
+    throw std::runtime_error("backward(" + std::to_string(B) + ", " + std::to_string(T) +
+                             "): the last forward was not a training forward (prepare_backward) of that batch");
+  if (!sink && grad_mode_ != GradMode::kFull) throw std::runtime_error("backward: GradMode::kExternal needs a sink");
+  GradientSink& out = sink ? *sink : flat_sink_;
+  pass_ = Pass::kBackwardDone;
   const int C = cfg_.channels, L = cfg_.num_layers, NH = cfg_.num_heads;
   const int Vp = cfg_.padded_vocab_size;
   const size_t N = static_cast<size_t>(B) * T, Nmax = static_cast<size_t>(B_) * T_;
   Backend& be = backend_;
   Activations& a = acts_;
   auto layer = [&](Tensor t, int l, size_t per_row) { return t.slice(l * Nmax * per_row, N * per_row); };
-  auto pl = [&](int t, int l) { return params_.slice(layout_.layer_offset(t, l), layout_.layer_numel(t)); };
-  auto gl = [&](int t, int l) { return grad_view(t, l); };
-  auto grad = [&](int t) { return grad_view(t, 0); };
-  const bool staged = grad_mode_ != GradMode::kFull;
-  if (staged) backend_.zero(rest_grads_);
+  auto pl = [&](int t, int l) { return layout_.view(params_, t, l); };
+  auto gl = [&](int t, int l) { return out.grad(t, l); };
+  auto grad = [&](int t) { return out.grad(t, 0); };
+  // The tied gradient in the sink (kFull's flat buffer) or left to the caller.
+  const Tensor wte_grad = grad(kWte);
+  if (wte_grad.empty() && grad_mode_ == GradMode::kFull)  // its dlogits die in the backward's scratch
+    throw std::runtime_error("backward: a GradMode::kFull model makes the tied wte gradient itself");
+  auto wte_rows = [&](int k) {
+    return wte_grad.slice(static_cast<size_t>(k) * layout_.wte_chunk_rows() * C, layout_.wte_chunk_numel(k));
+  };
+  out.unit_begin(-1);
   const size_t saved_stride = be.attention_saved_numel(B_, T_, NH);
   const size_t saved_numel = be.attention_saved_numel(B, T, NH);
 
@@ -537,18 +504,18 @@ void GPT2::backward(const std::function<void(int)>& on_layer_done) {
   // (kFull) the lm_head part of the tied wte gradient, in the vocabulary
   // chunks ZeRO-2 uses (same GEMMs, same bits); after this dlogits are dead
   // and the scratch carved from their buffer may be written. The embedding
-  // part comes at the end (staged: both parts, by the caller's wte_grad_chunk).
+  // part comes at the end (or both parts by the caller's wte_grad_chunk).
   be.matmul_backward(dln, Tensor{}, Tensor{}, a.logits.slice(0, N * Vp), a.lnf.slice(0, N * C),
                      param(kWte), N, C, Vp);
-  if (!staged)
-    for (int k = 0; k < num_wte_chunks(); k++) wte_chunk_parts(k, wte_grad_rows(k), true, false);
+  if (!wte_grad.empty())
+    for (int k = 0; k < layout_.num_wte_chunks(); k++) wte_chunk_parts(k, wte_rows(k), true, false);
   be.zero(dresidual);
   be.layernorm_backward(dresidual, grad(kLnfw), grad(kLnfb), dln, layer(a.residual3, L - 1, C),
                         param(kLnfw), a.lnf_mean.slice(0, N), a.lnf_rstd.slice(0, N), N, C);
 
   for (int l = L - 1; l >= 0; l--) {
     const ProfileRange range(backend_, "backward layer " + std::to_string(l));
-    if (staged) backend_.zero(layer_buffer(l));
+    out.unit_begin(l);
     Tensor residual = l == 0 ? a.encoded.slice(0, N * C) : layer(a.residual3, l - 1, C);
     // residual3 = residual2 + fcproj: dresidual flows to both unchanged.
     Tensor fch_gelu = layer(a.fch_gelu, recompute_gelu_ ? 0 : l, 4 * C);
@@ -581,13 +548,13 @@ void GPT2::backward(const std::function<void(int)>& on_layer_done) {
     be.matmul_backward(dln, gl(kQkvw, l), gl(kQkvb, l), dqkv, layer(a.ln1, ln_l, C), pl(kQkvw, l), N, C, 3 * C);
     be.layernorm_backward(dresidual, gl(kLn1w, l), gl(kLn1b, l), dln, residual, pl(kLn1w, l),
                           layer(a.ln1_mean, l, 1), layer(a.ln1_rstd, l, 1), N, C);
-    if (on_layer_done) on_layer_done(l);
+    out.unit_done(l);
   }
   drop(dresidual, 0, DropoutMask::kEmbedding, dropout_.embd, C);  // encoded = dropout(wte + wpe)
   be.encoder_backward(Tensor{}, grad(kWpe), dresidual, a.tokens.slice(0, N), B, T, C);
-  if (!staged)  // staged: the caller builds and exchanges the chunks
-    for (int k = 0; k < num_wte_chunks(); k++) wte_chunk_parts(k, wte_grad_rows(k), false, true);
-  if (on_layer_done) on_layer_done(-1);
+  if (!wte_grad.empty())  // else the caller builds (and exchanges) the chunks
+    for (int k = 0; k < layout_.num_wte_chunks(); k++) wte_chunk_parts(k, wte_rows(k), false, true);
+  out.unit_done(-1);
 }
 
 // ---------------------------------------------------------------- readback

@@ -8,7 +8,6 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
-#include <functional>
 #include <string>
 #include <vector>
 
@@ -47,6 +46,13 @@ struct ParamLayout {
   // buffers and the staging never holds the whole V x C table (d12: 9216 rows,
   // 6 chunks). GPT2_ZERO2_WTE_CHUNK_ROWS overrides it (tests; same on every rank).
   size_t wte_chunk_rows() const;
+  int num_wte_chunks() const;
+  size_t wte_chunk_numel(int k) const;  // elements of chunk k (the last may be shorter)
+  // Tensor t of a flat buffer laid out like the parameters (layer l of a
+  // stacked tensor; l ignored otherwise).
+  Tensor view(Tensor flat, int t, int l) const {
+    return is_per_layer(t) ? flat.slice(layer_offset(t, l), layer_numel(t)) : flat.slice(offset[t], numel[t]);
+  }
 };
 
 // Activation tensor table (llm.c's ActivationTensors, plus backward scratch).
@@ -85,25 +91,36 @@ struct DropoutRates {
   bool any() const { return embd > 0.0f || resid > 0.0f || attn > 0.0f; }
 };
 
-// Where parameter gradients live.
-//   kFull:   one flat buffer like the parameters (ZeRO stages 0 and 1).
-//   kStaged: ZeRO-2. Only two "unit" buffers: one layer's gradients (reused for
-//            every layer) and the rest (wpe, lnfw, lnfb, live for the whole
-//            backward). Each is packed in flat-buffer order, so unit u's buffer
-//            is exactly ZeroPlan::unit(u)'s send buffer. backward() zeroes them
-//            itself; the on_layer_done hook must consume a layer's buffer before
-//            it returns. The tied wte gradient is not made by backward(): the
-//            caller builds it chunk by chunk (wte_grad_chunk) in the layer
-//            buffers once the backward is done, exchanging each chunk.
-//   kStagedPair: kStaged with two layer buffers used alternately (layer l in
-//            buffer l % 2), so layer l's exchange may still read its buffer
-//            while layer l-1's backward writes the other one; the hook must
-//            be done with layer l+2's buffer before on_layer_done(l+1) returns
-//            (DataParallel waits for it there; train/data_parallel.cpp).
-//   kNone:   forward only (--eval-only, --generate): no gradient buffer and no
-//            backward scratch; backward(), grads() and a training forward
-//            (prepare_backward) throw.
-enum class GradMode { kFull, kStaged, kStagedPair, kNone };
+// Where backward() accumulates parameter gradients, and who hears that a
+// unit of them is final. Units: layers L-1 down to 0, then -1 for the rest
+// (wpe, lnfw, lnfb). The model writes; what the memory is (the model's flat
+// buffer, ZeRO-2's staging in train/zero_staging.h) and what a finished unit
+// sets off (a bucket's all-reduce, a unit's reduce-scatter) is the sink's.
+class GradientSink {
+ public:
+  virtual ~GradientSink() = default;
+  // Before the backward's first write into unit u (the rest: first thing).
+  virtual void unit_begin(int unit) { (void)unit; }
+  // Tensor t's gradient (layer l of a stacked tensor; l ignored otherwise):
+  // the backward adds (+=) into it. An empty tensor for kWte: the tied
+  // wte/lm_head gradient is left to the caller (GPT2::wte_grad_chunk).
+  virtual Tensor grad(int t, int l) = 0;
+  // Unit u's gradients are final for this backward (-1: the last call).
+  virtual void unit_done(int unit) { (void)unit; }
+};
+
+// What the model allocates for gradients.
+//   kFull:     one flat buffer like the parameters, grads(); backward() adds
+//              every gradient there, the tied wte included, unless given
+//              another sink (which may hand out views of grads()).
+//   kExternal: none: backward() takes the caller's sink (ZeRO-2's staging).
+//              dlogits survive the backward (no scratch is carved from the
+//              logits buffer), so wte_grad_chunk can build the tied gradient
+//              after it.
+//   kNone:     forward only (--eval-only, --generate): no gradient buffer and
+//              no backward scratch; backward(), grads() and a training
+//              forward (prepare_backward) throw.
+enum class GradMode { kFull, kExternal, kNone };
 
 class GPT2 {
  public:
@@ -130,21 +147,17 @@ class GPT2 {
   Tensor params() const { return params_; }  // param_capacity() elements
   size_t param_capacity() const { return params_.numel; }
   GradMode grad_mode() const { return grad_mode_; }
-  // kFull: the flat gradient buffer (param_capacity() elements). kStaged: throws.
+  // kFull: the flat gradient buffer (param_capacity() elements); else throws.
   Tensor grads() const;
   Tensor param(int t) const { return params_.slice(layout_.offset[t], layout_.numel[t]); }
-  // kStaged/kStagedPair: the packed gradient buffer of unit u (0..L-1 =
-  // layer, L = rest, L+1+k = wte chunk k; ZeroPlan's numbering); with
-  // kStagedPair layers l and l+2 share one, and chunk k uses layer k's.
-  Tensor unit_grads(int unit) const;
   // The tied wte/lm_head gradient is made in chunks of wte_chunk_rows()
   // vocabulary rows (the last shorter), the lm_head part then the embedding
-  // part: kFull's backward() adds them into grads() itself (the lm_head parts
-  // first thing, the embedding parts at the end); staged, the caller calls
-  // wte_grad_chunk(k) after backward() (before the next forward), which
-  // overwrites unit_grads(L+1+k) with chunk k, both parts.
-  int num_wte_chunks() const;
-  void wte_grad_chunk(int k);
+  // part: with the model's own flat buffer backward() adds them into grads()
+  // itself (the lm_head parts first thing, the embedding parts at the end);
+  // with a sink that leaves kWte to the caller, the caller calls
+  // wte_grad_chunk(k, dst) after backward() (before the next forward), which
+  // overwrites dst (layout().wte_chunk_numel(k) elements) with chunk k, both parts.
+  void wte_grad_chunk(int k, Tensor dst);
   size_t gradient_bytes() const { return gradient_bytes_; }
   size_t activation_bytes() const { return activation_bytes_; }
 
@@ -191,11 +204,11 @@ class GPT2 {
   void set_dropout_position(uint32_t step, uint64_t token0);
   const DropoutRates& dropout_rates() const { return dropout_; }
 
-  // Accumulates parameter gradients of the last forward(prepare_backward=true).
-  // `on_layer_done(l)` runs after layer l's parameter gradients are final for
-  // this micro-step (layers in reverse order; -1 for the embedding/final-LN
-  // tensors at the end): the hook a ZeRO-2 reduce-scatter hangs on.
-  void backward(const std::function<void(int layer)>& on_layer_done = nullptr);
+  // Accumulates the parameter gradients of the forward(prepare_backward =
+  // true) of this B x T batch, the last forward run (anything else throws),
+  // into `sink`: nullptr is the model's own flat buffer (kFull; kExternal
+  // needs a sink).
+  void backward(int B, int T, GradientSink* sink = nullptr);
   void zero_grad();
 
   // Logits of position t of batch row b from the last forward (V real entries;
@@ -220,20 +233,20 @@ class GPT2 {
   // Rows of wte chunk k of the tied gradient: the lm_head part (dlogits^T lnf)
   // and/or the embedding part (the scatter of dresidual), into dst.
   void wte_chunk_parts(int k, Tensor dst, bool lm_head, bool embedding);
-  Tensor wte_grad_rows(int k) const;  // kFull: grads() rows of chunk k
-  size_t wte_chunk_numel(int k) const;  // elements of wte chunk k (the last may be shorter)
-  // Gradient of tensor t (layer l for per-layer tensors, ignored otherwise).
-  Tensor grad_view(int t, int l) const;
-  // Staged: the layer buffer layer l writes (l % 2 with kStagedPair).
-  Tensor layer_buffer(int l) const {
-    return layer_grads_[grad_mode_ == GradMode::kStagedPair ? static_cast<size_t>(l % 2) : 0];
-  }
+  // The flat buffer as a sink: views of grads(), and the tied gradient too.
+  struct FlatGradients : GradientSink {
+    const GPT2* model = nullptr;
+    Tensor grad(int t, int l) override { return model->layout_.view(model->grads_, t, l); }
+  };
 
   Backend& backend_;
   GPT2Config cfg_;
   ParamLayout layout_;
   int B_, T_;
-  int cur_B_ = 0, cur_T_ = 0;
+  int cur_B_ = 0, cur_T_ = 0;  // the batch the activations hold (0: no forward yet)
+  // What the activations of that batch are ready for: backward() wants
+  // kPrepared, wte_grad_chunk kBackwardDone.
+  enum class Pass { kForward, kPrepared, kBackwardDone } pass_ = Pass::kForward;
   double loss_sum_ = 0.0;
   size_t loss_count_ = 0;
   Tensor loss_slots_;                 // deferred losses: slots of B_*T_ elements
@@ -249,10 +262,8 @@ class GPT2 {
   bool recompute_gelu_ = false;
   bool recompute_ln_ = false;
   Tensor params_, grads_;                 // grads_: kFull only
-  std::array<Tensor, 2> layer_grads_;    // staged: [1] only with kStagedPair
-  Tensor rest_grads_;                     // staged only
+  FlatGradients flat_sink_;
   size_t wte_chunk_rows_ = 0;             // ParamLayout::wte_chunk_rows()
-  std::array<size_t, kNumParamTensors> unit_offset_{};  // tensor's offset inside its unit buffer
   size_t gradient_bytes_ = 0;
   Activations acts_;
   std::vector<Tensor> owned_;  // everything to free

@@ -96,6 +96,17 @@ void DataParallel::allocate_stage2_buffers() {
   overlap_stage2_ = overlap_ && plan_.num_layers() > 0 && (!forced || layer_most <= forced);
   overlap_rest_ = overlap_stage2_ && rest_most > 0 && (!forced || rest_most <= forced);
   if (!overlap_stage2_ || !overlap_rest_) recv_ = backend_.alloc(std::min(most, cap), BufferRole::kGrads);
+  staging_ = std::make_unique<ZeroStaging>(backend_, plan_, layout_, overlap_stage2_ ? 2 : 1);
+  if (overlap_stage2_)
+    staging_->set_on_unit_done([this](int layer) {
+      if (layer < 0) return;
+      exchange_async(layer);
+      retire((layer + 1) % 2);
+    });
+  else
+    staging_->set_on_unit_done([this](int layer) {
+      if (layer >= 0) reduce_unit(layer);
+    });
   if (!overlap_stage2_) return;
   recv_slot_[0] = backend_.alloc(layer_most, BufferRole::kGrads);
   recv_slot_[1] = backend_.alloc(layer_most, BufferRole::kGrads);
@@ -123,53 +134,57 @@ void DataParallel::begin_step() {
   bucket_tickets_.clear();
 }
 
-std::function<void(int)> DataParallel::backward_hook(GPT2& model, bool last_micro_step) {
-  if (stage_ == 2) {
-    if (!overlap_stage2_)
-      return [this, &model](int layer) {
-        if (layer >= 0) return reduce_unit(model, layer);
-        reduce_unit(model, plan_.rest_unit());
-        for (int k = 0; k < plan_.num_chunk_units(); k++) {  // the tied wte, chunk by chunk
-          model.wte_grad_chunk(k);
-          reduce_unit(model, plan_.first_chunk_unit() + k);
-        }
-      };
-    // The backward about to run overwrites every staging buffer.
+void DataParallel::backward(GPT2& model, int B, int T, bool last_micro_step) {
+  if (stage_ == 2) return backward_stage2(model, B, T);
+  if (!overlap_ || !last_micro_step) return model.backward(B, T);
+  const Tensor g = model.grads();
+  if (bucket_elem_bytes_ != g.elem_bytes) build_buckets(g.elem_bytes);
+  if (buckets_.empty()) return model.backward(B, T);
+  // The model's flat buffer, and each bucket reduced once its lowest layer is final.
+  struct BucketSink : GradientSink {
+    DataParallel* dp;
+    Tensor flat;
+    Tensor grad(int t, int l) override { return dp->layout_.view(flat, t, l); }
+    void unit_done(int layer) override { dp->issue_bucket(flat, layer); }
+  } sink;
+  sink.dp = this;
+  sink.flat = g;
+  model.backward(B, T, &sink);
+}
+
+void DataParallel::issue_bucket(const Tensor& grads, int layer) {
+  if (next_bucket_ >= buckets_.size() || buckets_[next_bucket_].low_layer != layer) return;
+  const ProfileRange range(backend_, "bucket " + std::to_string(next_bucket_) + " reduce (collective)");
+  comm_.begin_async();
+  comm_.reduce_pieces(grads.ptr, buckets_[next_bucket_].pieces, comm_data_type(grads.elem_bytes), ReduceOp::kAvg);
+  bucket_tickets_.push_back(comm_.end_async());
+  next_bucket_++;
+}
+
+// Synchronous: each unit is exchanged as it is final, then the rest, then the
+// wte chunks one by one. Overlapped: the backward about to run overwrites
+// every staging buffer, so what is in flight is retired first. Layer l: issue
+// its exchange, then retire layer l+1's (the other buffer, which layer l-1
+// writes next), so layer l+1's exchange ran beside layer l's backward. At the
+// end the wte chunks take the layer buffers in turn (chunk k waits for chunk
+// k-2's exchange), then the rest unit's exchange is issued; what is in flight
+// is retired by the next backward or reduce_gradients.
+void DataParallel::backward_stage2(GPT2& model, int B, int T) {
+  ZeroStaging& staging = *staging_;
+  if (overlap_stage2_)
     for (int slot = 0; slot < static_cast<int>(pending_.size()); slot++) retire(slot);
-    // Layer l: issue its exchange, then retire layer l+1's (the other buffer,
-    // which layer l-1 writes next), so layer l+1's exchange ran beside layer
-    // l's backward. At the end the wte chunks take the layer buffers in turn
-    // (chunk k waits for chunk k-2's exchange), then the rest unit's exchange
-    // is issued; what is in flight is retired by the next backward_hook or
-    // reduce_gradients.
-    return [this, &model](int layer) {
-      if (layer >= 0) {
-        exchange_async(model, layer, layer % 2);
-        retire((layer + 1) % 2);
-        return;
-      }
-      for (int k = 0; k < plan_.num_chunk_units(); k++) {
-        retire(k % 2);
-        model.wte_grad_chunk(k);
-        exchange_async(model, plan_.first_chunk_unit() + k, k % 2);
-      }
-      if (overlap_rest_) exchange_async(model, plan_.rest_unit(), kRestSlot);
-      else reduce_unit(model, plan_.rest_unit());
-    };
+  model.backward(B, T, &staging);  // layer units go out from set_on_unit_done's callback
+  if (!overlap_stage2_) reduce_unit(plan_.rest_unit());
+  for (int k = 0; k < plan_.num_chunk_units(); k++) {  // the tied wte, chunk by chunk
+    const int unit = plan_.first_chunk_unit() + k;
+    if (overlap_stage2_) retire(staging.buffer_of(unit));
+    model.wte_grad_chunk(k, staging.unit(unit));
+    if (overlap_stage2_) exchange_async(unit);
+    else reduce_unit(unit);
   }
-  if (!overlap_ || !last_micro_step) return nullptr;
-  const uint32_t eb = model.grads().elem_bytes;
-  if (bucket_elem_bytes_ != eb) build_buckets(eb);
-  if (buckets_.empty()) return nullptr;
-  return [this, &model](int layer) {
-    if (next_bucket_ >= buckets_.size() || buckets_[next_bucket_].low_layer != layer) return;
-    const ProfileRange range(backend_, "bucket " + std::to_string(next_bucket_) + " reduce (collective)");
-    Tensor g = model.grads();
-    comm_.begin_async();
-    comm_.reduce_pieces(g.ptr, buckets_[next_bucket_].pieces, comm_data_type(g.elem_bytes), ReduceOp::kAvg);
-    bucket_tickets_.push_back(comm_.end_async());
-    next_bucket_++;
-  };
+  if (!overlap_stage2_) return;
+  if (overlap_rest_) exchange_async(plan_.rest_unit());
+  else reduce_unit(plan_.rest_unit());
 }
 
 // Buckets of consecutive layers, top layer first, each closed once it holds
@@ -221,11 +236,12 @@ void DataParallel::add_bucket_range(Bucket& bucket, size_t begin, size_t end) co
 
 // Stage 2 overlap: the unit's whole exchange in one asynchronous
 // reduce_scatter_v into the receive buffer of its send buffer's slot.
-void DataParallel::exchange_async(GPT2& model, int unit, int slot) {
+void DataParallel::exchange_async(int unit) {
   const ProfileRange range(backend_, "zero-2 exchange unit " + std::to_string(unit) + " (collective)");
+  const int slot = staging_->buffer_of(unit);
   if (pending_[slot].unit >= 0) throw std::runtime_error("ZeRO-2: gradient buffer reused before its exchange was retired");
   const UnitExchange& ex = plan_.unit(unit);
-  Tensor send = model.unit_grads(unit);
+  Tensor send = staging_->unit(unit);
   if (send.numel != ex.numel) throw std::runtime_error("ZeRO-2: unit buffer size disagrees with the plan");
   const size_t mine = ex.counts[static_cast<size_t>(comm_.rank())];
   comm_.begin_async();
@@ -252,12 +268,11 @@ void DataParallel::retire(int slot) {
 // are reduce-scattered in slices of at most recv_.numel elements, which bounds
 // the receive buffer however large a unit is; this rank adds what it receives
 // into its shard.
-void DataParallel::reduce_unit(GPT2& model, int unit) {
+void DataParallel::reduce_unit(int unit) {
   const ProfileRange range(backend_, "zero-2 exchange unit " + std::to_string(unit) + " (collective)");
   const UnitExchange& ex = plan_.unit(unit);
   const size_t world = static_cast<size_t>(comm_.world()), me = static_cast<size_t>(comm_.rank());
-  Tensor send = model.unit_grads(unit);
-  if (send.numel != ex.numel) throw std::runtime_error("ZeRO-2: unit buffer size disagrees with the plan");
+  Tensor send = staging_->unit(unit);
   if (send.elem_bytes != recv_.elem_bytes)
     throw std::runtime_error("ZeRO-2: unit gradients and the receive buffer differ in element size");
   const DataType type = comm_data_type(send.elem_bytes);
@@ -349,7 +364,7 @@ void DataParallel::gather_params(GPT2& model) {
 }
 
 size_t DataParallel::gradient_bytes(const GPT2& model) const {
-  size_t bytes = model.gradient_bytes() + shard_grads_.bytes() + recv_.bytes();
+  size_t bytes = model.gradient_bytes() + shard_grads_.bytes() + recv_.bytes() + (staging_ ? staging_->bytes() : 0);
   for (const Tensor& r : recv_slot_) bytes += r.bytes();
   return bytes;
 }

@@ -12,24 +12,25 @@
 //   stage 1: full gradients reduce-scattered (averaged) at the end of the step;
 //            each rank keeps AdamW state for its shard only, updates it, and the
 //            parameters are all-gathered.
-//   stage 2: as 1, but no full gradient buffer exists: the model stages one
-//            layer's gradients at a time (GradMode::kStaged) and, right after
-//            each layer's backward, that unit is reduce-scattered and added into
-//            this rank's gradient shard. Correct with accumulation: every
-//            micro-step adds its reduced unit into the shard. The tied
-//            wte/lm_head gradient (a third of d12) is never staged whole: after
-//            the backward it is built in vocabulary chunks in the layer
-//            buffers (GPT2::wte_grad_chunk) and each chunk is exchanged like a
-//            layer, so the gradient memory is 1/N of the parameters plus a
-//            window of one (two, overlapped) layer buffers.
+//   stage 2: as 1, but no full gradient buffer exists: the model's backward
+//            writes one layer's gradients at a time into this class's staging
+//            (train/zero_staging.h; the model is GradMode::kExternal) and,
+//            right after each layer's backward, that unit is reduce-scattered
+//            and added into this rank's gradient shard. Correct with
+//            accumulation: every micro-step adds its reduced unit into the
+//            shard. The tied wte/lm_head gradient (a third of d12) is never
+//            staged whole: after the backward it is built in vocabulary chunks
+//            in the layer buffers (GPT2::wte_grad_chunk) and each chunk is
+//            exchanged like a layer, so the gradient memory is 1/N of the
+//            parameters plus a window of one (two, overlapped) layer buffers.
 // Overlap (device buffers, world > 1; docs/distributed.md "Overlap"):
-//   stage 2: two layer buffers (GradMode::kStagedPair); layer l's exchange is
+//   stage 2: two layer buffers, used alternately; layer l's exchange is
 //            issued asynchronously and waited for (device-side) only after
 //            layer l-1's backward has been issued, just before layer l-2
 //            reuses its buffer; the received part is added then. The wte
 //            chunks alternate between the two buffers the same way. The last
 //            exchanges (final chunks, rest unit) are waited for only by the
-//            next backward_hook() or reduce_gradients(): they run beside the
+//            next backward() or reduce_gradients(): they run beside the
 //            next micro-step's forward.
 //   stages 0/1: in the last micro-step's backward, buckets of consecutive
 //            layers (>= GPT2_DP_BUCKET_BYTES, default 25 MiB) are reduced
@@ -48,6 +49,7 @@
 #include "distributed/comm.h"
 #include "distributed/zero_plan.h"
 #include "model/gpt2.h"
+#include "train/zero_staging.h"
 
 namespace gpt2 {
 
@@ -67,23 +69,24 @@ class DataParallel {
   int stage() const { return stage_; }
   const ZeroPlan& plan() const { return plan_; }
   // How the model must allocate: gradient mode and padded parameter capacity.
-  GradMode grad_mode() const {
-    return stage_ != 2 ? GradMode::kFull : overlap_stage2_ ? GradMode::kStagedPair : GradMode::kStaged;
-  }
+  GradMode grad_mode() const { return stage_ == 2 ? GradMode::kExternal : GradMode::kFull; }
   size_t param_capacity() const { return plan_.padded_size(); }
   // Parameters this rank's optimizer updates: [begin, end) clipped to the real count.
   size_t opt_begin() const { return opt_begin_; }
   size_t opt_end() const { return opt_end_; }
 
-  // Step protocol: begin_step, then per micro-step forward + backward(hook),
-  // then reduce_gradients, queue_grad_clip, grad_norm (after the step's host
-  // wait), optimizer on shard_grads with clip_state(), gather_params.
-  // Stages 0/1 hook only the last micro-step (and only with several buckets);
-  // otherwise their hook is empty. Call it right before each backward: at
-  // stage 2 it first makes the compute stream wait for the previous
-  // micro-step's rest exchange (whose buffer the backward overwrites).
+  // Step protocol: begin_step, then per micro-step model.forward + backward
+  // (here), then reduce_gradients, queue_grad_clip, grad_norm (after the
+  // step's host wait), optimizer on shard_grads with clip_state(),
+  // gather_params.
   void begin_step();
-  std::function<void(int)> backward_hook(GPT2& model, bool last_micro_step = false);
+  // The model's backward of its last (training) forward, a B x T batch, with
+  // this stage's gradient traffic: stages 0/1 reduce buckets during the last
+  // micro-step's backward (device buffers, several buckets); stage 2 first
+  // makes the compute stream wait for the previous micro-step's exchanges
+  // (whose buffers the backward overwrites), then exchanges every unit as it
+  // is final, and the wte chunks after it.
+  void backward(GPT2& model, int B, int T, bool last_micro_step = false);
   // Stages 0/1: waits (device-side) for the buckets the last backward issued,
   // or reduces the whole gradient now. Stage 2: waits for the exchanges still
   // in flight and adds them into the shard.
@@ -102,7 +105,7 @@ class DataParallel {
   size_t gradient_bytes(const GPT2& model) const;
 
  private:
-  // Stage 0/1 bucket: reduced once on_layer_done(low_layer) has run (-1: at
+  // Stage 0/1 bucket: reduced once unit_done(low_layer) has run (-1: at
   // the end, with the embeddings and final layernorm).
   struct Bucket {
     int low_layer = -1;
@@ -114,8 +117,10 @@ class DataParallel {
   };
 
   void allocate_stage2_buffers();
-  void reduce_unit(GPT2& model, int unit);
-  void exchange_async(GPT2& model, int unit, int slot);
+  void backward_stage2(GPT2& model, int B, int T);
+  void issue_bucket(const Tensor& grads, int layer);  // stages 0/1: the bucket whose lowest layer is final
+  void reduce_unit(int unit);
+  void exchange_async(int unit);
   void retire(int slot);
   void add_received(const UnitExchange& ex, const Tensor& recv, size_t a, size_t b);
   void build_buckets(uint32_t elem_bytes);
@@ -130,14 +135,15 @@ class DataParallel {
   Tensor clip_;         // kScalar64 [sum of squares, clip scale]
   Tensor shard_grads_;  // stage 2: this rank's accumulated gradient shard (shard_size)
   Tensor recv_;         // stage 2: one unit's received part
+  std::unique_ptr<ZeroStaging> staging_;  // stage 2: what the backward writes
   const ParamLayout layout_;
   const bool overlap_;          // device buffers at world > 1: asynchronous collectives
   bool overlap_stage2_ = false;  // every layer unit fits one exchange
   bool overlap_rest_ = false;    // so does the rest unit
   bool drop_reuse_wait_ = false;  // test hook GPT2_TEST_DROP_REUSE_WAIT
-  // Stage 2 overlap, per send buffer (slots 0, 1: the layer buffers; 2: the
-  // rest unit): its receive buffer and the exchange in flight.
-  static constexpr int kRestSlot = 2;
+  // Stage 2 overlap, per send buffer (ZeroStaging::buffer_of: 0, 1 the layer
+  // buffers, 2 the rest unit): its receive buffer and the exchange in flight.
+  static constexpr int kRestSlot = ZeroStaging::kRestBuffer;
   std::array<Tensor, 3> recv_slot_;
   std::array<PendingUnit, 3> pending_{};
   size_t bucket_bytes_;

@@ -291,7 +291,7 @@ void TrainingRun::accumulate_gradients(int step, float dloss_scale) {
   for (int micro = 0; micro < shape_.grad_accum; micro++) {
     model_.set_dropout_position(static_cast<uint32_t>(step), micro_token0(micro));
     model_.forward(inputs_.data() + micro * NT, targets_.data() + micro * NT, shape_.B, shape_.T, true, dloss_scale);
-    model_.backward(dp_.backward_hook(model_, micro + 1 == shape_.grad_accum));
+    dp_.backward(model_, shape_.B, shape_.T, micro + 1 == shape_.grad_accum);
   }
 }
 

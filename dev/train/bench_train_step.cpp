@@ -55,7 +55,7 @@ int main(int argc, char** argv) {
       auto t0 = std::chrono::steady_clock::now();
       m.zero_grad();
       m.forward(x.data(), y.data(), B, T, true, 1.0f / (B * T));
-      m.backward();
+      m.backward(B, T);
       double norm = std::sqrt(be->sum_squares(m.grads()));
       opt.step(m.params(), m.grads(), 1e-4f, norm > 1.0 ? 1.0f / norm : 1.0f, s + 1, h);
       be->synchronize();

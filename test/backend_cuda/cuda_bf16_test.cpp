@@ -356,7 +356,7 @@ Bf16Step bf16_step(Backend& be, const std::vector<float>& init, bool with_master
   Bf16Step r;
   model.zero_grad();
   r.loss = model.forward(inputs.data(), targets.data(), B, T, true, 1.0f / (B * T));
-  model.backward();
+  model.backward(B, T);
   const ParamLayout& layout = model.layout();
   r.grads.resize(layout.total);
   be.download(r.grads.data(), model.grads().slice(0, layout.total));

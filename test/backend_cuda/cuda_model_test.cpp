@@ -54,7 +54,7 @@ StepResult train_step(Backend& be, const DropoutRates& dropout = DropoutRates{})
   model.zero_grad();
   r.loss = model.forward(inputs.data(), targets.data(), kB, kT, true, 1.0f / (kB * kT));
   r.losses = model.losses();
-  model.backward();
+  model.backward(kB, kT);
   const ParamLayout& layout = model.layout();
   r.grads.resize(layout.total);
   be.download(r.grads.data(), model.grads().slice(0, layout.total));

@@ -194,7 +194,7 @@ TEST_F(TorchCompare, EveryParameterGradientMatches) {
   const size_t n = static_cast<size_t>(ref_.B) * ref_.T;
   model.zero_grad();
   model.forward(inputs_.data(), targets_.data(), ref_.B, ref_.T, true, 1.0f / n);
-  model.backward();
+  model.backward(ref_.B, ref_.T);
   std::vector<float> g(model.num_parameters());
   be->download(g.data(), model.grads());
   const ParamLayout& lay = model.layout();
@@ -235,7 +235,7 @@ TEST_F(TorchCompare, MaskedLossAndGradientsMatchIgnoreIndex) {
     if (targets[i] != kIgnoreTarget) continue;
     ASSERT_EQ(losses[i], 0.0f) << "position " << i;
   }
-  model.backward();
+  model.backward(ref_.B, ref_.T);
   std::vector<float> g(model.num_parameters());
   be->download(g.data(), model.grads());
   const ParamLayout& lay = model.layout();
@@ -256,7 +256,7 @@ TEST_F(TorchCompare, AllTargetsIgnoredGivesExactlyZeroGradient) {
   model.zero_grad();
   EXPECT_EQ(model.forward(inputs_.data(), none.data(), ref_.B, ref_.T, true, 1.0f), 0.0f);
   EXPECT_EQ(model.loss_count(), 0u);
-  model.backward();
+  model.backward(ref_.B, ref_.T);
   std::vector<float> g(model.num_parameters());
   be->download(g.data(), model.grads());
   for (size_t i = 0; i < g.size(); i++) ASSERT_EQ(g[i], 0.0f) << "gradient element " << i;
@@ -284,7 +284,7 @@ Step training_step(Backend& be, GPT2& model, const std::vector<int32_t>& inputs,
     }
   model.zero_grad();
   s.loss = model.forward(inputs.data(), targets.data(), B, T, true, 1.0f / (static_cast<size_t>(B) * T));
-  model.backward();
+  model.backward(B, T);
   s.grads.resize(model.num_parameters());
   be.download(s.grads.data(), model.grads());
   return s;

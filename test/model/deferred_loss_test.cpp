@@ -47,7 +47,7 @@ LossRun three_micro_steps(bool deferred) {
     } else {
       EXPECT_EQ(mean, 0.0f);  // not known until collected
     }
-    model.backward();
+    model.backward(2, 8);
   }
   if (deferred) {
     r.loss_sum = model.collect_deferred_losses();

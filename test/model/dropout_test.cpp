@@ -51,7 +51,7 @@ Step train_step(const DropoutRates& rates, const Batch& b, int B, int T, uint32_
   Step r;
   r.loss = model.forward(b.in.data(), b.tg.data(), B, T, true, 1.0f / (B * T));
   r.losses = model.losses();
-  model.backward();
+  model.backward(B, T);
   r.grads.resize(model.num_parameters());
   be->download(r.grads.data(), model.grads().slice(0, model.num_parameters()));
   return r;
@@ -101,7 +101,7 @@ TEST(ModelDropout, BackwardIsTheDerivativeWithTheSameMasks) {
   for (auto& x : dir) x = static_cast<float>(rng.normal() * 0.01);
   model.zero_grad();
   model.forward(b.in.data(), b.tg.data(), B, T, true, 1.0f / (B * T));
-  model.backward();
+  model.backward(B, T);
   std::vector<float> g(model.num_parameters());
   be->download(g.data(), model.grads().slice(0, g.size()));
   double gd = 0;
@@ -119,7 +119,7 @@ TEST(ModelDropout, BackwardIsTheDerivativeWithTheSameMasks) {
   model.set_dropout(DropoutRates{}, 2026);
   model.zero_grad();
   model.forward(b.in.data(), b.tg.data(), B, T, true, 1.0f / (B * T));
-  model.backward();
+  model.backward(B, T);
   be->download(g.data(), model.grads().slice(0, g.size()));
   double gd_plain = 0;
   for (size_t i = 0; i < g.size(); i++) gd_plain += double(g[i]) * dir[i];

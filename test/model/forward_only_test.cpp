@@ -36,10 +36,38 @@ TEST(ForwardOnlyModel, SameForwardWithoutGradientMemory) {
   EXPECT_EQ(eval.gradient_bytes(), 0u);
   EXPECT_LT(eval.activation_bytes(), train.activation_bytes());
   EXPECT_THROW(eval.forward(in.data(), tg.data(), B, T, true, 1.0f), std::runtime_error);
-  EXPECT_THROW(eval.backward(), std::runtime_error);
+  EXPECT_THROW(eval.backward(B, T), std::runtime_error);
   EXPECT_THROW(eval.grads(), std::runtime_error);
-  EXPECT_THROW(eval.unit_grads(0), std::runtime_error);
-  EXPECT_THROW(eval.wte_grad_chunk(0), std::runtime_error);
+  EXPECT_THROW(eval.wte_grad_chunk(0, Tensor{}), std::runtime_error);
+}
+
+// backward(B, T) is the backward of the training forward of that batch, just
+// run: not of an evaluation forward, another shape, or twice.
+TEST(TrainingModel, BackwardOnlyOfItsTrainingForward) {
+  const GPT2Config cfg = tiny_gpt2_config(2, 2, 32, 16, 60, 64);
+  const int B = 2, T = 16;
+  auto be = make_cpu_backend(1);
+  GPT2 model(*be, cfg, B, T);
+  model.init_random(5);
+  std::vector<int32_t> in(B * T, 1), tg(B * T, 2);
+  EXPECT_THROW(model.backward(B, T), std::runtime_error);  // no forward yet
+  model.forward(in.data(), tg.data(), B, T);
+  EXPECT_THROW(model.backward(B, T), std::runtime_error);  // an evaluation forward
+  model.forward(in.data(), tg.data(), B, T, true, 1.0f / (B * T));
+  EXPECT_THROW(model.backward(B, T - 1), std::runtime_error);
+  EXPECT_THROW(model.backward(1, T), std::runtime_error);
+  EXPECT_NO_THROW(model.backward(B, T));
+  EXPECT_THROW(model.backward(B, T), std::runtime_error);  // its dlogits are spent
+  // A kFull model makes the tied gradient itself: a sink that leaves it out is refused.
+  struct NoWte : GradientSink {
+    Tensor flat;
+    const ParamLayout* layout = nullptr;
+    Tensor grad(int t, int l) override { return t == kWte ? Tensor{} : layout->view(flat, t, l); }
+  } sink;
+  sink.flat = model.grads();
+  sink.layout = &model.layout();
+  model.forward(in.data(), tg.data(), B, T, true, 1.0f / (B * T));
+  EXPECT_THROW(model.backward(B, T, &sink), std::runtime_error);
 }
 
 }  // namespace

@@ -41,7 +41,7 @@ StepResult two_micro_steps(int recompute) {
     for (auto& x : in) x = static_cast<int32_t>(rng.below(cfg.vocab_size));
     for (auto& x : tg) x = static_cast<int32_t>(rng.below(cfg.vocab_size));
     r.loss += model.forward(in.data(), tg.data(), B, T, true, 1.0f / (2 * B * T));
-    model.backward();
+    model.backward(B, T);
   }
   r.grads.resize(model.num_parameters());
   be->download(r.grads.data(), model.grads().slice(0, model.num_parameters()));

@@ -89,7 +89,7 @@ double one_step(Backend& be, DataParallel& dp, GPT2& model) {
   dp.begin_step();
   model.zero_grad();
   model.forward(inputs.data(), targets.data(), B, T, true, 1.0f / (B * T));
-  model.backward(dp.backward_hook(model));
+  dp.backward(model, B, T);
   dp.reduce_gradients(model);
   dp.queue_grad_clip(model, 1.0f);
   const double norm = dp.grad_norm();
@@ -178,13 +178,14 @@ TEST(DataParallel, StagedGradientsEqualTheFullBufferBitwise) {
     GPT2 full(*be, cfg, B, T);  // its wte gradient is made in the same chunks
     full.init_random(11);
     const ZeroPlan plan(zero_tensor_specs(layout), 1);
-    GPT2 staged(*be, cfg, B, T, GradMode::kStagedPair);
+    GPT2 staged(*be, cfg, B, T, GradMode::kExternal);
+    ZeroStaging staging(*be, plan, layout, 2);  // the layer buffers alternate (the overlapped stage 2)
     staged.set_parameters(full.get_parameters());
-    EXPECT_EQ(staged.num_wte_chunks(), plan.num_chunk_units());
+    EXPECT_EQ(staged.layout().num_wte_chunks(), plan.num_chunk_units());
     EXPECT_EQ(plan.num_chunk_units(), *rows ? 23 : 1);
     std::vector<float> assembled(layout.total, 0.0f);
     auto take = [&](int unit) {  // adds the unit's packed buffer into its flat places
-      Tensor g = staged.unit_grads(unit);
+      Tensor g = staging.unit(unit);
       ASSERT_EQ(g.numel, plan.unit(unit).numel);
       std::vector<float> host(g.numel);
       be->download(host.data(), g);
@@ -200,15 +201,16 @@ TEST(DataParallel, StagedGradientsEqualTheFullBufferBitwise) {
         targets[i] = (i * 11 + 5 * micro) % 157;
       }
       for (GPT2* m : {&full, &staged}) m->forward(inputs.data(), targets.data(), B, T, true, 0.25f);
-      full.backward();
-      staged.backward([&](int layer) {
-        if (layer >= 0) return take(layer);
-        take(plan.rest_unit());
-        for (int k = 0; k < plan.num_chunk_units(); k++) {
-          staged.wte_grad_chunk(k);
-          take(plan.first_chunk_unit() + k);
-        }
+      full.backward(B, T);
+      staging.set_on_unit_done([&](int layer) {
+        if (layer >= 0) take(layer);
       });
+      staged.backward(B, T, &staging);
+      take(plan.rest_unit());
+      for (int k = 0; k < plan.num_chunk_units(); k++) {
+        staged.wte_grad_chunk(k, staging.unit(plan.first_chunk_unit() + k));
+        take(plan.first_chunk_unit() + k);
+      }
       std::vector<float> want(layout.total);
       be->download(want.data(), full.grads().slice(0, layout.total));
       // The first micro-step: the same numbers added in the same order. The

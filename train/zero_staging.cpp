@@ -1,0 +1,58 @@
+#include "train/zero_staging.h"
+
+#include <algorithm>
+#include <stdexcept>
+#include <string>
+
+namespace gpt2 {
+
+ZeroStaging::ZeroStaging(Backend& backend, const ZeroPlan& plan, const ParamLayout& layout, int layer_buffers)
+    : backend_(backend), plan_(plan), layout_(layout), layer_buffers_(layer_buffers) {
+  if (layer_buffers != 1 && layer_buffers != 2) throw std::runtime_error("ZeRO-2 staging: 1 or 2 layer buffers");
+  // Layer buffers also stage the wte chunks: as large as the largest of either.
+  size_t layer_numel = 0;
+  for (int u = 0; u < plan.num_units(); u++)
+    if (u != plan.rest_unit()) layer_numel = std::max(layer_numel, plan.unit(u).numel);
+  for (int i = 0; i < layer_buffers; i++) buffers_[i] = backend_.alloc(layer_numel, BufferRole::kGrads);
+  buffers_[kRestBuffer] = backend_.alloc(plan.unit(plan.rest_unit()).numel, BufferRole::kGrads);
+}
+
+ZeroStaging::~ZeroStaging() {
+  for (Tensor& b : buffers_)
+    if (!b.empty()) backend_.free(b);
+}
+
+int ZeroStaging::buffer_of(int u) const {
+  if (u < 0 || u >= plan_.num_units()) throw std::runtime_error("ZeRO-2 staging: no unit " + std::to_string(u));
+  if (u == plan_.rest_unit()) return kRestBuffer;
+  const int index = u < plan_.rest_unit() ? u : u - plan_.first_chunk_unit();  // layer l or chunk k
+  return index % layer_buffers_;
+}
+
+Tensor ZeroStaging::unit(int u) const { return buffers_[buffer_of(u)].slice(0, plan_.unit(u).numel); }
+
+size_t ZeroStaging::bytes() const {
+  size_t n = 0;
+  for (const Tensor& b : buffers_) n += b.bytes();
+  return n;
+}
+
+void ZeroStaging::unit_begin(int unit) {
+  backend_.zero(buffers_[unit < 0 ? kRestBuffer : buffer_of(unit)]);
+}
+
+// Where tensor t (layer l) sits in its unit's packed buffer: the plan's packing.
+Tensor ZeroStaging::grad(int t, int l) {
+  if (t == kWte) return Tensor{};
+  const bool per_layer = ParamLayout::is_per_layer(t);
+  const int u = per_layer ? l : plan_.rest_unit();
+  const size_t global = per_layer ? layout_.layer_offset(t, l) : layout_.offset[t];
+  const size_t n = per_layer ? layout_.layer_numel(t) : layout_.numel[t];
+  return buffers_[buffer_of(u)].slice(plan_.unit(u).packed_position(global), n);
+}
+
+void ZeroStaging::unit_done(int unit) {
+  if (on_done_) on_done_(unit);
+}
+
+}  // namespace gpt2

@@ -1,0 +1,57 @@
+// ZeRO-2's gradient staging: the sink a GradMode::kExternal model's backward
+// writes into. No full gradient buffer exists; the backward fills one layer's
+// unit buffer at a time (two used alternately, layer l in buffer l % 2, when
+// the exchange of one may still read it while the next layer's backward
+// writes the other) and the rest unit (wpe, lnfw, lnfb). Each buffer holds
+// its unit packed as ZeroPlan lays it out (the unit's ranges concatenated in
+// flat order), which is the unit's reduce-scatter send buffer as it stands.
+// The tied wte gradient's chunk units take the layer buffers in turn (chunk
+// k in buffer k % 2), built by the caller after the backward
+// (GPT2::wte_grad_chunk): the staging never holds the whole V x C table.
+#ifndef TRAIN_ZERO_STAGING_H
+#define TRAIN_ZERO_STAGING_H
+
+#include <array>
+#include <functional>
+
+#include "backend/backend.h"
+#include "distributed/zero_plan.h"
+#include "model/gpt2.h"
+
+namespace gpt2 {
+
+class ZeroStaging : public GradientSink {
+ public:
+  // `layer_buffers`: 1, or 2 to alternate. Buffers are of the backend's gradient type.
+  ZeroStaging(Backend& backend, const ZeroPlan& plan, const ParamLayout& layout, int layer_buffers);
+  ~ZeroStaging() override;
+  ZeroStaging(const ZeroStaging&) = delete;
+  ZeroStaging& operator=(const ZeroStaging&) = delete;
+
+  // Runs as each layer unit (then -1, the rest) is final in the backward.
+  void set_on_unit_done(std::function<void(int unit)> on_done) { on_done_ = std::move(on_done); }
+  // The packed send buffer of plan unit u (layer, rest or wte chunk), and
+  // which buffer that is: layer buffer 0 or 1, or 2 for the rest.
+  Tensor unit(int u) const;
+  int buffer_of(int u) const;
+  static constexpr int kRestBuffer = 2;
+  size_t bytes() const;
+
+  // GradientSink: zeroes a unit's buffer before the backward writes it;
+  // tensor views inside it (kWte: none, the caller's chunks); the callback.
+  void unit_begin(int unit) override;
+  Tensor grad(int t, int l) override;
+  void unit_done(int unit) override;
+
+ private:
+  Backend& backend_;
+  const ZeroPlan& plan_;
+  const ParamLayout layout_;
+  const int layer_buffers_;
+  std::array<Tensor, 3> buffers_;  // layer buffers 0, 1 (one when not alternating), the rest
+  std::function<void(int)> on_done_;
+};
+
+}  // namespace gpt2
+
+#endif  // TRAIN_ZERO_STAGING_H
