@@ -40,6 +40,8 @@
 #include <thread>
 #include <vector>
 
+#include "util/test_hook.h"
+
 namespace gpt2 {
 namespace {
 
@@ -105,14 +107,8 @@ class NcclCommunicator final : public Communicator {
     ctx.world = world_;
     ctx.host = host_name();
     prefix_ = ctx.prefix();
-    if (const char* drop = std::getenv("GPT2_TEST_DROP_COMM_WAIT")) {
-      const std::string d = drop;
-      if (d == "before") drop_before_ = true;
-      else if (d == "after") drop_after_ = true;
-      if (drop_before_ || drop_after_)
-        std::fprintf(stderr, "%stest hook GPT2_TEST_DROP_COMM_WAIT=%s: the %s-collective event wait is left out "
-                             "(results may be wrong)\n", prefix_.c_str(), drop, drop);
-    }
+    drop_before_ = test_hook_drops_wait("GPT2_TEST_DROP_COMM_WAIT", "before", prefix_, "the before-collective event wait");
+    drop_after_ = test_hook_drops_wait("GPT2_TEST_DROP_COMM_WAIT", "after", prefix_, "the after-collective event wait");
   }
 
   // A communicator that saw an error is aborted, not destroyed: ncclCommDestroy

@@ -7,6 +7,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "util/test_hook.h"
+
 namespace gpt2 {
 
 namespace {
@@ -113,11 +115,8 @@ void DataParallel::allocate_stage2_buffers() {
   if (overlap_rest_) recv_slot_[kRestSlot] = backend_.alloc(rest_most, BufferRole::kGrads);
   // Tests only: leave out the wait before a layer buffer's reuse (and before
   // its received part is read), which the deferred stream emulation must catch.
-  if (const char* drop = std::getenv("GPT2_TEST_DROP_REUSE_WAIT"); drop && std::string(drop) == "1") {
-    drop_reuse_wait_ = true;
-    std::fprintf(stderr, "rank %d: test hook GPT2_TEST_DROP_REUSE_WAIT=1: the wait before a ZeRO-2 layer buffer is "
-                         "reused is left out (results may be wrong)\n", comm_.rank());
-  }
+  drop_reuse_wait_ = test_hook_drops_wait("GPT2_TEST_DROP_REUSE_WAIT", "1", "rank " + std::to_string(comm_.rank()) + ": ",
+                                          "the wait before a ZeRO-2 layer buffer is reused");
 }
 
 DataParallel::~DataParallel() {

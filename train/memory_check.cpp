@@ -11,6 +11,7 @@
 
 #include "train/logger.h"
 #include "train/memory_plan.h"
+#include "util/test_hook.h"
 
 namespace gpt2 {
 
@@ -118,7 +119,7 @@ bool cgroup_room(const std::string& limit, const std::string& usage, const std::
 }
 
 MemoryBudget host_memory_budget() {
-  if (const char* fake = std::getenv("GPT2_TEST_AVAILABLE_MEMORY")) {
+  if (const char* fake = test_hook("GPT2_TEST_AVAILABLE_MEMORY")) {
     MemoryBudget b;
     if (!parse_u64(fake, &b.bytes))
       throw std::runtime_error(std::string("GPT2_TEST_AVAILABLE_MEMORY='") + fake + "': expected a byte count");

@@ -19,6 +19,7 @@
 #include <string>
 
 #include "backend/cuda/common.cuh"
+#include "util/test_hook.h"
 
 namespace gpt2 {
 namespace kern {
@@ -27,10 +28,8 @@ class TokenStaging {
  public:
   static constexpr int kSlots = 4;
 
-  TokenStaging() {
-    const char* drop = std::getenv("GPT2_TEST_DROP_STAGING_WAIT");
-    drop_wait_ = drop != nullptr && std::string(drop) == "1";
-  }
+  TokenStaging()
+      : drop_wait_(test_hook_drops_wait("GPT2_TEST_DROP_STAGING_WAIT", "1", "", "the wait before a token slot is refilled")) {}
   ~TokenStaging() { release(); }
   TokenStaging(const TokenStaging&) = delete;
   TokenStaging& operator=(const TokenStaging&) = delete;
