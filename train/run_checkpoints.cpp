@@ -119,13 +119,7 @@ void TrainingRun::resume_from(uint64_t step) {
     throw std::runtime_error("--resume: " + src.model_path(step) + " has config [" + mf.config.describe() +
                              "] but this run is configured as [" + cfg_.describe() + "]");
   TrainState st = read_state_file(src.state_path(step, 0));
-  const int B = shape_.B, T = shape_.T;
-  if (st.batch_size != B || st.seq_len != T || st.total_batch_tokens != shape_.total_batch)
-    throw std::runtime_error("--resume: " + src.state_path(step, 0) + " was written with B=" +
-                             std::to_string(st.batch_size) + " T=" + std::to_string(st.seq_len) +
-                             " total-batch-tokens=" + std::to_string(st.total_batch_tokens) +
-                             "; this run has B=" + std::to_string(B) + " T=" + std::to_string(T) +
-                             " total-batch-tokens=" + std::to_string(shape_.total_batch));
+  check_resumed_batch(st, shape_, plan_.world, src.state_path(step, 0));
   require_finite(mf.params, src.model_path(step));
   model_.set_parameters(mf.params);
   std::vector<float> m, v, master;

@@ -53,22 +53,32 @@ BatchShape batch_shape(const TrainOptions& o, const GPT2Config& cfg, int world, 
   if (!cap_note.empty()) log.info(cap_note);
   const int64_t tokens_per_micro = static_cast<int64_t>(s.B) * s.T * world;
   s.total_batch = o.total_batch_tokens < 0 ? tokens_per_micro : o.total_batch_tokens;
-  if (o.total_batch_tokens < 0 && stored && stored->total_batch_tokens > 0) {
-    const int64_t total = stored->total_batch_tokens;
-    s.total_batch = total;
-    if (total % tokens_per_micro != 0)
-      throw std::runtime_error("--resume: the checkpoint's global batch is " + std::to_string(total) +
-                               " tokens per step, not a multiple of B*T*world = " + std::to_string(s.B) + "*" +
-                               std::to_string(s.T) + "*" + std::to_string(world) + " = " +
-                               std::to_string(tokens_per_micro) + " (the checkpoint has B=" +
-                               std::to_string(stored->batch_size) + " T=" + std::to_string(stored->seq_len) +
-                               " at world " + std::to_string(stored->world) + "; B and T must stay the same)");
-    if (total != tokens_per_micro)
-      log.info("--resume: " + std::to_string(total) + " tokens per step, as in the checkpoint (grad_accum " +
-               std::to_string(total / tokens_per_micro) + " at world " + std::to_string(world) + ")");
+  if (stored) {
+    if (o.total_batch_tokens < 0 && stored->total_batch_tokens > 0) s.total_batch = stored->total_batch_tokens;
+    check_resumed_batch(*stored, s, world, "the checkpoint --resume picks");
+    if (s.total_batch != tokens_per_micro)
+      log.info("--resume: " + std::to_string(s.total_batch) + " tokens per step, as in the checkpoint (grad_accum " +
+               std::to_string(s.total_batch / tokens_per_micro) + " at world " + std::to_string(world) + ")");
   }
   s.grad_accum = grad_accum_for(s.total_batch, tokens_per_micro);
   return s;
+}
+
+void check_resumed_batch(const TrainState& st, const BatchShape& s, int world, const std::string& source) {
+  const int64_t tokens_per_micro = static_cast<int64_t>(s.B) * s.T * world;
+  const int64_t total = st.total_batch_tokens;
+  if (total == s.total_batch && total % tokens_per_micro != 0)
+    throw std::runtime_error("--resume: the checkpoint's global batch is " + std::to_string(total) +
+                             " tokens per step, not a multiple of B*T*world = " + std::to_string(s.B) + "*" +
+                             std::to_string(s.T) + "*" + std::to_string(world) + " = " +
+                             std::to_string(tokens_per_micro) + " (" + source + " has B=" +
+                             std::to_string(st.batch_size) + " T=" + std::to_string(st.seq_len) + " at world " +
+                             std::to_string(st.world) + "; B and T must stay the same)");
+  if (st.batch_size != s.B || st.seq_len != s.T || total != s.total_batch)
+    throw std::runtime_error("--resume: " + source + " was written with B=" + std::to_string(st.batch_size) +
+                             " T=" + std::to_string(st.seq_len) + " total-batch-tokens=" + std::to_string(total) +
+                             "; this run has B=" + std::to_string(s.B) + " T=" + std::to_string(s.T) +
+                             " total-batch-tokens=" + std::to_string(s.total_batch));
 }
 
 DataLoaderOptions train_loader_options(const TrainOptions& o, const BatchShape& s, const DistContext& dist,

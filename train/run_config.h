@@ -46,8 +46,14 @@ int capped_seq_len(const TrainOptions& o, const GPT2Config& cfg, std::string* no
 // `stored`: the global batch of the checkpoint being resumed (0: none). When
 // --total-batch-tokens is not given it is the default, so a run resumed on
 // another number of ranks keeps its tokens per step (more or fewer micro-batches).
+// A resumed run is checked against it here, before anything is allocated.
 BatchShape batch_shape(const TrainOptions& o, const GPT2Config& cfg, int world, const TrainState* stored,
                        TrainLogger& log);
+// The one check of a resumed batch: the checkpoint's B, T and global batch
+// (tokens per step) are the run's, and the global batch splits into B*T*world
+// micro-batches. Run on the planned checkpoint's header (batch_shape) and on
+// the one actually loaded (`source` names it in the error).
+void check_resumed_batch(const TrainState& st, const BatchShape& s, int world, const std::string& source);
 
 DataLoaderOptions train_loader_options(const TrainOptions& o, const BatchShape& s, const DistContext& dist,
                                        int vocab_size);

@@ -15,6 +15,7 @@
 #include "test/train/checkpoint_fakes.h"
 #include "test/temp_dir.h"
 #include "train/lr_schedule.h"
+#include "train/run_config.h"
 #include "train/state_file.h"
 #include "util/checked_io.h"
 
@@ -126,6 +127,42 @@ TEST(ResumeSchedule, EveryKindHoldsPastItsEnd) {
     EXPECT_FLOAT_EQ(s.at(1000), s.at(9)) << LrSchedule::kind_name(k);
   }
   EXPECT_FLOAT_EQ(schedule(LrScheduleKind::kConstant, 1.0f, 0, 10).at(50), 1.0f);
+}
+
+// The one check of a resumed batch (train/run_config.h), on the planned and
+// on the loaded checkpoint alike: B, T and tokens per step kept, and the
+// global batch re-cut only into whole micro-batches of the new world.
+TEST(ResumedBatch, KeepsBAndTAndTheGlobalBatch) {
+  TrainState st;
+  st.batch_size = 4;
+  st.seq_len = 32;
+  st.world = 2;
+  st.total_batch_tokens = 256;  // 4*32*2: grad_accum 1 at world 2
+  BatchShape s;
+  s.B = 4;
+  s.T = 32;
+  s.total_batch = 256;
+  EXPECT_NO_THROW(check_resumed_batch(st, s, 1, "ckpt"));  // world 1: grad_accum 2
+  EXPECT_NO_THROW(check_resumed_batch(st, s, 2, "ckpt"));
+  try {
+    check_resumed_batch(st, s, 4, "ckpt");  // 4*32*4 = 512 does not divide 256
+    ADD_FAILURE() << "world 4 accepted";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("global batch is 256 tokens per step, not a multiple of B*T*world = "
+                                         "4*32*4 = 512 (ckpt has B=4 T=32 at world 2"), std::string::npos) << e.what();
+  }
+  for (auto change : {+[](BatchShape& b) { b.B = 2; }, +[](BatchShape& b) { b.T = 16; },
+                      +[](BatchShape& b) { b.total_batch = 512; }}) {
+    BatchShape other = s;
+    change(other);
+    try {
+      check_resumed_batch(st, other, 1, "ckpt/state");
+      ADD_FAILURE() << "B=" << other.B << " T=" << other.T << " total=" << other.total_batch << " accepted";
+    } catch (const std::runtime_error& e) {
+      EXPECT_NE(std::string(e.what()).find("--resume: ckpt/state was written with B=4 T=32 total-batch-tokens=256"),
+                std::string::npos) << e.what();
+    }
+  }
 }
 
 }  // namespace
