@@ -43,7 +43,7 @@ int main(int argc, char** argv) {
     gpt2::LaunchSettings launch;  // for launches without MPI (torchrun, srun --mpi=none)
     launch.rendezvous = opts.rendezvous;
     launch.timeout_s = opts.comm_timeout > 0 ? opts.comm_timeout : gpt2::kDefaultCommTimeoutSeconds;
-    launch.device_ranks = opts.device != "cpu";
+    launch.device_ranks = opts.device != gpt2::Device::kCpu;
     runtime = std::make_unique<gpt2::DistRuntime>(&argc, &argv, launch);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "error: %s\n", e.what());

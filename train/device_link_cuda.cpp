@@ -19,7 +19,7 @@ namespace {
 
 CudaBackendOptions cuda_options(const TrainOptions& o) {
   CudaBackendOptions co;
-  co.bf16 = o.dtype == "bf16";
+  co.bf16 = o.dtype == Precision::kBf16;
   co.tf32 = tf32_on(o);
   co.cublaslt_gelu = o.gelu_fusion == "on";
   return co;
@@ -31,7 +31,7 @@ std::unique_ptr<Backend> make_gpu_backend(const TrainOptions& o, const DistConte
   const int gpus = cuda_device_count();
   if (gpus > 0)
     return make_cuda_backend(cuda_device_for_rank(dist, gpus, std::getenv("CUDA_VISIBLE_DEVICES")), cuda_options(o));
-  if (o.device == "cuda") throw std::runtime_error("--device cuda: no CUDA device is visible");
+  if (o.device == Device::kCuda) throw std::runtime_error("--device cuda: no CUDA device is visible");
   return nullptr;
 }
 

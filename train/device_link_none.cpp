@@ -8,7 +8,7 @@ namespace gpt2 {
 namespace {
 
 void refuse_cuda(const TrainOptions& o) {
-  if (o.device == "cuda")
+  if (o.device == Device::kCuda)
     throw std::runtime_error("--device cuda: this binary was built without the CUDA backend (nvcc not found at build time)");
 }
 

@@ -297,7 +297,7 @@ int run_evaluation(const TrainOptions& opts, const DistContext& dist, Communicat
   r.model = path;
   r.data = opts.val_data;
   r.backend = backend->name();
-  r.dtype = opts.dtype;
+  r.dtype = precision_name(opts.dtype);
   r.T = spec.T;
   r.S = spec.S;
   r.B = spec.B;

@@ -88,7 +88,7 @@ void act_on_shortfall(const TrainOptions& o, const DistContext& dist, const std:
   if (o.memory_check == "on")
     throw std::runtime_error(std::string(gpu ? "not enough GPU memory: " : "not enough memory: ") + shortfall +
                              "; lower -B or -T, add --recompute 1|2, shard over more ranks with --zero-stage 1|2, " +
-                             (gpu && o.dtype != "bf16" ? "store in bf16 with --dtype bf16, " : "") +
+                             (gpu && o.dtype != Precision::kBf16 ? "store in bf16 with --dtype bf16, " : "") +
                              "or pass --memory-check warn (or off) to run anyway");
   if (gpu || dist.local_rank == 0)
     std::fprintf(stderr, "%swarning: %s; going on (--memory-check warn)\n", dist.prefix().c_str(), shortfall.c_str());
@@ -148,7 +148,7 @@ std::string memory_shortfall(uint64_t per_rank, int ranks_on_node, const MemoryB
 void check_host_memory(const RunPlan& plan, const DistContext& dist) {
   if (plan.opts.memory_check == "off") return;
   RunPlan cpu = plan;
-  cpu.opts.device = "cpu";
+  cpu.opts.device = Device::kCpu;
   const std::string shortfall = memory_shortfall(planned_rank_bytes(cpu), dist.local_world, host_memory_budget());
   act_on_shortfall(plan.opts, dist, shortfall, false);
 }

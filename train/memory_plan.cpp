@@ -67,7 +67,7 @@ std::string memory_plan_table(const TrainOptions& o) {
     const GPT2& model = run.parts.model;
     if (out.tellp() == 0) {
       out << "memory plan: " << (plan.cfg_from_file ? plan.opts.model : plan.opts.model + " " + plan.cfg.describe())
-          << ", " << plan.layout.total << " parameters; " << be.name() << " " << o.dtype << ", B=" << plan.shape.B
+          << ", " << plan.layout.total << " parameters; " << be.name() << " " << precision_name(o.dtype) << ", B=" << plan.shape.B
           << " T=" << plan.shape.T << ", ZeRO-" << o.zero_stage << ", recompute " << o.recompute << "\n"
           << "per rank, from the allocations training makes (nothing allocated); plus the backend's workspace,\n"
           << "grown on demand (cuBLASLt's 32 MiB, per-op partial sums)\n";

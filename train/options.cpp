@@ -8,6 +8,7 @@
 #include <functional>
 #include <sstream>
 #include <stdexcept>
+#include <utility>
 
 #include "model/config.h"
 #include "train/resume_point.h"
@@ -89,6 +90,28 @@ std::string choice(const std::string& flag, const char* v, std::initializer_list
     all += (all.empty() ? "" : ", ") + std::string(a);
   }
   bad_value(flag, v, "one of " + all);
+}
+
+constexpr std::pair<const char*, Device> kDevices[] = {
+    {"auto", Device::kAuto}, {"cpu", Device::kCpu}, {"cuda", Device::kCuda}};
+constexpr std::pair<const char*, Precision> kPrecisions[] = {{"fp32", Precision::kFp32}, {"bf16", Precision::kBf16}};
+
+// The enum value of a flag's word, from its table of (word, value).
+template <typename E, size_t N>
+E enum_choice(const std::string& flag, const char* v, const std::pair<const char*, E> (&words)[N]) {
+  std::string all;
+  for (const auto& [word, value] : words) {
+    if (std::string(v) == word) return value;
+    all += (all.empty() ? "" : ", ") + std::string(word);
+  }
+  bad_value(flag, v, "one of " + all);
+}
+
+template <typename E, size_t N>
+const char* enum_word(E e, const std::pair<const char*, E> (&words)[N]) {
+  for (const auto& [word, value] : words)
+    if (value == e) return word;
+  return "?";
 }
 
 std::string fmt(double x) {
@@ -237,12 +260,12 @@ const std::vector<OptionSpec>& option_table() {
       {"overwrite-output-dir", 0, nullptr, "start a new run in an --output-dir that holds another run's checkpoints, deleting them first (without it such a directory is refused: --resume continues that run)", FLAG(overwrite_output_dir)},
       {"resume-fallback", 0, nullptr, "--resume, and if the newest checkpoint fails its checksums, resume from the newest one that passes (warning) instead of stopping", [](TrainOptions& o, const char*) { o.resume = o.resume_fallback = true; }, [](const TrainOptions& o) { return std::string(o.resume_fallback ? "yes" : "no"); }},
       {"reset-schedule", 0, nullptr, "with --resume: define the lr schedule from this run's flags (--lr, --lr-schedule, --warmup-steps, --final-lr-frac, --wsd-decay-frac, --max-steps or --epochs) instead of keeping the checkpoint's; the step count continues", FLAG(reset_schedule)},
-      {"save-dtype", 0, "fp32|bf16", "element type of saved model files (llm.c v3 / v5) [fp32]", [](TrainOptions& o, const char* v) { o.save_dtype = choice("save-dtype", v, {"fp32", "bf16"}); }, [](const TrainOptions& o) { return o.save_dtype; }},
+      {"save-dtype", 0, "fp32|bf16", "element type of saved model files (llm.c v3 / v5) [fp32]", [](TrainOptions& o, const char* v) { o.save_dtype = enum_choice("save-dtype", v, kPrecisions); }, [](const TrainOptions& o) { return std::string(precision_name(o.save_dtype)); }},
       {"save-hf", 0, "DIR", "also write the final model to DIR as a Hugging Face GPT-2 directory (config.json + model.safetensors, --save-dtype; GPT2LMHeadModel.from_pretrained loads it)", STR(save_hf)},
       {"log-jsonl", 0, "PATH", "append one JSON object per step and per evaluation", STR(log_jsonl)},
       // system
-      {"device", 0, "auto|cpu|cuda", "auto = CUDA when a GPU is present, else CPU [auto]", [](TrainOptions& o, const char* v) { o.device = choice("device", v, {"auto", "cpu", "cuda"}); }, [](const TrainOptions& o) { return o.device; }},
-      {"dtype", 0, "fp32|bf16", "CUDA: parameter/activation storage; bf16 keeps fp32 master weights and moments [fp32]", [](TrainOptions& o, const char* v) { o.dtype = choice("dtype", v, {"fp32", "bf16"}); }, [](const TrainOptions& o) { return o.dtype; }},
+      {"device", 0, "auto|cpu|cuda", "auto = CUDA when a GPU is present, else CPU [auto]", [](TrainOptions& o, const char* v) { o.device = enum_choice("device", v, kDevices); }, [](const TrainOptions& o) { return std::string(device_name(o.device)); }},
+      {"dtype", 0, "fp32|bf16", "CUDA: parameter/activation storage; bf16 keeps fp32 master weights and moments [fp32]", [](TrainOptions& o, const char* v) { o.dtype = enum_choice("dtype", v, kPrecisions); }, [](const TrainOptions& o) { return std::string(precision_name(o.dtype)); }},
       {"tf32", 0, "on|off|auto", "CUDA, --dtype fp32: run the GEMMs and flash attention on TF32 tensor cores (inputs rounded to a 10-bit mantissa, ~1e-3 relative error, several times faster; off: fp32 GEMMs, 3xTF32 attention); auto = on for a GPU, off in the emulated build [auto]", [](TrainOptions& o, const char* v) { o.tf32 = choice("tf32", v, {"on", "off", "auto"}); }, [](const TrainOptions& o) { return o.tf32; }},
       {"threads", 0, "N", "CPU threads; 0 = OpenMP default [0]", INT(threads, "threads", 0, 4096)},
       {"zero-stage", 0, "0|1|2", "ZeRO: 0 all-reduce, 1 shard optimizer state, 2 also shard gradients [0]", INT(zero_stage, "zero-stage", 0, 2)},
@@ -330,6 +353,9 @@ void check_output_and_model(const TrainOptions& o) {
 }
 
 }  // namespace
+
+const char* device_name(Device d) { return enum_word(d, kDevices); }
+const char* precision_name(Precision p) { return enum_word(p, kPrecisions); }
 
 std::string train_options_help(const char* program) {
   std::ostringstream s;

@@ -18,6 +18,12 @@ struct UsageError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// --device and the element types of --dtype and --save-dtype.
+enum class Device { kAuto, kCpu, kCuda };
+enum class Precision { kFp32, kBf16 };
+const char* device_name(Device d);        // auto | cpu | cuda: the flag's words
+const char* precision_name(Precision p);  // fp32 | bf16
+
 struct TrainOptions {
   // model
   std::string model = "d12";          // dN preset, an llm.c model file or a Hugging Face GPT-2 directory
@@ -84,12 +90,12 @@ struct TrainOptions {
   bool overwrite_output_dir = false;  // a fresh run may delete another run's checkpoints in output_dir
   bool resume_fallback = false;       // corrupt newest checkpoint: resume from an older one
   bool reset_schedule = false;        // --resume: lr schedule from the flags, not the checkpoint
-  std::string save_dtype = "fp32";    // fp32 | bf16 for model files
+  Precision save_dtype = Precision::kFp32;  // of model files
   std::string save_hf;                // also write the final model here as a Hugging Face directory
   std::string log_jsonl;
   // system
-  std::string device = "auto";        // auto | cpu | cuda
-  std::string dtype = "fp32";         // fp32 | bf16 (CUDA: bf16 storage, fp32 master weights)
+  Device device = Device::kAuto;      // auto: CUDA when a GPU is visible, else the CPU
+  Precision dtype = Precision::kFp32;  // CUDA storage (bf16: fp32 master weights)
   std::string tf32 = "auto";          // on | off | auto (CUDA fp32 GEMMs on TF32 tensor cores; auto: on a real GPU)
   std::string gelu_fusion = "on";     // on | off (CUDA: the fc layer's GELU in the cuBLASLt GEMM epilogues)
   int threads = 0;                    // 0: OpenMP default

@@ -185,7 +185,7 @@ void TrainingRun::save_checkpoint(int step) {
                              " is kept");
   if (main_rank_)
     write_model_file(ckpt_->model_path(step), cfg_, params,
-                     opts_.save_dtype == "bf16" ? kModelVersionBf16 : kModelVersionFp32);
+                     opts_.save_dtype == Precision::kBf16 ? kModelVersionBf16 : kModelVersionFp32);
   const FileDigest state_digest = write_state_file(ckpt_->state_path(step, dist_.rank), st);
   // Waits for every rank's files; rank 0 writes the marker with all their checksums.
   ckpt_->complete_checkpoint(comms_.host, step, opts_.zero_stage, state_digest);
@@ -205,7 +205,7 @@ int TrainingRun::finish() {
   if (opts_.sample_every > 0) sample(last_step_done_);
   // (again at the step it resumed from: at this run's rank count)
   if (ckpt_ && saved_step_ != last_step_done_) save_checkpoint(last_step_done_);
-  const int save_version = opts_.save_dtype == "bf16" ? kModelVersionBf16 : kModelVersionFp32;
+  const int save_version = opts_.save_dtype == Precision::kBf16 ? kModelVersionBf16 : kModelVersionFp32;
   if (main_rank_ && (ckpt_ || !opts_.save_hf.empty())) {
     const std::vector<float> weights = final_weights();
     if (ckpt_) {
@@ -214,7 +214,7 @@ int TrainingRun::finish() {
     }
     if (!opts_.save_hf.empty()) {
       require_finite(weights, "--save-hf " + opts_.save_hf + ": the final weights");
-      write_hf_checkpoint(opts_.save_hf, cfg_, weights, opts_.save_dtype == "bf16" ? HfDtype::kBF16 : HfDtype::kF32);
+      write_hf_checkpoint(opts_.save_hf, cfg_, weights, opts_.save_dtype == Precision::kBf16 ? HfDtype::kBF16 : HfDtype::kF32);
       log_.info("Hugging Face model -> " + opts_.save_hf);
     }
   }

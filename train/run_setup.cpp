@@ -20,12 +20,12 @@ std::string gpu_model(const DeviceMemory& m) {
 }
 
 void refuse_bf16_on(const std::string& backend, const TrainOptions& o) {
-  if (o.dtype == "bf16" && backend == "cpu")
+  if (o.dtype == Precision::kBf16 && backend == "cpu")
     throw std::runtime_error("--dtype bf16 needs the CUDA backend (the CPU backend is the fp32 reference)");
 }
 
 std::unique_ptr<Backend> pick_backend(const TrainOptions& o, const DistContext& dist) {
-  if (o.device == "cpu") return make_cpu_backend(o.threads);
+  if (o.device == Device::kCpu) return make_cpu_backend(o.threads);
   std::unique_ptr<Backend> gpu = make_gpu_backend(o, dist);
   return gpu ? std::move(gpu) : make_cpu_backend(o.threads);
 }
@@ -36,7 +36,7 @@ bool tf32_on(const TrainOptions& o) { return o.tf32 == "on" || (o.tf32 == "auto"
 
 std::string describe_precision(const TrainOptions& o, const Backend& backend) {
   if (backend.name() != "cuda") return "fp32";
-  if (o.dtype == "bf16") return "bf16 storage with fp32 master weights and moments";
+  if (o.dtype == Precision::kBf16) return "bf16 storage with fp32 master weights and moments";
   return std::string("fp32 with TF32 GEMMs ") + (tf32_on(o) ? "on" : "off") + (o.tf32 == "auto" ? " (--tf32 auto)" : "");
 }
 
@@ -55,7 +55,7 @@ GPT2Config requested_config(const TrainOptions& o, bool* from_file) {
 
 std::unique_ptr<SizingBackend> make_sizing_backend(const TrainOptions& o) {
   std::unique_ptr<SizingBackend> be;
-  if (o.device != "cpu") be = make_gpu_sizing_backend(o);
+  if (o.device != Device::kCpu) be = make_gpu_sizing_backend(o);
   if (!be) be = std::make_unique<SizingBackend>(cpu_backend_sizes(o.threads));
   refuse_bf16_on(be->name(), o);
   return be;
@@ -123,7 +123,7 @@ PeakFlops run_peak(const TrainOptions& o, const Backend& backend) {
     return {gflops / 1000.0, format_tflops(gflops / 1000.0) + " (fp32 FMA peak of this CPU, measured at start-up)"};
   }
   const std::string gpu = gpu_model(backend.device_memory());
-  const PeakKind kind = o.dtype == "bf16" ? PeakKind::kBf16 : tf32_on(o) ? PeakKind::kTf32 : PeakKind::kFp32;
+  const PeakKind kind = o.dtype == Precision::kBf16 ? PeakKind::kBf16 : tf32_on(o) ? PeakKind::kTf32 : PeakKind::kFp32;
   PeakFlops p = gpu_peak(gpu, kind);
   if (p.tflops <= 0) p.source = "no peak known for " + gpu + ": no MFU printed (--peak-tflops X gives one)";
   return p;

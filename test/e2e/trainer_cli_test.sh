@@ -150,5 +150,14 @@ if [ -e "$work/nanck/DONE_00000002" ] && [ -e "$work/nanck/DONE_00000001" ] && [
   echo "ok   checkpoints intact after NaN stop"
 else echo "FAIL checkpoints lost after NaN stop"; fails=$((fails + 1)); fi
 
+# --save-dtype picks the saved model files' format: llm.c's version 3 (fp32) or 5 (bf16).
+for dt in fp32:3 bf16:5; do
+  check "save-dtype-${dt%:*}" 0 "checkpoint step 2" -- ./train_gpt2cu "${tiny[@]}" --max-steps 2 --save-dtype "${dt%:*}" \
+    --output-dir "$work/save_${dt%:*}"
+  v=$(od -An -t d4 -j 4 -N 4 "$work/save_${dt%:*}/model_00000002.bin" 2>/dev/null | tr -d ' ')
+  if [ "$v" = "${dt#*:}" ]; then echo "ok   --save-dtype ${dt%:*}: model_00000002.bin is version $v"
+  else echo "FAIL --save-dtype ${dt%:*}: model_00000002.bin is version '$v', want ${dt#*:}"; fails=$((fails + 1)); fi
+done
+
 echo "$fails failure(s)"
 [ "$fails" -eq 0 ]

@@ -79,7 +79,7 @@ TEST(MemoryCheck, TestStandInForTheMeasurement) {
 // anything is allocated, against the --dry-run plan of the run.
 TEST(MemoryCheck, RefusesWarnsOrIsOff) {
   TrainOptions o;
-  o.device = "cpu";
+  o.device = Device::kCpu;
   o.config_overrides = "n_layer=2,n_head=2,n_embd=64,max_seq=64";
   o.seq_len = 32;
   o.dry_run_worlds = {1};
@@ -137,7 +137,7 @@ TEST(MemoryCheck, DeviceCheckRefusesWarnsOrIsOff) {
                             "--memory-check warn (or off) to run anyway"})
       EXPECT_NE(what.find(way), std::string::npos) << way << " missing from: " << what;
   }
-  o.dtype = "bf16";  // no longer a way out
+  o.dtype = Precision::kBf16;  // no longer a way out
   try {
     check_device_memory(o, dist, kGiB + 1, gpu);
     ADD_FAILURE() << "a bf16 plan 1 byte over the free GPU memory passed";
@@ -162,7 +162,7 @@ TEST(MemoryCheck, DeviceCheckRefusesWarnsOrIsOff) {
 // held against the host's budget, as before the GPU check existed.
 TEST(MemoryCheck, RunOnTheCpuBackendChecksHostMemory) {
   TrainOptions o;
-  o.device = "cpu";
+  o.device = Device::kCpu;
   o.config_overrides = "n_layer=2,n_head=2,n_embd=64,max_seq=64";
   o.seq_len = 32;
   const std::unique_ptr<Backend> cpu = make_cpu_backend(1);
@@ -190,7 +190,7 @@ TEST(MemoryPlan, InitFromNamesTheModelPlanned) {
   const GPT2Config cfg = tiny_gpt2_config(2, 2, 32, 16, 64);
   write_model_file(dir.file("model.bin"), cfg, std::vector<float>(ParamLayout::for_config(cfg).total, 0.0f));
   TrainOptions o;
-  o.device = "cpu";
+  o.device = Device::kCpu;
   o.init_from = dir.file("model.bin");
   o.seq_len = 64;
   o.dry_run_worlds = {1};
