@@ -26,11 +26,6 @@ std::string step_name(const char* prefix, uint64_t step) {
   return buf;
 }
 
-std::string base_name(const std::string& path) {
-  const size_t slash = path.rfind('/');
-  return slash == std::string::npos ? path : path.substr(slash + 1);
-}
-
 }  // namespace
 
 CheckpointDir::CheckpointDir(std::string dir, bool lock, const Notify& note) : dir_(std::move(dir)) {

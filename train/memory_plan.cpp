@@ -60,8 +60,10 @@ std::string memory_plan_table(const TrainOptions& o) {
   TrainLogger quiet(false, "");
   std::ostringstream out;
   char line[256];
+  if (o.dry_run_worlds.empty()) return "";
+  const RunPlan resolved = plan_training_run(o, o.dry_run_worlds.front(), quiet);  // --init-from read once
   for (int world : o.dry_run_worlds) {
-    const RunPlan plan = plan_training_run(o, world, quiet);
+    const RunPlan plan = resolved.at_world(world, quiet);
     const PlannedRun run(plan);
     const SizingBackend& be = *run.be;
     const GPT2& model = run.parts.model;

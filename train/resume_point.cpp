@@ -88,7 +88,7 @@ CheckpointRef parse_checkpoint_ref(const std::string& path) {
     return ref;
   }
   const size_t slash = path.rfind('/');
-  const std::string name = slash == std::string::npos ? path : path.substr(slash + 1);
+  const std::string name = base_name(path);
   ref.dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
   uint64_t step = 0;
   if (!step_of_file_name(name, &step) || step > static_cast<uint64_t>(INT32_MAX))

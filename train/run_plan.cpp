@@ -9,9 +9,14 @@ RunPlan plan_training_run(const TrainOptions& o, int world, TrainLogger& log) {
   p.opts = effective_options(o);
   p.cfg = requested_config(p.opts, &p.cfg_from_file);
   p.layout = ParamLayout::for_config(p.cfg);
-  p.world = world;
   p.has_resume_state = peek_resume_state(p.opts, &p.resume_state);
-  p.shape = batch_shape(p.opts, p.cfg, world, p.has_resume_state ? &p.resume_state : nullptr, log);
+  return p.at_world(world, log);
+}
+
+RunPlan RunPlan::at_world(int w, TrainLogger& log) const {
+  RunPlan p = *this;
+  p.world = w;
+  p.shape = batch_shape(p.opts, p.cfg, w, p.has_resume_state ? &p.resume_state : nullptr, log);
   return p;
 }
 

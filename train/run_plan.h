@@ -35,6 +35,9 @@ struct RunPlan {
 
   // Whether the backend's buffers go through a communicator at all.
   bool buffers_travel() const { return DataParallel::buffers_travel(world, opts.zero_stage); }
+  // The same run at world size w: only the batch shape is worked out again
+  // (a resumed global batch splits differently); nothing is read again.
+  RunPlan at_world(int w, TrainLogger& log) const;
 };
 
 // Notes on what the plan changed (the --seq-len cap, the resumed global batch)

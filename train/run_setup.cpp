@@ -72,7 +72,7 @@ std::string resolve_init_from(const std::string& path) {
   }
   const uint64_t step = steps.back();
   const std::string model = dir.model_path(step);
-  const std::string base = model.substr(model.rfind('/') + 1);
+  const std::string base = base_name(model);
   for (const FileDigest& want : dir.read_marker(step).files)
     if (want.name == base && !(digest_file(model) == want))
       throw std::runtime_error("--init-from " + path + ": " + model + " does not match the checksum in its marker");

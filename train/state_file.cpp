@@ -53,11 +53,6 @@ class ByteReader {
   size_t pos_ = 0;
 };
 
-std::string base_name(const std::string& path) {
-  const size_t slash = path.rfind('/');
-  return slash == std::string::npos ? path : path.substr(slash + 1);
-}
-
 // Version 4's spike guard block: the skip count, then each window as a count and its values.
 void read_spike_state(ByteReader& r, const std::string& path, SpikeState* s) {
   s->skips = r.get<uint64_t>();

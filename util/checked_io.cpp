@@ -137,6 +137,11 @@ void AtomicOutputFile::commit() {
   fsync_directory(slash == std::string::npos ? "." : path_.substr(0, slash));
 }
 
+std::string base_name(const std::string& path) {
+  const size_t slash = path.rfind('/');
+  return slash == std::string::npos ? path : path.substr(slash + 1);
+}
+
 bool file_exists(const std::string& path) {
   struct stat st;
   return stat(path.c_str(), &st) == 0;
