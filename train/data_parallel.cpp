@@ -324,9 +324,7 @@ void DataParallel::reduce_gradients(GPT2& model) {
   if (stage_ == 0) {
     comm_.all_reduce(g.ptr, g.ptr, g.numel, type, ReduceOp::kAvg);
   } else {
-    const size_t S = plan_.shard_size();
-    Tensor mine = g.slice(S * static_cast<size_t>(comm_.rank()), S);  // in place: NCCL's convention
-    comm_.reduce_scatter(g.ptr, mine.ptr, S, type, ReduceOp::kAvg);
+    comm_.reduce_scatter(g.ptr, my_shard(g).ptr, plan_.shard_size(), type, ReduceOp::kAvg);  // in place: NCCL's way
   }
 }
 
@@ -341,8 +339,7 @@ void DataParallel::queue_grad_clip(GPT2& model, float max_norm) {
     backend_.sum_squares_into(clip_, model.grads().slice(0, num_params_));
   } else {
     // Padding elements are zero, so squaring the whole shard is exact.
-    const ElemRange s = plan_.shard(comm_.rank());
-    backend_.sum_squares_into(clip_, stage_ == 2 ? shard_grads_ : model.grads().slice(s.begin, s.size()));
+    backend_.sum_squares_into(clip_, stage_ == 2 ? shard_grads_ : my_shard(model.grads()));
     if (comm_.world() > 1) comm_.all_reduce(clip_.ptr, clip_.ptr, 1, DataType::kFloat64, ReduceOp::kSum);
   }
   backend_.clip_scale(clip_, max_norm);
@@ -357,9 +354,7 @@ double DataParallel::grad_norm() {
 void DataParallel::gather_params(GPT2& model) {
   if (stage_ == 0 || comm_.world() == 1) return;
   Tensor p = model.params();
-  const size_t S = plan_.shard_size();
-  Tensor mine = p.slice(S * static_cast<size_t>(comm_.rank()), S);
-  comm_.all_gather(mine.ptr, p.ptr, S, comm_data_type(p.elem_bytes));
+  comm_.all_gather(my_shard(p).ptr, p.ptr, plan_.shard_size(), comm_data_type(p.elem_bytes));
 }
 
 size_t DataParallel::gradient_bytes(const GPT2& model) const {

@@ -116,6 +116,11 @@ class DataParallel {
     int unit = -1;  // -1: nothing in flight
   };
 
+  // This rank's shard of a buffer laid out like the padded parameters.
+  Tensor my_shard(Tensor flat) const {
+    const ElemRange s = plan_.shard(comm_.rank());
+    return flat.slice(s.begin, s.size());
+  }
   void allocate_stage2_buffers();
   void backward_stage2(GPT2& model, int B, int T);
   void issue_bucket(const Tensor& grads, int layer);  // stages 0/1: the bucket whose lowest layer is final
