@@ -260,8 +260,6 @@ class Backend {
   virtual void adamw_update(Tensor params, Tensor master, Tensor grads, Tensor m, Tensor v,
                             float lr, float beta1, float beta2, float eps,
                             float weight_decay, float grad_scale, int t) = 0;
-  // x *= s
-  virtual void scale(Tensor x, float s) = 0;
 
   // ---- gradient clipping that stays on the device ----------------------------
   // `clip` is a kScalar64 tensor of 2 elements. The norm and the clip scale are

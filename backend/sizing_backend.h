@@ -82,7 +82,6 @@ class SizingBackend final : public Backend {
   void adamw_update(Tensor, Tensor, Tensor, Tensor, Tensor, float, float, float, float, float, float, int) override {
     no_op("adamw_update");
   }
-  void scale(Tensor, float) override { no_op("scale"); }
   void sum_squares_into(Tensor, Tensor) override { no_op("sum_squares_into"); }
   void clip_scale(Tensor, float) override { no_op("clip_scale"); }
   void download64(double* dst, Tensor src) override;

@@ -214,7 +214,6 @@ class CpuBackend final : public Backend {
     cpu::adamw_update<float>(ex_, f32(params), f32(grads), f32(m), f32(v), n, lr, beta1, beta2,
                              eps, weight_decay, grad_scale, t);
   }
-  void scale(Tensor x, float s) override { cpu::scale<float>(ex_, f32(x), x.numel, s); }
   void sum_squares_into(Tensor clip, Tensor g) override {
     checks_.need(clip, 2, "sum_squares_into", "clip", 8);
     static_cast<double*>(clip.ptr)[0] = g.numel == 0 ? 0.0 : sum_squares(g);

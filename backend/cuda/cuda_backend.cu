@@ -492,14 +492,6 @@ class CudaBackend final : public Backend {
                     int t) override {
     adamw(params, master, grads, m, v, lr, beta1, beta2, eps, weight_decay, grad_scale, nullptr, t);
   }
-  void scale(Tensor x, float s) override {
-    if (x.numel == 0) return;
-    need_x(x, x.numel, "scale", "x");
-    dispatch("scale", [&](auto tag) {
-      using X = decltype(tag);
-      kern::scale<X>(as<X>(x), s, x.numel, stream_);
-    });
-  }
 
  private:
   static int rows(const Tensor& table, int C) { return static_cast<int>(table.numel / C); }

@@ -1,7 +1,7 @@
-// Residual add out = a + b (and the generic x *= s the optimizer uses);
-// bandwidth-bound (3 / 2 accesses per element). Each thread handles P
-// consecutive elements: P = kPack<T> (128-bit loads/stores) when n % P == 0 and
-// the pointers are 16-byte aligned, else P = 1 (same arithmetic, same bits).
+// Residual add out = a + b; bandwidth-bound (3 accesses per element). Each
+// thread handles P consecutive elements: P = kPack<T> (128-bit loads/stores)
+// when n % P == 0 and the pointers are 16-byte aligned, else P = 1 (same
+// arithmetic, same bits).
 // out may alias a or b: each thread reads its elements before writing them.
 // a and b are read once (streaming loads); out is the next layernorm's input
 // and stays cacheable.
@@ -25,16 +25,6 @@ __global__ void residual_forward_kernel(T* out, const T* a, const T* b, size_t n
   store_floats<P>(out + i, x);
 }
 
-template <class T, int P>
-__global__ void scale_kernel(T* x, float s, size_t n) {
-  const size_t i = (static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x) * P;
-  if (i >= n) return;
-  float v[P];
-  load_floats<P, true>(v, x + i);
-  for (int k = 0; k < P; k++) v[k] *= s;
-  store_floats<P>(x + i, v);
-}
-
 template <class T>
 void residual_forward(T* out, const T* a, const T* b, size_t n, cudaStream_t stream) {
   const int block = 256;
@@ -45,19 +35,6 @@ void residual_forward(T* out, const T* a, const T* b, size_t n, cudaStream_t str
   } else {
     auto kernel = residual_forward_kernel<T, 1>;
     LAUNCH_KERNEL(kernel, ceil_div(n, block), block, 0, stream, out, a, b, n);
-  }
-}
-
-template <class T>
-void scale(T* x, float s, size_t n, cudaStream_t stream) {
-  const int block = 256;
-  constexpr int P = kPack<T>;
-  if (can_pack(n, P, x)) {
-    auto kernel = scale_kernel<T, P>;
-    LAUNCH_KERNEL(kernel, ceil_div(n / P, block), block, 0, stream, x, s, n);
-  } else {
-    auto kernel = scale_kernel<T, 1>;
-    LAUNCH_KERNEL(kernel, ceil_div(n, block), block, 0, stream, x, s, n);
   }
 }
 

@@ -56,7 +56,7 @@ double scale_to_d12(const gpt2::optest::OpCase& c) {
   const std::string op = c.op();
   std::map<std::string, double> p = parse_params(c.params());
   if (op.rfind("attention", 0) == 0) return kStepHeads / (p["B"] * p["NH"]);
-  if (op == "adamw_update" || op == "sum_squares" || op == "scale") return kStepParams / p["n"];
+  if (op == "adamw_update" || op == "sum_squares") return kStepParams / p["n"];
   if (op.rfind("gelu", 0) == 0) return kStepTokens * 4 * 768 / p["n"];  // the 4C-wide activations
   if (op == "residual_forward") return kStepTokens * 768 / p["n"];
   if (p.count("N")) return kStepTokens / p["N"];

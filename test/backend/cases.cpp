@@ -462,26 +462,6 @@ class AdamW : public OpCase {
   float wd_, gs_;
 };
 
-class Scale : public OpCase {
- public:
-  Scale(Rng& rng, size_t n, float s) : n_(n), s_(s) { outputs = {{"x", randn(rng, n), false}}; }
-  std::string op() const override { return "scale"; }
-  std::string params() const override { return join({{"n", long(n_)}}); }
-  void run(Ctx& c) override { c.be.scale(c.out[0], s_); }
-  std::vector<DVec> reference() const override {
-    DVec x = to_d(outputs[0].data);
-    for (auto& v : x) v *= s_;
-    return {x};
-  }
-  // One correctly rounded fp32 multiply: within 2^-24 |ref| < 6e-8 |ref|.
-  Tolerance tolerance(size_t) const override { return {1e-30, 6e-8}; }
-  double bytes() const override { return 2.0 * n_ * 4; }
-
- private:
-  size_t n_;
-  float s_;
-};
-
 // sum_squares returns a host double, checked exactly in ops_test.cpp; this case
 // only times it.
 class SumSquares : public OpCase {
@@ -507,7 +487,7 @@ std::vector<std::string> eval_op_names() {
           "attention_forward", "attention_backward",
           "gelu_forward", "gelu_backward", "residual_forward", "residual_layernorm_forward", "dropout",
           "classifier_forward_backward",
-          "adamw_update", "scale"};
+          "adamw_update"};
 }
 
 std::vector<std::unique_ptr<OpCase>> eval_cases(const std::string& op, uint64_t seed) {
@@ -575,9 +555,6 @@ std::vector<std::unique_ptr<OpCase>> eval_cases(const std::string& op, uint64_t 
     add(new AdamW(rng, 37, 1, 0.1f, 1.0f));
     add(new AdamW(rng, 1000, 10, 0.1f, 0.5f));
     add(new AdamW(rng, 4097, 1000, 0.0f, 1.0f));
-  } else if (op == "scale") {
-    add(new Scale(rng, 1, 0.5f));
-    add(new Scale(rng, 1001, -3.0f));
   }
   return v;
 }
@@ -602,7 +579,6 @@ std::vector<std::unique_ptr<OpCase>> perf_cases(uint64_t seed, const PerfShape& 
   add(new Classifier(rng, N, V, Vp, 1.0f / N));
   add(new AdamW(rng, s.elements, 10, 0.1f, 1.0f));
   add(new SumSquares(rng, s.elements));
-  add(new Scale(rng, s.elements, 0.5f));
   return v;
 }
 

@@ -216,11 +216,5 @@ void CheckedBackend::classifier_forward_backward(Tensor logits, Tensor losses, T
   check("classifier_forward_backward", shape({{"N", N}, {"V", V}, {"Vp", Vp}}), {logits, losses}, ref);
 }
 
-void CheckedBackend::scale(Tensor x, float s) {
-  const auto ref = bf16ref::scale(get(x), s);
-  inner_.scale(x, s);
-  check("scale", shape({{"n", long(x.numel)}}), {x}, ref);
-}
-
 }  // namespace bf16ref
 }  // namespace gpt2

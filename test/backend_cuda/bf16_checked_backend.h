@@ -101,7 +101,6 @@ class CheckedBackend : public Backend {
                     float beta2, float eps, float weight_decay, float grad_scale, int t) override {
     inner_.adamw_update(params, master, grads, m, v, lr, beta1, beta2, eps, weight_decay, grad_scale, t);
   }
-  void scale(Tensor x, float s) override;
 
  private:
   std::vector<float> get(Tensor t);

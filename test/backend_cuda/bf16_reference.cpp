@@ -680,20 +680,11 @@ std::vector<Output> matmul_gelu_backward(const Vec& dw_old, const Vec* dbias_old
   return r;
 }
 
-// ---- residual, scale (backend/cuda/residual.cuh): one fp32 operation ------------------------------
+// ---- residual (backend/cuda/residual.cuh): one fp32 operation -------------------------------------
 std::vector<Output> residual_forward(const Vec& a, const Vec& b) {
   Output out = make("out", a.size());
   for (size_t i = 0; i < a.size(); i++) {
     out.value[i] = double(a[i]) + b[i];
-    if (std::isfinite(out.value[i])) out.delta[i] = op_err(1, std::fabs(out.value[i]));
-  }
-  return {out};
-}
-
-std::vector<Output> scale(const Vec& x, float s) {
-  Output out = make("x", x.size());
-  for (size_t i = 0; i < x.size(); i++) {
-    out.value[i] = double(x[i]) * s;
     if (std::isfinite(out.value[i])) out.delta[i] = op_err(1, std::fabs(out.value[i]));
   }
   return {out};

@@ -96,7 +96,6 @@ std::vector<Output> matmul_gelu_backward(const std::vector<float>& dw_old, const
 std::vector<Output> residual_forward(const std::vector<float>& a, const std::vector<float>& b);
 std::vector<Output> classifier(const std::vector<float>& logits, const std::vector<int32_t>& targets, int N,
                                int V, int Vp, float dloss);
-std::vector<Output> scale(const std::vector<float>& x, float s);
 // inp times the keep scale or 0 (util/philox.h's mask): one fp32 product.
 std::vector<Output> dropout(const std::vector<float>& inp, const DropoutMask& m, int N, int C);
 

@@ -141,23 +141,24 @@ TEST(DeviceClip, NonFiniteGradientSkipsTheUpdate) {
   }
 }
 
-// Work queued after clip_scale (here: the gradient doubled and a new sum of
-// squares into the same state) does not change what read_clip returns: the
-// CUDA backend copied the values behind the clip_scale kernel. (The CPU
-// backend runs each call to its end: nothing is queued behind.)
+// Work queued after clip_scale (here: the gradient doubled, g = g + g, and a
+// new sum of squares into the same state) does not change what read_clip
+// returns: the CUDA backend copied the values behind the clip_scale kernel.
+// (The CPU backend runs each call to its end: nothing is queued behind.)
 TEST(DeviceClip, ReadClipReturnsTheLastClipScale) {
   const size_t n = 500;
   for (const Named& b : backends()) {
     if (b.name == "cpu") continue;
     auto be = b.make();
-    OptState s(*be, n, b.master, randn(n, 10));
+    const std::vector<float> grads = randn(n, 10);
+    OptState s(*be, n, b.master, grads);
     be->sum_squares_into(s.clip, s.g);
     be->clip_scale(s.clip, 1.0f);
-    be->scale(s.g, 2.0f);
+    be->residual_forward(s.g, s.g, s.g, n);  // exact doubling
     be->sum_squares_into(s.clip, s.g);
     double got[2];
     be->read_clip(got, s.clip);
-    be->scale(s.g, 0.5f);
+    be->upload(s.g, grads.data());  // the original gradient again
     EXPECT_TRUE(same_bits(got[0], be->sum_squares(s.g))) << b.name;
   }
 }
