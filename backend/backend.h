@@ -249,7 +249,7 @@ class Backend {
   // Sum of squares of g (accumulated in fp64 on the CPU backend), returned to the host.
   // The trainer uses sum_squares_into (below); this host-returning form is the CPU
   // backend's way to fill it and the value every backend's sum_squares_into must
-  // equal bit for bit (cuda_clip_test), and what dev/train's benchmark times.
+  // equal bit for bit (cuda_clip_test).
   virtual double sum_squares(Tensor g) = 0;
   // AdamW (decoupled weight decay) on n = params.numel elements:
   //   g = grads * grad_scale; m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2

@@ -101,6 +101,8 @@ $(BENCH_TRAIN_STEP): $(BUILD)/dev/train/bench_train_step.o $(TRAINER_LIBS)
 bench: $(BENCH_TRAIN_STEP) $(BUILD)/dev/train/fp32_peak
 	@dev/train/bench.sh
 .PHONY: bench
+# Built by `make test` too, so a change to the seam cannot leave `make bench` broken unnoticed.
+TEST_PREREQS += $(BENCH_TRAIN_STEP) $(BUILD)/dev/train/fp32_peak
 $(BUILD)/dev/train/fp32_peak: $(BUILD)/dev/train/fp32_peak.o $(TRAIN_LIB)
 	@mkdir -p $(@D)
 	$(CXX) $(LDFLAGS) -o $@ $< $(TRAIN_LIB)

@@ -145,7 +145,7 @@ struct PerfShape {
   int B = 4, T = 64;
   bool attention_at_bt = true;  // attention at (B, T) too, besides T = 1024
   int attention_NH = 12;        // heads of 64 at T = 1024, B = 1
-  size_t elements = size_t(1) << 24;  // AdamW, sum of squares, scale
+  size_t elements = size_t(1) << 24;  // AdamW, sum of squares
 };
 std::vector<std::unique_ptr<OpCase>> perf_cases(uint64_t seed, const PerfShape& shape = PerfShape{});
 
