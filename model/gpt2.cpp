@@ -11,6 +11,23 @@ namespace gpt2 {
 
 // ---------------------------------------------------------------- layout
 
+namespace {
+
+size_t wte_rows_for(const ParamLayout& p) {
+  const size_t C = p.channels();
+  if (C == 0) return 0;  // an invalid config, refused by whoever validates it
+  const size_t Vp = p.numel[kWte] / C;
+  if (const char* env = std::getenv("GPT2_ZERO2_WTE_CHUNK_ROWS"); env && *env) {
+    const long long rows = std::atoll(env);
+    if (rows < 1) throw std::runtime_error("GPT2_ZERO2_WTE_CHUNK_ROWS must be a positive row count");
+    return std::min(static_cast<size_t>(rows), Vp);
+  }
+  const size_t fit = p.num_layers > 0 ? p.layer_unit_numel() / C / 64 * 64 : 0;
+  return std::min(std::max<size_t>(fit, 64), Vp);
+}
+
+}  // namespace
+
 ParamLayout ParamLayout::for_config(const GPT2Config& cfg) {
   const size_t C = cfg.channels, L = cfg.num_layers;
   const size_t Vp = cfg.padded_vocab_size, maxT = cfg.max_seq_len;
@@ -26,6 +43,7 @@ ParamLayout ParamLayout::for_config(const GPT2Config& cfg) {
     off += p.numel[t];
   }
   p.total = off;
+  p.wte_rows = wte_rows_for(p);
   return p;
 }
 
@@ -41,17 +59,6 @@ size_t ParamLayout::layer_unit_numel() const {
   for (int t = 0; t < kNumParamTensors; t++)
     if (is_per_layer(t)) n += layer_numel(t);
   return n;
-}
-
-size_t ParamLayout::wte_chunk_rows() const {
-  const size_t C = channels(), Vp = numel[kWte] / C;
-  if (const char* env = std::getenv("GPT2_ZERO2_WTE_CHUNK_ROWS"); env && *env) {
-    const long long rows = std::atoll(env);
-    if (rows < 1) throw std::runtime_error("GPT2_ZERO2_WTE_CHUNK_ROWS must be a positive row count");
-    return std::min(static_cast<size_t>(rows), Vp);
-  }
-  const size_t fit = num_layers > 0 ? layer_unit_numel() / C / 64 * 64 : 0;
-  return std::min(std::max<size_t>(fit, 64), Vp);
 }
 
 int ParamLayout::num_wte_chunks() const {
@@ -290,7 +297,7 @@ float GPT2::forward(const int32_t* inputs, const int32_t* targets, int B, int T,
     throw std::runtime_error("forward: a forward-only model (GradMode::kNone) cannot prepare a backward");
   cur_B_ = B;
   cur_T_ = T;
-  pass_ = prepare_backward && targets ? Pass::kPrepared : Pass::kForward;
+  pass_ = Pass::kForward;  // kPrepared only once the whole forward has run
   const size_t N = static_cast<size_t>(B) * T;
   backend_.upload_tokens(acts_.tokens.slice(0, N), inputs);
   dropping_ = prepare_backward && dropout_.any();
@@ -301,7 +308,9 @@ float GPT2::forward(const int32_t* inputs, const int32_t* targets, int B, int T,
   loss_sum_ = 0.0;
   loss_count_ = 0;
   if (!targets) return 0.0f;
-  return forward_loss(targets, prepare_backward, dloss_scale);
+  const float loss = forward_loss(targets, prepare_backward, dloss_scale);
+  if (prepare_backward) pass_ = Pass::kPrepared;
+  return loss;
 }
 
 void GPT2::set_dropout(const DropoutRates& rates, uint64_t seed) {
@@ -473,7 +482,6 @@ void GPT2::backward(int B, int T, GradientSink* sink) {
                              "): the last forward was not a training forward (prepare_backward) of that batch");
   if (!sink && grad_mode_ != GradMode::kFull) throw std::runtime_error("backward: GradMode::kExternal needs a sink");
   GradientSink& out = sink ? *sink : flat_sink_;
-  pass_ = Pass::kBackwardDone;
   const int C = cfg_.channels, L = cfg_.num_layers, NH = cfg_.num_heads;
   const int Vp = cfg_.padded_vocab_size;
   const size_t N = static_cast<size_t>(B) * T, Nmax = static_cast<size_t>(B_) * T_;
@@ -487,6 +495,7 @@ void GPT2::backward(int B, int T, GradientSink* sink) {
   const Tensor wte_grad = grad(kWte);
   if (wte_grad.empty() && grad_mode_ == GradMode::kFull)  // its dlogits die in the backward's scratch
     throw std::runtime_error("backward: a GradMode::kFull model makes the tied wte gradient itself");
+  pass_ = Pass::kBackwardDone;  // from here on dlogits are being consumed: no second backward
   auto wte_rows = [&](int k) {
     return wte_grad.slice(static_cast<size_t>(k) * layout_.wte_chunk_rows() * C, layout_.wte_chunk_numel(k));
   };

@@ -29,6 +29,7 @@ struct ParamLayout {
   std::array<size_t, kNumParamTensors> offset{};
   size_t total = 0;
   int num_layers = 0;
+  size_t wte_rows = 0;  // wte_chunk_rows()
 
   static ParamLayout for_config(const GPT2Config& cfg);
   static const char* name(int t);
@@ -44,8 +45,9 @@ struct ParamLayout {
   // vocabulary rows: a multiple of 64 (aligned slices), at least 64, and no
   // more than fits one layer's gradient buffer, so the chunks reuse the layer
   // buffers and the staging never holds the whole V x C table (d12: 9216 rows,
-  // 6 chunks). GPT2_ZERO2_WTE_CHUNK_ROWS overrides it (tests; same on every rank).
-  size_t wte_chunk_rows() const;
+  // 6 chunks). GPT2_ZERO2_WTE_CHUNK_ROWS overrides it (tests; same on every
+  // rank), read once, by for_config.
+  size_t wte_chunk_rows() const { return wte_rows; }
   int num_wte_chunks() const;
   size_t wte_chunk_numel(int k) const;  // elements of chunk k (the last may be shorter)
   // Tensor t of a flat buffer laid out like the parameters (layer l of a
@@ -263,7 +265,6 @@ class GPT2 {
   bool recompute_ln_ = false;
   Tensor params_, grads_;                 // grads_: kFull only
   FlatGradients flat_sink_;
-  size_t wte_chunk_rows_ = 0;             // ParamLayout::wte_chunk_rows()
   size_t gradient_bytes_ = 0;
   Activations acts_;
   std::vector<Tensor> owned_;  // everything to free

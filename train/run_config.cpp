@@ -12,7 +12,7 @@
 
 namespace gpt2 {
 
-bool peek_resume_state(const TrainOptions& o, TrainState* st) {
+bool peek_resume_state(const TrainOptions& o, TrainState* st, std::string* path) {
   if (!o.resume || o.output_dir.empty()) return false;
   const CheckpointRef ref =
       o.resume_from.empty() ? CheckpointRef{o.output_dir, -1} : parse_checkpoint_ref(o.resume_from);
@@ -22,6 +22,7 @@ bool peek_resume_state(const TrainOptions& o, TrainState* st) {
   for (auto it = steps.rbegin(); it != steps.rend(); ++it) {
     try {
       *st = read_state_file(dir.state_path(*it, 0), /*header_only=*/true);
+      *path = dir.state_path(*it, 0);
       return true;
     } catch (const std::exception&) {
       // unreadable: the verification of --resume reports it (or falls back)
@@ -45,7 +46,7 @@ int capped_seq_len(const TrainOptions& o, const GPT2Config& cfg, std::string* no
 }
 
 BatchShape batch_shape(const TrainOptions& o, const GPT2Config& cfg, int world, const TrainState* stored,
-                       TrainLogger& log) {
+                       const std::string& stored_path, TrainLogger& log) {
   BatchShape s;
   s.B = o.batch_size;
   std::string cap_note;
@@ -54,9 +55,10 @@ BatchShape batch_shape(const TrainOptions& o, const GPT2Config& cfg, int world, 
   const int64_t tokens_per_micro = static_cast<int64_t>(s.B) * s.T * world;
   s.total_batch = o.total_batch_tokens < 0 ? tokens_per_micro : o.total_batch_tokens;
   if (stored) {
-    if (o.total_batch_tokens < 0 && stored->total_batch_tokens > 0) s.total_batch = stored->total_batch_tokens;
-    check_resumed_batch(*stored, s, world, "the checkpoint --resume picks");
-    if (s.total_batch != tokens_per_micro)
+    const bool adopted = o.total_batch_tokens < 0 && stored->total_batch_tokens > 0;
+    if (adopted) s.total_batch = stored->total_batch_tokens;
+    check_resumed_batch(*stored, s, world, stored_path);
+    if (adopted && s.total_batch != tokens_per_micro)
       log.info("--resume: " + std::to_string(s.total_batch) + " tokens per step, as in the checkpoint (grad_accum " +
                std::to_string(s.total_batch / tokens_per_micro) + " at world " + std::to_string(world) + ")");
   }

@@ -33,7 +33,7 @@ struct BatchShape {
 // from, the named one or the newest complete one (read before that checkpoint
 // is verified, for the defaults it carries: the global batch). false: no such
 // checkpoint.
-bool peek_resume_state(const TrainOptions& o, TrainState* st);
+bool peek_resume_state(const TrainOptions& o, TrainState* st, std::string* path);
 
 // The options with --init-from resolved into --model (the run loads weights
 // only from it, exactly like --model FILE|HF_DIR).
@@ -43,12 +43,13 @@ TrainOptions effective_options(const TrainOptions& o);
 // not capped): training's T (batch_shape) and --eval-only's window.
 int capped_seq_len(const TrainOptions& o, const GPT2Config& cfg, std::string* note);
 
-// `stored`: the global batch of the checkpoint being resumed (0: none). When
-// --total-batch-tokens is not given it is the default, so a run resumed on
-// another number of ranks keeps its tokens per step (more or fewer micro-batches).
-// A resumed run is checked against it here, before anything is allocated.
+// `stored`: the header of the checkpoint being resumed (nullptr: none), read
+// from `stored_path`. Its global batch is the default when --total-batch-tokens
+// is not given, so a run resumed on another number of ranks keeps its tokens
+// per step (more or fewer micro-batches). A resumed run is checked against it
+// here, before anything is allocated.
 BatchShape batch_shape(const TrainOptions& o, const GPT2Config& cfg, int world, const TrainState* stored,
-                       TrainLogger& log);
+                       const std::string& stored_path, TrainLogger& log);
 // The one check of a resumed batch: the checkpoint's B, T and global batch
 // (tokens per step) are the run's, and the global batch splits into B*T*world
 // micro-batches. Run on the planned checkpoint's header (batch_shape) and on

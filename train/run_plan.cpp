@@ -9,14 +9,14 @@ RunPlan plan_training_run(const TrainOptions& o, int world, TrainLogger& log) {
   p.opts = effective_options(o);
   p.cfg = requested_config(p.opts, &p.cfg_from_file);
   p.layout = ParamLayout::for_config(p.cfg);
-  p.has_resume_state = peek_resume_state(p.opts, &p.resume_state);
+  p.has_resume_state = peek_resume_state(p.opts, &p.resume_state, &p.resume_state_path);
   return p.at_world(world, log);
 }
 
 RunPlan RunPlan::at_world(int w, TrainLogger& log) const {
   RunPlan p = *this;
   p.world = w;
-  p.shape = batch_shape(p.opts, p.cfg, w, p.has_resume_state ? &p.resume_state : nullptr, log);
+  p.shape = batch_shape(p.opts, p.cfg, w, p.has_resume_state ? &p.resume_state : nullptr, p.resume_state_path, log);
   return p;
 }
 

@@ -32,6 +32,7 @@ struct RunPlan {
   BatchShape shape;          // B, T (capped to max_seq), tokens per step, micro-batches per step
   bool has_resume_state = false;
   TrainState resume_state;   // header of the checkpoint --resume is expected to pick
+  std::string resume_state_path;  // its rank-0 state file
 
   // Whether the backend's buffers go through a communicator at all.
   bool buffers_travel() const { return DataParallel::buffers_travel(world, opts.zero_stage); }

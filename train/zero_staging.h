@@ -22,8 +22,10 @@ namespace gpt2 {
 
 class ZeroStaging : public GradientSink {
  public:
-  // `layer_buffers`: 1, or 2 to alternate. Buffers are of the backend's gradient type.
+  // `layer_buffers`: 1, or 2 to alternate. Buffers are of the backend's
+  // gradient type. `plan` must outlive the staging (DataParallel owns both).
   ZeroStaging(Backend& backend, const ZeroPlan& plan, const ParamLayout& layout, int layer_buffers);
+  ZeroStaging(Backend&, ZeroPlan&&, const ParamLayout&, int) = delete;
   ~ZeroStaging() override;
   ZeroStaging(const ZeroStaging&) = delete;
   ZeroStaging& operator=(const ZeroStaging&) = delete;

@@ -11,13 +11,17 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <stdexcept>
 #include <string>
 
 namespace gpt2 {
 
-// The value of test hook `name` (a GPT2_TEST_* variable), or nullptr when unset or empty.
+// The value of test hook `name` (a GPT2_TEST_* variable), or nullptr when
+// unset or empty. Another name is a programming error: it throws.
 inline const char* test_hook(const char* name) {
-  const char* v = std::strncmp(name, "GPT2_TEST_", 10) == 0 ? std::getenv(name) : nullptr;
+  if (std::strncmp(name, "GPT2_TEST_", 10) != 0)
+    throw std::logic_error(std::string("test_hook: '") + name + "' is not a GPT2_TEST_* variable");
+  const char* v = std::getenv(name);
   return v != nullptr && *v != '\0' ? v : nullptr;
 }
 

@@ -4,11 +4,12 @@
 #   build/libbackend_cuda_emu.a   the backend compiled by g++ with $(EMU_KERNEL_INC), so the
 #                                 CUDA headers it names resolve to the emulator (-O2);
 #                                 link with $(EMU_LIB) $(EMU_LIBS)
-#   make kernels-nvcc             nvcc compile check for sm_80 + sm_90, --resource-usage
+#   make kernels-nvcc             nvcc compile check for sm_80 + sm_90: the fat object's --resource-usage
 #                                 report in build/backend/cuda/nvcc_resource_usage.txt
 #   make bench-cuda               per-op CUDA vs CPU timing, built with nvcc (needs a GPU)
 
 CUDA_BACKEND_SRC     := backend/cuda/cuda_backend.cu
+CUDA_BACKEND_FAT_OBJ := $(BUILD)/nvcc/fat/backend/cuda/cuda_backend.o
 CUDA_BACKEND_EMU_OBJ := $(BUILD)/backend/cuda/emu/cuda_backend.o
 CUDA_BACKEND_EMU_LIB := $(BUILD)/libbackend_cuda_emu.a
 
@@ -46,14 +47,15 @@ TESTS        += $(KCUDA_TEST) $(KCUDA_ASAN_TEST)
 TEST_SCRIPTS += test/backend_cuda/random_order_test.sh test/backend_cuda/nvcc_compile_test.sh \
                 test/backend_cuda/index_width_test.sh
 
-# ---- nvcc compile check: one translation unit holds every kernel, one invocation per arch -------
-CUDA_BACKEND_NVCC_OBJS := $(foreach arch,$(EMU_NVCC_ARCHS),$(BUILD)/nvcc/$(arch)/backend/cuda/cuda_backend.o)
+# ---- nvcc compile check: one translation unit holds every kernel ---------------------------------
+# The fat object below (sm_80 + sm_90, the trainer's) is compiled with --resource-usage once:
+# its ptxas report lists every kernel per architecture, so no second nvcc pass is needed.
 CUDA_BACKEND_RESOURCE_USAGE := $(BUILD)/backend/cuda/nvcc_resource_usage.txt
 
-$(CUDA_BACKEND_RESOURCE_USAGE): $(CUDA_BACKEND_NVCC_OBJS)
+$(CUDA_BACKEND_RESOURCE_USAGE): $(CUDA_BACKEND_FAT_OBJ)
 	@mkdir -p $(@D)
-	@for o in $^; do echo "== $$o"; grep -E "Compiling entry|Used [0-9]+ registers|stack frame" $${o%.o}.resource.txt \
-	  | sed -E "s/.*Compiling entry function '([^']+)' for '([^']+)'.*/\2 \1/" | c++filt; done > $@
+	@{ echo "== $<"; grep -E "Compiling entry|Used [0-9]+ registers|stack frame" $(<:.o=.resource.txt) \
+	  | sed -E "s/.*Compiling entry function '([^']+)' for '([^']+)'.*/\2 \1/" | c++filt; } > $@
 	@echo "resource usage -> $@"
 
 kernels-nvcc: $(CUDA_BACKEND_RESOURCE_USAGE)
@@ -74,11 +76,11 @@ $(KCUDA_BENCH_EMU): $(BUILD)/dev/cuda/bench_cuda_ops.o $(KCUDA_HARNESS:%.cpp=$(B
 CUDA_VISIBLE_ARCHS := $(sort $(shell nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null \
                         | tr -d . | grep -E '^[0-9]+$$'))
 CUDA_GENCODE ?= $(foreach a,$(sort 80 90 $(CUDA_VISIBLE_ARCHS)),-gencode arch=compute_$(a),code=sm_$(a))
-CUDA_BACKEND_FAT_OBJ := $(BUILD)/nvcc/fat/backend/cuda/cuda_backend.o
 CUDA_LDLIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcublas -lcudart
 $(CUDA_BACKEND_FAT_OBJ): $(CUDA_BACKEND_SRC) $(wildcard backend/cuda/*.cuh backend/cuda/*.h backend/*.h)
 	@mkdir -p $(@D)
-	$(NVCC) -std=c++17 -O3 -I. $(CUDA_GENCODE) -Xcompiler -fPIC -c $< -o $@
+	$(NVCC) -std=c++17 -O3 --resource-usage -I. $(CUDA_GENCODE) -Xcompiler -fPIC -c $< -o $@ \
+	  > $(@:.o=.resource.txt) 2>&1 || { cat $(@:.o=.resource.txt); exit 1; }
 
 $(KCUDA_BENCH_GPU): $(BUILD)/dev/cuda/bench_cuda_ops.o $(KCUDA_HARNESS:%.cpp=$(BUILD)/%.o) \
                     $(CUDA_BACKEND_FAT_OBJ) $(BACKEND_CPU_LIB)

@@ -122,7 +122,7 @@ fi
 # c ----------------------------------------------------------------------------------------------
 cp -r "$W/c_src" "$W/c_other_src"
 marker=$(printf "%s/c_src/DONE_%08d" "$W" "$best")
-# a resume refused after the checkpoint verified (another micro-batch size) abandons nothing
+# a resume refused at plan time (another micro-batch size) abandons nothing
 "${RUN[@]}" "${common[@]}" "${best_flags[@]}" -B 2 --resume-from "$marker" > "$W/c0.log" 2>&1
 if [ $? = 1 ] && grep -q "was written with B=4" "$W/c0.log" && [ "$(steps_of "$W/c_src")" = "$best $cut" ]; then
   pass "c: a refused --resume-from (-B 2) leaves the later checkpoint $cut in place"

@@ -68,6 +68,13 @@ TEST(TrainingModel, BackwardOnlyOfItsTrainingForward) {
   sink.layout = &model.layout();
   model.forward(in.data(), tg.data(), B, T, true, 1.0f / (B * T));
   EXPECT_THROW(model.backward(B, T, &sink), std::runtime_error);
+  EXPECT_NO_THROW(model.backward(B, T));  // the refused call spent nothing
+  // A training forward that throws half way leaves nothing to run a backward on.
+  model.begin_deferred_losses(1);
+  model.forward(in.data(), tg.data(), B, T, true, 1.0f / (B * T));
+  EXPECT_THROW(model.forward(in.data(), tg.data(), B, T, true, 1.0f / (B * T)), std::runtime_error);  // 2 of 1
+  EXPECT_THROW(model.backward(B, T), std::runtime_error);
+  model.collect_deferred_losses();
 }
 
 }  // namespace

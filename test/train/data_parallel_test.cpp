@@ -175,11 +175,12 @@ TEST(DataParallel, StagedGradientsEqualTheFullBufferBitwise) {
   for (const char* rows : {"", "7"}) {
     SCOPED_TRACE(std::string("GPT2_ZERO2_WTE_CHUNK_ROWS=") + rows);
     if (*rows) setenv("GPT2_ZERO2_WTE_CHUNK_ROWS", rows, 1);
+    const ParamLayout chunked = ParamLayout::for_config(cfg);  // the layout reads the chunk rows
     GPT2 full(*be, cfg, B, T);  // its wte gradient is made in the same chunks
     full.init_random(11);
-    const ZeroPlan plan(zero_tensor_specs(layout), 1);
+    const ZeroPlan plan(zero_tensor_specs(chunked), 1);
     GPT2 staged(*be, cfg, B, T, GradMode::kExternal);
-    ZeroStaging staging(*be, plan, layout, 2);  // the layer buffers alternate (the overlapped stage 2)
+    ZeroStaging staging(*be, plan, chunked, 2);  // the layer buffers alternate (the overlapped stage 2)
     staged.set_parameters(full.get_parameters());
     EXPECT_EQ(staged.layout().num_wte_chunks(), plan.num_chunk_units());
     EXPECT_EQ(plan.num_chunk_units(), *rows ? 23 : 1);
