@@ -98,10 +98,6 @@ std::string weights_path(const TrainOptions& o, const std::string& mode) {
   return o.model;
 }
 
-ModelFile load_mode_weights(const TrainOptions& o, const std::string& mode) {
-  return read_model_file(weights_path(o, mode));
-}
-
 int grad_accum_for(int64_t total_batch, int64_t tokens_per_micro) {
   if (total_batch <= 0) throw UsageError("--total-batch-tokens " + std::to_string(total_batch) + " is not positive");
   if (total_batch % tokens_per_micro != 0)

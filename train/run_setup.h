@@ -66,9 +66,6 @@ std::string weights_path(const TrainOptions& o, const std::string& mode);
 constexpr int64_t kMaxGradAccum = int64_t{1} << 20;
 int grad_accum_for(int64_t total_batch, int64_t tokens_per_micro);
 
-// read_model_file(weights_path(o, mode)).
-ModelFile load_mode_weights(const TrainOptions& o, const std::string& mode);
-
 }  // namespace gpt2
 
 #endif  // TRAIN_RUN_SETUP_H

@@ -26,9 +26,6 @@
 
 namespace gpt2 {
 
-// The communicator for the backend's buffers when the host one (MPI) cannot
-// move them; nullptr when it can. A device backend needs one as soon as
-// buffers travel: several ranks, or ZeRO-2's unit exchange (also at one rank).
 std::unique_ptr<Communicator> make_buffer_communicator(Backend& backend, Communicator& host, const RunPlan& plan) {
   if (backend.is_host_memory() || !plan.buffers_travel()) return nullptr;
   return make_gpu_buffer_communicator(backend, host);
@@ -80,11 +77,6 @@ TrainingRun::TrainingRun(const RunPlan& plan, const DistContext& dist, Communica
   model_.set_dropout(dropout_.rates, opts_.seed ^ kDropoutSeedSalt);
   if (!opts_.eval_hellaswag.empty()) hellaswag_ = read_hellaswag_for(opts_);
 }
-
-
-
-
-
 
 void TrainingRun::log_banner() {
   if (!main_rank_) return;
@@ -182,7 +174,6 @@ void TrainingRun::sample(int step) {
   }
   log_.sample(step, text);
 }
-
 
 // Reads this rank's micro-batches of the step into inputs_/targets_ and
 // returns the supervised targets of the whole step on all ranks. The loss (and
@@ -382,8 +373,6 @@ void TrainingRun::log_device_memory(int step) {
   if (!line.empty()) log_.info("| device mem   after step " + std::to_string(step) + ": " + line);
 }
 
-
-
 int TrainingRun::run() {
   init_or_resume();
   peak_ = run_peak(opts_, *backend_);
@@ -410,7 +399,6 @@ int TrainingRun::run() {
     return stop();
   }
 }
-
 
 int run_training(const TrainOptions& opts, const DistContext& dist, Communicator& comm) {
   TrainLogger log(dist.is_main(), opts.log_jsonl);
