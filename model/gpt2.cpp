@@ -67,8 +67,8 @@ int ParamLayout::num_wte_chunks() const {
 }
 
 size_t ParamLayout::wte_chunk_numel(int k) const {
-  const size_t rows = wte_chunk_rows(), row0 = static_cast<size_t>(k) * rows, Vp = numel[kWte] / channels();
-  return std::min(rows, Vp - row0) * channels();
+  const size_t Vp = numel[kWte] / channels();
+  return std::min(wte_rows, Vp - wte_chunk_row0(k)) * channels();
 }
 
 bool ParamLayout::is_per_layer(int t) { return t != kWte && t != kWpe && t != kLnfw && t != kLnfb; }
@@ -105,7 +105,6 @@ GPT2::GPT2(Backend& backend, const GPT2Config& cfg, int B, int T, GradMode grad_
     owned_.push_back(grads_);
     backend_.zero(grads_);
     gradient_bytes_ = grads_.bytes();
-    flat_sink_.model = this;
   }
   allocate_activations();
 }
@@ -257,7 +256,7 @@ void GPT2::wte_chunk_parts(int k, Tensor dst, bool lm_head, bool embedding) {
                                         lm_head ? acts_.lnf.slice(0, N * C) : Tensor{},
                                         embedding ? acts_.dresidual.slice(0, N * C) : Tensor{},
                                         acts_.tokens.slice(0, N), static_cast<int>(N), static_cast<int>(C), Vp,
-                                        static_cast<int>(static_cast<size_t>(k) * layout_.wte_chunk_rows()));
+                                        static_cast<int>(layout_.wte_chunk_row0(k)));
 }
 
 void GPT2::wte_grad_chunk(int k, Tensor dst) {
@@ -481,7 +480,8 @@ void GPT2::backward(int B, int T, GradientSink* sink) {
     throw std::runtime_error("backward(" + std::to_string(B) + ", " + std::to_string(T) +
                              "): the last forward was not a training forward (prepare_backward) of that batch");
   if (!sink && grad_mode_ != GradMode::kFull) throw std::runtime_error("backward: GradMode::kExternal needs a sink");
-  GradientSink& out = sink ? *sink : flat_sink_;
+  FlatGradientSink own(layout_, grads_);
+  GradientSink& out = sink ? *sink : own;
   const int C = cfg_.channels, L = cfg_.num_layers, NH = cfg_.num_heads;
   const int Vp = cfg_.padded_vocab_size;
   const size_t N = static_cast<size_t>(B) * T, Nmax = static_cast<size_t>(B_) * T_;
@@ -497,7 +497,7 @@ void GPT2::backward(int B, int T, GradientSink* sink) {
     throw std::runtime_error("backward: a GradMode::kFull model makes the tied wte gradient itself");
   pass_ = Pass::kBackwardDone;  // from here on dlogits are being consumed: no second backward
   auto wte_rows = [&](int k) {
-    return wte_grad.slice(static_cast<size_t>(k) * layout_.wte_chunk_rows() * C, layout_.wte_chunk_numel(k));
+    return wte_grad.slice(layout_.wte_chunk_row0(k) * C, layout_.wte_chunk_numel(k));
   };
   out.unit_begin(-1);
   const size_t saved_stride = be.attention_saved_numel(B_, T_, NH);

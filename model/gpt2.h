@@ -49,6 +49,7 @@ struct ParamLayout {
   // rank), read once, by for_config.
   size_t wte_chunk_rows() const { return wte_rows; }
   int num_wte_chunks() const;
+  size_t wte_chunk_row0(int k) const { return static_cast<size_t>(k) * wte_rows; }  // chunk k's first row
   size_t wte_chunk_numel(int k) const;  // elements of chunk k (the last may be shorter)
   // Tensor t of a flat buffer laid out like the parameters (layer l of a
   // stacked tensor; l ignored otherwise).
@@ -109,6 +110,20 @@ class GradientSink {
   virtual Tensor grad(int t, int l) = 0;
   // Unit u's gradients are final for this backward (-1: the last call).
   virtual void unit_done(int unit) { (void)unit; }
+};
+
+// A flat buffer laid out like the parameters (ParamLayout) as a sink: a view of
+// it for every tensor, the tied wte included. kFull's own buffer is one; a
+// subclass may act on finished units (DataParallel's gradient buckets).
+class FlatGradientSink : public GradientSink {
+ public:
+  FlatGradientSink(const ParamLayout& layout, Tensor flat) : layout_(layout), flat_(flat) {}
+  Tensor grad(int t, int l) override { return layout_.view(flat_, t, l); }
+  const Tensor& flat() const { return flat_; }
+
+ private:
+  const ParamLayout& layout_;
+  Tensor flat_;
 };
 
 // What the model allocates for gradients.
@@ -235,12 +250,6 @@ class GPT2 {
   // Rows of wte chunk k of the tied gradient: the lm_head part (dlogits^T lnf)
   // and/or the embedding part (the scatter of dresidual), into dst.
   void wte_chunk_parts(int k, Tensor dst, bool lm_head, bool embedding);
-  // The flat buffer as a sink: views of grads(), and the tied gradient too.
-  struct FlatGradients : GradientSink {
-    const GPT2* model = nullptr;
-    Tensor grad(int t, int l) override { return model->layout_.view(model->grads_, t, l); }
-  };
-
   Backend& backend_;
   GPT2Config cfg_;
   ParamLayout layout_;
@@ -264,7 +273,6 @@ class GPT2 {
   bool recompute_gelu_ = false;
   bool recompute_ln_ = false;
   Tensor params_, grads_;                 // grads_: kFull only
-  FlatGradients flat_sink_;
   size_t gradient_bytes_ = 0;
   Activations acts_;
   std::vector<Tensor> owned_;  // everything to free

@@ -26,6 +26,21 @@ std::string step_name(const char* prefix, uint64_t step) {
   return buf;
 }
 
+// Every name in `dir` (none when it cannot be read: no checkpoints there).
+std::vector<std::string> entries_of(const std::string& dir) {
+  std::vector<std::string> names;
+  if (DIR* d = opendir(dir.c_str())) {
+    while (dirent* e = readdir(d)) names.push_back(e->d_name);
+    closedir(d);
+  }
+  return names;
+}
+
+// `name` is PREFIX_<step>...: its step.
+bool step_of(const std::string& name, const char* prefix, uint64_t* step) {
+  return std::sscanf(name.c_str(), (std::string(prefix) + "_%" SCNu64).c_str(), step) == 1;
+}
+
 }  // namespace
 
 CheckpointDir::CheckpointDir(std::string dir, bool lock, const Notify& note) : dir_(std::move(dir)) {
@@ -53,23 +68,18 @@ std::string CheckpointDir::milestone_path(uint64_t step) const {
 bool CheckpointDir::is_milestone(uint64_t step) const { return file_exists(milestone_path(step)); }
 
 void CheckpointDir::mark_milestone(uint64_t step, int every) const {
-  AtomicOutputFile out(milestone_path(step));
-  const std::string text = "milestone checkpoint step " + std::to_string(step) + " (--milestone-every " +
-                           std::to_string(every) + "): never pruned\n";
-  out.write(text.data(), text.size());
-  out.commit();
+  write_text_file_atomic(milestone_path(step), "milestone checkpoint step " + std::to_string(step) +
+                                                   " (--milestone-every " + std::to_string(every) +
+                                                   "): never pruned\n");
 }
 
 std::vector<uint64_t> CheckpointDir::complete_steps() const {
   std::vector<uint64_t> steps;
-  DIR* d = opendir(dir_.c_str());
-  if (!d) return steps;
-  while (dirent* e = readdir(d)) {
+  for (const std::string& name : entries_of(dir_)) {
     uint64_t step;
     char tail;
-    if (std::sscanf(e->d_name, "DONE_%" SCNu64 "%c", &step, &tail) == 1) steps.push_back(step);
+    if (std::sscanf(name.c_str(), "DONE_%" SCNu64 "%c", &step, &tail) == 1) steps.push_back(step);
   }
-  closedir(d);
   std::sort(steps.begin(), steps.end());
   return steps;
 }
@@ -145,12 +155,6 @@ CheckpointMarker load_marker(const CheckpointDir& ck, uint64_t step, const std::
 }  // namespace
 
 CheckpointMarker CheckpointDir::read_marker(uint64_t step) const { return load_marker(*this, step, done_path(step)); }
-
-void CheckpointDir::read_marker(uint64_t step, uint32_t* world, uint32_t* zero_stage) const {
-  const CheckpointMarker mk = read_marker(step);
-  *world = mk.world;
-  *zero_stage = mk.zero_stage;
-}
 
 void CheckpointDir::write_marker(uint64_t step, uint32_t world, uint32_t zero_stage,
                                  const std::vector<FileDigest>& files) const {
@@ -281,22 +285,15 @@ void CheckpointDir::prune(int keep, uint64_t written, int64_t protect) const {
     for (auto it = done.begin(); it != done.end() - keep; ++it)
       if (*it != written && static_cast<int64_t>(*it) != protect && !is_milestone(*it)) remove_steps.push_back(*it);
   // Leftovers of incomplete checkpoints (a crash mid-save) older than the newest complete one.
-  DIR* d = opendir(dir_.c_str());
-  std::vector<std::string> names;
-  if (d) {
-    while (dirent* e = readdir(d)) names.push_back(e->d_name);
-    closedir(d);
-  }
+  const std::vector<std::string> names = entries_of(dir_);
   // Markers of doomed checkpoints go first, so an interrupted prune never
   // leaves a marker vouching for files that are gone.
   for (uint64_t step : remove_steps) std::remove(done_path(step).c_str());
   for (const std::string& name : names) {
     uint64_t step;
     const bool marker_tmp = name.size() > 4 && name.compare(name.size() - 4, 4, ".tmp") == 0 &&
-                            std::sscanf(name.c_str(), "DONE_%" SCNu64, &step) == 1;  // a marker write cut short
-    if (!marker_tmp && std::sscanf(name.c_str(), "model_%" SCNu64, &step) != 1 &&
-        std::sscanf(name.c_str(), "state_%" SCNu64, &step) != 1)
-      continue;
+                            step_of(name, "DONE", &step);  // a marker write cut short
+    if (!marker_tmp && !step_of(name, "model", &step) && !step_of(name, "state", &step)) continue;
     const bool complete = std::binary_search(done.begin(), done.end(), step);
     const bool doomed = std::find(remove_steps.begin(), remove_steps.end(), step) != remove_steps.end();
     // A milestone's files stay even when its marker is gone (abandoned, found corrupt).
@@ -307,17 +304,10 @@ void CheckpointDir::prune(int keep, uint64_t written, int64_t protect) const {
 std::vector<uint64_t> CheckpointDir::remove_all() const {
   const std::vector<uint64_t> done = complete_steps();
   for (uint64_t step : done) std::remove(done_path(step).c_str());  // markers first
-  DIR* d = opendir(dir_.c_str());
-  std::vector<std::string> names;
-  if (d) {
-    while (dirent* e = readdir(d)) names.push_back(e->d_name);
-    closedir(d);
-  }
-  for (const std::string& name : names) {
+  for (const std::string& name : entries_of(dir_)) {
     uint64_t step;
-    if (std::sscanf(name.c_str(), "DONE_%" SCNu64, &step) == 1 || std::sscanf(name.c_str(), "model_%" SCNu64, &step) == 1 ||
-        std::sscanf(name.c_str(), "state_%" SCNu64, &step) == 1 ||
-        std::sscanf(name.c_str(), "MILESTONE_%" SCNu64, &step) == 1 || name == "model.bin")
+    if (step_of(name, "DONE", &step) || step_of(name, "model", &step) || step_of(name, "state", &step) ||
+        step_of(name, "MILESTONE", &step) || name == "model.bin")
       std::remove((dir_ + "/" + name).c_str());
   }
   return done;

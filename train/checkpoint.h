@@ -54,14 +54,12 @@ class CheckpointDir {
   // Rank 0, after the checkpoint's marker: tags it (a crash before leaves a plain checkpoint).
   void mark_milestone(uint64_t step, int every) const;
   std::string final_model_path() const { return dir_ + "/model.bin"; }
-  std::string lock_path() const { return dir_ + "/.lock"; }
 
   // Steps whose completion marker exists, ascending.
   std::vector<uint64_t> complete_steps() const;
   // The marker's contents; throws naming the marker when missing, malformed or
   // corrupt (a marker with checksums carries one of its own text).
   CheckpointMarker read_marker(uint64_t step) const;
-  void read_marker(uint64_t step, uint32_t* world, uint32_t* zero_stage) const;
   // `files`: the checkpoint's model file then state files of ranks 0..world-1
   // (empty writes an old-style marker without checksums).
   void write_marker(uint64_t step, uint32_t world, uint32_t zero_stage,

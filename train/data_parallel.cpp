@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
 #include <cstdlib>
 #include <stdexcept>
 #include <string>
@@ -140,14 +139,11 @@ void DataParallel::backward(GPT2& model, int B, int T, bool last_micro_step) {
   if (bucket_elem_bytes_ != g.elem_bytes) build_buckets(g.elem_bytes);
   if (buckets_.empty()) return model.backward(B, T);
   // The model's flat buffer, and each bucket reduced once its lowest layer is final.
-  struct BucketSink : GradientSink {
-    DataParallel* dp;
-    Tensor flat;
-    Tensor grad(int t, int l) override { return dp->layout_.view(flat, t, l); }
-    void unit_done(int layer) override { dp->issue_bucket(flat, layer); }
-  } sink;
-  sink.dp = this;
-  sink.flat = g;
+  struct BucketSink : FlatGradientSink {
+    BucketSink(DataParallel& dp, const Tensor& g) : FlatGradientSink(dp.layout_, g), dp(dp) {}
+    void unit_done(int layer) override { dp.issue_bucket(flat(), layer); }
+    DataParallel& dp;
+  } sink(*this, g);
   model.backward(B, T, &sink);
 }
 

@@ -42,7 +42,6 @@
 #define TRAIN_DATA_PARALLEL_H
 
 #include <array>
-#include <functional>
 #include <memory>
 
 #include "backend/backend.h"

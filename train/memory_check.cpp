@@ -7,7 +7,6 @@
 #include <limits>
 #include <sstream>
 #include <stdexcept>
-#include <vector>
 
 #include "train/logger.h"
 #include "train/memory_plan.h"

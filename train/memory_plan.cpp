@@ -1,6 +1,5 @@
 #include "train/memory_plan.h"
 
-#include <algorithm>
 #include <cstdio>
 #include <memory>
 #include <sstream>
@@ -91,11 +90,6 @@ std::string memory_plan_table(const TrainOptions& o) {
 }
 
 size_t planned_rank_bytes(const RunPlan& plan) { return PlannedRun(plan).be->allocated_bytes(); }
-
-size_t planned_rank_bytes(const TrainOptions& o, int world) {
-  TrainLogger quiet(false, "");
-  return planned_rank_bytes(plan_training_run(o, world, quiet));
-}
 
 int run_memory_plan(const TrainOptions& o) {
   try {

@@ -18,11 +18,9 @@ namespace gpt2 {
 // shard padding). Throws std::runtime_error for an invalid configuration.
 std::string memory_plan_table(const TrainOptions& o);
 
-// The total of the table's row for `world` ranks: the bytes rank 0 of a
-// training run with these options allocates on the backend of --device/--dtype
-// (pass --device cpu for the CPU backend).
-size_t planned_rank_bytes(const TrainOptions& o, int world);
-// The same for a plan already made (training's memory check).
+// The total of the table's row for the plan's world: the bytes rank 0 of a
+// training run of `plan` allocates on the backend of --device/--dtype (the
+// memory check's "needs").
 size_t planned_rank_bytes(const RunPlan& plan);
 
 // Prints memory_plan_table to stdout; returns the exit status (0, or 1 with

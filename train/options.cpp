@@ -1,6 +1,5 @@
 #include "train/options.h"
 
-#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
@@ -10,7 +9,6 @@
 #include <stdexcept>
 #include <utility>
 
-#include "model/config.h"
 #include "train/resume_point.h"
 #include "train/run_setup.h"
 
@@ -46,16 +44,23 @@ int64_t parse_int(const std::string& flag, const char* v, int64_t lo, int64_t hi
   return x;
 }
 
+// The items of a comma-separated list, empty ones included ("8," has an empty
+// last item, which the item's parser refuses).
+std::vector<std::string> comma_items(const std::string& list) {
+  std::vector<std::string> items;
+  size_t pos = 0;
+  for (size_t comma; (comma = list.find(',', pos)) != std::string::npos; pos = comma + 1)
+    items.push_back(list.substr(pos, comma - pos));
+  items.push_back(list.substr(pos));
+  return items;
+}
+
 // --dry-run's list: comma-separated world sizes in [1, 1<<20].
 std::vector<int> parse_worlds(const char* v) {
   std::vector<int> worlds;
-  const std::string list = v;
-  for (size_t pos = 0;;) {  // every item, empty ones included ("8," is an error)
-    const size_t comma = std::min(list.find(',', pos), list.size());
-    worlds.push_back(static_cast<int>(parse_int("dry-run", list.substr(pos, comma - pos).c_str(), 1, 1 << 20)));
-    if (comma == list.size()) return worlds;
-    pos = comma + 1;
-  }
+  for (const std::string& item : comma_items(v))
+    worlds.push_back(static_cast<int>(parse_int("dry-run", item.c_str(), 1, 1 << 20)));
+  return worlds;
 }
 
 double parse_double(const std::string& flag, const char* v, double lo, double hi) {
@@ -83,20 +88,11 @@ void set_resume(TrainOptions& o, const char* path) {
   o.resume_from = path;
 }
 
-std::string choice(const std::string& flag, const char* v, std::initializer_list<const char*> allowed) {
-  std::string all;
-  for (const char* a : allowed) {
-    if (std::string(v) == a) return v;
-    all += (all.empty() ? "" : ", ") + std::string(a);
-  }
-  bad_value(flag, v, "one of " + all);
-}
-
 constexpr std::pair<const char*, Device> kDevices[] = {
     {"auto", Device::kAuto}, {"cpu", Device::kCpu}, {"cuda", Device::kCuda}};
 constexpr std::pair<const char*, Precision> kPrecisions[] = {{"fp32", Precision::kFp32}, {"bf16", Precision::kBf16}};
 
-// The enum value of a flag's word, from its table of (word, value).
+// The value of a flag's word, from its table of (word, value).
 template <typename E, size_t N>
 E enum_choice(const std::string& flag, const char* v, const std::pair<const char*, E> (&words)[N]) {
   std::string all;
@@ -105,6 +101,14 @@ E enum_choice(const std::string& flag, const char* v, const std::pair<const char
     all += (all.empty() ? "" : ", ") + std::string(word);
   }
   bad_value(flag, v, "one of " + all);
+}
+
+// A flag whose value is one of `allowed`, kept as its word.
+template <size_t N>
+std::string choice(const std::string& flag, const char* v, const char* const (&allowed)[N]) {
+  std::pair<const char*, const char*> words[N];
+  for (size_t i = 0; i < N; i++) words[i] = {allowed[i], allowed[i]};
+  return enum_choice(flag, v, words);
 }
 
 template <typename E, size_t N>
@@ -147,9 +151,7 @@ void set_dropout(TrainOptions& o, const char* v) {
     for (float* r : rates) *r = p;
     return;
   }
-  for (size_t pos = 0;;) {  // every item, empty ones included ("attn=0.1," is an error)
-    const size_t comma = std::min(list.find(',', pos), list.size());
-    const std::string part = list.substr(pos, comma - pos);
+  for (const std::string& part : comma_items(list)) {  // "attn=0.1," has an empty item: an error
     const size_t eq = part.find('=');
     int site = 0;
     while (site < 3 && part.substr(0, eq) != kDropoutSites[site]) site++;
@@ -157,8 +159,6 @@ void set_dropout(TrainOptions& o, const char* v) {
       bad_value("dropout", part.c_str(), "P, or K=P items with K one of embd, resid, attn");
     if (*rates[site] >= 0.0f) throw std::runtime_error("--dropout: '" + part.substr(0, eq) + "' given twice");
     *rates[site] = dropout_rate(part.substr(eq + 1), part);
-    if (comma == list.size()) return;
-    pos = comma + 1;
   }
 }
 
@@ -344,12 +344,8 @@ void check_output_and_model(const TrainOptions& o) {
     throw std::runtime_error("--eval-stride " + std::to_string(o.eval_stride) + " is larger than --seq-len " +
                              std::to_string(o.seq_len) + " (tokens between windows would never be scored)");
   if (!o.init_from.empty()) return;  // --init-from with --config: refused above
-  if (names_preset(o.model)) {
-    GPT2Config cfg = config_from_depth_name(o.model);
-    if (!o.config_overrides.empty()) apply_config_overrides(cfg, o.config_overrides);
-  } else if (!o.config_overrides.empty()) {
-    throw std::runtime_error("--config applies to dN presets, not to a model file (" + o.model + ")");
-  }
+  bool from_file = false;  // (a model file is read at start-up, not now)
+  if (names_preset(o.model) || !o.config_overrides.empty()) requested_config(o, &from_file);
 }
 
 }  // namespace

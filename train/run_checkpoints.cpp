@@ -3,15 +3,10 @@
 // checkpoints it writes, the final model, and the checkpoint on a stop signal.
 #include "train/trainer.h"
 
-#include <algorithm>
 #include <chrono>
-#include <cmath>
-#include <cstdio>
 #include <cstdlib>
 #include <memory>
-#include <sstream>
 #include <stdexcept>
-#include <utility>
 #include <vector>
 
 #include "distributed/preempt.h"
@@ -112,8 +107,7 @@ void TrainingRun::abandon_later_checkpoints(uint64_t step) {
 
 void TrainingRun::resume_from(uint64_t step) {
   const CheckpointDir& src = resume_dir();
-  uint32_t old_world = 0, old_stage = 0;
-  src.read_marker(step, &old_world, &old_stage);
+  const uint32_t old_world = src.read_marker(step).world;
   ModelFile mf = read_model_file(src.model_path(step));
   if (mf.config != cfg_)
     throw std::runtime_error("--resume: " + src.model_path(step) + " has config [" + mf.config.describe() +

@@ -1,6 +1,5 @@
 #include "train/run_config.h"
 
-#include <algorithm>
 #include <cmath>
 #include <sstream>
 #include <stdexcept>
@@ -29,12 +28,6 @@ bool peek_resume_state(const TrainOptions& o, TrainState* st, std::string* path)
     }
   }
   return false;
-}
-
-TrainOptions effective_options(const TrainOptions& o) {
-  TrainOptions e = o;
-  if (!o.init_from.empty()) e.model = resolve_init_from(o.init_from);
-  return e;
 }
 
 int capped_seq_len(const TrainOptions& o, const GPT2Config& cfg, std::string* note) {

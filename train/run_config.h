@@ -35,10 +35,6 @@ struct BatchShape {
 // checkpoint.
 bool peek_resume_state(const TrainOptions& o, TrainState* st, std::string* path);
 
-// The options with --init-from resolved into --model (the run loads weights
-// only from it, exactly like --model FILE|HF_DIR).
-TrainOptions effective_options(const TrainOptions& o);
-
 // --seq-len capped to the model's max_seq, with the note saying so ("" when
 // not capped): training's T (batch_shape) and --eval-only's window.
 int capped_seq_len(const TrainOptions& o, const GPT2Config& cfg, std::string* note);
@@ -60,7 +56,7 @@ DataLoaderOptions train_loader_options(const TrainOptions& o, const BatchShape& 
                                        int vocab_size);
 // The dropout of a training run and, for the banner, where each rate comes
 // from: --dropout's rates, the others the model's, `o.model` being the weights
-// the run starts from (effective_options: --init-from resolved). A Hugging
+// the run starts from (--init-from resolved by plan_training_run). A Hugging
 // Face directory's config.json gives them (read_hf_dropout); an llm.c model
 // file or a dN preset has none: 0.
 struct RunDropout {

@@ -6,7 +6,8 @@ namespace gpt2 {
 
 RunPlan plan_training_run(const TrainOptions& o, int world, TrainLogger& log) {
   RunPlan p;
-  p.opts = effective_options(o);
+  p.opts = o;  // with --init-from resolved: the run loads weights only from it, exactly like --model FILE|HF_DIR
+  if (!o.init_from.empty()) p.opts.model = resolve_init_from(o.init_from);
   p.cfg = requested_config(p.opts, &p.cfg_from_file);
   p.layout = ParamLayout::for_config(p.cfg);
   p.has_resume_state = peek_resume_state(p.opts, &p.resume_state, &p.resume_state_path);

@@ -9,7 +9,6 @@
 #define TRAIN_RUN_PLAN_H
 
 #include <string>
-#include <vector>
 
 #include "backend/backend.h"
 #include "distributed/comm.h"

@@ -1,7 +1,6 @@
 #include "train/run_setup.h"
 
 #include <cstdint>
-#include <cstdlib>
 #include <stdexcept>
 #include <vector>
 
@@ -22,12 +21,6 @@ std::string gpu_model(const DeviceMemory& m) {
 void refuse_bf16_on(const std::string& backend, const TrainOptions& o) {
   if (o.dtype == Precision::kBf16 && backend == "cpu")
     throw std::runtime_error("--dtype bf16 needs the CUDA backend (the CPU backend is the fp32 reference)");
-}
-
-std::unique_ptr<Backend> pick_backend(const TrainOptions& o, const DistContext& dist) {
-  if (o.device == Device::kCpu) return make_cpu_backend(o.threads);
-  std::unique_ptr<Backend> gpu = make_gpu_backend(o, dist);
-  return gpu ? std::move(gpu) : make_cpu_backend(o.threads);
 }
 
 }  // namespace
@@ -80,7 +73,8 @@ std::string resolve_init_from(const std::string& path) {
 }
 
 std::unique_ptr<Backend> make_run_backend(const TrainOptions& o, const DistContext& dist) {
-  std::unique_ptr<Backend> backend = pick_backend(o, dist);
+  std::unique_ptr<Backend> backend = o.device == Device::kCpu ? nullptr : make_gpu_backend(o, dist);
+  if (!backend) backend = make_cpu_backend(o.threads);
   refuse_bf16_on(backend->name(), o);
   return backend;
 }

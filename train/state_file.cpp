@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstring>
 #include <stdexcept>
+#include <type_traits>
 
 #include "util/checked_io.h"
 #include "util/checksum.h"
@@ -64,38 +65,38 @@ void read_spike_state(ByteReader& r, const std::string& path, SpikeState* s) {
   }
 }
 
+// The fixed fields after magic and version, in file order, grouped as
+// TrainState declares them. `io` takes each group: the writer's puts them, the
+// reader's gets them (one list, so the two cannot drift apart). `version` says
+// which blocks the file has; the schedule's kind travels as an int32 (`kind`),
+// checked by the reader.
+template <typename IO, typename State>
+void fixed_fields(IO&& io, State& s, uint32_t version, int32_t& kind) {
+  auto& c = s.config;
+  io(s.step);
+  io(c.max_seq_len, c.vocab_size, c.padded_vocab_size, c.num_layers, c.num_heads, c.channels);
+  io(s.world, s.rank, s.zero_stage);
+  io(s.shard_begin, s.shard_end);
+  io(s.num_params);
+  io(s.batch_size, s.seq_len);
+  io(s.total_batch_tokens);
+  io(s.seed);
+  io(s.sample_rng);
+  io(s.nan_skips);
+  if (version >= 2)
+    io(kind, s.schedule.max_lr, s.schedule.warmup_steps, s.schedule.total_steps, s.schedule.final_frac,
+       s.schedule.wsd_decay_frac);
+  if (version >= 3) io(s.eval.best_loss, s.eval.best_step, s.eval.last_step, s.eval.bad_evals);
+}
+
 }  // namespace
 
 FileDigest write_state_file(const std::string& path, const TrainState& s) {
   ByteWriter w;
   w.put_bytes(kStateMagic, sizeof(kStateMagic));
   w.put(kStateFileVersion);
-  w.put(s.step);
-  const int32_t cfg[6] = {s.config.max_seq_len, s.config.vocab_size, s.config.padded_vocab_size,
-                          s.config.num_layers, s.config.num_heads, s.config.channels};
-  w.put_bytes(cfg, sizeof(cfg));
-  w.put(s.world);
-  w.put(s.rank);
-  w.put(s.zero_stage);
-  w.put(s.shard_begin);
-  w.put(s.shard_end);
-  w.put(s.num_params);
-  w.put(s.batch_size);
-  w.put(s.seq_len);
-  w.put(s.total_batch_tokens);
-  w.put(s.seed);
-  w.put(s.sample_rng);
-  w.put(s.nan_skips);
-  w.put(static_cast<int32_t>(s.schedule.kind));
-  w.put(s.schedule.max_lr);
-  w.put(static_cast<int32_t>(s.schedule.warmup_steps));
-  w.put(static_cast<int32_t>(s.schedule.total_steps));
-  w.put(s.schedule.final_frac);
-  w.put(s.schedule.wsd_decay_frac);
-  w.put(s.eval.best_loss);
-  w.put(s.eval.best_step);
-  w.put(s.eval.last_step);
-  w.put(s.eval.bad_evals);
+  int32_t kind = static_cast<int32_t>(s.schedule.kind);
+  fixed_fields([&](const auto&... x) { (w.put(x), ...); }, s, kStateFileVersion, kind);
   w.put(s.spikes.skips);
   for (const std::vector<double>* window : {&s.spikes.loss, &s.spikes.grad_norm}) {
     w.put(static_cast<uint32_t>(window->size()));
@@ -142,44 +143,13 @@ TrainState read_state_file(const std::string& path, bool header_only) {
     throw std::runtime_error(path + ": unsupported state file version " + std::to_string(version) +
                              " (expected 1 to " + std::to_string(kStateFileVersion) + ")");
   TrainState s;
-  s.step = r.get<uint64_t>();
-  int32_t cfg[6];
-  r.get_bytes(cfg, sizeof(cfg));
-  s.config.max_seq_len = cfg[0];
-  s.config.vocab_size = cfg[1];
-  s.config.padded_vocab_size = cfg[2];
-  s.config.num_layers = cfg[3];
-  s.config.num_heads = cfg[4];
-  s.config.channels = cfg[5];
-  s.world = r.get<uint32_t>();
-  s.rank = r.get<uint32_t>();
-  s.zero_stage = r.get<uint32_t>();
-  s.shard_begin = r.get<uint64_t>();
-  s.shard_end = r.get<uint64_t>();
-  s.num_params = r.get<uint64_t>();
-  s.batch_size = r.get<int32_t>();
-  s.seq_len = r.get<int32_t>();
-  s.total_batch_tokens = r.get<int64_t>();
-  s.seed = r.get<uint64_t>();
-  s.sample_rng = r.get<uint64_t>();
-  s.nan_skips = r.get<uint64_t>();
+  int32_t kind = 0;
+  fixed_fields([&](auto&... x) { ((x = r.get<std::remove_reference_t<decltype(x)>>()), ...); }, s, version, kind);
   if (version >= 2) {
-    const int32_t kind = r.get<int32_t>();
     if (kind < 0 || kind > static_cast<int32_t>(LrScheduleKind::kWsd))
       throw std::runtime_error(path + ": corrupt learning-rate schedule kind " + std::to_string(kind));
     s.has_schedule = true;
     s.schedule.kind = static_cast<LrScheduleKind>(kind);
-    s.schedule.max_lr = r.get<float>();
-    s.schedule.warmup_steps = r.get<int32_t>();
-    s.schedule.total_steps = r.get<int32_t>();
-    s.schedule.final_frac = r.get<float>();
-    s.schedule.wsd_decay_frac = r.get<float>();
-  }
-  if (version >= 3) {
-    s.eval.best_loss = r.get<double>();
-    s.eval.best_step = r.get<int64_t>();
-    s.eval.last_step = r.get<int64_t>();
-    s.eval.bad_evals = r.get<uint32_t>();
   }
   if (header_only) return s;
   if (version >= 4) read_spike_state(r, path, &s.spikes);

@@ -4,11 +4,9 @@
 // What touches checkpoints is in train/run_checkpoints.cpp.
 #include "train/trainer.h"
 
-#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <cstdlib>
 #include <memory>
 #include <sstream>
 #include <stdexcept>

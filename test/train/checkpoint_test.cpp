@@ -32,10 +32,9 @@ TEST(CheckpointDir, MarkersPruneAndReshard) {
     if (step != 20) ck.write_marker(step, 2, 1);
   }
   EXPECT_EQ(ck.complete_steps(), (std::vector<uint64_t>{5, 10, 15}));
-  uint32_t world = 0, stage = 0;
-  ck.read_marker(15, &world, &stage);
-  EXPECT_EQ(world, 2u);
-  EXPECT_EQ(stage, 1u);
+  const CheckpointMarker mk = ck.read_marker(15);
+  EXPECT_EQ(mk.world, 2u);
+  EXPECT_EQ(mk.zero_stage, 1u);
 
   // Re-shard for 3 ranks: rank 1 of 3 owns [34, 68).
   std::vector<float> m, v;

@@ -83,11 +83,11 @@ TEST(MemoryCheck, RefusesWarnsOrIsOff) {
   o.config_overrides = "n_layer=2,n_head=2,n_embd=64,max_seq=64";
   o.seq_len = 32;
   o.dry_run_worlds = {1};
-  const size_t need = planned_rank_bytes(o, 1);
-  EXPECT_NE(memory_plan_table(o).find(" " + std::to_string(need) + "\n"), std::string::npos);
   DistContext dist;
   TrainLogger quiet(false, "");
   RunPlan plan = plan_training_run(o, 1, quiet);
+  const size_t need = planned_rank_bytes(plan);
+  EXPECT_NE(memory_plan_table(o).find(" " + std::to_string(need) + "\n"), std::string::npos);
   setenv("GPT2_TEST_AVAILABLE_MEMORY", std::to_string(need - 1).c_str(), 1);
   try {
     check_host_memory(plan, dist);
@@ -170,7 +170,7 @@ TEST(MemoryCheck, RunOnTheCpuBackendChecksHostMemory) {
   DistContext dist;
   TrainLogger quiet(false, "");
   RunPlan plan = plan_training_run(o, 1, quiet);
-  setenv("GPT2_TEST_AVAILABLE_MEMORY", std::to_string(planned_rank_bytes(o, 1) - 1).c_str(), 1);
+  setenv("GPT2_TEST_AVAILABLE_MEMORY", std::to_string(planned_rank_bytes(plan) - 1).c_str(), 1);
   try {
     check_run_memory(plan, dist, *cpu);
     ADD_FAILURE() << "a plan 1 byte over the host budget passed";
