@@ -1,12 +1,12 @@
 #include "train/evaluation.h"
 
-
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <limits>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
 
@@ -48,6 +48,19 @@ void fill_window_row(const EvalWindow& w, const uint32_t* tokens, int T, int32_t
   }
 }
 
+void forward_rows(GPT2& model, int B, int T, int32_t pad, int rows, const RowFill& fill, double* out) {
+  std::vector<int32_t> inputs(static_cast<size_t>(B) * T, pad), targets(inputs.size(), kIgnoreTarget);
+  for (int b = 0; b < rows; b++) fill(b, &inputs[static_cast<size_t>(b) * T], &targets[static_cast<size_t>(b) * T]);
+  model.forward(inputs.data(), targets.data(), B, T);
+  const std::vector<float> losses = model.losses();
+  for (int b = 0; b < rows; b++) {
+    double sum = 0.0;
+    for (size_t i = static_cast<size_t>(b) * T; i < static_cast<size_t>(b + 1) * T; i++)
+      if (targets[i] != kIgnoreTarget) sum += losses[i];
+    out[b] = sum;
+  }
+}
+
 double EvalTotals::loss() const {
   return tokens ? nll_sum / static_cast<double>(tokens) : std::numeric_limits<double>::quiet_NaN();
 }
@@ -77,48 +90,6 @@ class WindowIndex {
   std::vector<uint64_t> first_;  // first global window of each stream; the total last
 };
 
-// One forward of up to B windows; the rows past them are all ignored.
-class BatchRunner {
- public:
-  BatchRunner(GPT2& model, const EvalSpec& spec, const TokenReader& read)
-      : model_(model), spec_(spec), read_(read),
-        pad_(std::min<int32_t>(50256, model.config().vocab_size - 1)),
-        inputs_(static_cast<size_t>(spec.B) * spec.T),
-        targets_(inputs_.size()),
-        tokens_(spec.T) {}
-
-  // NLL sums of windows [g0, g1) into out[0, g1 - g0).
-  void run(const WindowIndex& index, uint64_t g0, uint64_t g1, double* out) {
-    const int T = spec_.T;
-    std::fill(inputs_.begin(), inputs_.end(), pad_);
-    std::fill(targets_.begin(), targets_.end(), kIgnoreTarget);
-    for (uint64_t g = g0; g < g1; g++) {
-      const size_t stream = index.stream_of(g);
-      const EvalWindow w = index.window(stream, g);
-      read_(stream, w.begin, w.end - w.begin, tokens_.data());
-      const size_t row = static_cast<size_t>(g - g0) * T;
-      fill_window_row(w, tokens_.data(), T, pad_, inputs_.data() + row, targets_.data() + row);
-    }
-    model_.forward(inputs_.data(), targets_.data(), spec_.B, T);
-    const std::vector<float> losses = model_.losses();
-    for (uint64_t g = g0; g < g1; g++) {
-      const size_t row = static_cast<size_t>(g - g0) * T;
-      double nll = 0.0;
-      for (int i = 0; i < T; i++)
-        if (targets_[row + i] != kIgnoreTarget) nll += losses[row + i];
-      out[g - g0] = nll;
-    }
-  }
-
- private:
-  GPT2& model_;
-  const EvalSpec& spec_;
-  const TokenReader& read_;
-  const int32_t pad_;
-  std::vector<int32_t> inputs_, targets_;
-  std::vector<uint32_t> tokens_;
-};
-
 void check_spec(const GPT2& model, const EvalSpec& s) {
   if (s.T < 1 || s.S < 1 || s.S > s.T)
     throw std::runtime_error("sliding-window evaluation: stride " + std::to_string(s.S) + " outside [1, " +
@@ -135,7 +106,8 @@ EvalTotals evaluate_sliding_windows(GPT2& model, const EvalSpec& spec, const Tok
                                     const std::function<void(uint64_t, uint64_t)>& progress) {
   check_spec(model, spec);
   const WindowIndex index(spec);
-  BatchRunner runner(model, spec, read);
+  const int32_t pad = std::min<int32_t>(50256, model.config().vocab_size - 1);
+  std::vector<uint32_t> tokens(spec.T);
   const uint64_t total = index.total(), B = spec.B, W = spec.world;
   const uint64_t batches = (total + B - 1) / B, rounds = (batches + W - 1) / W;
   std::vector<double> nll(W * B);
@@ -144,7 +116,15 @@ EvalTotals evaluate_sliding_windows(GPT2& model, const EvalSpec& spec, const Tok
   for (uint64_t r = 0; r < rounds; r++) {
     std::fill(nll.begin(), nll.end(), 0.0);
     const uint64_t b = r * W + spec.rank;
-    if (b < batches) runner.run(index, b * B, std::min(total, (b + 1) * B), nll.data() + spec.rank * B);
+    const auto fill = [&](int i, int32_t* inputs, int32_t* targets) {
+      const size_t stream = index.stream_of(b * B + i);
+      const EvalWindow w = index.window(stream, b * B + i);
+      read(stream, w.begin, w.end - w.begin, tokens.data());
+      fill_window_row(w, tokens.data(), spec.T, pad, inputs, targets);
+    };
+    if (b < batches)
+      forward_rows(model, spec.B, spec.T, pad, static_cast<int>(std::min(total, (b + 1) * B) - b * B), fill,
+                   nll.data() + spec.rank * B);
     if (sum) sum(nll);
     const uint64_t g0 = r * W * B, g1 = std::min(total, (r + 1) * W * B);
     for (uint64_t g = g0; g < g1; g++) {
@@ -200,28 +180,27 @@ std::function<void(uint64_t, uint64_t)> progress_printer(bool enabled) {
 
 struct EvalReport {
   std::string model, data, backend, dtype;
-  int T = 0, S = 0, B = 0, world = 1;
-  size_t shards = 0;
+  EvalSpec spec;  // one stream per shard
   EvalTotals totals;
   double seconds = 0.0;
-  bool has_hellaswag = false;
-  HellaSwagResult hellaswag;
+  std::optional<HellaSwagResult> hellaswag;
 };
 
 void print_report(const EvalReport& r) {
   const EvalTotals& t = r.totals;
   std::printf("eval model       %s\n", r.model.c_str());
-  std::printf("eval data        %s (%zu shard(s), each its own stream)\n", r.data.c_str(), r.shards);
+  std::printf("eval data        %s (%zu shard(s), each its own stream)\n", r.data.c_str(),
+              r.spec.stream_tokens.size());
   std::printf("eval windows     %llu (context %d, stride %d, %d per forward per rank, %d rank(s), %s %s)\n",
-              static_cast<unsigned long long>(t.windows), r.T, r.S, r.B, r.world, r.backend.c_str(),
-              r.dtype.c_str());
+              static_cast<unsigned long long>(t.windows), r.spec.T, r.spec.S, r.spec.B, r.spec.world,
+              r.backend.c_str(), r.dtype.c_str());
   std::printf("eval tokens      %llu scored\n", static_cast<unsigned long long>(t.tokens));
   std::printf("eval loss        %.6f\n", t.loss());
   std::printf("eval perplexity  %.4f\n", t.perplexity());
   std::printf("eval time        %.2f s, %.0f tokens/s\n", r.seconds, t.tokens / std::max(r.seconds, 1e-9));
-  if (r.has_hellaswag)
-    std::printf("eval hellaswag   n %llu, acc %.4f, acc_norm %.4f\n", static_cast<unsigned long long>(r.hellaswag.n),
-                r.hellaswag.acc(), r.hellaswag.acc_norm());
+  if (r.hellaswag)
+    std::printf("eval hellaswag   n %llu, acc %.4f, acc_norm %.4f\n", static_cast<unsigned long long>(r.hellaswag->n),
+                r.hellaswag->acc(), r.hellaswag->acc_norm());
   std::fflush(stdout);
 }
 
@@ -229,22 +208,22 @@ void write_report_json(const std::string& path, const EvalReport& r) {
   nlohmann::ordered_json j;
   j["model"] = r.model;
   j["data"] = r.data;
-  j["shards"] = r.shards;
-  j["seq_len"] = r.T;
-  j["stride"] = r.S;
-  j["batch_size"] = r.B;
+  j["shards"] = r.spec.stream_tokens.size();
+  j["seq_len"] = r.spec.T;
+  j["stride"] = r.spec.S;
+  j["batch_size"] = r.spec.B;
   j["windows"] = r.totals.windows;
   j["tokens"] = r.totals.tokens;
   j["nll_sum"] = r.totals.nll_sum;
   j["loss"] = r.totals.loss();
   j["perplexity"] = r.totals.perplexity();
-  j["world"] = r.world;
+  j["world"] = r.spec.world;
   j["backend"] = r.backend;
   j["dtype"] = r.dtype;
   j["seconds"] = r.seconds;
   j["tokens_per_s"] = r.totals.tokens / std::max(r.seconds, 1e-9);
-  if (r.has_hellaswag)
-    j["hellaswag"] = {{"n", r.hellaswag.n}, {"acc", r.hellaswag.acc()}, {"acc_norm", r.hellaswag.acc_norm()}};
+  if (r.hellaswag)
+    j["hellaswag"] = {{"n", r.hellaswag->n}, {"acc", r.hellaswag->acc()}, {"acc_norm", r.hellaswag->acc_norm()}};
   write_text_file_atomic(path, j.dump(2) + "\n");
 }
 
@@ -255,7 +234,8 @@ int run_evaluation(const TrainOptions& opts, const DistContext& dist, Communicat
   std::unique_ptr<Backend> backend = make_run_backend(opts, dist);
   const std::string path = weights_path(opts, "--eval-only");
   ModelFile mf = read_model_file(path);
-  EvalSpec spec;
+  EvalReport r;
+  EvalSpec& spec = r.spec;
   std::string cap_note;
   spec.T = capped_seq_len(opts, mf.config, &cap_note);
   spec.S = opts.eval_stride > 0 ? opts.eval_stride : spec.T;
@@ -274,7 +254,6 @@ int run_evaluation(const TrainOptions& opts, const DistContext& dist, Communicat
   comm.barrier();
   const auto t0 = Clock::now();
   const RankSum sum = [&comm](std::vector<double>& v) { all_reduce(comm, v.data(), v.size(), ReduceOp::kSum); };
-  EvalReport r;
   // A stop signal is honoured after the round in flight (every rank agrees).
   const auto print = progress_printer(dist.is_main());
   const auto progress = [&](uint64_t done, uint64_t total) {
@@ -289,20 +268,13 @@ int run_evaluation(const TrainOptions& opts, const DistContext& dist, Communicat
     return stopped_exit_code(stop.signum);
   }
   r.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
-  if (!opts.eval_hellaswag.empty()) {
-    r.has_hellaswag = true;
+  if (!opts.eval_hellaswag.empty())
     r.hellaswag = evaluate_hellaswag(model, spec.B, spec.T, read_hellaswag_for(opts), dist.rank, dist.world, sum);
-  }
   if (r.totals.tokens == 0) throw std::runtime_error(opts.val_data + ": no token to score (shards of < 2 tokens)");
   r.model = path;
   r.data = opts.val_data;
   r.backend = backend->name();
   r.dtype = precision_name(opts.dtype);
-  r.T = spec.T;
-  r.S = spec.S;
-  r.B = spec.B;
-  r.world = dist.world;
-  r.shards = data.shards.size();
   if (dist.is_main()) {
     print_report(r);
     if (!opts.eval_json.empty()) write_report_json(opts.eval_json, r);

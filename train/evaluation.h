@@ -45,6 +45,13 @@ EvalWindow window_at(uint64_t n, int T, int S, uint64_t k);
 void fill_window_row(const EvalWindow& w, const uint32_t* tokens, int T, int32_t pad, int32_t* inputs,
                      int32_t* targets);
 
+// Writes batch row `row`'s T inputs and targets.
+using RowFill = std::function<void(int row, int32_t* inputs, int32_t* targets)>;
+// One forward of `rows` (<= B) batch rows filled by `fill`; the rows past them
+// read `pad` and score nothing. out[i] = row i's summed loss: the losses of its
+// positions whose target is not kIgnoreTarget, added in order into a double.
+void forward_rows(GPT2& model, int B, int T, int32_t pad, int rows, const RowFill& fill, double* out);
+
 // Reads tokens [first, first + n) of stream `stream` into out.
 using TokenReader = std::function<void(size_t stream, uint64_t first, size_t n, uint32_t* out)>;
 // Sums a vector over the ranks, in place (identity at one rank).

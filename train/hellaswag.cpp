@@ -6,7 +6,6 @@
 
 #include <nlohmann/json.hpp>
 
-#include "train/options.h"
 #include "util/checked_io.h"
 
 namespace gpt2 {
@@ -44,6 +43,28 @@ HellaSwagExample parse_example(const std::string& line, const std::string& where
   return ex;
 }
 
+// One candidate row (context + ending) as the model reads it in T positions:
+// inputs = row[0, len-1), targets = the ending's tokens where they are
+// predicted, kIgnoreTarget elsewhere. A row longer than T + 1 tokens loses
+// its oldest context tokens; an ending of more than T tokens is an error.
+void fill_hellaswag_row(const HellaSwagExample& ex, int ending, int T, int32_t pad, int32_t* inputs,
+                        int32_t* targets) {
+  const std::vector<uint32_t>& end = ex.endings[ending];
+  if (end.size() > static_cast<size_t>(T))
+    throw std::runtime_error("--eval-hellaswag: an ending of " + std::to_string(end.size()) +
+                             " tokens does not fit the context of " + std::to_string(T));
+  // the newest context tokens that fit: inputs hold row[0, len - 1)
+  const size_t keep = std::min(ex.context.size(), static_cast<size_t>(T) + 1 - end.size());
+  std::vector<uint32_t> row(ex.context.end() - static_cast<std::ptrdiff_t>(keep), ex.context.end());
+  row.insert(row.end(), end.begin(), end.end());
+  for (int i = 0; i < T; i++) {
+    const bool in = static_cast<size_t>(i) + 1 < row.size();
+    inputs[i] = in ? static_cast<int32_t>(row[i]) : pad;
+    // position i predicts row[i + 1]: scored where that is an ending token
+    targets[i] = in && static_cast<size_t>(i) + 1 >= keep ? static_cast<int32_t>(row[i + 1]) : kIgnoreTarget;
+  }
+}
+
 }  // namespace
 
 std::vector<HellaSwagExample> read_hellaswag(const std::string& path, const Tokenizer& tok) {
@@ -72,48 +93,16 @@ std::vector<HellaSwagExample> read_hellaswag_for(const TrainOptions& opts) {
   return read_hellaswag(opts.eval_hellaswag, *tok);
 }
 
-void fill_hellaswag_row(const HellaSwagExample& ex, int ending, int T, int32_t pad, int32_t* inputs,
-                        int32_t* targets) {
-  const std::vector<uint32_t>& end = ex.endings[ending];
-  if (end.size() > static_cast<size_t>(T))
-    throw std::runtime_error("--eval-hellaswag: an ending of " + std::to_string(end.size()) +
-                             " tokens does not fit the context of " + std::to_string(T));
-  // the newest context tokens that fit: inputs hold row[0, len - 1)
-  const size_t keep = std::min(ex.context.size(), static_cast<size_t>(T) + 1 - end.size());
-  std::vector<uint32_t> row(ex.context.end() - static_cast<std::ptrdiff_t>(keep), ex.context.end());
-  row.insert(row.end(), end.begin(), end.end());
-  for (int i = 0; i < T; i++) {
-    const bool in = static_cast<size_t>(i) + 1 < row.size();
-    inputs[i] = in ? static_cast<int32_t>(row[i]) : pad;
-    // position i predicts row[i + 1]: scored where that is an ending token
-    targets[i] = in && static_cast<size_t>(i) + 1 >= keep ? static_cast<int32_t>(row[i + 1]) : kIgnoreTarget;
-  }
-}
-
 HellaSwagResult evaluate_hellaswag(GPT2& model, int B, int T, const std::vector<HellaSwagExample>& examples,
-                                   int rank, int world, const HellaSwagSum& sum) {
+                                   int rank, int world, const RankSum& sum) {
   const size_t rows = examples.size() * 4;
   const int32_t pad = static_cast<int32_t>(model.config().vocab_size) - 1;
   std::vector<double> loss(rows, 0.0);  // each row's summed loss, from the rank that ran it
-  std::vector<int32_t> inputs(static_cast<size_t>(B) * T), targets(inputs.size());
-  for (size_t batch = 0; batch * B < rows; batch++) {
-    if (static_cast<int>(batch % world) != rank) continue;
-    for (int b = 0; b < B; b++) {
-      const size_t r = batch * B + b;
-      int32_t* in = inputs.data() + static_cast<size_t>(b) * T;
-      int32_t* tg = targets.data() + static_cast<size_t>(b) * T;
-      if (r < rows) {
-        fill_hellaswag_row(examples[r / 4], static_cast<int>(r % 4), T, pad, in, tg);
-      } else {  // a partial last batch: rows that score nothing
-        std::fill(in, in + T, pad);
-        std::fill(tg, tg + T, kIgnoreTarget);
-      }
-    }
-    model.forward(inputs.data(), targets.data(), B, T);
-    const std::vector<float> losses = model.losses();
-    for (int b = 0; b < B && batch * B + b < rows; b++)
-      for (int i = 0; i < T; i++)
-        if (targets[static_cast<size_t>(b) * T + i] != kIgnoreTarget) loss[batch * B + b] += losses[b * T + i];
+  for (size_t first = static_cast<size_t>(rank) * B; first < rows; first += static_cast<size_t>(world) * B) {
+    const auto fill = [&](int i, int32_t* inputs, int32_t* targets) {
+      fill_hellaswag_row(examples[(first + i) / 4], static_cast<int>((first + i) % 4), T, pad, inputs, targets);
+    };
+    forward_rows(model, B, T, pad, static_cast<int>(std::min<size_t>(B, rows - first)), fill, loss.data() + first);
   }
   sum(loss);
   HellaSwagResult res;

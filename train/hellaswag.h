@@ -9,16 +9,15 @@
 
 #include <array>
 #include <cstdint>
-#include <functional>
 #include <string>
 #include <vector>
 
 #include "model/gpt2.h"
 #include "tokenizer/tokenizer.h"
+#include "train/evaluation.h"
+#include "train/options.h"
 
 namespace gpt2 {
-
-struct TrainOptions;
 
 struct HellaSwagExample {
   std::vector<uint32_t> context;
@@ -37,25 +36,15 @@ struct HellaSwagResult {
   double acc_norm() const { return n ? static_cast<double>(correct_norm) / n : 0.0; }
 };
 
-// One candidate row (context + ending) as the model reads it in T positions:
-// inputs = row[0, len-1), targets = the ending's tokens where they are
-// predicted, kIgnoreTarget elsewhere. A row longer than T + 1 tokens loses
-// its oldest context tokens; an ending of more than T tokens is an error.
-void fill_hellaswag_row(const HellaSwagExample& ex, int ending, int T, int32_t pad, int32_t* inputs,
-                        int32_t* targets);
-
-// Sums a vector over the ranks, in place.
-using HellaSwagSum = std::function<void(std::vector<double>& v)>;
-
-// Every example's 4 rows, B per forward; forward k runs on rank k % world, so
-// each row is computed in the same batch at any world size, and the per-row
-// loss sums are exchanged once: every rank gets the same result, the same as 1 rank's.
 // --eval-hellaswag's examples, tokenised with the GPT-2 vocabulary (an error
 // saying the flag needs it when it cannot be loaded).
 std::vector<HellaSwagExample> read_hellaswag_for(const TrainOptions& opts);
 
+// Every example's 4 rows, B per forward; forward k runs on rank k % world, so
+// each row is computed in the same batch at any world size, and the per-row
+// loss sums are exchanged once: every rank gets the same result, the same as 1 rank's.
 HellaSwagResult evaluate_hellaswag(GPT2& model, int B, int T, const std::vector<HellaSwagExample>& examples,
-                                   int rank, int world, const HellaSwagSum& sum);
+                                   int rank, int world, const RankSum& sum);
 
 }  // namespace gpt2
 
