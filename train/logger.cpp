@@ -5,6 +5,8 @@
 #include <cstring>
 #include <stdexcept>
 
+#include <nlohmann/json.hpp>
+
 #include "util/checked_io.h"
 
 namespace gpt2 {
@@ -81,7 +83,9 @@ void TrainLogger::sample(int step, const std::string& text) {
   const std::string block = "sample at step " + std::to_string(step) + ":\n---\n" + text + "\n---\n";
   std::fwrite(block.data(), 1, block.size(), stdout);
   std::fflush(stdout);
-  jsonl("{\"type\":\"sample\",\"step\":" + std::to_string(step) + ",\"text\":\"" + json_escape(text) + "\"}");
+  // JSON text is UTF-8: a sample that ends mid-character gets U+FFFD for the invalid bytes
+  const std::string quoted = nlohmann::json(text).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  jsonl("{\"type\":\"sample\",\"step\":" + std::to_string(step) + ",\"text\":" + quoted + "}");
 }
 
 void TrainLogger::info(const std::string& line) {
@@ -110,28 +114,6 @@ std::string format_bytes(double bytes) {
   char b[32];
   std::snprintf(b, sizeof(b), u ? "%.2f %s" : "%.0f %s", bytes, units[u]);
   return b;
-}
-
-std::string json_escape(const std::string& s) {
-  std::string o;
-  for (unsigned char c : s) {
-    switch (c) {
-      case '"': o += "\\\""; break;
-      case '\\': o += "\\\\"; break;
-      case '\n': o += "\\n"; break;
-      case '\r': o += "\\r"; break;
-      case '\t': o += "\\t"; break;
-      default:
-        if (c < 0x20) {
-          char b[8];
-          std::snprintf(b, sizeof(b), "\\u%04x", c);
-          o += b;
-        } else {
-          o += static_cast<char>(c);
-        }
-    }
-  }
-  return o;
 }
 
 }  // namespace gpt2

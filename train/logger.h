@@ -46,7 +46,6 @@ class TrainLogger {
 
 std::string format_duration(double seconds);  // "1h02m", "3m05s", "12s"
 std::string format_bytes(double bytes);       // "1.23 GiB"
-std::string json_escape(const std::string& s);
 
 }  // namespace gpt2
 
