@@ -6,7 +6,6 @@
 #include <cstdio>
 #include <cstring>
 #include <memory>
-#include <sstream>
 #include <stdexcept>
 #include <vector>
 
@@ -14,6 +13,7 @@
 #include "model/gpt2.h"
 #include "model/model_file.h"
 #include "tokenizer/tokenizer.h"
+#include "train/run_config.h"
 #include "train/run_setup.h"
 #include "train/sampler.h"
 #include "util/checked_io.h"
@@ -21,6 +21,10 @@
 
 namespace gpt2 {
 
+namespace {
+
+// The prompt text: --prompt, or the bytes of --prompt-file exactly ("-":
+// stdin; an unreadable file is an error naming it). Empty: no prompt.
 std::string read_prompt(const TrainOptions& opts) {
   if (opts.prompt_file.empty()) return opts.prompt;
   try {
@@ -30,13 +34,13 @@ std::string read_prompt(const TrainOptions& opts) {
   }
 }
 
+// The text printed for sample i of n (0-based): with n > 1 a header line
+// "--- sample i+1/n ---" first; the text and a newline.
 std::string format_sample(int i, int n, const std::string& text) {
   std::string out;
   if (n > 1) out = "--- sample " + std::to_string(i + 1) + "/" + std::to_string(n) + " ---\n";
   return out + text + "\n";
 }
-
-namespace {
 
 // The context the samples continue: the prompt's tokens, or <|endoftext|>.
 std::vector<int32_t> prompt_context(const std::string& prompt, const Tokenizer* tok, int vocab_size) {
@@ -64,11 +68,7 @@ std::unique_ptr<Tokenizer> try_tokenizer() {
 }
 
 std::string render(const Tokenizer* tok, const std::string& prompt, const std::vector<int32_t>& ids) {
-  if (!tok) {
-    std::ostringstream s;
-    for (size_t i = 0; i < ids.size(); i++) s << (i ? " " : "") << ids[i];
-    return s.str();
-  }
+  if (!tok) return join_tokens(ids);
   const std::vector<uint32_t> u(ids.begin(), ids.end());
   return prompt + tok->decode(u);
 }

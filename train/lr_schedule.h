@@ -27,7 +27,6 @@ struct LrSchedule {
   // "cosine, peak lr 0.0003, warmup 10, 200 steps, final 0.1 x peak".
   std::string describe() const;
   bool operator==(const LrSchedule& o) const;
-  bool operator!=(const LrSchedule& o) const { return !(*this == o); }
 };
 
 // The schedule a resumed run uses, and in *source why (for the log line).
