@@ -76,10 +76,12 @@ void DataParallel::allocate_stage2_buffers() {
   backend_.zero(shard_grads_);
   // The slice length must be the same on every rank (the slices are
   // collectives), so it derives from the plan alone: the largest part any
-  // rank owns of any unit, capped.
-  size_t most = 1;
-  for (int u = 0; u < plan_.num_units(); u++)
+  // rank owns of any unit (of a layer unit or wte chunk, and of the rest), capped.
+  size_t layer_most = 1, rest_most = 0;
+  for (int u = 0; u < plan_.num_units(); u++) {
+    size_t& most = u == plan_.rest_unit() ? rest_most : layer_most;
     for (size_t c : plan_.unit(u).counts) most = std::max(most, c);
+  }
   // GPT2_ZERO2_SLICE_ELEMS overrides the cap (tests use it to force many
   // slices, and with it the synchronous exchange).
   const size_t forced = env_count("GPT2_ZERO2_SLICE_ELEMS", 0);
@@ -88,15 +90,9 @@ void DataParallel::allocate_stage2_buffers() {
   // receive buffer of its layer buffer (at most one layer's size: the wte is
   // chunked, so no unit is larger), unless a forced slice is smaller (decided
   // from the plan: same on every rank).
-  size_t layer_most = 1;
-  for (int u = 0; u < plan_.num_units(); u++)
-    if (u != plan_.rest_unit())
-      for (size_t c : plan_.unit(u).counts) layer_most = std::max(layer_most, c);
-  size_t rest_most = 0;
-  for (size_t c : plan_.unit(plan_.rest_unit()).counts) rest_most = std::max(rest_most, c);
   overlap_stage2_ = overlap_ && plan_.num_layers() > 0 && (!forced || layer_most <= forced);
   overlap_rest_ = overlap_stage2_ && rest_most > 0 && (!forced || rest_most <= forced);
-  if (!overlap_stage2_ || !overlap_rest_) recv_ = backend_.alloc(std::min(most, cap), BufferRole::kGrads);
+  if (!overlap_stage2_ || !overlap_rest_) recv_ = backend_.alloc(std::min(std::max(layer_most, rest_most), cap), BufferRole::kGrads);
   staging_ = std::make_unique<ZeroStaging>(backend_, plan_, layout_, overlap_stage2_ ? 2 : 1);
   if (overlap_stage2_)
     staging_->set_on_unit_done([this](int layer) {
@@ -191,23 +187,23 @@ void DataParallel::build_buckets(uint32_t elem_bytes) {
   const int L = layout_.num_layers;
   const size_t layer_numel = layout_.layer_unit_numel();
   const size_t cap = std::max<size_t>(1, bucket_bytes_ / elem_bytes);
+  auto add_layers = [&](Bucket& b, int lo, int hi) {  // layers lo..hi of every per-layer tensor
+    for (int t = 0; t < kNumParamTensors; t++)
+      if (ParamLayout::is_per_layer(t))
+        add_bucket_range(b, layout_.layer_offset(t, lo), layout_.layer_offset(t, hi) + layout_.layer_numel(t));
+  };
   int hi = L - 1;  // top layer of the open bucket
   for (int l = L - 1; l >= 0; l--) {
     if (static_cast<size_t>(hi - l + 1) * layer_numel < cap) continue;
     Bucket b;
     b.low_layer = l;
-    for (int t = 0; t < kNumParamTensors; t++)
-      if (ParamLayout::is_per_layer(t))
-        add_bucket_range(b, layout_.layer_offset(t, l), layout_.layer_offset(t, hi) + layout_.layer_numel(t));
+    add_layers(b, l, hi);
     buckets_.push_back(std::move(b));
     hi = l - 1;
   }
   Bucket last;
   last.low_layer = -1;
-  if (hi >= 0)
-    for (int t = 0; t < kNumParamTensors; t++)
-      if (ParamLayout::is_per_layer(t))
-        add_bucket_range(last, layout_.offset[t], layout_.layer_offset(t, hi) + layout_.layer_numel(t));
+  if (hi >= 0) add_layers(last, 0, hi);
   add_bucket_range(last, layout_.offset[kWte], layout_.offset[kWpe] + layout_.numel[kWpe]);
   add_bucket_range(last, layout_.offset[kLnfw], layout_.offset[kLnfb] + layout_.numel[kLnfb]);
   buckets_.push_back(std::move(last));
