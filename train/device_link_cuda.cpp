@@ -10,8 +10,8 @@
 #include "distributed/comm_nccl.h"
 #include "train/device_choice.h"
 #include "train/device_link.h"
-#include "train/run_setup.h"
 #include "train/logger.h"
+#include "train/run_plan.h"
 
 namespace gpt2 {
 

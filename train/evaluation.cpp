@@ -17,8 +17,7 @@
 #include "distributed/preempt.h"
 #include "model/model_file.h"
 #include "train/hellaswag.h"
-#include "train/run_config.h"
-#include "train/run_setup.h"
+#include "train/run_plan.h"
 #include "util/checked_io.h"
 
 namespace gpt2 {

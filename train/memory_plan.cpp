@@ -9,7 +9,7 @@
 #include "backend/sizing_backend.h"
 #include "distributed/comm.h"
 #include "train/logger.h"
-#include "train/run_setup.h"
+#include "train/run_plan.h"
 
 namespace gpt2 {
 

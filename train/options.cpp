@@ -10,7 +10,7 @@
 #include <utility>
 
 #include "train/resume_point.h"
-#include "train/run_setup.h"
+#include "train/run_plan.h"
 
 namespace gpt2 {
 

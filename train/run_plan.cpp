@@ -1,8 +1,329 @@
 #include "train/run_plan.h"
 
-#include "train/run_setup.h"
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <sstream>
+#include <stdexcept>
+#include <vector>
+
+#include "model/hf_checkpoint.h"
+#include "train/checkpoint.h"
+#include "train/device_link.h"
+#include "train/resume_point.h"
+#include "util/checked_io.h"
 
 namespace gpt2 {
+
+namespace {
+
+// The GPU's model in a DeviceMemory's "GPU 0 (NVIDIA H100 80GB HBM3)".
+std::string gpu_model(const DeviceMemory& m) {
+  const size_t open = m.device.find('('), close = m.device.rfind(')');
+  return open != std::string::npos && close > open ? m.device.substr(open + 1, close - open - 1) : m.device;
+}
+
+void refuse_bf16_on(const std::string& backend, const TrainOptions& o) {
+  if (o.dtype == Precision::kBf16 && backend == "cpu")
+    throw std::runtime_error("--dtype bf16 needs the CUDA backend (the CPU backend is the fp32 reference)");
+}
+
+}  // namespace
+
+bool tf32_on(const TrainOptions& o) { return o.tf32 == "on" || (o.tf32 == "auto" && gpu_tf32_default()); }
+
+std::string describe_precision(const TrainOptions& o, const Backend& backend) {
+  if (backend.name() != "cuda") return "fp32";
+  if (o.dtype == Precision::kBf16) return "bf16 storage with fp32 master weights and moments";
+  return std::string("fp32 with TF32 GEMMs ") + (tf32_on(o) ? "on" : "off") + (o.tf32 == "auto" ? " (--tf32 auto)" : "");
+}
+
+GPT2Config requested_config(const TrainOptions& o, bool* from_file) {
+  *from_file = false;
+  if (names_preset(o.model)) {
+    GPT2Config cfg = config_from_depth_name(o.model);
+    if (!o.config_overrides.empty()) apply_config_overrides(cfg, o.config_overrides);
+    return cfg;
+  }
+  if (!o.config_overrides.empty())
+    throw std::runtime_error("--config applies to dN presets, not to a model file (" + o.model + ")");
+  *from_file = true;
+  return read_model_config(o.model);
+}
+
+std::unique_ptr<SizingBackend> make_sizing_backend(const TrainOptions& o) {
+  std::unique_ptr<SizingBackend> be;
+  if (o.device != Device::kCpu) be = make_gpu_sizing_backend(o);
+  if (!be) be = std::make_unique<SizingBackend>(cpu_backend_sizes(o.threads));
+  refuse_bf16_on(be->name(), o);
+  return be;
+}
+
+std::string resolve_init_from(const std::string& path) {
+  const CheckpointDir dir(path);
+  const std::vector<uint64_t> steps = dir.complete_steps();
+  if (steps.empty()) {
+    if (file_exists(path) || file_exists(path + "/config.json")) return path;
+    throw std::runtime_error("--init-from " + path +
+                             ": not a model file, a Hugging Face GPT-2 directory (config.json) or a checkpoint "
+                             "directory (no DONE_* marker)");
+  }
+  const uint64_t step = steps.back();
+  const std::string model = dir.model_path(step);
+  const std::string base = base_name(model);
+  for (const FileDigest& want : dir.read_marker(step).files)
+    if (want.name == base && !(digest_file(model) == want))
+      throw std::runtime_error("--init-from " + path + ": " + model + " does not match the checksum in its marker");
+  return model;
+}
+
+std::unique_ptr<Backend> make_run_backend(const TrainOptions& o, const DistContext& dist) {
+  std::unique_ptr<Backend> backend = o.device == Device::kCpu ? nullptr : make_gpu_backend(o, dist);
+  if (!backend) backend = make_cpu_backend(o.threads);
+  refuse_bf16_on(backend->name(), o);
+  return backend;
+}
+
+bool names_preset(const std::string& model) {
+  return model.size() >= 2 && model[0] == 'd' && model.find('/') == std::string::npos && !file_exists(model);
+}
+
+std::string weights_path(const TrainOptions& o, const std::string& mode) {
+  if (!o.init_from.empty()) return resolve_init_from(o.init_from);
+  if (names_preset(o.model))
+    throw std::runtime_error(mode + " needs trained weights: --model FILE|HF_DIR or --init-from PATH (got the preset '" +
+                             o.model + "', which would be a random init)");
+  if (!o.config_overrides.empty()) throw std::runtime_error("--config applies to dN presets, not to " + mode);
+  return o.model;
+}
+
+int grad_accum_for(int64_t total_batch, int64_t tokens_per_micro) {
+  if (total_batch <= 0) throw UsageError("--total-batch-tokens " + std::to_string(total_batch) + " is not positive");
+  if (total_batch % tokens_per_micro != 0)
+    throw UsageError("--total-batch-tokens " + std::to_string(total_batch) +
+                     " is not a multiple of B*T*world = " + std::to_string(tokens_per_micro));
+  const int64_t accum = total_batch / tokens_per_micro;
+  if (accum > kMaxGradAccum)  // (was: cast to int, 2^32 + 1 micro-batches ran as 1)
+    throw UsageError("--total-batch-tokens " + std::to_string(total_batch) + " needs " +
+                     std::to_string(accum) + " micro-batches of B*T*world = " +
+                     std::to_string(tokens_per_micro) + " tokens per step; at most " +
+                     std::to_string(kMaxGradAccum) + " (raise -B or the rank count)");
+  return static_cast<int>(accum);
+}
+
+PeakFlops run_peak(const TrainOptions& o, const Backend& backend) {
+  if (o.peak_tflops > 0) return {o.peak_tflops, format_tflops(o.peak_tflops) + " (--peak-tflops)"};
+  if (backend.is_host_memory()) {
+    const double gflops = measure_cpu_fma_gflops(o.threads);
+    return {gflops / 1000.0, format_tflops(gflops / 1000.0) + " (fp32 FMA peak of this CPU, measured at start-up)"};
+  }
+  const std::string gpu = gpu_model(backend.device_memory());
+  const PeakKind kind = o.dtype == Precision::kBf16 ? PeakKind::kBf16 : tf32_on(o) ? PeakKind::kTf32 : PeakKind::kFp32;
+  PeakFlops p = gpu_peak(gpu, kind);
+  if (p.tflops <= 0) p.source = "no peak known for " + gpu + ": no MFU printed (--peak-tflops X gives one)";
+  return p;
+}
+
+bool peek_resume_state(const TrainOptions& o, TrainState* st, std::string* path) {
+  if (!o.resume || o.output_dir.empty()) return false;
+  const CheckpointRef ref =
+      o.resume_from.empty() ? CheckpointRef{o.output_dir, -1} : parse_checkpoint_ref(o.resume_from);
+  const CheckpointDir dir(ref.dir);
+  const std::vector<uint64_t> steps =
+      ref.step < 0 ? dir.complete_steps() : std::vector<uint64_t>{static_cast<uint64_t>(ref.step)};
+  for (auto it = steps.rbegin(); it != steps.rend(); ++it) {
+    try {
+      *st = read_state_file(dir.state_path(*it, 0), /*header_only=*/true);
+      *path = dir.state_path(*it, 0);
+      return true;
+    } catch (const std::exception&) {
+      // unreadable: the verification of --resume reports it (or falls back)
+    }
+  }
+  return false;
+}
+
+int capped_seq_len(const TrainOptions& o, const GPT2Config& cfg, std::string* note) {
+  note->clear();
+  if (o.seq_len <= cfg.max_seq_len) return o.seq_len;
+  *note = "note: --seq-len " + std::to_string(o.seq_len) + " capped to the model's max_seq " +
+          std::to_string(cfg.max_seq_len);
+  return cfg.max_seq_len;
+}
+
+BatchShape batch_shape(const TrainOptions& o, const GPT2Config& cfg, int world, const TrainState* stored,
+                       const std::string& stored_path, TrainLogger& log) {
+  BatchShape s;
+  s.B = o.batch_size;
+  std::string cap_note;
+  s.T = capped_seq_len(o, cfg, &cap_note);
+  if (!cap_note.empty()) log.info(cap_note);
+  const int64_t tokens_per_micro = static_cast<int64_t>(s.B) * s.T * world;
+  s.total_batch = o.total_batch_tokens < 0 ? tokens_per_micro : o.total_batch_tokens;
+  if (stored) {
+    const bool adopted = o.total_batch_tokens < 0 && stored->total_batch_tokens > 0;
+    if (adopted) s.total_batch = stored->total_batch_tokens;
+    check_resumed_batch(*stored, s, world, stored_path);
+    if (adopted && s.total_batch != tokens_per_micro)
+      log.info("--resume: " + std::to_string(s.total_batch) + " tokens per step, as in the checkpoint (grad_accum " +
+               std::to_string(s.total_batch / tokens_per_micro) + " at world " + std::to_string(world) + ")");
+  }
+  s.grad_accum = grad_accum_for(s.total_batch, tokens_per_micro);
+  return s;
+}
+
+void check_resumed_batch(const TrainState& st, const BatchShape& s, int world, const std::string& source) {
+  const int64_t tokens_per_micro = static_cast<int64_t>(s.B) * s.T * world;
+  const int64_t total = st.total_batch_tokens;
+  if (total == s.total_batch && total % tokens_per_micro != 0)
+    throw std::runtime_error("--resume: the checkpoint's global batch is " + std::to_string(total) +
+                             " tokens per step, not a multiple of B*T*world = " + std::to_string(s.B) + "*" +
+                             std::to_string(s.T) + "*" + std::to_string(world) + " = " +
+                             std::to_string(tokens_per_micro) + " (" + source + " has B=" +
+                             std::to_string(st.batch_size) + " T=" + std::to_string(st.seq_len) + " at world " +
+                             std::to_string(st.world) + "; B and T must stay the same)");
+  if (st.batch_size != s.B || st.seq_len != s.T || total != s.total_batch)
+    throw std::runtime_error("--resume: " + source + " was written with B=" + std::to_string(st.batch_size) +
+                             " T=" + std::to_string(st.seq_len) + " total-batch-tokens=" + std::to_string(total) +
+                             "; this run has B=" + std::to_string(s.B) + " T=" + std::to_string(s.T) +
+                             " total-batch-tokens=" + std::to_string(s.total_batch));
+}
+
+DataLoaderOptions train_loader_options(const TrainOptions& o, const BatchShape& s, const DistContext& dist,
+                                       int vocab_size) {
+  DataLoaderOptions lo;
+  lo.pattern = o.train_data;
+  lo.B = s.B;
+  lo.T = s.T;
+  lo.rank = dist.rank;
+  lo.world = dist.world;
+  lo.grad_accum = s.grad_accum;
+  lo.shuffle = !o.no_shuffle;
+  lo.seed = o.seed;
+  lo.vocab_size = vocab_size;
+  return lo;
+}
+
+namespace {
+
+std::string rate_text(float p) {
+  std::ostringstream s;
+  s << p;
+  return s.str();
+}
+
+// Where the rates --dropout does not set come from.
+std::string model_dropout_source(const TrainOptions& o, bool hf) {
+  if (hf) return "from " + o.model + "/config.json";
+  return names_preset(o.model) ? "none in a random init" : "none in an llm.c model file";
+}
+
+}  // namespace
+
+RunDropout run_dropout(const TrainOptions& o) {
+  const bool hf = !names_preset(o.model) && is_hf_checkpoint_dir(o.model);
+  const DropoutRates model = hf ? read_hf_dropout(o.model) : DropoutRates{};
+  const char* const names[3] = {"embd", "resid", "attn"};
+  const float flags[3] = {o.dropout_embd, o.dropout_resid, o.dropout_attn};
+  const float models[3] = {model.embd, model.resid, model.attn};
+  float rates[3];
+  std::string text, flagged, modelled;
+  for (int i = 0; i < 3; i++) {
+    rates[i] = flags[i] >= 0.0f ? flags[i] : models[i];
+    text += std::string(i ? ", " : "") + names[i] + " " + rate_text(rates[i]);
+    std::string& list = flags[i] >= 0.0f ? flagged : modelled;
+    list += (list.empty() ? "" : ", ") + std::string(names[i]);
+  }
+  RunDropout d;
+  d.rates.embd = rates[0];
+  d.rates.resid = rates[1];
+  d.rates.attn = rates[2];
+  const std::string source = model_dropout_source(o, hf);
+  if (modelled.empty()) d.described = text + " (--dropout)";
+  else if (flagged.empty()) d.described = text + " (" + source + (hf ? "" : "; --dropout sets them") + ")";
+  else d.described = text + " (" + flagged + ": --dropout; " + modelled + ": " + source + ")";
+  return d;
+}
+
+AdamWHyper adamw_hyper(const TrainOptions& o) {
+  AdamWHyper h;
+  h.beta1 = o.beta1;
+  h.beta2 = o.beta2;
+  h.eps = o.adam_eps;
+  h.weight_decay = o.weight_decay;
+  return h;
+}
+
+LrSchedule lr_schedule(const TrainOptions& o, int total_steps) {
+  LrSchedule s;
+  s.kind = LrSchedule::parse_kind(o.lr_schedule);
+  s.max_lr = o.lr;
+  s.warmup_steps = o.warmup_steps;
+  s.total_steps = total_steps;
+  s.final_frac = o.final_lr_frac;
+  s.wsd_decay_frac = o.wsd_decay_frac;
+  return s;
+}
+
+std::unique_ptr<Tokenizer> load_tokenizer(const TrainOptions& o, TrainLogger& log) {
+  try {
+    return std::make_unique<Tokenizer>(Tokenizer::from_default_location());
+  } catch (const std::exception& e) {
+    if (!o.prompt.empty()) throw std::runtime_error(std::string("--prompt needs the GPT-2 vocabulary: ") + e.what());
+    log.info(std::string("note: no GPT-2 vocabulary (") + e.what() + "); samples print token ids");
+  }
+  return nullptr;
+}
+
+std::string join_tokens(const std::vector<int32_t>& ids) {
+  std::ostringstream s;
+  for (size_t i = 0; i < ids.size(); i++) s << (i ? " " : "") << ids[i];
+  return s.str();
+}
+
+size_t count_nonfinite(const std::vector<float>& v, size_t* first) {
+  size_t bad = 0;
+  for (size_t i = 0; i < v.size(); i++)
+    if (!std::isfinite(v[i]) && bad++ == 0 && first) *first = i;
+  return bad;
+}
+
+void require_finite(const std::vector<float>& v, const std::string& what) {
+  size_t first = 0;
+  if (const size_t bad = count_nonfinite(v, &first))
+    throw std::runtime_error(what + ": " + std::to_string(bad) + " non-finite value(s), the first at index " +
+                             std::to_string(first));
+}
+
+RunLength run_length(int max_steps, double epochs, int64_t steps_per_epoch) {
+  RunLength r;
+  std::ostringstream why;
+  if (max_steps > 0) {
+    r.steps = max_steps;
+    why << "--max-steps " << max_steps;
+    if (epochs > 0) why << " (overrides --epochs " << epochs << ", as HF's max_steps overrides num_train_epochs)";
+    r.why = why.str();
+    return r;
+  }
+  if (epochs <= 0) {
+    r.steps = static_cast<int>(std::min<int64_t>(steps_per_epoch, INT32_MAX));
+    r.why = "one epoch (--max-steps -1)";
+    return r;
+  }
+  // A product that rounding put a hair above a whole number is that number
+  // (0.3 x 10 must be 3 steps, not 4).
+  const double exact = epochs * static_cast<double>(steps_per_epoch);
+  const double steps = std::ceil(exact - 1e-9 * exact);
+  why << "--epochs " << epochs << " = ceil(" << epochs << " x " << steps_per_epoch << " steps/epoch)";
+  if (steps < 1)
+    throw std::runtime_error(why.str() + " is no step: the training data holds " + std::to_string(steps_per_epoch) +
+                             " steps per epoch at this global batch");
+  if (steps > static_cast<double>(1 << 30))
+    throw std::runtime_error(why.str() + " is more than 2^30 steps");
+  r.steps = static_cast<int>(steps);
+  r.why = why.str();
+  return r;
+}
 
 RunPlan plan_training_run(const TrainOptions& o, int world, TrainLogger& log) {
   RunPlan p;

@@ -1,26 +1,174 @@
-// The run plan: what a training run is, worked out once from its options and
-// the world size, before anything is allocated: the model config, the batch
-// shape (the T cap, the global batch a resumed checkpoint carries, the
-// micro-batches per step), and the checkpoint --resume is expected to pick.
-// Training, --dry-run and the memory check before training build the same
-// plan, and on it the same parts (RunAssembly): what --dry-run prints is what
-// training allocates.
+// The run plan and what it is made of, worked out from the options before
+// anything is allocated:
+//   * the backend of --device/--dtype and the weights of --model FILE|HF_DIR or
+//     --init-from PATH, which the modes that only run a trained model
+//     (--eval-only, --generate) share with training (what differs between the
+//     CPU-only and the CUDA-capable programs is linked in: train/device_link.h);
+//   * the run's pieces from its flags: the batch shape (the T cap, the global
+//     batch a resumed checkpoint carries, the micro-batches per step), the data
+//     loader, dropout, AdamW, the learning-rate schedule, the run length;
+//   * RunPlan, all of it for one world size, and RunAssembly, the parts built on
+//     it. Training, --dry-run and the memory check before training build the
+//     same plan and on it the same parts: what --dry-run prints is what
+//     training allocates.
 #ifndef TRAIN_RUN_PLAN_H
 #define TRAIN_RUN_PLAN_H
 
+#include <cstdint>
+#include <memory>
 #include <string>
+#include <vector>
 
 #include "backend/backend.h"
+#include "backend/sizing_backend.h"
+#include "dataloader/dataloader.h"
 #include "distributed/comm.h"
+#include "distributed/context.h"
 #include "model/config.h"
 #include "model/gpt2.h"
+#include "model/model_file.h"
+#include "tokenizer/tokenizer.h"
 #include "train/data_parallel.h"
 #include "train/logger.h"
+#include "train/lr_schedule.h"
+#include "train/mfu.h"
 #include "train/optimizer.h"
 #include "train/options.h"
-#include "train/run_config.h"
+#include "train/state_file.h"
 
 namespace gpt2 {
+
+// ---------------------------------------------------------------- backend and weights
+
+// --device auto|cpu|cuda and --dtype as training picks them (each rank takes
+// the GPU of its local rank); --dtype bf16 on the CPU backend is refused.
+std::unique_ptr<Backend> make_run_backend(const TrainOptions& o, const DistContext& dist);
+
+// A backend that allocates nothing but counts what the backend of --device and
+// --dtype would (--dry-run): --device auto means the CUDA backend when this
+// binary has it (a dry run plans GPU jobs), else the CPU one.
+std::unique_ptr<SizingBackend> make_sizing_backend(const TrainOptions& o);
+
+// --tf32 on|off|auto resolved (auto: train/device_link.h's gpu_tf32_default()).
+bool tf32_on(const TrainOptions& o);
+
+// The arithmetic the run's backend does, resolved ("fp32 with TF32 GEMMs on
+// (--tf32 auto)", "bf16 storage with ..."), for the start-up banner.
+std::string describe_precision(const TrainOptions& o, const Backend& backend);
+
+// The peak a step's MFU is held against (train/mfu.h): --peak-tflops, else on
+// a GPU its datasheet peak for the run's arithmetic (bf16, TF32 or fp32; none
+// for a GPU the table lacks), else the CPU's fp32 FMA peak measured now.
+PeakFlops run_peak(const TrainOptions& o, const Backend& backend);
+
+// The model config the options ask for: a dN preset plus --config overrides,
+// or a model file's header (*from_file = true).
+GPT2Config requested_config(const TrainOptions& o, bool* from_file);
+
+// True when --model names a dN preset (not an existing file or directory).
+bool names_preset(const std::string& model);
+
+// --init-from PATH as a --model path: a checkpoint directory (one with
+// completion markers) gives its newest complete checkpoint's model file, after
+// checking it against the marker's checksum; a model file or a Hugging Face
+// directory is used as it is. Anything else is an error naming PATH.
+std::string resolve_init_from(const std::string& path);
+
+// The weights a model-only mode loads: --init-from PATH resolved like training
+// does (a checkpoint directory means its newest complete checkpoint's model
+// file, checked against its marker), else --model FILE|HF_DIR. A dN preset is
+// refused: `mode` ("--eval-only") names the mode in the message.
+std::string weights_path(const TrainOptions& o, const std::string& mode);
+
+// Micro-batches per optimizer step: total_batch tokens over tokens_per_micro =
+// B*T*world, which must divide it into a positive count of at most
+// kMaxGradAccum (else an error naming --total-batch-tokens). Training and
+// --dry-run use it alike.
+constexpr int64_t kMaxGradAccum = int64_t{1} << 20;
+int grad_accum_for(int64_t total_batch, int64_t tokens_per_micro);
+
+// ---------------------------------------------------------------- the pieces from the options
+
+// Micro-batch B x T per rank, and the micro-batches per optimizer step.
+struct BatchShape {
+  int B = 0, T = 0;
+  int64_t total_batch = 0;  // tokens per optimizer step, all ranks
+  int grad_accum = 1;
+};
+
+// The rank-0 state file header of the checkpoint that --resume would continue
+// from, the named one or the newest complete one (read before that checkpoint
+// is verified, for the defaults it carries: the global batch). false: no such
+// checkpoint.
+bool peek_resume_state(const TrainOptions& o, TrainState* st, std::string* path);
+
+// --seq-len capped to the model's max_seq, with the note saying so ("" when
+// not capped): training's T (batch_shape) and --eval-only's window.
+int capped_seq_len(const TrainOptions& o, const GPT2Config& cfg, std::string* note);
+
+// `stored`: the header of the checkpoint being resumed (nullptr: none), read
+// from `stored_path`. Its global batch is the default when --total-batch-tokens
+// is not given, so a run resumed on another number of ranks keeps its tokens
+// per step (more or fewer micro-batches). A resumed run is checked against it
+// here, before anything is allocated.
+BatchShape batch_shape(const TrainOptions& o, const GPT2Config& cfg, int world, const TrainState* stored,
+                       const std::string& stored_path, TrainLogger& log);
+// The one check of a resumed batch: the checkpoint's B, T and global batch
+// (tokens per step) are the run's, and the global batch splits into B*T*world
+// micro-batches. Run on the planned checkpoint's header (batch_shape) and on
+// the one actually loaded (`source` names it in the error).
+void check_resumed_batch(const TrainState& st, const BatchShape& s, int world, const std::string& source);
+
+DataLoaderOptions train_loader_options(const TrainOptions& o, const BatchShape& s, const DistContext& dist,
+                                       int vocab_size);
+// The dropout of a training run and, for the banner, where each rate comes
+// from: --dropout's rates, the others the model's, `o.model` being the weights
+// the run starts from (--init-from resolved by plan_training_run). A Hugging
+// Face directory's config.json gives them (read_hf_dropout); an llm.c model
+// file or a dN preset has none: 0.
+struct RunDropout {
+  DropoutRates rates;
+  std::string described;  // "embd 0.1, resid 0.1, attn 0.1 (from DIR/config.json)"
+};
+RunDropout run_dropout(const TrainOptions& o);
+
+// The dropout masks' Philox seed: --seed's, salted so they draw another stream
+// than the init and the samples ("DROPOUT" in ASCII).
+constexpr uint64_t kDropoutSeedSalt = 0x44524F504F5554ULL;
+
+AdamWHyper adamw_hyper(const TrainOptions& o);
+LrSchedule lr_schedule(const TrainOptions& o, int total_steps);
+
+// The GPT-2 tokenizer, for samples only: without the vocabulary samples print
+// token ids (nullptr), unless a --prompt needs encoding.
+std::unique_ptr<Tokenizer> load_tokenizer(const TrainOptions& o, TrainLogger& log);
+
+std::string join_tokens(const std::vector<int32_t>& ids);
+
+// Non-finite values of v (and the first one's index).
+size_t count_nonfinite(const std::vector<float>& v, size_t* first = nullptr);
+// Weights are never loaded with NaN or Inf: every step, and every resume of a
+// checkpoint made from them, would fail again. Throws naming `what`.
+void require_finite(const std::vector<float>& v, const std::string& what);
+
+// ---------------------------------------------------------------- the run length
+
+// How many optimizer steps a training run takes: --max-steps N, or --epochs E
+// (HF's num_train_epochs, fractional), or one epoch. As in HF's Trainer, a
+// positive --max-steps overrides --epochs.
+struct RunLength {
+  int steps = 0;
+  std::string why;  // for the banner: "--epochs 2.5 = ceil(2.5 x 120 steps/epoch)"
+};
+
+// max_steps: the flag (-1: not given); epochs: the flag (0: not given);
+// steps_per_epoch: optimizer steps in one pass over the training data at this
+// global batch. --epochs E takes ceil(E x steps_per_epoch) steps (HF's
+// math.ceil(num_train_epochs * num_update_steps_per_epoch)). An error when
+// that is under one step or over 2^30.
+RunLength run_length(int max_steps, double epochs, int64_t steps_per_epoch);
+
+// ---------------------------------------------------------------- the plan and its parts
 
 struct RunPlan {
   TrainOptions opts;         // as given, with --init-from resolved into --model

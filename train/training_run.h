@@ -25,7 +25,6 @@
 #include "train/lr_schedule.h"
 #include "train/mfu.h"
 #include "train/optimizer.h"
-#include "train/run_config.h"
 #include "train/run_plan.h"
 #include "train/spike_guard.h"
 #include "util/rng.h"

@@ -16,12 +16,12 @@
 #include <vector>
 
 #include "distributed/comm.h"
-#include "test/train/checkpoint_fakes.h"
 #include "test/temp_dir.h"
+#include "test/train/checkpoint_fakes.h"
 #include "train/checkpoint.h"
 #include "train/eval_history.h"
 #include "train/resume_point.h"
-#include "train/run_length.h"
+#include "train/run_plan.h"
 #include "train/state_file.h"
 #include "util/checked_io.h"
 #include "util/checksum.h"

@@ -7,8 +7,7 @@
 
 #include "test/temp_dir.h"
 #include "train/options.h"
-#include "train/run_config.h"
-#include "train/run_setup.h"
+#include "train/run_plan.h"
 #include "util/checked_io.h"
 
 namespace gpt2 {

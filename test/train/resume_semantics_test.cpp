@@ -12,10 +12,10 @@
 #include <unistd.h>
 #include <vector>
 
-#include "test/train/checkpoint_fakes.h"
 #include "test/temp_dir.h"
+#include "test/train/checkpoint_fakes.h"
 #include "train/lr_schedule.h"
-#include "train/run_config.h"
+#include "train/run_plan.h"
 #include "train/state_file.h"
 #include "util/checked_io.h"
 
@@ -129,7 +129,7 @@ TEST(ResumeSchedule, EveryKindHoldsPastItsEnd) {
   EXPECT_FLOAT_EQ(schedule(LrScheduleKind::kConstant, 1.0f, 0, 10).at(50), 1.0f);
 }
 
-// The one check of a resumed batch (train/run_config.h), on the planned and
+// The one check of a resumed batch (train/run_plan.h), on the planned and
 // on the loaded checkpoint alike: B, T and tokens per step kept, and the
 // global batch re-cut only into whole micro-batches of the new world.
 TEST(ResumedBatch, KeepsBAndTAndTheGlobalBatch) {
