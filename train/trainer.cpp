@@ -15,7 +15,7 @@
 
 #include "distributed/preempt.h"
 #include "train/device_link.h"
-#include "train/memory_check.h"
+#include "train/memory_plan.h"
 #include "train/run_plan.h"
 #include "train/sampler.h"
 #include "train/test_hooks.h"

@@ -11,7 +11,6 @@
 
 #include "backend/backend.h"
 #include "model/model_file.h"
-#include "train/memory_check.h"
 #include "train/memory_plan.h"
 #include "train/options.h"
 #include "test/temp_dir.h"
