@@ -661,7 +661,7 @@ std::unique_ptr<Communicator> make_nccl_host_communicator(const std::string& ncc
   if (ctx.local_rank >= devices)
     throw std::runtime_error(ctx.prefix() + "local rank " + std::to_string(ctx.local_rank) + " but only " +
                              std::to_string(devices) + " visible GPU(s): start at most one rank per GPU");
-  const int device = ctx.local_rank;  // as train/device_choice picks it
+  const int device = ctx.local_rank;  // as train/device_link.h's cuda_device_for_rank picks it
   cudaStream_t stream = nullptr;
   if (cudaSetDevice(device) != cudaSuccess || cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking) != cudaSuccess)
     throw std::runtime_error(ctx.prefix() + "distributed/comm_nccl.cpp: cannot create a stream on CUDA device " +

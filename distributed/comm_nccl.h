@@ -28,7 +28,7 @@ namespace gpt2 {
 
 // `bootstrap` must be a host-memory communicator over the same ranks (MPI); it
 // must outlive the returned communicator only during this call. `cuda_device`
-// is this rank's device (already chosen by the caller, e.g. train/device_choice.h),
+// is this rank's device (already chosen by the caller, e.g. train/device_link.h),
 // `cuda_stream` a cudaStream_t on it (nullptr: the legacy default stream).
 // Throws std::runtime_error, rank-prefixed, naming the NCCL error.
 //

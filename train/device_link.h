@@ -2,8 +2,9 @@
 // #ifdef: the CUDA-capable trainers (train_gpt2cu built with nvcc, and
 // train_gpt2cu_emu) link train/device_link_cuda.cpp, the CPU-only programs and
 // the tests train/device_link_none.cpp. Everything CUDA-specific the trainer
-// and the model-only modes need goes through these five functions, so every
+// and the model-only modes need goes through the functions below, so every
 // other file of train/ is compiled once and knows no backend by name.
+// train/device_link.cpp holds what both kinds share: the choice of a rank's GPU.
 #ifndef TRAIN_DEVICE_LINK_H
 #define TRAIN_DEVICE_LINK_H
 
@@ -18,8 +19,20 @@
 
 namespace gpt2 {
 
-// --device auto|cuda: the GPU backend on this rank's GPU (local rank r takes
-// device r; train/device_choice.h), or nullptr under --device auto when no GPU
+// Which CUDA device a rank trains on, for cudaSetDevice: dist.local_rank. Local
+// rank r of a node takes device r, so every rank of a node has its own GPU;
+// more ranks on a node than visible GPUs is refused at start-up instead of
+// wrapping two ranks onto one GPU (NCCL refuses that later anyway, with
+// "Duplicate GPU detected", and a shared GPU would halve each rank's memory
+// and speed). `visible_gpus` is this process's cudaGetDeviceCount,
+// `cuda_visible_devices` the variable as set (or nullptr). Throws
+// std::runtime_error starting with dist.prefix() and naming the counts, e.g.
+// "rank 2/3 (node1): 3 ranks on this node but only 2 visible GPUs
+// (CUDA_VISIBLE_DEVICES=0,1); ...".
+int cuda_device_for_rank(const DistContext& dist, int visible_gpus, const char* cuda_visible_devices);
+
+// --device auto|cuda: the GPU backend on this rank's GPU (cuda_device_for_rank),
+// or nullptr under --device auto when no GPU
 // is visible. --device cuda without a visible GPU, or in a binary without the
 // CUDA backend: an error saying which.
 std::unique_ptr<Backend> make_gpu_backend(const TrainOptions& o, const DistContext& dist);

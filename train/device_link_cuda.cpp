@@ -8,7 +8,6 @@
 
 #include "backend/cuda/cuda_backend.h"
 #include "distributed/comm_nccl.h"
-#include "train/device_choice.h"
 #include "train/device_link.h"
 #include "train/logger.h"
 #include "train/run_plan.h"

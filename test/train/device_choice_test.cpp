@@ -6,7 +6,7 @@
 #include <string>
 
 #include "distributed/context.h"
-#include "train/device_choice.h"
+#include "train/device_link.h"
 
 namespace gpt2 {
 namespace {

@@ -1,4 +1,5 @@
-#include "train/device_choice.h"
+// train/device_link.h, the part every program links: the choice of a rank's GPU.
+#include "train/device_link.h"
 
 #include <stdexcept>
 #include <string>
