@@ -17,7 +17,7 @@ struct GPT2Config {
 
   bool operator==(const GPT2Config& o) const;
   bool operator!=(const GPT2Config& o) const { return !(*this == o); }
-  std::string describe() const;   // "L=12 H=12 C=768 T=1024 V=50257(50304)"
+  std::string describe() const;   // "n_layer=12 n_head=12 n_embd=768 max_seq=1024 vocab=50257 (padded 50304)"
   // Throws std::runtime_error (prefixed with `where`) when the shape is unusable.
   void validate(const std::string& where) const;
 };

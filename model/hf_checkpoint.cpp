@@ -17,6 +17,7 @@
 #include <stdexcept>
 
 #include "model/gpt2.h"
+#include "model/model_file.h"
 #include "util/bf16.h"
 #include "util/checked_io.h"
 
@@ -34,11 +35,6 @@ constexpr uint64_t kMaxHeaderBytes = 100ull << 20;  // the safetensors library's
 
 std::string join_path(const std::string& dir, const std::string& name) {
   return dir.empty() || dir.back() == '/' ? dir + name : dir + "/" + name;
-}
-
-bool is_directory(const std::string& path) {
-  struct stat st;
-  return stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
 }
 
 std::string shape_text(const std::vector<int64_t>& shape) {
@@ -156,7 +152,6 @@ struct StoredTensor {
   std::vector<int64_t> shape;
   const MappedFile* file = nullptr;
   uint64_t begin = 0, end = 0;  // absolute byte offsets in the file
-  const uint8_t* bytes() const { return file->data() + begin; }
 };
 
 // Every tensor of a checkpoint (one file or all shards), by canonical name:
@@ -257,15 +252,22 @@ void add_safetensors_file(TensorSet& set, const std::string& path) {
   }
 }
 
+// config.json or the shard index, which must be a JSON object.
+json read_json_object(const std::string& path) {
+  json j;
+  try {
+    j = json::parse(read_text_file(path));
+  } catch (const json::exception& e) {
+    throw std::runtime_error(path + ": not valid JSON: " + e.what());
+  }
+  if (!j.is_object()) throw std::runtime_error(path + ": not a JSON object");
+  return j;
+}
+
 // model.safetensors.index.json: {"weight_map": {key: shard file name}}.
 void add_sharded(TensorSet& set, const std::string& index_path) {
-  json index;
-  try {
-    index = json::parse(read_text_file(index_path));
-  } catch (const json::exception& e) {
-    throw std::runtime_error(index_path + ": not valid JSON: " + e.what());
-  }
-  if (!index.is_object() || !index.contains("weight_map") || !index["weight_map"].is_object())
+  const json index = read_json_object(index_path);
+  if (!index.contains("weight_map") || !index["weight_map"].is_object())
     throw std::runtime_error(index_path + ": 'weight_map' is missing or not an object");
   const json& map = index["weight_map"];
   std::map<std::string, std::string> shards;  // file name -> path, each opened once
@@ -377,18 +379,6 @@ void check_options(const json& j, const std::string& path, int n_embd) {
   config_bool(j, path, "reorder_and_upcast_attn", false);
 }
 
-// config.json, which must be a JSON object.
-json read_config_json(const std::string& path) {
-  json j;
-  try {
-    j = json::parse(read_text_file(path));
-  } catch (const json::exception& e) {
-    throw std::runtime_error(path + ": not valid JSON: " + e.what());
-  }
-  if (!j.is_object()) throw std::runtime_error(path + ": not a JSON object");
-  return j;
-}
-
 // A dropout rate: GPT2Config's 0.1 when absent; else a number in [0, 1).
 float config_rate(const json& j, const std::string& path, const char* key) {
   auto it = j.find(key);
@@ -400,7 +390,7 @@ float config_rate(const json& j, const std::string& path, const char* key) {
 }
 
 HfConfig parse_hf_config_file(const std::string& path) {
-  const json j = read_config_json(path);
+  const json j = read_json_object(path);
   check_architecture(j, path);
   HfConfig h;
   h.cfg.num_layers = config_int(j, path, "n_layer");
@@ -478,8 +468,9 @@ void check_tensor(const std::string& dir, const StoredTensor& s, const std::vect
 }
 
 // Every GPT-2 tensor present with its shape and a supported dtype; nothing
-// else but the mask buffers and a (tied) lm_head.
-void check_tensors(const TensorSet& set, const HfConfig& h, const std::vector<HfTensor>& table) {
+// else but the mask buffers and a (tied) lm_head. Returns hf_tensor_table.
+std::vector<HfTensor> check_tensors(const TensorSet& set, const HfConfig& h) {
+  std::vector<HfTensor> table = hf_tensor_table(h.cfg);
   std::map<std::string, bool> known;
   for (const HfTensor& t : table) {
     auto it = set.tensors.find(t.name);
@@ -501,6 +492,7 @@ void check_tensors(const TensorSet& set, const HfConfig& h, const std::vector<Hf
   if (!h.tied && !set.tensors.count(kLmHead))
     throw std::runtime_error(set.dir + ": 'tie_word_embeddings' is false in " + kConfigName + " but there is no '" +
                              kLmHead + "'");
+  return table;
 }
 
 // ---------------------------------------------------------------- conversion
@@ -567,7 +559,7 @@ void check_lm_head_tied(const TensorSet& set, const float* wte) {
   for (int64_t i0 = 0; i0 < n; i0 += block) {
     const int64_t i1 = std::min(n, i0 + block);
     for (int64_t i = i0; i < i1; i++) {
-      const float v = load_elem(s.bytes(), i, s.dtype);
+      const float v = load_elem(s.file->data() + s.begin, i, s.dtype);
       if (std::memcmp(&v, &wte[i], sizeof(float)) != 0)
         throw std::runtime_error(set.dir + ": tensor '" + s.key + "' differs from '" + kPrefix +
                                  "wte.weight' (element " + std::to_string(i) +
@@ -615,30 +607,15 @@ json hf_config_json(const GPT2Config& c, HfDtype dtype) {
   return j;
 }
 
-// Writes n floats as fp32 or bf16, converting through a bounded buffer.
-void write_elems(AtomicOutputFile& out, const float* src, size_t n, HfDtype dtype) {
-  if (dtype == HfDtype::kF32) {
-    out.write(src, n * sizeof(float));
-    return;
-  }
-  constexpr size_t kChunk = size_t{1} << 20;
-  std::vector<uint16_t> buf(std::min(n, kChunk));
-  for (size_t i = 0; i < n; i += kChunk) {
-    const size_t m = std::min(kChunk, n - i);
-    for (size_t k = 0; k < m; k++) buf[k] = float_to_bf16_bits(src[i + k]);
-    out.write(buf.data(), m * sizeof(uint16_t));
-  }
-}
-
 // HF's [in, out] from our [out, in] (src), a few HF rows at a time.
-void write_transposed(AtomicOutputFile& out, const float* src, int64_t in, int64_t outn, HfDtype dtype) {
+void write_transposed(AtomicOutputFile& out, const float* src, int64_t in, int64_t outn, bool bf16) {
   const int64_t rows_per_chunk = std::max<int64_t>(1, (int64_t{1} << 20) / outn);
   std::vector<float> buf(static_cast<size_t>(std::min(in, rows_per_chunk) * outn));
   for (int64_t r0 = 0; r0 < in; r0 += rows_per_chunk) {
     const int64_t r1 = std::min(in, r0 + rows_per_chunk);
     for (int64_t o = 0; o < outn; o++)
       for (int64_t r = r0; r < r1; r++) buf[(r - r0) * outn + o] = src[o * in + r];
-    write_elems(out, buf.data(), static_cast<size_t>((r1 - r0) * outn), dtype);
+    write_floats(out, buf.data(), static_cast<size_t>((r1 - r0) * outn), bf16);
   }
 }
 
@@ -648,13 +625,13 @@ void write_safetensors(const std::string& path, const GPT2Config& cfg, const std
   // Data in the order of the header's (sorted) keys, as the safetensors library lays it out.
   std::sort(table.begin(), table.end(),
             [](const HfTensor& a, const HfTensor& b) { return kPrefix + a.name < kPrefix + b.name; });
-  const size_t elem = dtype == HfDtype::kF32 ? 4 : 2;
+  const bool bf16 = dtype == HfDtype::kBF16;
   json header;
   header["__metadata__"] = {{"format", "pt"}};  // from_pretrained insists on it
   uint64_t off = 0;
   for (const HfTensor& t : table) {
-    const uint64_t bytes = static_cast<uint64_t>(shape_numel(t.shape)) * elem;
-    header[kPrefix + t.name] = {{"dtype", dtype == HfDtype::kF32 ? "F32" : "BF16"},
+    const uint64_t bytes = static_cast<uint64_t>(shape_numel(t.shape)) * (bf16 ? 2 : 4);
+    header[kPrefix + t.name] = {{"dtype", bf16 ? "BF16" : "F32"},
                                 {"shape", t.shape},
                                 {"data_offsets", {off, off + bytes}}};
     off += bytes;
@@ -669,9 +646,9 @@ void write_safetensors(const std::string& path, const GPT2Config& cfg, const std
   for (const HfTensor& t : table) {
     const float* src = params.data() + dest_offset(lay, t);
     if (t.conv1d)
-      write_transposed(out, src, t.shape[0], t.shape[1], dtype);
+      write_transposed(out, src, t.shape[0], t.shape[1], bf16);
     else  // wte: only the first vocab_size rows (the padding is ours, not HF's)
-      write_elems(out, src, static_cast<size_t>(shape_numel(t.shape)), dtype);
+      write_floats(out, src, static_cast<size_t>(shape_numel(t.shape)), bf16);
   }
   out.commit();
 }
@@ -684,14 +661,13 @@ bool is_hf_checkpoint_dir(const std::string& path) {
 
 GPT2Config read_hf_config(const std::string& dir) {
   const HfConfig h = parse_hf_config_file(join_path(dir, kConfigName));
-  const TensorSet set = open_tensors(dir);
-  check_tensors(set, h, hf_tensor_table(h.cfg));
+  check_tensors(open_tensors(dir), h);
   return h.cfg;
 }
 
 DropoutRates read_hf_dropout(const std::string& dir) {
   const std::string path = join_path(dir, kConfigName);
-  const json j = read_config_json(path);
+  const json j = read_json_object(path);
   DropoutRates r;
   r.embd = config_rate(j, path, "embd_pdrop");
   r.resid = config_rate(j, path, "resid_pdrop");
@@ -702,14 +678,11 @@ DropoutRates read_hf_dropout(const std::string& dir) {
 std::vector<float> read_hf_params(const std::string& dir, GPT2Config* config) {
   const HfConfig h = parse_hf_config_file(join_path(dir, kConfigName));
   const TensorSet set = open_tensors(dir);
-  const std::vector<HfTensor> table = hf_tensor_table(h.cfg);
-  check_tensors(set, h, table);
+  const std::vector<HfTensor> table = check_tensors(set, h);
   const ParamLayout lay = ParamLayout::for_config(h.cfg);
   std::vector<float> params(lay.total, 0.0f);  // the padded wte rows stay zero
-  for (const HfTensor& t : table) {
-    const StoredTensor& s = set.tensors.at(t.name);
-    convert_tensor(s, params.data() + dest_offset(lay, t), t.conv1d);
-  }
+  for (const HfTensor& t : table)
+    convert_tensor(set.tensors.at(t.name), params.data() + dest_offset(lay, t), t.conv1d);
   check_lm_head_tied(set, params.data() + lay.offset[kWte]);
   *config = h.cfg;
   return params;

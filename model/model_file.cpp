@@ -1,7 +1,5 @@
 #include "model/model_file.h"
 
-#include <sys/stat.h>
-
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
@@ -20,12 +18,16 @@ namespace {
 // bf16 load or save never holds a second full-size copy.
 constexpr size_t kBf16Chunk = size_t{1} << 20;
 
+// The config fields of header[2..7], in that order.
+constexpr int GPT2Config::*kHeaderFields[] = {&GPT2Config::max_seq_len, &GPT2Config::vocab_size,
+                                              &GPT2Config::num_layers,  &GPT2Config::num_heads,
+                                              &GPT2Config::channels,    &GPT2Config::padded_vocab_size};
+
 // A directory is a Hugging Face checkpoint when it holds config.json; any
 // other directory is named as such (InputFile would only say "a directory").
 bool is_hf_path(const std::string& path) {
   if (is_hf_checkpoint_dir(path)) return true;
-  struct stat st;
-  if (stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode))
+  if (is_directory(path))
     throw std::runtime_error(path + ": a directory without config.json (expected an llm.c model file or a "
                              "Hugging Face GPT-2 directory: config.json + model.safetensors)");
   return false;
@@ -43,12 +45,7 @@ GPT2Config parse_header(InputFile& in, int* version) {
                              " (expected 3 = fp32 or 5 = bf16)");
   *version = header[1];
   GPT2Config c;
-  c.max_seq_len = header[2];
-  c.vocab_size = header[3];
-  c.num_layers = header[4];
-  c.num_heads = header[5];
-  c.channels = header[6];
-  c.padded_vocab_size = header[7];
+  for (size_t i = 0; i < std::size(kHeaderFields); i++) c.*kHeaderFields[i] = header[2 + i];
   // llm.c's oldest files have no padded vocab (0): it equals vocab_size there.
   if (c.padded_vocab_size == 0) c.padded_vocab_size = c.vocab_size;
   c.validate(path);
@@ -106,25 +103,24 @@ void write_model_file(const std::string& path, const GPT2Config& cfg, const std:
   std::memset(header, 0, sizeof(header));
   header[0] = kModelMagic;
   header[1] = version;
-  header[2] = cfg.max_seq_len;
-  header[3] = cfg.vocab_size;
-  header[4] = cfg.num_layers;
-  header[5] = cfg.num_heads;
-  header[6] = cfg.channels;
-  header[7] = cfg.padded_vocab_size;
+  for (size_t i = 0; i < std::size(kHeaderFields); i++) header[2 + i] = cfg.*kHeaderFields[i];
   AtomicOutputFile out(path);
   out.write(header, sizeof(header));
-  if (version == kModelVersionFp32) {
-    out.write(params.data(), n * sizeof(float));
-  } else {
-    std::vector<uint16_t> raw(std::min(n, kBf16Chunk));
-    for (size_t i = 0; i < n; i += kBf16Chunk) {
-      const size_t m = std::min(kBf16Chunk, n - i);
-      for (size_t k = 0; k < m; k++) raw[k] = float_to_bf16_bits(params[i + k]);
-      out.write(raw.data(), m * sizeof(uint16_t));
-    }
-  }
+  write_floats(out, params.data(), n, version == kModelVersionBf16);
   out.commit();
+}
+
+void write_floats(AtomicOutputFile& out, const float* src, size_t n, bool bf16) {
+  if (!bf16) {
+    out.write(src, n * sizeof(float));
+    return;
+  }
+  std::vector<uint16_t> raw(std::min(n, kBf16Chunk));
+  for (size_t i = 0; i < n; i += kBf16Chunk) {
+    const size_t m = std::min(kBf16Chunk, n - i);
+    for (size_t k = 0; k < m; k++) raw[k] = float_to_bf16_bits(src[i + k]);
+    out.write(raw.data(), m * sizeof(uint16_t));
+  }
 }
 
 }  // namespace gpt2

@@ -36,6 +36,11 @@ GPT2Config read_model_config(const std::string& path);
 void write_model_file(const std::string& path, const GPT2Config& cfg, const std::vector<float>& params,
                       int version = kModelVersionFp32);
 
+class AtomicOutputFile;
+// Writes n floats as fp32, or as bf16 (nearest even) in bounded chunks; the
+// element writer of both write_model_file and write_hf_checkpoint.
+void write_floats(AtomicOutputFile& out, const float* src, size_t n, bool bf16);
+
 }  // namespace gpt2
 
 #endif  // MODEL_MODEL_FILE_H

@@ -13,11 +13,6 @@ namespace gpt2 {
 
 namespace {
 
-bool is_directory(const std::string& path) {
-  struct stat st;
-  return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
-}
-
 // Reads digits at *pos (at least one) into *value and moves past them.
 bool take_digits(const std::string& s, size_t* pos, uint64_t* value) {
   const size_t begin = *pos;

@@ -147,6 +147,11 @@ bool file_exists(const std::string& path) {
   return stat(path.c_str(), &st) == 0;
 }
 
+bool is_directory(const std::string& path) {
+  struct stat st;
+  return stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+
 void check_output_path(const std::string& flag, const std::string& path, bool is_directory) {
   const std::string what = flag + " " + path;
   if (path.empty()) return;
@@ -193,9 +198,7 @@ void make_directories(const std::string& path) {
     if (mkdir(partial.c_str(), 0755) != 0 && errno != EEXIST)
       throw std::runtime_error(partial + ": cannot create directory: " + errno_text());
   }
-  struct stat st;
-  if (stat(path.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
-    throw std::runtime_error(path + ": exists and is not a directory");
+  if (!is_directory(path)) throw std::runtime_error(path + ": exists and is not a directory");
 }
 
 void fsync_directory(const std::string& dir) {

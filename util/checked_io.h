@@ -55,6 +55,7 @@ class AtomicOutputFile {
 };
 
 bool file_exists(const std::string& path);
+bool is_directory(const std::string& path);  // exists and is a directory (a symlink to one too)
 std::string base_name(const std::string& path);  // what follows the last '/' (all of it without one)
 // Checks at start that an output can be written later: PATH itself when it is
 // "-" or exists as a non-regular file, else the directory it goes in (for a
