@@ -9,7 +9,7 @@
 #include <stdexcept>
 #include <utility>
 
-#include "train/resume_point.h"
+#include "train/checkpoint.h"
 #include "train/run_plan.h"
 
 namespace gpt2 {

@@ -12,7 +12,7 @@
 #include "distributed/preempt.h"
 #include "model/hf_checkpoint.h"
 #include "model/model_file.h"
-#include "train/resume_point.h"
+#include "train/checkpoint.h"
 #include "train/training_run.h"
 #include "util/checked_io.h"
 

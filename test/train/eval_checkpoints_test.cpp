@@ -20,7 +20,6 @@
 #include "test/train/checkpoint_fakes.h"
 #include "train/checkpoint.h"
 #include "train/eval_history.h"
-#include "train/resume_point.h"
 #include "train/run_plan.h"
 #include "train/state_file.h"
 #include "util/checked_io.h"
