@@ -10,7 +10,6 @@
 #include "model/hf_checkpoint.h"
 #include "train/checkpoint.h"
 #include "train/device_link.h"
-#include "train/resume_point.h"
 #include "util/checked_io.h"
 
 namespace gpt2 {
@@ -263,22 +262,6 @@ LrSchedule lr_schedule(const TrainOptions& o, int total_steps) {
   s.final_frac = o.final_lr_frac;
   s.wsd_decay_frac = o.wsd_decay_frac;
   return s;
-}
-
-std::unique_ptr<Tokenizer> load_tokenizer(const TrainOptions& o, TrainLogger& log) {
-  try {
-    return std::make_unique<Tokenizer>(Tokenizer::from_default_location());
-  } catch (const std::exception& e) {
-    if (!o.prompt.empty()) throw std::runtime_error(std::string("--prompt needs the GPT-2 vocabulary: ") + e.what());
-    log.info(std::string("note: no GPT-2 vocabulary (") + e.what() + "); samples print token ids");
-  }
-  return nullptr;
-}
-
-std::string join_tokens(const std::vector<int32_t>& ids) {
-  std::ostringstream s;
-  for (size_t i = 0; i < ids.size(); i++) s << (i ? " " : "") << ids[i];
-  return s.str();
 }
 
 size_t count_nonfinite(const std::vector<float>& v, size_t* first) {

@@ -139,12 +139,6 @@ constexpr uint64_t kDropoutSeedSalt = 0x44524F504F5554ULL;
 AdamWHyper adamw_hyper(const TrainOptions& o);
 LrSchedule lr_schedule(const TrainOptions& o, int total_steps);
 
-// The GPT-2 tokenizer, for samples only: without the vocabulary samples print
-// token ids (nullptr), unless a --prompt needs encoding.
-std::unique_ptr<Tokenizer> load_tokenizer(const TrainOptions& o, TrainLogger& log);
-
-std::string join_tokens(const std::vector<int32_t>& ids);
-
 // Non-finite values of v (and the first one's index).
 size_t count_nonfinite(const std::vector<float>& v, size_t* first = nullptr);
 // Weights are never loaded with NaN or Inf: every step, and every resume of a

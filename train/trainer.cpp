@@ -17,7 +17,7 @@
 #include "train/device_link.h"
 #include "train/memory_plan.h"
 #include "train/run_plan.h"
-#include "train/sampler.h"
+#include "train/generation.h"
 #include "train/test_hooks.h"
 #include "train/training_run.h"
 
@@ -62,11 +62,8 @@ TrainingRun::TrainingRun(const RunPlan& plan, const DistContext& dist, Communica
   total_steps_ = length.steps;
   length_why_ = length.why;
   schedule_ = lr_schedule(opts_, total_steps_);
-  tokenizer_ = load_tokenizer(opts_, log_);
-  if (!opts_.prompt.empty()) {
-    sample_context_.clear();
-    for (uint32_t id : tokenizer_->encode(opts_.prompt)) sample_context_.push_back(static_cast<int32_t>(id));
-  }
+  tokenizer_ = sample_tokenizer(opts_.prompt, [this](const std::string& line) { log_.info(line); });
+  if (opts_.sample_every > 0) sample_context_ = prompt_context(opts_.prompt, tokenizer_.get(), cfg_.vocab_size);
   // One optimizer step's micro-batches (read before the first forward: see load_step_batches).
   const size_t NT = static_cast<size_t>(shape_.B) * shape_.T;
   inputs_.resize(NT * shape_.grad_accum);
@@ -162,14 +159,7 @@ void TrainingRun::sample(int step) {
   if (!main_rank_) return;  // sampling is rank 0's progress report
   std::vector<int32_t> ids =
       generate(model_, sample_context_, opts_.gen_tokens, opts_.temperature, opts_.top_k, sample_rng_, opts_.top_p);
-  std::string text;
-  if (tokenizer_) {
-    std::vector<uint32_t> u(ids.begin(), ids.end());
-    text = (opts_.prompt.empty() ? "" : opts_.prompt) + tokenizer_->decode(u);
-  } else {
-    text = join_tokens(ids);
-  }
-  log_.sample(step, text);
+  log_.sample(step, sample_text(tokenizer_.get(), opts_.prompt, ids));
 }
 
 // Reads this rank's micro-batches of the step into inputs_/targets_ and

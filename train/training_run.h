@@ -20,7 +20,7 @@
 #include "train/checkpoint.h"
 #include "train/data_parallel.h"
 #include "train/eval_history.h"
-#include "train/hellaswag.h"
+#include "train/evaluation.h"
 #include "train/logger.h"
 #include "train/lr_schedule.h"
 #include "train/mfu.h"
@@ -135,7 +135,7 @@ class TrainingRun {
   LrSchedule schedule_;
   std::string schedule_source_ = "from the flags";
   std::unique_ptr<Tokenizer> tokenizer_;
-  std::vector<int32_t> sample_context_{static_cast<int32_t>(Tokenizer::kEndOfText)};
+  std::vector<int32_t> sample_context_;  // the prompt's tokens, or <|endoftext|> (--sample-every > 0)
   std::unique_ptr<CheckpointDir> ckpt_;
   std::unique_ptr<CheckpointDir> source_;  // --resume-from's directory when it is not --output-dir
   int saved_step_ = -1;      // the step of the checkpoint this process wrote last

@@ -1,9 +1,11 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <stdexcept>
+#include <string>
 #include <vector>
 
-#include "train/sampler.h"
+#include "train/generation.h"
 
 namespace gpt2 {
 namespace {
@@ -33,6 +35,23 @@ TEST(Sampler, DeterministicInTheRngState) {
   for (int i = 0; i < 100; i++) logits[i] = 0.01f * i;
   Rng a(11), b(11);
   for (int i = 0; i < 100; i++) EXPECT_EQ(sample_token(logits, 0.7f, 10, a), sample_token(logits, 0.7f, 10, b));
+}
+
+// The text around the samples, shared by training and --generate: without a
+// vocabulary the ids, space-separated; an empty prompt starts from
+// <|endoftext|>, which a small test vocabulary lacks (an error at start-up,
+// not at the first sample).
+TEST(Sampler, SampleTextAndPromptContextWithoutAVocabulary) {
+  EXPECT_EQ(sample_text(nullptr, "ignored without a vocabulary", {5, 0, 17}), "5 0 17");
+  EXPECT_EQ(sample_text(nullptr, "", {}), "");
+  EXPECT_EQ(prompt_context("", nullptr, 50257), std::vector<int32_t>{50256});
+  try {
+    prompt_context("", nullptr, 256);
+    ADD_FAILURE() << "<|endoftext|> passed as a token of a 256-token vocabulary";
+  } catch (const std::runtime_error& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "prompt token 50256 (<|endoftext|>, the empty prompt) is outside the model's vocabulary of 256");
+  }
 }
 
 }  // namespace

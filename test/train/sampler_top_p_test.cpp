@@ -9,7 +9,7 @@
 
 #include "backend/backend.h"
 #include "test/tiny_config.h"
-#include "train/sampler.h"
+#include "train/generation.h"
 
 namespace gpt2 {
 namespace {
