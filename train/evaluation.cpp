@@ -14,7 +14,6 @@
 #include "dataloader/dataloader.h"
 #include "dataloader/shard.h"
 #include "distributed/preempt.h"
-#include "model/model_file.h"
 #include "train/run_plan.h"
 #include "util/checked_io.h"
 
@@ -228,13 +227,12 @@ void write_report_json(const std::string& path, const EvalReport& r) {
 
 int run_evaluation(const TrainOptions& opts, const DistContext& dist, Communicator& comm) {
   if (dist.is_main()) check_output_path("--eval-json", opts.eval_json, false);  // before the evaluation, not after
-  std::unique_ptr<Backend> backend = make_run_backend(opts, dist);
-  const std::string path = weights_path(opts, "--eval-only");
-  ModelFile mf = read_model_file(path);
+  TrainedModel trained(opts, dist, "--eval-only");
+  const GPT2Config& cfg = trained.weights.config;
   EvalReport r;
   EvalSpec& spec = r.spec;
   std::string cap_note;
-  spec.T = capped_seq_len(opts, mf.config, &cap_note);
+  spec.T = capped_seq_len(opts, cfg, &cap_note);
   spec.S = opts.eval_stride > 0 ? opts.eval_stride : spec.T;
   spec.B = opts.batch_size;
   spec.rank = dist.rank;
@@ -244,9 +242,7 @@ int run_evaluation(const TrainOptions& opts, const DistContext& dist, Communicat
                              std::to_string(spec.T) + " (tokens between windows would never be scored)");
   const EvalData data(opts.val_data);
   spec.stream_tokens = data.tokens;
-  GPT2 model(*backend, mf.config, spec.B, spec.T, GradMode::kNone);  // forward only: no gradient memory
-  model.set_parameters(mf.params);
-  mf.params = {};
+  GPT2& model = trained.load(spec.B, spec.T);
   if (dist.is_main() && !cap_note.empty()) std::fprintf(stderr, "%s\n", cap_note.c_str());
   comm.barrier();
   const auto t0 = Clock::now();
@@ -258,7 +254,7 @@ int run_evaluation(const TrainOptions& opts, const DistContext& dist, Communicat
     if (should_stop(comm)) throw StopRequested(local_stop_signal());
   };
   try {
-    r.totals = evaluate_sliding_windows(model, spec, data.reader(mf.config.vocab_size), sum, progress);
+    r.totals = evaluate_sliding_windows(model, spec, data.reader(cfg.vocab_size), sum, progress);
   } catch (const StopRequested& stop) {
     if (dist.is_main())
       std::fprintf(stderr, "--eval-only: %s; no result (exit %d)\n", stop.what(), stopped_exit_code(stop.signum));
@@ -268,9 +264,9 @@ int run_evaluation(const TrainOptions& opts, const DistContext& dist, Communicat
   if (!opts.eval_hellaswag.empty())
     r.hellaswag = evaluate_hellaswag(model, spec.B, spec.T, read_hellaswag_for(opts), dist.rank, dist.world, sum);
   if (r.totals.tokens == 0) throw std::runtime_error(opts.val_data + ": no token to score (shards of < 2 tokens)");
-  r.model = path;
+  r.model = trained.path;
   r.data = opts.val_data;
-  r.backend = backend->name();
+  r.backend = trained.backend->name();
   r.dtype = precision_name(opts.dtype);
   if (dist.is_main()) {
     print_report(r);

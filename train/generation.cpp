@@ -14,7 +14,6 @@
 
 #include "distributed/preempt.h"
 #include "model/gpt2.h"
-#include "model/model_file.h"
 #include "tokenizer/tokenizer.h"
 #include "train/run_plan.h"
 #include "util/checked_io.h"
@@ -182,17 +181,15 @@ void write_stdout(const std::string& text) {
 int run_generation(const TrainOptions& opts, const DistContext& dist) {
   if (!dist.is_main()) return 0;  // one stream of text: rank 0 generates
   const std::string prompt = read_prompt(opts);
-  std::unique_ptr<Backend> backend = make_run_backend(opts, dist);
-  const std::string path = weights_path(opts, "--generate");
-  ModelFile mf = read_model_file(path);
+  TrainedModel trained(opts, dist, "--generate");
+  const GPT2Config cfg = trained.weights.config;
   std::unique_ptr<Tokenizer> tok =
       sample_tokenizer(prompt, [](const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); });
-  const std::vector<int32_t> context = prompt_context(prompt, tok.get(), mf.config.vocab_size);
-  GPT2 model(*backend, mf.config, 1, mf.config.max_seq_len, GradMode::kNone);  // forward only
-  model.set_parameters(mf.params);
+  const std::vector<int32_t> context = prompt_context(prompt, tok.get(), cfg.vocab_size);
+  GPT2& model = trained.load(1, cfg.max_seq_len);
   const int32_t stop = opts.no_stop_at_eos ? -1 : static_cast<int32_t>(Tokenizer::kEndOfText);
   std::fprintf(stderr, "generate: %s [%s] on %s; prompt %zu token(s); %d sample(s) of up to %d token(s)\n",
-               path.c_str(), mf.config.describe().c_str(), backend->name().c_str(),
+               trained.path.c_str(), cfg.describe().c_str(), trained.backend->name().c_str(),
                prompt.empty() ? size_t{0} : context.size(), opts.num_samples, opts.gen_tokens);
   Rng rng(opts.seed);
   for (int i = 0; i < opts.num_samples; i++) {

@@ -96,6 +96,16 @@ std::string weights_path(const TrainOptions& o, const std::string& mode) {
   return o.model;
 }
 
+TrainedModel::TrainedModel(const TrainOptions& o, const DistContext& dist, const std::string& mode)
+    : backend(make_run_backend(o, dist)), path(weights_path(o, mode)), weights(read_model_file(path)) {}
+
+GPT2& TrainedModel::load(int B, int T) {
+  model = std::make_unique<GPT2>(*backend, weights.config, B, T, GradMode::kNone);
+  model->set_parameters(weights.params);
+  weights.params = {};
+  return *model;
+}
+
 int grad_accum_for(int64_t total_batch, int64_t tokens_per_micro) {
   if (total_batch <= 0) throw UsageError("--total-batch-tokens " + std::to_string(total_batch) + " is not positive");
   if (total_batch % tokens_per_micro != 0)

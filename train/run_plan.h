@@ -2,8 +2,9 @@
 // anything is allocated:
 //   * the backend of --device/--dtype and the weights of --model FILE|HF_DIR or
 //     --init-from PATH, which the modes that only run a trained model
-//     (--eval-only, --generate) share with training (what differs between the
-//     CPU-only and the CUDA-capable programs is linked in: train/device_link.h);
+//     (--eval-only, --generate) share with training, and their one assembly,
+//     TrainedModel (what differs between the CPU-only and the CUDA-capable
+//     programs is linked in: train/device_link.h);
 //   * the run's pieces from its flags: the batch shape (the T cap, the global
 //     batch a resumed checkpoint carries, the micro-batches per step), the data
 //     loader, dropout, AdamW, the learning-rate schedule, the run length;
@@ -79,6 +80,20 @@ std::string resolve_init_from(const std::string& path);
 // file, checked against its marker), else --model FILE|HF_DIR. A dN preset is
 // refused: `mode` ("--eval-only") names the mode in the message.
 std::string weights_path(const TrainOptions& o, const std::string& mode);
+
+// The one assembly of the modes that only run trained weights (--eval-only,
+// --generate): the backend of --device/--dtype and the weights of
+// weights_path(o, mode), then load(B, T): a forward-only model
+// (GradMode::kNone: no gradient, optimizer or backward memory) of batches up
+// to B x T holding them (the host copy of the parameters is released).
+struct TrainedModel {
+  TrainedModel(const TrainOptions& o, const DistContext& dist, const std::string& mode);
+  GPT2& load(int B, int T);
+  std::unique_ptr<Backend> backend;
+  std::string path;
+  ModelFile weights;
+  std::unique_ptr<GPT2> model;
+};
 
 // Micro-batches per optimizer step: total_batch tokens over tokens_per_micro =
 // B*T*world, which must divide it into a positive count of at most
