@@ -65,6 +65,13 @@ std::runtime_error in_use_error(const std::string& lock_path, const std::string&
                             ": a duplicated or requeued job? If that process is gone, remove " + lock_path);
 }
 
+// Whether `fd` is still the file `path` names (not unlinked or replaced since).
+bool still_named(int fd, const std::string& path) {
+  struct stat opened, named;
+  return fstat(fd, &opened) == 0 && ::stat(path.c_str(), &named) == 0 && opened.st_ino == named.st_ino &&
+         opened.st_dev == named.st_dev;
+}
+
 // Filesystems without flock answer these instead of granting or refusing it.
 bool flock_unsupported(int err) { return err == ENOLCK || err == EOPNOTSUPP || err == ENOSYS || err == EINVAL; }
 
@@ -177,11 +184,7 @@ OutputDirLock::~OutputDirLock() {
     heartbeat_->cv.notify_all();
     heartbeat_->thread.join();
   }
-  // Remove the file only while it is still ours (not taken over as stale).
-  struct stat mine, now;
-  if (fstat(fd_, &mine) == 0 && ::stat(path_.c_str(), &now) == 0 && mine.st_ino == now.st_ino &&
-      mine.st_dev == now.st_dev)
-    ::unlink(path_.c_str());
+  if (still_named(fd_, path_)) ::unlink(path_.c_str());  // only while still ours (not taken over as stale)
   ::close(fd_);  // releases the flock
 }
 
@@ -201,9 +204,7 @@ bool OutputDirLock::try_acquire(const Notify& note) {
     if (err != EWOULDBLOCK) throw std::runtime_error(path_ + ": flock failed (" + std::strerror(err) + ")");
     throw in_use_error(path_, known ? describe_holder(holder) : "another process, starting up");
   }
-  struct stat opened, named;
-  if (fstat(fd, &opened) != 0 || ::stat(path_.c_str(), &named) != 0 || opened.st_ino != named.st_ino ||
-      opened.st_dev != named.st_dev) {
+  if (!still_named(fd, path_)) {
     ::close(fd);  // the previous holder unlinked it meanwhile: open the new one
     return false;
   }
