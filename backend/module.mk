@@ -18,7 +18,7 @@ $(BUILD)/backend/cpu/%.o: CXXFLAGS += $(BACKEND_CPU_FLAGS)
 
 $(BACKEND_CPU_LIB): $(BACKEND_CPU_OBJS)
 	@mkdir -p $(@D)
-	$(AR) rcs $@ $^
+	rm -f $@ && $(AR) rcs $@ $^
 
 # Op test harness: eval (vs naive fp64 references), grad (finite differences on
 # the fp64 instantiation), guard bytes; --perf for the benchmark mode.

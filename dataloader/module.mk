@@ -5,7 +5,7 @@ DATALOADER_LIB  := $(BUILD)/libdataloader.a
 
 $(DATALOADER_LIB): $(DATALOADER_SRCS:%.cpp=$(BUILD)/%.o)
 	@mkdir -p $(@D)
-	$(AR) rcs $@ $^
+	rm -f $@ && $(AR) rcs $@ $^
 
 DATALOADER_TEST := $(BUILD)/test/dataloader/dataloader_test
 $(DATALOADER_TEST): $(BUILD)/test/dataloader/shard_test.o $(BUILD)/test/dataloader/dataloader_test.o \

@@ -19,7 +19,7 @@ $(BUILD)/distributed/%.o: CPPFLAGS += $(MPI_CPPFLAGS)
 
 $(DISTRIBUTED_LIB): $(DISTRIBUTED_OBJS)
 	@mkdir -p $(@D)
-	rm -f $@ && ar rcs $@ $^
+	rm -f $@ && $(AR) rcs $@ $^
 
 # The NCCL communicator (distributed/comm_nccl.cpp) -> build/libdistributed_nccl.a, built only
 # where the CUDA toolkit's headers (with nccl.h) are. One object for both links:
@@ -40,7 +40,7 @@ DISTRIBUTED_NCCL_LIB := $(BUILD)/libdistributed_nccl.a
 $(BUILD)/distributed/comm_nccl.o: CPPFLAGS += -isystem $(NCCL_INC_DIR) -isystem $(CUDA_HOME)/include
 $(DISTRIBUTED_NCCL_LIB): $(BUILD)/distributed/comm_nccl.o
 	@mkdir -p $(@D)
-	rm -f $@ && ar rcs $@ $^
+	rm -f $@ && $(AR) rcs $@ $^
 endif
 
 # Launch check: every rank prints its layout after checking each collective.

@@ -49,7 +49,7 @@ $(BUILD)/emu/nccl.o $(BUILD)/emu/nccl_socket.o $(BUILD)/emu/nccl_faults.o: CPPFL
 
 $(EMU_LIB): $(EMU_OBJS)
 	@mkdir -p $(@D)
-	ar rcs $@ $^
+	rm -f $@ && $(AR) rcs $@ $^
 
 # The GEMM core stays optimised in the ASan library too (its loops are
 # bounds-checked by construction and hold the emulated tests' GEMM time); the
@@ -58,11 +58,11 @@ $(BUILD)/asan/emu/gemm.o: EMU_ASAN_FLAGS := $(OPT) -g $(EMU_SANITIZE) -fno-omit-
 
 $(EMU_ASAN_LIB): $(EMU_ASAN_OBJS)
 	@mkdir -p $(@D)
-	ar rcs $@ $^
+	rm -f $@ && $(AR) rcs $@ $^
 
 $(EMU_NCCL_LIB): $(BUILD)/emu/nccl.o $(BUILD)/emu/nccl_socket.o $(BUILD)/emu/nccl_faults.o
 	@mkdir -p $(@D)
-	ar rcs $@ $^
+	rm -f $@ && $(AR) rcs $@ $^
 
 # ---- ASan variant of any C++/CUDA source ------------------------------------------------------
 $(BUILD)/asan/%.o: %.cpp
@@ -166,7 +166,7 @@ $(BUILD)/profile/emu/%.o: emu/%.cpp
 
 $(EMU_PROFILE_LIB): $(EMU_PROFILE_OBJS)
 	@mkdir -p $(@D)
-	ar rcs $@ $^
+	rm -f $@ && $(AR) rcs $@ $^
 
 # Any .cu file in the profile build: build/profile/X.cu.o
 $(BUILD)/profile/%.cu.o: %.cu

@@ -118,6 +118,7 @@ class GradientSink {
 class FlatGradientSink : public GradientSink {
  public:
   FlatGradientSink(const ParamLayout& layout, Tensor flat) : layout_(layout), flat_(flat) {}
+  FlatGradientSink(ParamLayout&&, Tensor) = delete;  // the layout must outlive the sink
   Tensor grad(int t, int l) override { return layout_.view(flat_, t, l); }
   const Tensor& flat() const { return flat_; }
 

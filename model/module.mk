@@ -6,7 +6,7 @@ MODEL_LIB  := $(BUILD)/libmodel.a
 
 $(MODEL_LIB): $(MODEL_SRCS:%.cpp=$(BUILD)/%.o)
 	@mkdir -p $(@D)
-	$(AR) rcs $@ $^
+	rm -f $@ && $(AR) rcs $@ $^
 
 # ./gpt2_convert: llm.c model file <-> Hugging Face directory. libmodel.a's
 # gpt2.o references the backend interface, hence the CPU backend library.

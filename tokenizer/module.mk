@@ -6,7 +6,7 @@ TOKENIZER_LDLIBS := -lpcre2-8
 # util/checked_io (also in libmodel.a): the tokenizer's file output, standalone.
 $(TOKENIZER_LIB): $(BUILD)/tokenizer/tokenizer.o $(BUILD)/util/checked_io.o
 	@mkdir -p $(@D)
-	$(AR) rcs $@ $^
+	rm -f $@ && $(AR) rcs $@ $^
 
 gpt2_tokenizer: $(BUILD)/tokenizer/gpt2_tokenizer_main.o $(TOKENIZER_LIB)
 	$(CXX) $(LDFLAGS) $^ -o $@ $(TOKENIZER_LDLIBS)

@@ -92,7 +92,8 @@ void DataParallel::allocate_stage2_buffers() {
   // from the plan: same on every rank).
   overlap_stage2_ = overlap_ && plan_.num_layers() > 0 && (!forced || layer_most <= forced);
   overlap_rest_ = overlap_stage2_ && rest_most > 0 && (!forced || rest_most <= forced);
-  if (!overlap_stage2_ || !overlap_rest_) recv_ = backend_.alloc(std::min(std::max(layer_most, rest_most), cap), BufferRole::kGrads);
+  if (!overlap_stage2_ || !overlap_rest_)
+    recv_ = backend_.alloc(std::min(std::max(layer_most, rest_most), cap), BufferRole::kGrads);
   staging_ = std::make_unique<ZeroStaging>(backend_, plan_, layout_, overlap_stage2_ ? 2 : 1);
   if (overlap_stage2_)
     staging_->set_on_unit_done([this](int layer) {

@@ -127,6 +127,7 @@ std::unique_ptr<Tokenizer> sample_tokenizer(const std::string& prompt,
 std::vector<int32_t> prompt_context(const std::string& prompt, const Tokenizer* tok, int vocab_size) {
   std::vector<int32_t> ctx;
   if (!prompt.empty()) {
+    if (!tok) throw std::runtime_error("a prompt needs the GPT-2 vocabulary (scripts/get_gpt2_vocab.sh)");
     for (uint32_t id : tok->encode(prompt)) ctx.push_back(static_cast<int32_t>(id));
   } else {
     ctx.push_back(static_cast<int32_t>(Tokenizer::kEndOfText));

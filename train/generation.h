@@ -13,12 +13,11 @@
 
 #include "distributed/context.h"
 #include "model/gpt2.h"
+#include "tokenizer/tokenizer.h"
 #include "train/options.h"
 #include "util/rng.h"
 
 namespace gpt2 {
-
-class Tokenizer;
 
 // Rounding slack of the nucleus: a cumulative probability within this of p
 // counts as reaching p (softmax of float logits is only that exact).

@@ -4,9 +4,11 @@
 TRAIN_SRCS := $(filter-out train/device_link_cuda.cpp,$(wildcard train/*.cpp))
 TRAIN_LIB  := $(BUILD)/libtrain.a
 
+# Every archive rule starts from an empty archive: `ar rcs` alone keeps the
+# members of deleted sources, which then clash with their successors.
 $(TRAIN_LIB): $(TRAIN_SRCS:%.cpp=$(BUILD)/%.o)
 	@mkdir -p $(@D)
-	$(AR) rcs $@ $^
+	rm -f $@ && $(AR) rcs $@ $^
 
 # Everything the trainer links, in dependency order.
 TRAINER_LIBS := $(TRAIN_LIB) $(MODEL_LIB) $(BACKEND_CPU_LIB) $(DATALOADER_LIB) $(TOKENIZER_LIB) $(DISTRIBUTED_LIB)
@@ -22,7 +24,7 @@ TRAINER_CUDA_OBJ := $(BUILD)/train/device_link_cuda.o
 TRAIN_LIB_NO_LOOP := $(BUILD)/libtrain_parts.a
 $(TRAIN_LIB_NO_LOOP): $(patsubst %.cpp,$(BUILD)/%.o,$(filter-out train/device_link_none.cpp,$(TRAIN_SRCS)))
 	@mkdir -p $(@D)
-	$(AR) rcs $@ $^
+	rm -f $@ && $(AR) rcs $@ $^
 # The CUDA-capable trainers move device buffers between ranks with the NCCL
 # communicator (distributed/comm_nccl.h): its library goes before libdistributed.a
 # (it implements that library's Communicator), and the program links NCCL itself:

@@ -15,9 +15,9 @@
 
 #include "distributed/preempt.h"
 #include "train/device_link.h"
+#include "train/generation.h"
 #include "train/memory_plan.h"
 #include "train/run_plan.h"
-#include "train/generation.h"
 #include "train/test_hooks.h"
 #include "train/training_run.h"
 

@@ -152,23 +152,23 @@ bool is_directory(const std::string& path) {
   return stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
 }
 
-void check_output_path(const std::string& flag, const std::string& path, bool is_directory) {
+void check_output_path(const std::string& flag, const std::string& path, bool directory_output) {
   const std::string what = flag + " " + path;
   if (path.empty()) return;
-  if (!is_directory && (path == "-" || exists_not_regular(path))) {
+  if (!directory_output && (path == "-" || exists_not_regular(path))) {
     if (path != "-" && access(path.c_str(), W_OK) != 0)
       throw std::runtime_error(what + ": not writable: " + errno_text());
     return;
   }
   std::string dir = path;
-  if (!is_directory) {
+  if (!directory_output) {
     const std::string target = replaced_path(path);
     const size_t slash = target.find_last_of('/');
     dir = slash == std::string::npos ? "." : (slash == 0 ? "/" : target.substr(0, slash));
   }
   struct stat st;
   if (stat(dir.c_str(), &st) != 0) {
-    if (!is_directory) throw std::runtime_error(what + ": directory " + dir + " does not exist");
+    if (!directory_output) throw std::runtime_error(what + ": directory " + dir + " does not exist");
     try {
       make_directories(dir);
     } catch (const std::exception& e) {

@@ -60,8 +60,8 @@ std::string base_name(const std::string& path);  // what follows the last '/' (a
 // Checks at start that an output can be written later: PATH itself when it is
 // "-" or exists as a non-regular file, else the directory it goes in (for a
 // directory output, PATH itself, created now when missing). The error names the
-// flag, the path and why.
-void check_output_path(const std::string& flag, const std::string& path, bool is_directory);
+// flag, the path and why. `directory_output`: PATH names a directory to write into.
+void check_output_path(const std::string& flag, const std::string& path, bool directory_output);
 void make_directories(const std::string& path);  // mkdir -p; error names the path
 void fsync_directory(const std::string& dir);
 std::string read_text_file(const std::string& path);

@@ -20,7 +20,7 @@ $(CUDA_BACKEND_EMU_OBJ): $(CUDA_BACKEND_SRC)
 
 $(CUDA_BACKEND_EMU_LIB): $(CUDA_BACKEND_EMU_OBJ)
 	@mkdir -p $(@D)
-	$(AR) rcs $@ $^
+	rm -f $@ && $(AR) rcs $@ $^
 
 # ---- tests (emulation; the ASan variant instruments the backend, the tests and the harness) ----
 KCUDA_TEST_SRCS := $(sort $(wildcard test/backend_cuda/*.cpp))
