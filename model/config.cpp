@@ -3,7 +3,6 @@
 #include <cstdlib>
 #include <sstream>
 #include <stdexcept>
-#include <vector>
 
 namespace gpt2 {
 

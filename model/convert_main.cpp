@@ -5,7 +5,6 @@
 #include <sys/resource.h>
 
 #include <cstdio>
-#include <cstring>
 #include <stdexcept>
 #include <string>
 

@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstring>
 #include <dirent.h>
+#include <regex>
 #include <sstream>
 #include <stdexcept>
 #include <sys/stat.h>
@@ -38,7 +39,18 @@ std::vector<std::string> entries_of(const std::string& dir) {
   return names;
 }
 
-// `name` is PREFIX_<step>...: its step.
+// The step of a checkpoint file's name: DONE_N, model_N.bin or state_N_R.bin,
+// N and R digits only (at most 12: no overflow). false for any other name.
+bool step_of_file_name(const std::string& name, uint64_t* step) {
+  static const std::regex kName(R"(DONE_(\d{1,12})|model_(\d{1,12})\.bin|state_(\d{1,12})_\d{1,12}\.bin)");
+  std::smatch m;
+  if (!std::regex_match(name, m, kName)) return false;
+  for (size_t i = 1; i < m.size(); i++)
+    if (m[i].matched) *step = std::stoull(m[i].str());
+  return true;
+}
+
+// `name` is PREFIX_<step>... (leftovers such as DONE_N.tmp too): its step.
 bool step_of(const std::string& name, const char* prefix, uint64_t* step) {
   return std::sscanf(name.c_str(), (std::string(prefix) + "_%" SCNu64).c_str(), step) == 1;
 }
@@ -79,8 +91,7 @@ std::vector<uint64_t> CheckpointDir::complete_steps() const {
   std::vector<uint64_t> steps;
   for (const std::string& name : entries_of(dir_)) {
     uint64_t step;
-    char tail;
-    if (std::sscanf(name.c_str(), "DONE_%" SCNu64 "%c", &step, &tail) == 1) steps.push_back(step);
+    if (name.rfind("DONE_", 0) == 0 && step_of_file_name(name, &step)) steps.push_back(step);
   }
   std::sort(steps.begin(), steps.end());
   return steps;
@@ -347,35 +358,6 @@ void load_resharded_moments(const CheckpointDir& ckpt, uint64_t step, uint32_t o
 // ---------------------------------------------------------------- which checkpoint --resume continues
 
 namespace {
-
-// Reads digits at *pos (at least one) into *value and moves past them.
-bool take_digits(const std::string& s, size_t* pos, uint64_t* value) {
-  const size_t begin = *pos;
-  *value = 0;
-  for (; *pos < s.size() && s[*pos] >= '0' && s[*pos] <= '9' && *pos - begin < 12; ++*pos)
-    *value = *value * 10 + static_cast<uint64_t>(s[*pos] - '0');
-  return *pos > begin && (*pos == s.size() || s[*pos] < '0' || s[*pos] > '9');
-}
-
-// The step of a checkpoint file's name: DONE_N, model_N.bin or state_N_R.bin
-// (N and R digits only). false for any other name.
-bool step_of_file_name(const std::string& name, uint64_t* step) {
-  uint64_t rank = 0;
-  size_t pos = 0;
-  if (name.rfind("DONE_", 0) == 0) {
-    pos = 5;
-    return take_digits(name, &pos, step) && pos == name.size();
-  }
-  if (name.rfind("model_", 0) == 0) {
-    pos = 6;
-    return take_digits(name, &pos, step) && name.compare(pos, std::string::npos, ".bin") == 0;
-  }
-  if (name.rfind("state_", 0) != 0) return false;
-  pos = 6;
-  if (!take_digits(name, &pos, step) || name.compare(pos, 1, "_") != 0) return false;
-  pos++;
-  return take_digits(name, &pos, &rank) && name.compare(pos, std::string::npos, ".bin") == 0;
-}
 
 std::string describe(const CheckpointDir& dir, uint64_t step) {
   return "checkpoint step " + std::to_string(step) + " in " + dir.dir();
