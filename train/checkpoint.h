@@ -71,20 +71,17 @@ class CheckpointDir {
   void complete_checkpoint(Communicator& comm, uint64_t step, uint32_t zero_stage,
                            const FileDigest& my_state) const;
 
-  // Re-hashes the files the marker of `step` names. Returns "" when all match,
-  // else what is wrong, naming the file ("model_00000100.bin checksum
-  // mismatch (expected xxh64 ..., got ...)", "... is missing", "DONE_00000100
-  // is corrupt ..."). An old marker without checksums passes when its files
-  // exist, with a line in *note.
+  // Re-hashes the files the marker of `step` names: "" when all match, else
+  // what is wrong, naming the file ("model_00000100.bin checksum mismatch
+  // (expected xxh64 ..., got ...)", "... is missing", "DONE_00000100 is corrupt
+  // ..."). An old marker without checksums passes if its files exist (*note says so).
   std::string verify(uint64_t step, std::string* note = nullptr) const;
 
-  // Collective. Rank 0 picks the checkpoint to resume from and every rank gets
-  // its step (-1: none, start fresh): the newest complete one, verified. When
-  // it fails verification, throws naming the file and the newest older
-  // checkpoint that verifies - or, with `fallback`, warns loudly through
-  // `note`, renames the markers of the failed newer checkpoints to
-  // DONE_N.corrupt (so they are neither resumed nor counted by prune) and
-  // returns that older step.
+  // Collective: rank 0 picks the newest complete checkpoint, verified; every rank
+  // gets its step (-1: none, start fresh). If it fails verification, throws
+  // naming the file and the newest older one that verifies - or, with
+  // `fallback`, warns loudly through `note`, renames the failed newer markers to
+  // DONE_N.corrupt (neither resumed nor counted by prune) and returns that step.
   int64_t select_resume_step(Communicator& comm, bool fallback, const Notify& note) const;
 
   // Keeps the newest `keep` complete checkpoints (0 = all) and removes files of
@@ -93,8 +90,8 @@ class CheckpointDir {
   // `protect` (--keep-best's best one; -1: none) nor a milestone's files.
   void prune(int keep, uint64_t written, int64_t protect = -1) const;
   // Removes every checkpoint (markers first, then model_N/state_N files,
-  // milestone tags and leftovers; DIR/model.bin too): a new run replacing the old one. Returns the
-  // complete steps it removed.
+  // milestone tags, leftovers, DIR/model.bin): a new run replacing the old one.
+  // Returns the complete steps it removed.
   std::vector<uint64_t> remove_all() const;
 
  private:
@@ -104,19 +101,18 @@ class CheckpointDir {
 };
 
 // Gathers the AdamW moments of [begin, end) from the state files of a
-// checkpoint written by `old_world` ranks (any ZeRO stage), so a run can
-// resume with a different world size or stage.
-// Master weights are gathered too when every state file has them (else `master` ends empty).
+// checkpoint written by `old_world` ranks (any ZeRO stage), so a run can resume
+// at another world size or stage; master weights too when every state file has
+// them (else `master` ends empty).
 void load_resharded_moments(const CheckpointDir& ckpt, uint64_t step, uint32_t old_world, uint64_t begin,
                             uint64_t end, std::vector<float>* m, std::vector<float>* v, std::vector<float>* master);
 
 // ---------------------------------------------------------------- which checkpoint --resume continues
 
-// Which checkpoint --resume continues: the newest complete one in --output-dir
-// (plain --resume), or the one --resume-from PATH / --resume PATH names (HF's
-// resume_from_checkpoint=PATH): a checkpoint directory (its newest complete
-// checkpoint) or one checkpoint of it, by its completion marker DONE_N or one
-// of its files (model_N.bin, state_N_R.bin).
+// The newest complete checkpoint in --output-dir (plain --resume), or the one
+// --resume-from PATH / --resume PATH names (HF's resume_from_checkpoint=PATH):
+// a checkpoint directory (its newest complete checkpoint) or one checkpoint in
+// it, by its marker DONE_N or one of its files (model_N.bin, state_N_R.bin).
 
 struct CheckpointRef {
   std::string dir;    // the checkpoint directory
@@ -127,12 +123,10 @@ struct CheckpointRef {
 // that is neither a directory nor a checkpoint file's is an error naming it.
 CheckpointRef parse_checkpoint_ref(const std::string& path);
 
-// Collective: rank 0 checks the checkpoint `ref` names in `dir` and every rank
-// gets its step. It must be complete (its marker exists) and verify against
-// its marker's checksums; else an error naming the checkpoint and what is wrong
-// (incomplete: no marker; marked corrupt; a file's checksum, ...). A directory
-// without any complete checkpoint is an error too (plain --resume starts fresh
-// there instead).
+// Collective: rank 0 checks the checkpoint `ref` names in `dir`, every rank gets
+// its step. It must be complete and verify against its marker, else an error
+// names it and what is wrong (no marker, marked corrupt, a file's checksum, ...);
+// so does a directory without a complete checkpoint (plain --resume starts fresh).
 uint64_t select_named_checkpoint(Communicator& comm, const CheckpointDir& dir, const CheckpointRef& ref,
                                  const Notify& note);
 

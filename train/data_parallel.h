@@ -1,43 +1,40 @@
-// Data parallelism with ZeRO stages 0/1/2, on whatever memory the backend
-// owns, over one communicator, `buffers`: it moves the backend's tensors
-// (gradients, parameters) and the gradient norm's fp64 partial sums, which stay
-// in the backend's memory: the MPI communicator for host memory (CPU backend),
-// the NCCL communicator for device memory (CUDA backend). The element type of
-// each call follows the tensors (Tensor::elem_bytes: 4 -> kFloat32, 2 ->
-// kBFloat16). The trainer's host scalars (losses) go over its own host
-// communicator, outside this class.
+// Data parallelism with ZeRO stages 0/1/2 on the backend's memory, over one
+// communicator, `buffers`: it moves the backend's tensors (gradients,
+// parameters) and the gradient norm's fp64 partial sums where they live: MPI
+// for host memory (CPU backend), NCCL for device memory (CUDA backend). Each
+// call's element type follows the tensors (comm_data_type). The trainer's host
+// scalars (losses) go over its own host communicator, outside this class.
 //
 //   stage 0: full gradients all-reduced (averaged); every rank updates every
 //            parameter with its own full optimizer state.
 //   stage 1: full gradients reduce-scattered (averaged) at the end of the step;
-//            each rank keeps AdamW state for its shard only, updates it, and the
-//            parameters are all-gathered.
-//   stage 2: as 1, but no full gradient buffer exists: the model's backward
-//            writes one layer's gradients at a time into this class's staging
-//            (train/zero_staging.h; the model is GradMode::kExternal) and,
-//            right after each layer's backward, that unit is reduce-scattered
-//            and added into this rank's gradient shard. Correct with
-//            accumulation: every micro-step adds its reduced unit into the
-//            shard. The tied wte/lm_head gradient (a third of d12) is never
-//            staged whole: after the backward it is built in vocabulary chunks
-//            in the layer buffers (GPT2::wte_grad_chunk) and each chunk is
-//            exchanged like a layer, so the gradient memory is 1/N of the
-//            parameters plus a window of one (two, overlapped) layer buffers.
+//            each rank keeps and updates AdamW state for its shard only, then
+//            the parameters are all-gathered.
+//   stage 2: as 1, but without a full gradient buffer: the backward writes one
+//            layer's gradients at a time into this class's staging
+//            (train/zero_staging.h; GradMode::kExternal), and each unit is
+//            reduce-scattered right after its layer's backward and added into
+//            this rank's shard (every micro-step adds, so accumulation works).
+//            The tied wte/lm_head gradient (a third of d12) is never staged
+//            whole: after the backward it is built in vocabulary chunks in the
+//            layer buffers (GPT2::wte_grad_chunk), each exchanged like a layer.
+//            Gradient memory: 1/N of the parameters plus one (two, overlapped)
+//            layer buffers.
 // Overlap (device buffers, world > 1; docs/distributed.md "Overlap"):
-//   stage 2: two layer buffers, used alternately; layer l's exchange is
-//            issued asynchronously and waited for (device-side) only after
-//            layer l-1's backward has been issued, just before layer l-2
-//            reuses its buffer; the received part is added then. The wte
-//            chunks alternate between the two buffers the same way. The last
+//   stage 2: two layer buffers, used alternately (the wte chunks too); layer
+//            l's exchange is issued asynchronously and waited for (device-side)
+//            only after layer l-1's backward is issued, just before layer l-2
+//            reuses its buffer; the received part is added then. The last
 //            exchanges (final chunks, rest unit) are waited for only by the
-//            next backward() or reduce_gradients(): they run beside the
-//            next micro-step's forward.
+//            next backward() or reduce_gradients(), so they run beside the next
+//            micro-step's forward.
 //   stages 0/1: in the last micro-step's backward, buckets of consecutive
 //            layers (>= GPT2_DP_BUCKET_BYTES, default 25 MiB) are reduced
 //            asynchronously as soon as final; reduce_gradients waits for them.
 //            A model that fits one bucket is reduced in one call at the end.
 // The global gradient norm is computed once per step: each rank squares its
-// shard (stage 0: the whole, identical everywhere) and one all-reduce sums.
+// shard and one all-reduce sums (stage 0: the whole gradient, identical
+// everywhere, no all-reduce).
 #ifndef TRAIN_DATA_PARALLEL_H
 #define TRAIN_DATA_PARALLEL_H
 
@@ -54,12 +51,9 @@ namespace gpt2 {
 
 class DataParallel {
  public:
-  // `buffers` moves the backend's memory (gradients, parameters, the gradient
-  // norm's sum): a host communicator for a host backend, NCCL for the CUDA one.
   DataParallel(Backend& backend, Communicator& buffers, const ParamLayout& layout, int zero_stage);
-  // Whether the backend's buffers go through `buffers` at all: with several
-  // ranks, and for ZeRO-2's unit exchange also at one. Else a host
-  // communicator does, whatever the backend's memory.
+  // Whether the backend's buffers go through `buffers`: with several ranks, and
+  // at one for ZeRO-2's unit exchange. Else a host communicator moves them.
   static bool buffers_travel(int world, int zero_stage) { return world > 1 || zero_stage == 2; }
   ~DataParallel();
   DataParallel(const DataParallel&) = delete;
@@ -74,27 +68,23 @@ class DataParallel {
   size_t opt_begin() const { return opt_begin_; }
   size_t opt_end() const { return opt_end_; }
 
-  // Step protocol: begin_step, then per micro-step model.forward + backward
-  // (here), then reduce_gradients, queue_grad_clip, grad_norm (after the
-  // step's host wait), optimizer on shard_grads with clip_state(),
-  // gather_params.
+  // Step protocol: begin_step; per micro-step model.forward + backward (here);
+  // reduce_gradients, queue_grad_clip, grad_norm (after the step's host wait),
+  // optimizer on shard_grads with clip_state(), gather_params.
   void begin_step();
-  // The model's backward of its last (training) forward, a B x T batch, with
-  // this stage's gradient traffic: stages 0/1 reduce buckets during the last
-  // micro-step's backward (device buffers, several buckets); stage 2 first
-  // makes the compute stream wait for the previous micro-step's exchanges
-  // (whose buffers the backward overwrites), then exchanges every unit as it
-  // is final, and the wte chunks after it.
+  // The backward of the model's last (training) forward, a B x T batch, with
+  // this stage's traffic (see Overlap above); stage 2 first makes the compute
+  // stream wait for the previous micro-step's exchanges, whose buffers the
+  // backward overwrites.
   void backward(GPT2& model, int B, int T, bool last_micro_step = false);
   // Stages 0/1: waits (device-side) for the buckets the last backward issued,
   // or reduces the whole gradient now. Stage 2: waits for the exchanges still
   // in flight and adds them into the shard.
   void reduce_gradients(GPT2& model);
   Tensor shard_grads(GPT2& model) const;  // gradients of [opt_begin, opt_end)
-  // Queues, on the backend, the global gradient norm's sum of squares (this
-  // rank's shard all-reduced over the ranks at stages 1/2, on the buffers'
-  // communicator) and the AdamW scale of clipping to max_norm (<= 0: none)
-  // into clip_state(): no host wait (Backend::clip_scale).
+  // Queues on the backend, with no host wait (Backend::clip_scale), the global
+  // gradient norm's sum of squares (see above; on `buffers`) and the AdamW
+  // scale clipping to max_norm (<= 0: none) into clip_state().
   void queue_grad_clip(GPT2& model, float max_norm);
   Tensor clip_state() const { return clip_; }
   double grad_norm();  // of the last queue_grad_clip (Backend::read_clip)
@@ -160,9 +150,8 @@ class DataParallel {
 // The ZeroPlan tensor list of a model layout (names, sizes, stacking).
 std::vector<ParamTensorSpec> zero_tensor_specs(const ParamLayout& layout);
 
-// The communicated element type of a floating-point buffer of this element
-// size: 4 -> kFloat32, 2 -> kBFloat16 (the CUDA backend's bf16 storage).
-// Throws std::runtime_error for any other size.
+// The communicated type of a float buffer by element size: 4 -> kFloat32,
+// 2 -> kBFloat16 (the CUDA backend's bf16 storage); else std::runtime_error.
 DataType comm_data_type(uint32_t elem_bytes);
 
 }  // namespace gpt2

@@ -29,13 +29,11 @@ struct LrSchedule {
   bool operator==(const LrSchedule& o) const;
 };
 
-// The schedule a resumed run uses, and in *source why (for the log line).
-//   stored: the schedule in the checkpoint's state file (the original run's),
-//           nullptr for a state file that predates stored schedules;
-//   from_flags: the one this run's flags define (over its --max-steps);
-//   reset: --reset-schedule.
-// The stored one wins unless reset or missing, so extending --max-steps on
-// resume continues the original schedule instead of restarting a longer one.
+// The schedule a resumed run uses, and in *source why (for the log line):
+// `stored` (the original run's, from the state file; nullptr if the file
+// predates stored schedules) wins over `from_flags` (over this run's
+// --max-steps) unless missing or `reset` (--reset-schedule), so extending
+// --max-steps on resume continues the original schedule, not a longer new one.
 LrSchedule resume_schedule(const LrSchedule& from_flags, const LrSchedule* stored, bool reset,
                            std::string* source);
 

@@ -23,9 +23,9 @@ class AdamW {
   AdamW(const AdamW&) = delete;
   AdamW& operator=(const AdamW&) = delete;
 
-  // Backends that store parameters below fp32 (bf16) get an fp32 master copy
-  // of [begin, end), initialised from `params`; AdamW updates the master and
-  // rounds it into params. A no-op for fp32 parameters.
+  // Parameters stored below fp32 (bf16) get an fp32 master copy of [begin, end),
+  // initialised from `params`: AdamW updates it and rounds it into params.
+  // A no-op for fp32 parameters.
   void attach_master(Tensor params);
   // attach_master's allocation alone (the memory plan of --dry-run).
   void reserve_master(Tensor params);

@@ -1,17 +1,11 @@
-// The run plan and what it is made of, worked out from the options before
-// anything is allocated:
-//   * the backend of --device/--dtype and the weights of --model FILE|HF_DIR or
-//     --init-from PATH, which the modes that only run a trained model
-//     (--eval-only, --generate) share with training, and their one assembly,
-//     TrainedModel (what differs between the CPU-only and the CUDA-capable
-//     programs is linked in: train/device_link.h);
-//   * the run's pieces from its flags: the batch shape (the T cap, the global
-//     batch a resumed checkpoint carries, the micro-batches per step), the data
-//     loader, dropout, AdamW, the learning-rate schedule, the run length;
-//   * RunPlan, all of it for one world size, and RunAssembly, the parts built on
-//     it. Training, --dry-run and the memory check before training build the
-//     same plan and on it the same parts: what --dry-run prints is what
-//     training allocates.
+// The run plan, worked out from the options before anything is allocated: the
+// backend and weights (shared with the model-only modes --eval-only and
+// --generate, which assemble them as TrainedModel; the CPU-only and
+// CUDA-capable programs differ in what is linked in: train/device_link.h), the
+// run's pieces from its flags, and RunPlan, all of it for one world size, with
+// RunAssembly, the parts built on it. Training, --dry-run and the memory check
+// before training build the same plan and parts: what --dry-run prints is what
+// training allocates.
 #ifndef TRAIN_RUN_PLAN_H
 #define TRAIN_RUN_PLAN_H
 
@@ -45,9 +39,8 @@ namespace gpt2 {
 // the GPU of its local rank); --dtype bf16 on the CPU backend is refused.
 std::unique_ptr<Backend> make_run_backend(const TrainOptions& o, const DistContext& dist);
 
-// A backend that allocates nothing but counts what the backend of --device and
-// --dtype would (--dry-run): --device auto means the CUDA backend when this
-// binary has it (a dry run plans GPU jobs), else the CPU one.
+// Counts without allocating what the --device/--dtype backend would (--dry-run);
+// --device auto: CUDA when built in (a dry run plans GPU jobs), else CPU.
 std::unique_ptr<SizingBackend> make_sizing_backend(const TrainOptions& o);
 
 // --tf32 on|off|auto resolved (auto: train/device_link.h's gpu_tf32_default()).
@@ -69,23 +62,19 @@ GPT2Config requested_config(const TrainOptions& o, bool* from_file);
 // True when --model names a dN preset (not an existing file or directory).
 bool names_preset(const std::string& model);
 
-// --init-from PATH as a --model path: a checkpoint directory (one with
-// completion markers) gives its newest complete checkpoint's model file, after
-// checking it against the marker's checksum; a model file or a Hugging Face
-// directory is used as it is. Anything else is an error naming PATH.
+// --init-from PATH as a --model path: a checkpoint directory (one with markers)
+// gives its newest complete checkpoint's model file, checked against its marker;
+// a model file or HF directory is used as is; anything else is an error naming PATH.
 std::string resolve_init_from(const std::string& path);
 
-// The weights a model-only mode loads: --init-from PATH resolved like training
-// does (a checkpoint directory means its newest complete checkpoint's model
-// file, checked against its marker), else --model FILE|HF_DIR. A dN preset is
-// refused: `mode` ("--eval-only") names the mode in the message.
+// The weights a model-only mode loads: --init-from resolved as above, else
+// --model FILE|HF_DIR. A dN preset is refused, naming `mode` ("--eval-only").
 std::string weights_path(const TrainOptions& o, const std::string& mode);
 
-// The one assembly of the modes that only run trained weights (--eval-only,
-// --generate): the backend of --device/--dtype and the weights of
-// weights_path(o, mode), then load(B, T): a forward-only model
-// (GradMode::kNone: no gradient, optimizer or backward memory) of batches up
-// to B x T holding them (the host copy of the parameters is released).
+// The model-only modes' one assembly: the --device/--dtype backend and the
+// weights of weights_path(o, mode); load(B, T) builds a forward-only model
+// (GradMode::kNone: no gradient, optimizer or backward memory) for batches up
+// to B x T and releases the host copy of the parameters.
 struct TrainedModel {
   TrainedModel(const TrainOptions& o, const DistContext& dist, const std::string& mode);
   GPT2& load(int B, int T);
@@ -95,10 +84,9 @@ struct TrainedModel {
   std::unique_ptr<GPT2> model;
 };
 
-// Micro-batches per optimizer step: total_batch tokens over tokens_per_micro =
-// B*T*world, which must divide it into a positive count of at most
-// kMaxGradAccum (else an error naming --total-batch-tokens). Training and
-// --dry-run use it alike.
+// Micro-batches per optimizer step: total_batch / tokens_per_micro (B*T*world),
+// which must divide it into 1..kMaxGradAccum (else an error naming
+// --total-batch-tokens). Training and --dry-run use it alike.
 constexpr int64_t kMaxGradAccum = int64_t{1} << 20;
 int grad_accum_for(int64_t total_batch, int64_t tokens_per_micro);
 
@@ -111,36 +99,32 @@ struct BatchShape {
   int grad_accum = 1;
 };
 
-// The rank-0 state file header of the checkpoint that --resume would continue
-// from, the named one or the newest complete one (read before that checkpoint
-// is verified, for the defaults it carries: the global batch). false: no such
-// checkpoint.
+// The rank-0 state file header of the checkpoint --resume would continue (the
+// named or newest complete one), read before it is verified, for the global
+// batch it carries. false: no such checkpoint.
 bool peek_resume_state(const TrainOptions& o, TrainState* st, std::string* path);
 
 // --seq-len capped to the model's max_seq, with the note saying so ("" when
 // not capped): training's T (batch_shape) and --eval-only's window.
 int capped_seq_len(const TrainOptions& o, const GPT2Config& cfg, std::string* note);
 
-// `stored`: the header of the checkpoint being resumed (nullptr: none), read
-// from `stored_path`. Its global batch is the default when --total-batch-tokens
-// is not given, so a run resumed on another number of ranks keeps its tokens
-// per step (more or fewer micro-batches). A resumed run is checked against it
-// here, before anything is allocated.
+// `stored` (nullptr: none): the resumed checkpoint's header, read from
+// `stored_path`. Its global batch is the default without --total-batch-tokens,
+// so a run resumed on another number of ranks keeps its tokens per step; the
+// run is checked against it here, before anything is allocated.
 BatchShape batch_shape(const TrainOptions& o, const GPT2Config& cfg, int world, const TrainState* stored,
                        const std::string& stored_path, TrainLogger& log);
-// The one check of a resumed batch: the checkpoint's B, T and global batch
-// (tokens per step) are the run's, and the global batch splits into B*T*world
-// micro-batches. Run on the planned checkpoint's header (batch_shape) and on
-// the one actually loaded (`source` names it in the error).
+// The one check of a resumed batch: the checkpoint's B, T and global batch are
+// the run's, and the global batch splits into B*T*world micro-batches. Run on
+// the planned checkpoint's header (batch_shape) and on the loaded one (`source` names it).
 void check_resumed_batch(const TrainState& st, const BatchShape& s, int world, const std::string& source);
 
 DataLoaderOptions train_loader_options(const TrainOptions& o, const BatchShape& s, const DistContext& dist,
                                        int vocab_size);
-// The dropout of a training run and, for the banner, where each rate comes
-// from: --dropout's rates, the others the model's, `o.model` being the weights
-// the run starts from (--init-from resolved by plan_training_run). A Hugging
-// Face directory's config.json gives them (read_hf_dropout); an llm.c model
-// file or a dN preset has none: 0.
+// A training run's dropout and, for the banner, each rate's source: --dropout's
+// rates, the rest the model's (`o.model`, --init-from resolved by
+// plan_training_run): a HF directory's config.json (read_hf_dropout); an llm.c
+// model file or dN preset has none: 0.
 struct RunDropout {
   DropoutRates rates;
   std::string described;  // "embd 0.1, resid 0.1, attn 0.1 (from DIR/config.json)"
@@ -162,19 +146,18 @@ void require_finite(const std::vector<float>& v, const std::string& what);
 
 // ---------------------------------------------------------------- the run length
 
-// How many optimizer steps a training run takes: --max-steps N, or --epochs E
-// (HF's num_train_epochs, fractional), or one epoch. As in HF's Trainer, a
-// positive --max-steps overrides --epochs.
+// A training run's optimizer steps: a positive --max-steps N (it overrides
+// --epochs, as in HF's Trainer), else --epochs E (HF's num_train_epochs,
+// fractional), else one epoch.
 struct RunLength {
   int steps = 0;
   std::string why;  // for the banner: "--epochs 2.5 = ceil(2.5 x 120 steps/epoch)"
 };
 
-// max_steps: the flag (-1: not given); epochs: the flag (0: not given);
-// steps_per_epoch: optimizer steps in one pass over the training data at this
-// global batch. --epochs E takes ceil(E x steps_per_epoch) steps (HF's
-// math.ceil(num_train_epochs * num_update_steps_per_epoch)). An error when
-// that is under one step or over 2^30.
+// max_steps -1 / epochs 0: flag not given; steps_per_epoch: optimizer steps per
+// pass over the training data at this global batch. --epochs E takes
+// ceil(E x steps_per_epoch) steps (HF's math.ceil(num_train_epochs *
+// num_update_steps_per_epoch)); under one step or over 2^30 is an error.
 RunLength run_length(int max_steps, double epochs, int64_t steps_per_epoch);
 
 // ---------------------------------------------------------------- the plan and its parts
@@ -190,7 +173,6 @@ struct RunPlan {
   TrainState resume_state;   // header of the checkpoint --resume is expected to pick
   std::string resume_state_path;  // its rank-0 state file
 
-  // Whether the backend's buffers go through a communicator at all.
   bool buffers_travel() const { return DataParallel::buffers_travel(world, opts.zero_stage); }
   // The same run at world size w: only the batch shape is worked out again
   // (a resumed global batch splits differently); nothing is read again.
@@ -202,11 +184,10 @@ struct RunPlan {
 RunPlan plan_training_run(const TrainOptions& o, int world, TrainLogger& log);
 
 // The parts a run of `plan` builds on `backend`, in the one order every run
-// uses: the ZeRO plan and the placement of gradients (DataParallel), the model
-// (allocated as DataParallel says), AdamW on this rank's shard with its fp32
-// master weights reserved (bf16), and one deferred-loss slot per micro-batch.
-// `buffers` moves the backend's memory (DataParallel); --dry-run passes a
-// communicator that only knows its world.
+// uses: DataParallel (ZeRO plan, gradient placement), the model (allocated as
+// it says), AdamW on this rank's shard (fp32 master weights reserved for bf16),
+// one deferred-loss slot per micro-batch. `buffers`: as DataParallel's; --dry-run
+// passes a communicator that only knows its world.
 struct RunAssembly {
   RunAssembly(Backend& backend, Communicator& buffers, const RunPlan& plan);
   DataParallel dp;

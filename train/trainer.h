@@ -8,12 +8,12 @@
 
 namespace gpt2 {
 
-// Runs a whole training job on this rank (every rank calls it). Returns the process exit code; user-facing
-// errors are thrown as std::runtime_error (main prints them and exits 1).
-// `comm` is the host-memory (MPI) communicator: it carries host scalars (loss,
-// gradient norm, stop check, barriers around checkpoint files) and, for a host
-// backend, the buffers too; a CUDA backend on several ranks (or at ZeRO-2) gets
-// an NCCL communicator for its buffers, bootstrapped through `comm`.
+// Runs a whole training job on this rank (every rank calls it); returns the
+// exit code. User-facing errors throw std::runtime_error (main prints, exits 1).
+// `comm`, the host (MPI) communicator, carries host scalars (loss, gradient
+// norm, stop check, checkpoint barriers) and a host backend's buffers; a CUDA
+// backend on several ranks (or at ZeRO-2) gets an NCCL communicator for its
+// buffers, bootstrapped through `comm`.
 int run_training(const TrainOptions& opts, const DistContext& dist, Communicator& comm);
 
 }  // namespace gpt2

@@ -37,9 +37,8 @@ inline double seconds_since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
-// The communicator for the backend's buffers when the host one (MPI) cannot
-// move them; nullptr when it can. A device backend needs one as soon as
-// buffers travel: several ranks, or ZeRO-2's unit exchange (also at one rank).
+// The buffers' communicator when the host one (MPI) cannot move them: a device
+// backend whose buffers travel (DataParallel::buffers_travel). Else nullptr.
 std::unique_ptr<Communicator> make_buffer_communicator(Backend& backend, Communicator& host, const RunPlan& plan);
 
 // The host communicator (MPI: loss, gradient norm, stop check, barriers) and

@@ -1,13 +1,12 @@
-// ZeRO-2's gradient staging: the sink a GradMode::kExternal model's backward
-// writes into. No full gradient buffer exists; the backward fills one layer's
-// unit buffer at a time (two used alternately, layer l in buffer l % 2, when
-// the exchange of one may still read it while the next layer's backward
-// writes the other) and the rest unit (wpe, lnfw, lnfb). Each buffer holds
-// its unit packed as ZeroPlan lays it out (the unit's ranges concatenated in
-// flat order), which is the unit's reduce-scatter send buffer as it stands.
-// The tied wte gradient's chunk units take the layer buffers in turn (chunk
-// k in buffer k % 2), built by the caller after the backward
-// (GPT2::wte_grad_chunk): the staging never holds the whole V x C table.
+// ZeRO-2's gradient staging, the sink a GradMode::kExternal model's backward
+// writes into in place of a full gradient buffer: one layer's unit buffer at a
+// time (two used alternately, layer l in buffer l % 2, when one's exchange may
+// still read it while the next layer's backward writes the other), and the
+// rest unit (wpe, lnfw, lnfb). Each buffer holds its unit packed as ZeroPlan
+// lays it out (ranges concatenated in flat order): the unit's reduce-scatter
+// send buffer as it stands. The tied wte gradient's chunk units, built by the
+// caller after the backward (GPT2::wte_grad_chunk), take the layer buffers in
+// turn (chunk k in buffer k % 2): the whole V x C table is never staged.
 #ifndef TRAIN_ZERO_STAGING_H
 #define TRAIN_ZERO_STAGING_H
 
