@@ -213,9 +213,8 @@ void GPT2::init_random(uint64_t seed) {
         base[i] = static_cast<float>(rng.normal() * stddev);
     }
   }
-  // The padded vocab rows of wte are never looked up by real tokens; zero them
-  // so they contribute nothing (their logits only ever meet the classifier's
-  // padded columns, which it ignores).
+  // wte's padded vocab rows: no real token looks them up and the classifier
+  // ignores their logits' columns; zero, they contribute nothing.
   const size_t C = cfg_.channels;
   for (size_t i = static_cast<size_t>(cfg_.vocab_size) * C; i < layout_.numel[kWte]; i++)
     host[layout_.offset[kWte] + i] = 0.0f;
@@ -344,9 +343,8 @@ Tensor GPT2::dropped_gradient(Tensor dres, Tensor scratch, int layer, DropoutMas
   return scratch;
 }
 
-// The embedding, the L blocks and lnf on the uploaded tokens of the current batch.
-// Each residual add runs with the layernorm that reads its sum (ln2; the next
-// layer's ln1, or lnf after the last layer).
+// On the uploaded tokens of the current batch. Each residual add runs with the
+// layernorm that reads its sum (ln2; the next layer's ln1, or lnf after the last).
 void GPT2::forward_layers() {
   const int B = cur_B_, T = cur_T_;
   const int C = cfg_.channels, L = cfg_.num_layers, NH = cfg_.num_heads;
@@ -510,10 +508,10 @@ void GPT2::backward(int B, int T, GradientSink* sink) {
   Tensor dfch = a.dfch.slice(0, N * 4 * C);
 
   // logits hold dlogits now (fused classifier). lm_head backward: d(lnf), then
-  // (kFull) the lm_head part of the tied wte gradient, in the vocabulary
-  // chunks ZeRO-2 uses (same GEMMs, same bits); after this dlogits are dead
-  // and the scratch carved from their buffer may be written. The embedding
-  // part comes at the end (or both parts by the caller's wte_grad_chunk).
+  // (kFull) the tied wte gradient's lm_head part in ZeRO-2's vocabulary chunks
+  // (same GEMMs, same bits); then dlogits are dead and the scratch carved from
+  // their buffer is free. The embedding part comes at the end (or both parts by
+  // the caller's wte_grad_chunk).
   be.matmul_backward(dln, Tensor{}, Tensor{}, a.logits.slice(0, N * Vp), a.lnf.slice(0, N * C),
                      param(kWte), N, C, Vp);
   if (!wte_grad.empty())

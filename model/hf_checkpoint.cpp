@@ -446,9 +446,8 @@ size_t dest_offset(const ParamLayout& lay, const HfTensor& t) {
 
 const char* const kLmHead = "lm_head.weight";
 
-// Older transformers versions saved the attention's causal-mask buffers
-// (h.N.attn.bias [1,1,n_positions,n_positions] and h.N.attn.masked_bias);
-// they are constants, not weights.
+// Older transformers versions saved the causal-mask buffers h.N.attn.bias
+// [1,1,n_positions,n_positions] and h.N.attn.masked_bias: constants, not weights.
 bool is_mask_buffer(const std::string& name, int num_layers) {
   if (name.compare(0, 2, "h.") != 0) return false;
   size_t dot = name.find('.', 2);
@@ -497,10 +496,9 @@ std::vector<HfTensor> check_tensors(const TensorSet& set, const HfConfig& h) {
 
 // ---------------------------------------------------------------- conversion
 
-// src: a [rows, cols] tensor in the file; dst: fp32, the same shape or, for
-// Conv1D weights, its transpose [cols, rows]. The element type is a template
-// argument so the inner loops carry no branch; the transpose is tiled so both
-// sides stay in cache.
+// src: [rows, cols] in the file; dst: fp32, the same shape or (Conv1D) its
+// transpose [cols, rows]. The element type is a template argument so the inner
+// loops carry no branch; the transpose is tiled so both sides stay in cache.
 constexpr int64_t kParallelMin = int64_t{1} << 18;  // below this, threads cost more than they save
 
 template <Dtype D>

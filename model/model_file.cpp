@@ -23,8 +23,7 @@ constexpr int GPT2Config::*kHeaderFields[] = {&GPT2Config::max_seq_len, &GPT2Con
                                               &GPT2Config::num_layers,  &GPT2Config::num_heads,
                                               &GPT2Config::channels,    &GPT2Config::padded_vocab_size};
 
-// A directory is a Hugging Face checkpoint when it holds config.json; any
-// other directory is named as such (InputFile would only say "a directory").
+// A directory without config.json is refused here (InputFile would only say "a directory").
 bool is_hf_path(const std::string& path) {
   if (is_hf_checkpoint_dir(path)) return true;
   if (is_directory(path))

@@ -74,9 +74,8 @@ DataParallel::DataParallel(Backend& backend, Communicator& buffers, const ParamL
 void DataParallel::allocate_stage2_buffers() {
   shard_grads_ = backend_.alloc(plan_.shard_size(), BufferRole::kGrads);
   backend_.zero(shard_grads_);
-  // The slice length must be the same on every rank (the slices are
-  // collectives), so it derives from the plan alone: the largest part any
-  // rank owns of any unit (of a layer unit or wte chunk, and of the rest), capped.
+  // Slices are collectives, so their length derives from the plan alone: the
+  // largest part any rank owns of any unit (layer units and wte chunks; the rest), capped.
   size_t layer_most = 1, rest_most = 0;
   for (int u = 0; u < plan_.num_units(); u++) {
     size_t& most = u == plan_.rest_unit() ? rest_most : layer_most;
@@ -86,10 +85,9 @@ void DataParallel::allocate_stage2_buffers() {
   // slices, and with it the synchronous exchange).
   const size_t forced = env_count("GPT2_ZERO2_SLICE_ELEMS", 0);
   const size_t cap = forced ? forced : kMaxExchangeSlice;
-  // Overlap exchanges each layer unit and wte chunk in one call, into the
-  // receive buffer of its layer buffer (at most one layer's size: the wte is
-  // chunked, so no unit is larger), unless a forced slice is smaller (decided
-  // from the plan: same on every rank).
+  // Overlap exchanges each layer unit and wte chunk in one call into its layer
+  // buffer's receive buffer (the wte is chunked: no unit exceeds a layer), unless
+  // a forced slice is smaller (decided from the plan: same on every rank).
   overlap_stage2_ = overlap_ && plan_.num_layers() > 0 && (!forced || layer_most <= forced);
   overlap_rest_ = overlap_stage2_ && rest_most > 0 && (!forced || rest_most <= forced);
   if (!overlap_stage2_ || !overlap_rest_)
@@ -153,14 +151,13 @@ void DataParallel::issue_bucket(const Tensor& grads, int layer) {
   next_bucket_++;
 }
 
-// Synchronous: each unit is exchanged as it is final, then the rest, then the
-// wte chunks one by one. Overlapped: the backward about to run overwrites
-// every staging buffer, so what is in flight is retired first. Layer l: issue
-// its exchange, then retire layer l+1's (the other buffer, which layer l-1
-// writes next), so layer l+1's exchange ran beside layer l's backward. At the
-// end the wte chunks take the layer buffers in turn (chunk k waits for chunk
-// k-2's exchange), then the rest unit's exchange is issued; what is in flight
-// is retired by the next backward or reduce_gradients.
+// Synchronous: each unit is exchanged once final, then the rest, then the wte
+// chunks. Overlapped: the backward about to run overwrites every staging
+// buffer, so what is in flight is retired first. Layer l issues its exchange,
+// then retires layer l+1's (the buffer layer l-1 writes next), which ran beside
+// layer l's backward. Then the wte chunks take the layer buffers in turn (chunk
+// k waits for chunk k-2's exchange) and the rest unit is issued; the next
+// backward or reduce_gradients retires what is in flight.
 void DataParallel::backward_stage2(GPT2& model, int B, int T) {
   ZeroStaging& staging = *staging_;
   if (overlap_stage2_)
@@ -242,9 +239,8 @@ void DataParallel::exchange_async(int unit) {
   pending_[slot] = {comm_.end_async(), unit};
 }
 
-// The compute stream waits for the buffer's exchange (device-side), then adds
-// what this rank received into its shard. After this the layer buffer and its
-// receive buffer may be written again.
+// The compute stream waits (device-side) for the slot's exchange, then adds what
+// this rank received into its shard; the layer and receive buffers are free after.
 void DataParallel::retire(int slot) {
   PendingUnit& p = pending_[slot];
   if (p.unit < 0) return;
@@ -256,10 +252,9 @@ void DataParallel::retire(int slot) {
 }
 
 // Stage 2: the unit's packed gradients (flat-buffer order == the plan's owner
-// order, so rank r's part is the packed range [start_r, start_r + counts[r]))
-// are reduce-scattered in slices of at most recv_.numel elements, which bounds
-// the receive buffer however large a unit is; this rank adds what it receives
-// into its shard.
+// order: rank r's part is [start_r, start_r + counts[r])) are reduce-scattered
+// in slices of at most recv_.numel elements, bounding the receive buffer
+// however large a unit is.
 void DataParallel::reduce_unit(int unit) {
   const ProfileRange range(backend_, "zero-2 exchange unit " + std::to_string(unit) + " (collective)");
   const UnitExchange& ex = plan_.unit(unit);

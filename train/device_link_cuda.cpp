@@ -1,8 +1,6 @@
-// train/device_link.h for the CUDA-capable trainers: the CUDA backend
-// (backend/cuda/cuda_backend.h; a real GPU under nvcc, the emulator in
-// train_gpt2cu_emu) and the NCCL communicator (distributed/comm_nccl.h; the
-// real library, the emulator's, or distributed/comm_nccl_absent.cpp's refusal
-// when the build found no nccl.h).
+// train/device_link.h for the CUDA-capable trainers: the CUDA backend (a real GPU
+// under nvcc, the emulator in train_gpt2cu_emu) and the NCCL communicator (the real
+// library, the emulator's, or distributed/comm_nccl_absent.cpp's refusal without nccl.h).
 #include <cstdlib>
 #include <stdexcept>
 

@@ -162,8 +162,6 @@ std::string read_prompt(const TrainOptions& opts) {
   }
 }
 
-// The text printed for sample i of n (0-based): with n > 1 a header line
-// "--- sample i+1/n ---" first; the text and a newline.
 std::string format_sample(int i, int n, const std::string& text) {
   std::string out;
   if (n > 1) out = "--- sample " + std::to_string(i + 1) + "/" + std::to_string(n) + " ---\n";

@@ -1,6 +1,5 @@
-// The training run's checkpoints (train/training_run.h): the parameters and
-// state it starts from (a fresh init, --model, or a checkpoint to resume), the
-// checkpoints it writes, the final model, and the checkpoint on a stop signal.
+// TrainingRun's checkpoints (train/training_run.h): init or resume, the
+// checkpoints it writes, the final model, the checkpoint on a stop signal.
 #include "train/trainer.h"
 
 #include <chrono>
@@ -25,11 +24,10 @@ void TrainingRun::init_or_resume() {
   // The final export's directory is checked now, not after the training.
   if (main_rank_) check_output_path("--save-hf", opts_.save_hf, true);
   if (!opts_.output_dir.empty()) {
-    // Rank 0 creates the directory and locks it for the run (a second run on it
-    // fails here); a fresh run into another run's checkpoints is refused or,
+    // Rank 0 locks the directory (a second run on it fails here). A fresh run, or
+    // one resumed from another directory, refuses another run's checkpoints or,
     // with --overwrite-output-dir, replaces them (a refusal's error exit aborts
     // the ranks waiting in the barrier).
-    // A run resumed from a checkpoint in another directory starts this one afresh.
     if (main_rank_) {
       ckpt_ = std::make_unique<CheckpointDir>(opts_.output_dir, /*lock=*/true, info);
       const bool elsewhere = !opts_.resume_from.empty() &&
@@ -219,10 +217,9 @@ int TrainingRun::finish() {
   return 0;
 }
 
-// Rank 0: the weights DIR/model.bin and --save-hf get. The last step's, or
-// with --keep-best the best checkpoint's (HF's load_best_model_at_end), read
-// back from --output-dir (or the --resume-from directory) after its checksums
-// verify; the end of the log says which.
+// Rank 0: the weights for DIR/model.bin and --save-hf: the last step's, or with
+// --keep-best the best checkpoint's (HF's load_best_model_at_end) once its
+// checksums verify, from either directory; the log says which.
 std::vector<float> TrainingRun::final_weights() {
   if (!opts_.keep_best || history_.best_step < 0) return model_.get_parameters();
   const uint64_t best = static_cast<uint64_t>(history_.best_step);

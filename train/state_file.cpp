@@ -1,6 +1,5 @@
-// The trainer state file's codec: writing and reading state_N_R.bin with its
-// checks (magic, version, size, checksum); format in train/state_file.h and
-// docs/formats.md.
+// state_N_R.bin's codec and its checks (magic, version, size, checksum);
+// format in train/state_file.h and docs/formats.md.
 #include "train/state_file.h"
 
 #include <algorithm>
@@ -66,10 +65,9 @@ void read_spike_state(ByteReader& r, const std::string& path, SpikeState* s) {
 }
 
 // The fixed fields after magic and version, in file order, grouped as
-// TrainState declares them. `io` takes each group: the writer's puts them, the
-// reader's gets them (one list, so the two cannot drift apart). `version` says
-// which blocks the file has; the schedule's kind travels as an int32 (`kind`),
-// checked by the reader.
+// TrainState declares them; `io` puts (writer) or gets (reader) each group: one
+// list, so the two cannot drift apart. `version` says which blocks the file
+// has; the schedule's kind travels as an int32 (`kind`), checked by the reader.
 template <typename IO, typename State>
 void fixed_fields(IO&& io, State& s, uint32_t version, int32_t& kind) {
   auto& c = s.config;

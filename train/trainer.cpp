@@ -1,7 +1,5 @@
-// The training loop (train/trainer.h): run_training plans the run, picks the
-// backend, checks memory and runs a TrainingRun (train/training_run.h): its
-// set-up, the banner, the loop with validation and samples, and the step.
-// What touches checkpoints is in train/run_checkpoints.cpp.
+// run_training, and TrainingRun's set-up, banner, loop and step
+// (train/training_run.h); checkpoints are in train/run_checkpoints.cpp.
 #include "train/trainer.h"
 
 #include <chrono>
@@ -130,10 +128,9 @@ double TrainingRun::evaluate() {
   return loss;
 }
 
-// Validation of the weights after `step` steps: its log line, the history,
-// and --keep-best's checkpoint of a new best (at the end the final checkpoint
-// is that one). Returns true when --early-stopping-patience ends the run here
-// (the same on every rank: the loss is rank 0's).
+// Logs, records and (--keep-best, not at_end: the final checkpoint is that
+// one) checkpoints a new best. True when --early-stopping-patience ends the
+// run; the same on every rank (the loss is rank 0's).
 bool TrainingRun::validate(int step, bool at_end) {
   const double loss = evaluate();
   log_.val(step, loss);
@@ -162,11 +159,9 @@ void TrainingRun::sample(int step) {
   log_.sample(step, sample_text(tokenizer_.get(), opts_.prompt, ids));
 }
 
-// Reads this rank's micro-batches of the step into inputs_/targets_ and
-// returns the supervised targets of the whole step on all ranks. The loss (and
-// so every gradient) is normalised by that count, like HF Trainer's
-// num_items_in_batch: with SFT masks it varies per step and must be known
-// before the first backward. Plain shards: every target, B*T*grad_accum*world.
+// Returns the supervised targets of the whole step over all ranks: the loss is
+// normalised by it (HF Trainer's num_items_in_batch), so with SFT masks it must
+// be known before the first backward. Plain shards: B*T*grad_accum*world.
 uint64_t TrainingRun::load_step_batches() {
   const size_t NT = static_cast<size_t>(shape_.B) * shape_.T;
   if (opts_.overfit_batch) train_loader_.reset();  // the first batch again, resumed runs included
@@ -178,10 +173,9 @@ uint64_t TrainingRun::load_step_batches() {
   return static_cast<uint64_t>(all_reduce_value(comms_.host, local, ReduceOp::kSum));  // exact below 2^53
 }
 
-// The global token index of row 0 of this rank's micro-batch `micro` in the
-// step's batch (the dropout masks' position): the loader gives rank r's k-th
-// micro-batch of a step window k*world + r of the step's, B rows of T tokens
-// each (dataloader.h), so N ranks and N micro-batches number tokens alike.
+// The step-global token index of row 0 of micro-batch `micro` (the dropout
+// masks' position): rank r's k-th micro-batch is window k*world + r of B*T
+// tokens (dataloader.h), so N ranks and N micro-batches number tokens alike.
 uint64_t TrainingRun::micro_token0(int micro) const {
   const uint64_t window = static_cast<uint64_t>(micro) * static_cast<uint64_t>(dist_.world) +
                           static_cast<uint64_t>(dist_.rank);
@@ -207,12 +201,8 @@ void TrainingRun::profile_window(int step, bool before) {
             " step " + std::to_string(step + 1) + (backend_->is_host_memory() ? " (no effect on the CPU backend)" : ""));
 }
 
-// One optimizer step, as llm.c's loop reads: the step's batches; forward and
-// backward per micro-batch (ZeRO-2 exchanges units during the backward); the
-// gradient reduction and the clip norm, queued; the one host wait; the loss;
-// the verdict (non-finite, spike); AdamW on this rank's shard and the
-// parameter gather; the log line. Host scalars (loss, norm) travel over the
-// host communicator, buffers over the buffer one.
+// One optimizer step in llm.c's order, with one host wait. Host scalars
+// (loss, norm) travel over the host communicator, buffers over the buffer one.
 void TrainingRun::train_step(int step) {
   test_fault_hook(dist_, step);  // tests only: this rank hangs or exits here
   const auto t0 = Clock::now();
@@ -225,13 +215,12 @@ void TrainingRun::train_step(int step) {
   comms_.reset_stats();
   accumulate_gradients(step, loss_scale(step, supervised));
   reduce_gradients(supervised != 0);
-  // The step's host wait. A device communicator's collectives return once
-  // enqueued: its wait_device() polls the compute stream against
-  // --comm-timeout, so a hung peer ends the job here instead of leaving the
-  // loss copy blocked forever. Without one, the loss copy is the wait. The
-  // optimizer and the all-gather are not waited for: they run while the host
-  // loads the next batches, and the next step's wait covers them. The step
-  // time runs from the step's start to its wait (in steady state the period).
+  // The step's host wait. Device collectives return once enqueued, so
+  // wait_device() polls the compute stream against --comm-timeout: a hung peer
+  // ends the job here instead of blocking the loss copy forever. Without a
+  // device communicator the loss copy is the wait. The optimizer and all-gather
+  // overlap the next batches' loading and the next wait covers them, so dt
+  // (start to wait) is the steady-state step period.
   if (comms_.device) comms_.device->wait_device();
   const double loss_sum = model_.collect_deferred_losses();
   const double dt = seconds_since(t0);
@@ -247,9 +236,8 @@ void TrainingRun::train_step(int step) {
   log_step(step, loss, norm, dt, supervised, verdict);
 }
 
-// The factor on dloss: gradients are averaged over ranks, so each rank scales
-// by world / (the step's supervised targets). Plain shards: 1/(B*T*grad_accum),
-// the same float as ever.
+// The dloss factor: gradients are averaged over ranks, so each rank scales by
+// world / supervised. Plain shards: 1/(B*T*grad_accum), the same float as ever.
 float TrainingRun::loss_scale(int step, uint64_t supervised) const {
   const float scale = !train_loader_.has_loss_mask()
                           ? 1.0f / static_cast<float>(static_cast<size_t>(shape_.B) * shape_.T * shape_.grad_accum)
@@ -258,9 +246,9 @@ float TrainingRun::loss_scale(int step, uint64_t supervised) const {
   return test_gradient_scale(step) * scale;
 }
 
-// Forward and backward over the step's micro-batches into the gradients; the
-// losses stay on the device (no host wait until the norm). Stages 0/1 reduce
-// in buckets during the last micro-step's backward (device buffers).
+// The losses stay on the device (no host wait until the norm). Stages 0/1
+// reduce in buckets during the last micro-step's backward (device buffers);
+// ZeRO-2 exchanges units during the backward.
 void TrainingRun::accumulate_gradients(int step, float dloss_scale) {
   const size_t NT = static_cast<size_t>(shape_.B) * shape_.T;
   dp_.begin_step();
@@ -273,9 +261,8 @@ void TrainingRun::accumulate_gradients(int step, float dloss_scale) {
   }
 }
 
-// The gradient collectives, then (when there is something to clip) the norm
-// and the clip scale, queued where the gradients are; the host reads the norm
-// after the step's wait.
+// The norm and clip scale are queued where the gradients are (when there is
+// something to clip); the host reads the norm after the step's wait.
 void TrainingRun::reduce_gradients(bool clip) {
   {
     const ProfileRange range(*backend_, "gradient reduce (collective)");
@@ -284,10 +271,9 @@ void TrainingRun::reduce_gradients(bool clip) {
   if (clip) dp_.queue_grad_clip(model_, opts_.grad_clip);
 }
 
-// Whether the step's update is applied: not with a non-finite loss or norm
-// (--on-nan stop ends the run; skip counts it, up to --max-nan-skips in a row;
-// the count is the same on every rank, loss and norm being all-reduced), nor
-// with a spike (--skip-loss-z, --skip-grad-z).
+// No update with a non-finite loss or norm (--on-nan stop throws; skip counts
+// it, up to --max-nan-skips in a row, alike on every rank as loss and norm are
+// all-reduced) nor with a spike (--skip-loss-z, --skip-grad-z).
 TrainingRun::StepVerdict TrainingRun::judge_step(int step, double loss, double norm) {
   StepVerdict v;
   v.finite = std::isfinite(loss) && std::isfinite(norm);
