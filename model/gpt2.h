@@ -1,7 +1,6 @@
-// GPT-2: the tensor table and the one forward/backward pass, written against
-// the Backend seam (backend/backend.h). The model decides where every
-// parameter, gradient and activation lives; the backend owns the memory and
-// does the arithmetic.
+// GPT-2's tensor table and forward/backward, written against the Backend seam
+// (backend/backend.h): the model decides where every parameter, gradient and
+// activation lives; the backend owns the memory and does the arithmetic.
 #ifndef MODEL_GPT2_H
 #define MODEL_GPT2_H
 
@@ -41,18 +40,16 @@ struct ParamLayout {
   size_t channels() const { return numel[kLnfw]; }
   // Elements of one layer's gradients, all per-layer tensors together.
   size_t layer_unit_numel() const;
-  // ZeRO-2 stages the tied wte/lm_head gradient in chunks of this many
-  // vocabulary rows: a multiple of 64 (aligned slices), at least 64, and no
-  // more than fits one layer's gradient buffer, so the chunks reuse the layer
-  // buffers and the staging never holds the whole V x C table (d12: 9216 rows,
-  // 6 chunks). GPT2_ZERO2_WTE_CHUNK_ROWS overrides it (tests; same on every
-  // rank), read once, by for_config.
+  // ZeRO-2 stages the tied wte/lm_head gradient in chunks of this many vocab
+  // rows: a multiple of 64 (aligned slices), >= 64, and no more than one
+  // layer's gradient buffer holds, so chunks reuse the layer buffers and the
+  // staging never holds the whole V x C table (d12: 9216 rows, 6 chunks).
+  // GPT2_ZERO2_WTE_CHUNK_ROWS overrides it (tests; same on every rank; read by for_config).
   size_t wte_chunk_rows() const { return wte_rows; }
   int num_wte_chunks() const;
   size_t wte_chunk_row0(int k) const { return static_cast<size_t>(k) * wte_rows; }  // chunk k's first row
   size_t wte_chunk_numel(int k) const;  // elements of chunk k (the last may be shorter)
-  // Tensor t of a flat buffer laid out like the parameters (layer l of a
-  // stacked tensor; l ignored otherwise).
+  // Tensor t (layer l if stacked) of a flat buffer laid out like the parameters.
   Tensor view(Tensor flat, int t, int l) const {
     return is_per_layer(t) ? flat.slice(layer_offset(t, l), layer_numel(t)) : flat.slice(offset[t], numel[t]);
   }
@@ -86,27 +83,24 @@ struct Activations {
   Tensor att_scratch;       // backend.attention_scratch_numel
 };
 
-// Dropout rates per site, HF GPT2Config's embd_pdrop, resid_pdrop (attention and
-// MLP projections) and attn_pdrop; each in [0, 1). All 0: the model without
-// dropout, bit for bit.
+// HF GPT2Config's embd_pdrop, resid_pdrop (attention and MLP projections) and
+// attn_pdrop; each in [0, 1). All 0 is bitwise the model without dropout.
 struct DropoutRates {
   float embd = 0.0f, resid = 0.0f, attn = 0.0f;
   bool any() const { return embd > 0.0f || resid > 0.0f || attn > 0.0f; }
 };
 
-// Where backward() accumulates parameter gradients, and who hears that a
-// unit of them is final. Units: layers L-1 down to 0, then -1 for the rest
-// (wpe, lnfw, lnfb). The model writes; what the memory is (the model's flat
-// buffer, ZeRO-2's staging in train/zero_staging.h) and what a finished unit
-// sets off (a bucket's all-reduce, a unit's reduce-scatter) is the sink's.
+// Where backward() accumulates parameter gradients, and who hears that a unit
+// is final (layers L-1 down to 0, then -1: wpe, lnfw, lnfb). The memory (the
+// flat buffer, ZeRO-2's staging in train/zero_staging.h) and what a finished
+// unit sets off (a bucket's all-reduce, a reduce-scatter) are the sink's.
 class GradientSink {
  public:
   virtual ~GradientSink() = default;
   // Before the backward's first write into unit u (the rest: first thing).
   virtual void unit_begin(int unit) { (void)unit; }
-  // Tensor t's gradient (layer l of a stacked tensor; l ignored otherwise):
-  // the backward adds (+=) into it. An empty tensor for kWte: the tied
-  // wte/lm_head gradient is left to the caller (GPT2::wte_grad_chunk).
+  // Tensor t's gradient (layer l if stacked), added into (+=). An empty kWte
+  // leaves the tied wte/lm_head gradient to the caller (GPT2::wte_grad_chunk).
   virtual Tensor grad(int t, int l) = 0;
   // Unit u's gradients are final for this backward (-1: the last call).
   virtual void unit_done(int unit) { (void)unit; }
@@ -131,24 +125,22 @@ class FlatGradientSink : public GradientSink {
 //   kFull:     one flat buffer like the parameters, grads(); backward() adds
 //              every gradient there, the tied wte included, unless given
 //              another sink (which may hand out views of grads()).
-//   kExternal: none: backward() takes the caller's sink (ZeRO-2's staging).
-//              dlogits survive the backward (no scratch is carved from the
-//              logits buffer), so wte_grad_chunk can build the tied gradient
-//              after it.
-//   kNone:     forward only (--eval-only, --generate): no gradient buffer and
-//              no backward scratch; backward(), grads() and a training
-//              forward (prepare_backward) throw.
+//   kExternal: none; backward() takes the caller's sink (ZeRO-2's staging).
+//              dlogits survive the backward (no scratch carved from them), so
+//              wte_grad_chunk can build the tied gradient after it.
+//   kNone:     forward only (--eval-only, --generate): no gradient buffer or
+//              backward scratch; backward(), grads() and a training forward
+//              (prepare_backward) throw.
 enum class GradMode { kFull, kExternal, kNone };
 
 class GPT2 {
  public:
-  // Allocates parameters, gradients and activations for batches up to B x T.
-  // `param_capacity` (>= the parameter count; 0 = exact) pads the parameter
-  // and full gradient buffers with zeros, e.g. to a multiple of the world size.
-  // `recompute` (--recompute): 0 keeps every activation; 1 keeps one layer's
-  // GELU output and recomputes it in the backward; 2 also keeps one layer's
-  // layernorm output (ln1 and ln2 share it) and recomputes both in the
-  // backward. Recomputed values are bitwise the forward's.
+  // Allocates for batches up to B x T. `param_capacity` (>= the parameter
+  // count; 0 = exact) zero-pads the parameter and full gradient buffers, e.g.
+  // to a multiple of the world size. `recompute` (--recompute): 0 keeps every
+  // activation; 1 keeps one layer's GELU output and recomputes it in the
+  // backward; 2 also the layernorm output (ln1 and ln2 share one layer's).
+  // Recomputed values are bitwise the forward's.
   GPT2(Backend& backend, const GPT2Config& cfg, int B, int T, GradMode grad_mode = GradMode::kFull,
        size_t param_capacity = 0, int recompute = 0);
   ~GPT2();
@@ -168,13 +160,12 @@ class GPT2 {
   // kFull: the flat gradient buffer (param_capacity() elements); else throws.
   Tensor grads() const;
   Tensor param(int t) const { return params_.slice(layout_.offset[t], layout_.numel[t]); }
-  // The tied wte/lm_head gradient is made in chunks of wte_chunk_rows()
-  // vocabulary rows (the last shorter), the lm_head part then the embedding
-  // part: with the model's own flat buffer backward() adds them into grads()
-  // itself (the lm_head parts first thing, the embedding parts at the end);
-  // with a sink that leaves kWte to the caller, the caller calls
-  // wte_grad_chunk(k, dst) after backward() (before the next forward), which
-  // overwrites dst (layout().wte_chunk_numel(k) elements) with chunk k, both parts.
+  // The tied wte/lm_head gradient comes in chunks of wte_chunk_rows() vocab
+  // rows (the last shorter), each an lm_head part plus an embedding part. With
+  // the model's own flat buffer backward() adds them into grads() itself
+  // (lm_head parts first, embedding parts at the end). With a sink that leaves
+  // kWte to the caller, call this after backward() (before the next forward):
+  // it overwrites dst (layout().wte_chunk_numel(k) elements) with chunk k.
   void wte_grad_chunk(int k, Tensor dst);
   size_t gradient_bytes() const { return gradient_bytes_; }
   size_t activation_bytes() const { return activation_bytes_; }
@@ -186,52 +177,46 @@ class GPT2 {
   std::vector<float> get_parameters() const;
 
   // Forward over inputs[B*T] (B <= max_batch, T <= max_seq). With targets,
-  // computes per-token losses and returns their mean over the targets that are
-  // not kIgnoreTarget (backend/backend.h: no loss, no gradient; 0 if all are);
-  // when `prepare_backward` the logits are replaced by dlogits scaled by
-  // `dloss_scale` (the caller's 1 / supervised targets of the whole step),
-  // ready for backward(). Without targets, only logits.
+  // returns the mean per-token loss over targets that are not kIgnoreTarget
+  // (backend/backend.h: no loss, no gradient; 0 if all are); `prepare_backward`
+  // replaces the logits by dlogits scaled by `dloss_scale` (the caller's
+  // 1 / supervised targets of the whole step). Without targets, only logits.
   float forward(const int32_t* inputs, const int32_t* targets, int B, int T,
                 bool prepare_backward = false, float dloss_scale = 0.0f);
   // Of the last forward with targets: the sum of the per-token losses (fp64)
   // and the number of targets that were not ignored.
   double loss_sum() const { return loss_sum_; }
   size_t loss_count() const { return loss_count_; }
-  // Deferred losses: the trainer's micro-steps download their losses once per
-  // optimizer step instead of once per forward (a host wait each). After
-  // begin_deferred_losses(k), up to k forwards with targets keep their
-  // per-token losses on the device (slot i for the i-th) and return 0;
-  // collect_deferred_losses() downloads them in one call and sets loss_sum()
-  // to the sum over the forwards, in order, of each forward's fp64 sum (the
-  // value the per-forward loss_sum()s add up to) and loss_count() to their
-  // total. Slots of B*T elements are allocated on first use, or ahead by
-  // reserve_deferred_losses (which defers nothing), so that memory reports and
-  // the --dry-run table count them before the first step.
+  // Deferred losses: one download per optimizer step, not per forward (a host
+  // wait each). After begin_deferred_losses(k), up to k forwards with targets
+  // keep their per-token losses on the device (slot i for the i-th) and
+  // return 0; collect_deferred_losses() downloads them at once and sets
+  // loss_sum() to the in-order sum of each forward's fp64 sum (what the
+  // per-forward loss_sum()s add up to) and loss_count() to their total. Slots
+  // (B*T elements) come on first use, or ahead by reserve_deferred_losses
+  // (defers nothing) so memory reports and --dry-run count them from the start.
   void reserve_deferred_losses(int forwards);
   void begin_deferred_losses(int forwards);
   double collect_deferred_losses();
-  // Dropout (inverted, HF's semantics) in training forwards, forward(...,
-  // prepare_backward = true), and their backward; evaluation and generation
-  // forwards never drop. Masks are util/philox.h's function of (seed, step,
-  // layer, site, global token, column): set_dropout_position names the
-  // optimizer step and the global token index of this micro-batch's row 0
-  // (row b*T + t is token0 + b*T + t), so ranks and micro-batches that split a
-  // step's batch draw what one rank with the whole batch would. Rates outside
-  // [0, 1) throw.
+  // Dropout (inverted, HF's semantics) applies only in training forwards
+  // (prepare_backward = true) and their backward. Masks are util/philox.h's
+  // function of (seed, step, layer, site, global token, column):
+  // set_dropout_position names the optimizer step and the global token of
+  // this micro-batch's row 0 (row b*T + t is token0 + b*T + t), so ranks and
+  // micro-batches splitting a step's batch draw what one rank with the whole
+  // batch would. Rates outside [0, 1) throw.
   void set_dropout(const DropoutRates& rates, uint64_t seed);
   void set_dropout_position(uint32_t step, uint64_t token0);
   const DropoutRates& dropout_rates() const { return dropout_; }
 
-  // Accumulates the parameter gradients of the forward(prepare_backward =
-  // true) of this B x T batch, the last forward run (anything else throws),
-  // into `sink`: nullptr is the model's own flat buffer (kFull; kExternal
-  // needs a sink).
+  // Accumulates into `sink` (nullptr: the model's own buffer, kFull only) the
+  // gradients of this B x T batch's forward(prepare_backward = true), which
+  // must be the last forward run (else throws).
   void backward(int B, int T, GradientSink* sink = nullptr);
   void zero_grad();
 
-  // Logits of position t of batch row b from the last forward (V real entries;
-  // not after a backward, which turns them into dlogits and, with kFull
-  // gradients, reuses their buffer as scratch).
+  // Row b, position t's logits (V real entries) from the last forward; not
+  // after a backward (dlogits then, and kFull reuses the buffer as scratch).
   std::vector<float> logits_at(int b, int t) const;
   std::vector<float> losses() const;  // B*T from the last forward with targets
 
@@ -241,8 +226,7 @@ class GPT2 {
   DropoutMask mask_of(int layer, DropoutMask::Site site, float p) const;
   // In place on x (rows of C): the mask of layer l's site when this forward drops there.
   void drop(Tensor x, int layer, DropoutMask::Site site, float p, int C);
-  // The gradient of a dropped projection: `dres` itself without dropout there,
-  // else dres through the mask, in `scratch`.
+  // A dropped projection's gradient: `dres` if not dropped there, else it through the mask into `scratch`.
   Tensor dropped_gradient(Tensor dres, Tensor scratch, int layer, DropoutMask::Site site, float p, int C);
   void forward_layers();
   float forward_loss(const int32_t* targets, bool prepare_backward, float dloss_scale);

@@ -1,12 +1,10 @@
-// Hugging Face GPT-2 checkpoints: a directory as `save_pretrained` writes it
-// for GPT2LMHeadModel (config.json + model.safetensors, or the sharded form
-// with model.safetensors.index.json), read into and written from the
-// project's flat fp32 parameter vector (llm.c's tensor order, ParamLayout).
+// Hugging Face GPT-2 checkpoints (a GPT2LMHeadModel `save_pretrained` directory:
+// config.json + model.safetensors, or sharded with model.safetensors.index.json)
+// to and from the flat fp32 parameters (llm.c's order, ParamLayout); docs/formats.md.
 //
-// Reading maps the .safetensors files (mmap) and converts tensor by tensor
-// straight into the one fp32 vector, dropping each tensor's mapped pages once
-// it is converted, so a load never holds a second full copy of the weights.
-// The mapping between the two layouts is in docs/formats.md.
+// Reading mmaps the .safetensors files and converts tensor by tensor into the
+// one fp32 vector, dropping each tensor's pages once converted, so a load
+// never holds a second full copy of the weights.
 #ifndef MODEL_HF_CHECKPOINT_H
 #define MODEL_HF_CHECKPOINT_H
 
@@ -17,34 +15,30 @@
 
 namespace gpt2 {
 
-// True when `path` is a directory holding config.json (the dispatch rule of
-// read_model_file / read_model_config).
+// `path` is a directory holding config.json (read_model_file's and
+// read_model_config's dispatch rule).
 bool is_hf_checkpoint_dir(const std::string& path);
 
 // config.json -> GPT2Config (padded_vocab_size = vocab_size rounded up to 128),
-// after checking every tensor's name, shape and dtype in the safetensors
-// headers (no weights are read). Unsupported architectures, options or tensors
-// are errors naming the offending key.
+// after checking every tensor's name, shape and dtype in the safetensors headers
+// (no weights read). Unsupported architectures, options or tensors: errors naming the key.
 GPT2Config read_hf_config(const std::string& dir);
 
-// The dropout rates of config.json, GPT2Config's embd_pdrop, resid_pdrop and
-// attn_pdrop: 0.1 (GPT2Config's default) where a key is absent, as
-// from_pretrained does; a value that is not a number in [0, 1) is an error
-// naming the file and the key. (DropoutRates is model/gpt2.h's.)
+// config.json's embd_pdrop, resid_pdrop and attn_pdrop: 0.1 (GPT2Config's
+// default) where absent, as from_pretrained does; a value not a number in
+// [0, 1) is an error naming the file and key. (DropoutRates: model/gpt2.h.)
 struct DropoutRates;
 DropoutRates read_hf_dropout(const std::string& dir);
 
-// The full load: config plus ParamLayout::for_config(config).total floats;
-// the padded vocabulary rows of wte are zero. fp16 and bf16 tensors are
-// widened exactly.
+// Config plus ParamLayout::for_config(config).total floats; wte's padded
+// vocabulary rows are zero; fp16 and bf16 tensors are widened exactly.
 std::vector<float> read_hf_params(const std::string& dir, GPT2Config* config);
 
 enum class HfDtype { kF32, kBF16 };
 
-// Writes config.json and model.safetensors into `dir` (created if needed), the
-// files save_pretrained writes for GPT2LMHeadModel: HF tensor names, Conv1D
-// [in, out] weights, no padded vocabulary rows, lm_head left to the tie.
-// kBF16 rounds to nearest even. Each file is written atomically.
+// config.json and model.safetensors into `dir` (created if needed), as save_pretrained
+// writes them: HF names, Conv1D [in, out] weights, no padded vocabulary rows, lm_head
+// left to the tie. kBF16 rounds to nearest even. Each file is written atomically.
 void write_hf_checkpoint(const std::string& dir, const GPT2Config& cfg, const std::vector<float>& params,
                          HfDtype dtype = HfDtype::kF32);
 

@@ -24,10 +24,9 @@ struct ModelFile {
   std::vector<float> params;  // always fp32 in memory (bf16 files are widened exactly)
 };
 
-// Reads and validates a model file: magic, version, sane config, exact size.
-// Every error names the file. A directory holding config.json is read as a
-// Hugging Face GPT-2 checkpoint instead (model/hf_checkpoint.h; version is
-// then kModelVersionFp32).
+// Validates magic, version, config and exact size; errors name the file. A
+// directory holding config.json is read as a Hugging Face checkpoint instead
+// (model/hf_checkpoint.h; version kModelVersionFp32).
 ModelFile read_model_file(const std::string& path);
 // Header only (still checks the size; for a Hugging Face directory, config.json
 // and the safetensors headers).

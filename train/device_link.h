@@ -1,10 +1,9 @@
-// What this program can do with a GPU, chosen when it is linked rather than by
-// #ifdef: the CUDA-capable trainers (train_gpt2cu built with nvcc, and
-// train_gpt2cu_emu) link train/device_link_cuda.cpp, the CPU-only programs and
-// the tests train/device_link_none.cpp. Everything CUDA-specific the trainer
-// and the model-only modes need goes through the functions below, so every
-// other file of train/ is compiled once and knows no backend by name.
-// train/device_link.cpp holds what both kinds share: the choice of a rank's GPU.
+// What this program can do with a GPU, chosen at link time rather than by
+// #ifdef: the CUDA-capable trainers (train_gpt2cu via nvcc, train_gpt2cu_emu)
+// link train/device_link_cuda.cpp, CPU-only programs and tests
+// train/device_link_none.cpp. Everything CUDA-specific goes through the
+// functions below, so the rest of train/ is compiled once and names no backend.
+// train/device_link.cpp holds what both share: the choice of a rank's GPU.
 #ifndef TRAIN_DEVICE_LINK_H
 #define TRAIN_DEVICE_LINK_H
 
@@ -19,22 +18,19 @@
 
 namespace gpt2 {
 
-// Which CUDA device a rank trains on, for cudaSetDevice: dist.local_rank. Local
-// rank r of a node takes device r, so every rank of a node has its own GPU;
-// more ranks on a node than visible GPUs is refused at start-up instead of
-// wrapping two ranks onto one GPU (NCCL refuses that later anyway, with
-// "Duplicate GPU detected", and a shared GPU would halve each rank's memory
-// and speed). `visible_gpus` is this process's cudaGetDeviceCount,
-// `cuda_visible_devices` the variable as set (or nullptr). Throws
-// std::runtime_error starting with dist.prefix() and naming the counts, e.g.
-// "rank 2/3 (node1): 3 ranks on this node but only 2 visible GPUs
-// (CUDA_VISIBLE_DEVICES=0,1); ...".
+// The device for cudaSetDevice: dist.local_rank, so each rank of a node has its
+// own GPU. More ranks on a node than visible GPUs is refused at start-up rather
+// than sharing a GPU (NCCL refuses that later anyway, "Duplicate GPU
+// detected", and sharing halves each rank's memory and speed).
+// `visible_gpus`: cudaGetDeviceCount; `cuda_visible_devices`: the variable or
+// nullptr. Throws std::runtime_error starting with dist.prefix() and naming
+// the counts, e.g. "rank 2/3 (node1): 3 ranks on this node but only 2 visible
+// GPUs (CUDA_VISIBLE_DEVICES=0,1); ...".
 int cuda_device_for_rank(const DistContext& dist, int visible_gpus, const char* cuda_visible_devices);
 
 // --device auto|cuda: the GPU backend on this rank's GPU (cuda_device_for_rank),
-// or nullptr under --device auto when no GPU
-// is visible. --device cuda without a visible GPU, or in a binary without the
-// CUDA backend: an error saying which.
+// or nullptr under auto when no GPU is visible. --device cuda without a visible
+// GPU, or in a binary without the CUDA backend: an error saying which.
 std::unique_ptr<Backend> make_gpu_backend(const TrainOptions& o, const DistContext& dist);
 
 // --dry-run: a backend that counts what the GPU backend of --dtype would
@@ -51,9 +47,8 @@ bool gpu_tf32_default();
 // error when the binary has no NCCL or the backend is not a GPU one.
 std::unique_ptr<Communicator> make_gpu_buffer_communicator(Backend& backend, Communicator& host);
 
-// After the first step: the device memory in use against what the backend
-// allocated ("X in use (cudaMemGetInfo, N B) = allocations ... + other ..."),
-// or "" for a backend on host memory.
+// After the first step: device memory in use against the backend's allocations,
+// "" on host memory ("X in use (cudaMemGetInfo, N B) = allocations ... + other ...").
 std::string gpu_memory_line(const Backend& backend);
 
 }  // namespace gpt2

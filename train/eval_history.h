@@ -5,8 +5,8 @@
 //   * early stopping (EarlyStoppingCallback(patience, threshold),
 //     --early-stopping-patience/--early-stopping-threshold): evaluations since
 //     the last one that beat the best so far by more than the threshold.
-// The history is part of every checkpoint's state file (train/state_file.h),
-// so --resume continues both exactly.
+// The history is in every checkpoint's state file (train/state_file.h), so
+// --resume continues both exactly.
 #ifndef TRAIN_EVAL_HISTORY_H
 #define TRAIN_EVAL_HISTORY_H
 
@@ -31,16 +31,13 @@ struct EvalVerdict {
   bool new_best = false;  // the loss is below every earlier one (the first evaluation always is)
 };
 
-// Counts the validation loss of the weights after `step` optimizer steps.
-// HF's EarlyStoppingCallback rule: the patience counter restarts when the loss
-// is below the best so far by more than `threshold`, else it grows by one; the
-// best itself follows any strict improvement. A non-finite loss never
-// improves. A step at or before the last one counted changes nothing (the
-// evaluation a resumed run repeats at its first step).
+// Counts the validation loss after `step` optimizer steps. A non-finite loss
+// never improves. A step at or before the last one counted changes nothing
+// (the evaluation a resumed run repeats at its first step).
 EvalVerdict observe_eval(EvalHistory* h, int64_t step, double loss, double threshold);
 
-// --early-stopping-patience N: true once N evaluations in a row brought no
-// improvement of more than the threshold (patience 0: never).
+// True once `patience` evaluations in a row brought no improvement beyond the
+// threshold (0: never).
 bool patience_exhausted(const EvalHistory& h, int patience);
 
 // "val loss 4.123456 at step 40" ("no evaluation yet").

@@ -9,11 +9,10 @@
 //     positions p in [max(prev_end, begin + 1), end) (position i of the window
 //     predicts token begin + i + 1)
 //     prev_end = end; stop once end == n
-// loss = (sum of the scored negative log-likelihoods) / (their count), and
-// perplexity = exp(loss). With S < T every token but the stream's first is
-// scored exactly once (count n - 1); with S = T (disjoint windows) the first
-// token of every window has no context and is not scored (n - windows).
-// Every shard is a stream of its own: no window crosses a shard boundary.
+// loss = mean scored NLL, perplexity = exp(loss). With S < T every token but
+// the stream's first is scored exactly once (n - 1); with S = T (disjoint
+// windows) each window's first token has no context and is not scored
+// (n - windows). Each shard is its own stream: no window crosses shards.
 #ifndef TRAIN_EVALUATION_H
 #define TRAIN_EVALUATION_H
 
@@ -42,17 +41,15 @@ struct EvalWindow {
 uint64_t count_windows(uint64_t n, int T, int S);
 EvalWindow window_at(uint64_t n, int T, int S, uint64_t k);
 
-// One batch row of window w: inputs[T] = tokens[begin, end) then `pad`;
-// targets[i] = tokens[begin + i + 1] where that position is scored, else
-// kIgnoreTarget. `tokens` holds tokens[begin, end).
+// Window w's row from `tokens` = tokens[begin, end): inputs[T] = those, then `pad`;
+// targets[i] = tokens[begin + i + 1] where scored, else kIgnoreTarget.
 void fill_window_row(const EvalWindow& w, const uint32_t* tokens, int T, int32_t pad, int32_t* inputs,
                      int32_t* targets);
 
 // Writes batch row `row`'s T inputs and targets.
 using RowFill = std::function<void(int row, int32_t* inputs, int32_t* targets)>;
-// One forward of `rows` (<= B) batch rows filled by `fill`; the rows past them
-// read `pad` and score nothing. out[i] = row i's summed loss: the losses of its
-// positions whose target is not kIgnoreTarget, added in order into a double.
+// One forward of `rows` (<= B) rows filled by `fill` (the rest read `pad`, score
+// nothing). out[i] = row i's non-ignored losses, added in order into a double.
 void forward_rows(GPT2& model, int B, int T, int32_t pad, int rows, const RowFill& fill, double* out);
 
 // Reads tokens [first, first + n) of stream `stream` into out.
@@ -74,12 +71,11 @@ struct EvalTotals {
   double perplexity() const;  // exp(loss())
 };
 
-// The evaluation of every window of every stream. Batches of B consecutive
-// windows (a partial last one padded with all-ignored rows) are dealt to the
-// ranks round-robin; every window's NLL is summed by one rank, the per-window
-// sums are exchanged with `sum` once per round of `world` batches, and every
-// rank adds them in window order: the result is bitwise the same at any
-// world size. `progress(done, total)` (optional) runs after each round.
+// Batches of B consecutive windows (a partial last one padded with all-ignored
+// rows) are dealt to the ranks round-robin; each window's NLL is summed by one
+// rank, per-window sums are exchanged with `sum` once per round of `world`
+// batches, and every rank adds them in window order: bitwise the same result
+// at any world size. `progress(done, total)` (optional) runs after each round.
 EvalTotals evaluate_sliding_windows(GPT2& model, const EvalSpec& spec, const TokenReader& read, const RankSum& sum,
                                     const std::function<void(uint64_t, uint64_t)>& progress = nullptr);
 
@@ -88,12 +84,11 @@ int run_evaluation(const TrainOptions& opts, const DistContext& dist, Communicat
 
 // ---- HellaSwag -------------------------------------------------------------------------
 
-// HellaSwag in the loop and in --eval-only, scored as
-// llm.c's dev/data/hellaswag.py: each example's context `ctx` is followed by
-// each of its 4 endings (tokens of " " + ending); an ending's loss is summed
-// over its tokens. acc: the lowest sum is the label; acc_norm: the lowest mean
-// (sum / its token count). (lm-evaluation-harness's acc_norm divides by the
-// ending's characters instead; docs/cli.md.)
+// HellaSwag in the loop and in --eval-only, scored as llm.c's
+// dev/data/hellaswag.py: the context `ctx` followed by each of the 4 endings
+// (tokens of " " + ending), an ending's loss summed over its tokens. acc: the
+// lowest sum is the label; acc_norm: the lowest mean per token
+// (lm-evaluation-harness divides by characters instead; docs/cli.md).
 
 struct HellaSwagExample {
   std::vector<uint32_t> context;
@@ -101,9 +96,8 @@ struct HellaSwagExample {
   int label = 0;
 };
 
-// The official JSONL (one object per line with "ctx", "endings" (4 strings)
-// and "label" (0-3; a number or a string of one)); errors name FILE:LINE and
-// the key. Blank lines are skipped.
+// The official JSONL: per line "ctx", "endings" (4 strings) and "label" (0-3,
+// number or string); blank lines skipped; errors name FILE:LINE and the key.
 std::vector<HellaSwagExample> read_hellaswag(const std::string& path, const Tokenizer& tok);
 
 struct HellaSwagResult {
@@ -113,12 +107,12 @@ struct HellaSwagResult {
 };
 
 // --eval-hellaswag's examples, tokenised with the GPT-2 vocabulary (an error
-// saying the flag needs it when it cannot be loaded).
+// naming the flag when it cannot be loaded).
 std::vector<HellaSwagExample> read_hellaswag_for(const TrainOptions& opts);
 
 // Every example's 4 rows, B per forward; forward k runs on rank k % world, so
-// each row is computed in the same batch at any world size, and the per-row
-// loss sums are exchanged once: every rank gets the same result, the same as 1 rank's.
+// each row is computed in the same batch at any world size; the per-row sums
+// are exchanged once: every rank gets 1 rank's result.
 HellaSwagResult evaluate_hellaswag(GPT2& model, int B, int T, const std::vector<HellaSwagExample>& examples,
                                    int rank, int world, const RankSum& sum);
 

@@ -1,7 +1,6 @@
-// Text generation from the model: temperature, top-k, top-p (nucleus), a
-// prompt or <|endoftext|>, and an optional stop token; the text around it that
-// the training samples and --generate share (tokenizer, prompt, output); and
-// --generate itself, samples from trained weights (rank 0; other ranks exit 0).
+// Sampling (temperature, top-k, top-p, a prompt or <|endoftext|>, an optional
+// stop token); the text handling training samples and --generate share
+// (tokenizer, prompt, output); and --generate itself (rank 0; others exit 0).
 #ifndef TRAIN_GENERATION_H
 #define TRAIN_GENERATION_H
 
@@ -32,17 +31,16 @@ constexpr double kTopPSlack = 1e-6;
 // Deterministic in rng. top_p must be in (0, 1].
 int sample_token(const std::vector<float>& logits, float temperature, int top_k, Rng& rng, float top_p = 1.0f);
 
-// Appends up to `count` sampled tokens to `context` and returns only the new
-// ones. A sampled `stop_token` (>= 0; -1: none) ends the generation and is not
-// returned; so does a stop signal (local_stop_signal(), checked per token: the
-// caller sees it). Runs a full forward over the last max_seq() tokens per new
-// token (no KV cache). Overwrites the model's activations.
+// Samples up to `count` tokens after `context`; returns only the new ones. A
+// sampled `stop_token` (>= 0; -1: none) ends it and is not returned; so does a
+// stop signal (local_stop_signal(), checked per token; the caller sees it).
+// One full forward over the last max_seq() tokens per token (no KV cache);
+// overwrites the model's activations.
 std::vector<int32_t> generate(GPT2& model, std::vector<int32_t> context, int count, float temperature, int top_k,
                               Rng& rng, float top_p = 1.0f, int32_t stop_token = -1);
 
-// The GPT-2 tokenizer for samples, or nullptr without the vocabulary (`note`
-// hears why; samples then print token ids), unless `prompt` needs encoding:
-// then an error.
+// The GPT-2 tokenizer, or nullptr without the vocabulary (`note` hears why;
+// samples then print token ids); an error instead if `prompt` needs encoding.
 std::unique_ptr<Tokenizer> sample_tokenizer(const std::string& prompt,
                                             const std::function<void(const std::string&)>& note);
 

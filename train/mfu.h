@@ -14,8 +14,7 @@ namespace gpt2 {
 
 double flops_per_token(const GPT2Config& cfg, int T, size_t num_params);
 
-// Which of a GPU's peaks a run's GEMMs get: bf16 tensor cores, TF32 tensor
-// cores, or fp32 CUDA cores.
+// The GEMMs' units: bf16 tensor cores, TF32 tensor cores, or fp32 CUDA cores.
 enum class PeakKind { kBf16, kTf32, kFp32 };
 
 // One device's dense peak in TFLOP/s (0: unknown) and where it comes from,
@@ -27,9 +26,8 @@ struct PeakFlops {
 
 std::string format_tflops(double tflops);  // "989.4 TFLOP/s"
 
-// The datasheet peak of a GPU named as cudaGetDeviceProperties names it
-// ("NVIDIA H100 80GB HBM3", "NVIDIA A100-SXM4-80GB", "NVIDIA GeForce RTX 4090");
-// tflops 0 for a GPU the table does not have (the emulator's included).
+// Datasheet peak by cudaGetDeviceProperties name ("NVIDIA H100 80GB HBM3",
+// "NVIDIA A100-SXM4-80GB", ...); tflops 0 for a GPU not in the table (the emulator's too).
 PeakFlops gpu_peak(const std::string& device_name, PeakKind kind);
 
 // This process's fp32 FMA peak on `threads` OpenMP threads (0: the default),

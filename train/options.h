@@ -11,9 +11,8 @@
 namespace gpt2 {
 
 // A command-line error found after parsing, where the flags meet the world
-// size, the model or the data (a --total-batch-tokens that B*T*world does not
-// divide, an --eval-stride over the model's context): main exits 2 for it, as
-// for the errors parse_train_options throws.
+// size, model or data (e.g. B*T*world not dividing --total-batch-tokens): main
+// exits 2, as for parse_train_options's errors.
 struct UsageError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
@@ -49,8 +48,8 @@ struct TrainOptions {
   float grad_clip = 1.0f;             // <= 0 disables clipping
   int max_steps = -1;                 // -1: one epoch of the training data (0 is refused)
   double epochs = 0;                  // --epochs E (HF's num_train_epochs); 0: not given. --max-steps wins
-  // --dropout: HF's embd_pdrop, resid_pdrop, attn_pdrop; -1: not given, the
-  // model's rate (an HF directory's config.json; 0 for a model file or a preset)
+  // --dropout: HF's embd_pdrop, resid_pdrop, attn_pdrop; -1: the model's rate
+  // (an HF directory's config.json; 0 for a model file or a preset)
   float dropout_embd = -1.0f, dropout_resid = -1.0f, dropout_attn = -1.0f;
   bool dropout_given() const { return dropout_embd >= 0.0f || dropout_resid >= 0.0f || dropout_attn >= 0.0f; }
   std::string on_nan = "stop";        // skip | stop
@@ -109,9 +108,8 @@ struct TrainOptions {
   std::vector<int> dry_run_worlds;    // --dry-run W[,W...]: print the memory table at these world sizes
 };
 
-// Parses argv. Unknown flags, missing or malformed values and out-of-range
-// numbers throw std::runtime_error naming the flag. Returns false when --help
-// was printed (the caller exits 0).
+// Bad flags or values throw std::runtime_error naming the flag. Returns false
+// when --help was printed (the caller exits 0).
 bool parse_train_options(int argc, char** argv, TrainOptions* opts);
 std::string train_options_help(const char* program);
 // "key: value" lines of every option, for the start-of-run banner.

@@ -1,7 +1,6 @@
-// The output-directory lock: DIR/.lock, held by rank 0 of a training run for
-// its whole life so that no second run writes to the same --output-dir. The
-// file is text, one key=value per line: host, pid, started and heartbeat (unix
-// seconds), then slurm_job and slurm_restart inside Slurm (format_lock).
+// DIR/.lock, held by rank 0 of a training run for its whole life so no second
+// run writes to the same --output-dir. Text, key=value lines: host, pid, started,
+// heartbeat (unix seconds), then inside Slurm slurm_job, slurm_restart (format_lock).
 #ifndef TRAIN_OUTPUT_LOCK_H
 #define TRAIN_OUTPUT_LOCK_H
 
@@ -15,10 +14,8 @@ namespace gpt2 {
 // Where warnings and notes go (the trainer passes its logger); may be empty.
 using Notify = std::function<void(const std::string&)>;
 
-// Exclusive use of an output directory by one training run: DIR/.lock, with
-// the holder's host, PID, start time, Slurm job and a heartbeat, under
-// flock(LOCK_EX) for the life of the object; removed by the destructor (also on
-// error exits: RAII). A second run throws:
+// Held under flock(LOCK_EX) for the life of an OutputDirLock, removed by its
+// destructor (also on error exits). A second run throws:
 //   "--output-dir DIR is in use by PID P on host H (started ...)..."
 // A lock left behind by a killed run is stale, and taken over with a warning, when
 //   * its holder is on this host and flock is granted (the kernel drops the

@@ -1,11 +1,8 @@
-// The trainer state file: one per rank and checkpoint (state_SSSSSSSS_RRRRR.bin,
-// train/checkpoint.h), holding everything that rank needs beyond the model file
-// to continue exactly: step, config, its optimizer shard (AdamW moments, fp32
-// master weights), the data loader position, RNG, learning-rate schedule,
-// evaluation history and spike guard windows.
-// Format (docs/formats.md): magic GPT2STAT, uint32 version, the fixed fields,
-// the loader state, the moments (and master weights), then an FNV-1a 64
-// checksum of everything before it.
+// The trainer state file, one per rank and checkpoint (state_SSSSSSSS_RRRRR.bin,
+// train/checkpoint.h): everything that rank needs beyond the model file to
+// continue exactly. Format (docs/formats.md): magic GPT2STAT, uint32 version,
+// the fixed fields, the loader state, the moments (and master weights), then an
+// FNV-1a 64 checksum of everything before it.
 #ifndef TRAIN_STATE_FILE_H
 #define TRAIN_STATE_FILE_H
 
@@ -30,13 +27,11 @@ struct FileDigest {
 // Hashes a file on disk; `name` is its base name.
 FileDigest digest_file(const std::string& path);
 
-// Version 2 added the learning-rate schedule, version 3 the evaluation history,
-// version 4 the spike guards' windows; versions 1 to 3 still load
-// (has_schedule = false: the resuming run defines the schedule from its flags;
-// no history: it starts with the next evaluation; no windows: a new warm-up).
+// Version 2 added the LR schedule, 3 the evaluation history, 4 the spike guards'
+// windows. Versions 1-3 still load (no schedule: the resuming run's flags define
+// it; no history: it starts at the next evaluation; no windows: a new warm-up).
 constexpr uint32_t kStateFileVersion = 4;
 
-// Everything one rank needs, beyond the model file, to continue exactly.
 struct TrainState {
   uint64_t step = 0;               // optimizer steps completed
   GPT2Config config;
@@ -61,8 +56,7 @@ struct TrainState {
   std::vector<float> master;        // fp32 master weights of the shard, empty for fp32 parameters
 };
 
-// Atomic, checksummed. Errors name the file. Returns the written file's
-// digest, hashed from memory while writing (no second read).
+// Atomic, checksummed; errors name the file. The digest is hashed while writing.
 FileDigest write_state_file(const std::string& path, const TrainState& s);
 // header_only: only the fixed fields through the schedule (no loader state,
 // moments or checksum check), reading the file's first few hundred bytes.
