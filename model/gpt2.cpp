@@ -123,8 +123,7 @@ void GPT2::allocate_activations() {
     return t;
   };
   Activations& a = acts_;
-  // --recompute 2: one layernorm output buffer for ln1 and ln2 of every layer,
-  // recomputed in the backward from the saved input, mean and rstd.
+  // --recompute 2: one buffer for every layer's ln1 and ln2, recomputed from the saved input, mean and rstd.
   const size_t ln_layers = recompute_ln_ ? 1 : L;
   a.encoded = take(N * C);
   a.ln1 = take(ln_layers * N * C);

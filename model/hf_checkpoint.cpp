@@ -123,9 +123,8 @@ class MappedFile {
   uint64_t size() const { return size_; }
   const std::string& path() const { return path_; }
 
-  // Drops the whole pages inside [begin, end) from this process's memory, so
-  // converting a checkpoint tensor by tensor never keeps the file resident
-  // next to the fp32 copy (a later touch would re-read them from the file).
+  // Drops the whole pages inside [begin, end) from this process's memory (the
+  // header's no-second-copy promise); a later touch re-reads them from the file.
   void release(uint64_t begin, uint64_t end) const {
     const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
     const uint64_t b = (begin + page - 1) / page * page, e = end / page * page;

@@ -69,8 +69,8 @@ DataParallel::DataParallel(Backend& backend, Communicator& buffers, const ParamL
   clip_ = backend_.alloc(2, BufferRole::kScalar64);
 }
 
-// Stage 2's gradient shard and receive buffer, both of the gradients' element
-// type (the receive buffer is added into the shard).
+// Stage 2's shard and receive buffer, both of the gradients' element type
+// (the receive buffer is added into the shard).
 void DataParallel::allocate_stage2_buffers() {
   shard_grads_ = backend_.alloc(plan_.shard_size(), BufferRole::kGrads);
   backend_.zero(shard_grads_);

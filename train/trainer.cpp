@@ -106,8 +106,8 @@ void TrainingRun::log_banner() {
   log_.info("+----------------------------------------------------------------------");
 }
 
-// Mean loss over the supervised targets of --val-steps batches on every rank
-// (all targets for plain shards; those with mask 1 for SFT shards).
+// Mean loss over the supervised targets (mask 1; all for plain shards) of
+// --val-steps batches on every rank.
 double TrainingRun::evaluate() {
   val_loader_->reset();
   double sums[2] = {0.0, 0.0};  // loss sum, supervised targets
@@ -182,8 +182,8 @@ uint64_t TrainingRun::micro_token0(int micro) const {
   return window * static_cast<uint64_t>(shape_.B) * static_cast<uint64_t>(shape_.T);
 }
 
-// Rank 0's loss and norm on every rank, bit for bit (an all-reduce need not
-// give one result everywhere): the spike guards decide alike and keep equal windows.
+// Rank 0's loss and norm on every rank, bit for bit (as in evaluate()): the
+// spike guards decide alike and keep equal windows.
 void TrainingRun::agree_on_rank0(double* loss, double* norm) {
   if (dist_.world == 1) return;
   double v[2] = {*loss, *norm};
