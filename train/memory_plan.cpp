@@ -173,9 +173,8 @@ void lower_to_cgroup(const std::string& root, std::string path, bool v1, MemoryB
   }
 }
 
-// --memory-check's verdict on a shortfall ("" fits) of host or `gpu` memory:
-// on throws it with the ways out; warn prints it on stderr, on every rank for a
-// GPU (each has its own), else once per node (its ranks share the memory).
+// --memory-check on a shortfall ("" fits): warn prints on every rank for a GPU
+// (each has its own), else once per node (its ranks share the memory).
 void act_on_shortfall(const TrainOptions& o, const DistContext& dist, const std::string& shortfall, bool gpu) {
   if (shortfall.empty() || o.memory_check == "off") return;
   if (o.memory_check == "on")
