@@ -400,19 +400,12 @@ bool parse_train_options(int argc, char** argv, TrainOptions* opts) {
     }
     if (!spec)
       throw std::runtime_error("unknown option '" + arg + "' (see --help)");
-    if (spec->optional_value) {
-      const char* value = inline_value;
-      if (!value && i + 1 < argc && argv[i + 1][0] != '-') value = argv[++i];
-      spec->apply(*opts, value);
-      continue;
-    }
-    if (!spec->value_name) {
-      if (inline_value) throw std::runtime_error("--" + name + " takes no value");
-      spec->apply(*opts, nullptr);
-      continue;
-    }
     const char* value = inline_value;
-    if (!value) {
+    if (spec->optional_value) {
+      if (!value && i + 1 < argc && argv[i + 1][0] != '-') value = argv[++i];
+    } else if (!spec->value_name) {
+      if (value) throw std::runtime_error("--" + name + " takes no value");
+    } else if (!value) {
       if (i + 1 >= argc) throw std::runtime_error("--" + name + " needs a value (" + spec->value_name + ")");
       value = argv[++i];
     }
