@@ -152,34 +152,27 @@ void GPT2::allocate_activations() {
   a.logits = take(N * Vp);
   a.tokens = take(N, BufferRole::kTokens);
   a.targets = take(N, BufferRole::kTokens);
-  if (grad_mode_ != GradMode::kNone) allocate_backward_scratch(N, C);
-  a.att_scratch = take(backend_.attention_scratch_numel(B_, T_, cfg_.num_heads), BufferRole::kScratch);
-}
-
-// dln takes the projections' buffer (forward-only). With kFull gradients the
-// lm_head backward reads dlogits first thing and never again (the wte
-// gradient's lm_head part is made then too), so the other scratch buffers,
-// largest first, take the logits buffer while they fit. kExternal gradients
-// read dlogits after the backward (wte_grad_chunk): everything separate.
-void GPT2::allocate_backward_scratch(size_t N, size_t C) {
-  Activations& a = acts_;
-  a.dln = a.attproj;
-  const size_t room = grad_mode_ == GradMode::kFull ? a.logits.numel : 0;
-  size_t used = 0;
-  auto carve = [&](size_t numel) {
-    if (used + numel <= room) {
+  // Backward scratch. dln takes the projections' buffer (forward-only). With
+  // kFull gradients the lm_head backward reads dlogits first thing and never
+  // again (the wte gradient's lm_head part is made then too), so the other
+  // scratch buffers, largest first, take the logits buffer while they fit.
+  // kExternal gradients read dlogits after the backward (wte_grad_chunk):
+  // everything separate.
+  if (grad_mode_ != GradMode::kNone) {
+    a.dln = a.attproj;
+    const size_t room = grad_mode_ == GradMode::kFull ? a.logits.numel : 0;
+    size_t used = 0;
+    auto carve = [&](size_t numel) {
+      if (used + numel > room) return take(numel);
       used += numel;
       return a.logits.slice(used - numel, numel);
-    }
-    Tensor t = backend_.alloc(numel, BufferRole::kActivations);
-    owned_.push_back(t);
-    activation_bytes_ += t.bytes();
-    return t;
-  };
-  a.dfch = carve(N * 4 * C);
-  a.dqkv = carve(N * 3 * C);
-  a.datty = carve(N * C);
-  a.dresidual = carve(N * C);
+    };
+    a.dfch = carve(N * 4 * C);
+    a.dqkv = carve(N * 3 * C);
+    a.datty = carve(N * C);
+    a.dresidual = carve(N * C);
+  }
+  a.att_scratch = take(backend_.attention_scratch_numel(B_, T_, cfg_.num_heads), BufferRole::kScratch);
 }
 
 // ---------------------------------------------------------------- parameters
@@ -192,7 +185,9 @@ void GPT2::init_random(uint64_t seed) {
   const size_t kChunk = 1 << 16;
   for (int t = 0; t < kNumParamTensors; t++) {
     float* base = host.data() + layout_.offset[t];
-    const size_t n = layout_.numel[t];
+    // wte's padded vocab rows stay zero: no real token looks them up and the
+    // classifier ignores their logits' columns.
+    const size_t n = t == kWte ? static_cast<size_t>(cfg_.vocab_size) * cfg_.channels : layout_.numel[t];
     const bool is_ln_weight = (t == kLn1w || t == kLn2w || t == kLnfw);
     const bool is_bias = (t == kLn1b || t == kLn2b || t == kLnfb || t == kQkvb || t == kAttprojb ||
                           t == kFcb || t == kFcprojb);
@@ -212,11 +207,6 @@ void GPT2::init_random(uint64_t seed) {
         base[i] = static_cast<float>(rng.normal() * stddev);
     }
   }
-  // wte's padded vocab rows: no real token looks them up and the classifier
-  // ignores their logits' columns; zero, they contribute nothing.
-  const size_t C = cfg_.channels;
-  for (size_t i = static_cast<size_t>(cfg_.vocab_size) * C; i < layout_.numel[kWte]; i++)
-    host[layout_.offset[kWte] + i] = 0.0f;
   set_parameters(host);
 }
 
@@ -419,12 +409,11 @@ float GPT2::forward_loss(const int32_t* targets, bool prepare_backward, float dl
     for (size_t i = 0; i < N; i++) deferred_count_ += targets[i] != kIgnoreTarget;
     return 0.0f;
   }
-  std::vector<float> losses(N);
-  be.download(losses.data(), a.losses.slice(0, N));
+  const std::vector<float> token_loss = losses();
   // Ignored targets have loss exactly 0; the mean is over the others (PyTorch's
   // ignore_index semantics; 0 when every target is ignored, where PyTorch gives NaN).
   for (size_t i = 0; i < N; i++) {
-    loss_sum_ += losses[i];
+    loss_sum_ += token_loss[i];
     loss_count_ += targets[i] != kIgnoreTarget;
   }
   return loss_count_ ? static_cast<float>(loss_sum_ / static_cast<double>(loss_count_)) : 0.0f;

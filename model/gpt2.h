@@ -152,7 +152,6 @@ class GPT2 {
   size_t num_parameters() const { return layout_.total; }
   int max_batch() const { return B_; }
   int max_seq() const { return T_; }
-  Backend& backend() { return backend_; }
 
   Tensor params() const { return params_; }  // param_capacity() elements
   size_t param_capacity() const { return params_.numel; }
@@ -207,7 +206,6 @@ class GPT2 {
   // batch would. Rates outside [0, 1) throw.
   void set_dropout(const DropoutRates& rates, uint64_t seed);
   void set_dropout_position(uint32_t step, uint64_t token0);
-  const DropoutRates& dropout_rates() const { return dropout_; }
 
   // Accumulates into `sink` (nullptr: the model's own buffer, kFull only) the
   // gradients of this B x T batch's forward(prepare_backward = true), which
@@ -231,7 +229,6 @@ class GPT2 {
   void forward_layers();
   float forward_loss(const int32_t* targets, bool prepare_backward, float dloss_scale);
   void allocate_activations();
-  void allocate_backward_scratch(size_t N, size_t C);
   // Rows of wte chunk k of the tied gradient: the lm_head part (dlogits^T lnf)
   // and/or the embedding part (the scatter of dresidual), into dst.
   void wte_chunk_parts(int k, Tensor dst, bool lm_head, bool embedding);

@@ -157,9 +157,8 @@ CheckpointMarker load_marker(const CheckpointDir& ck, uint64_t step, const std::
   CheckpointMarker mk = parse_marker(read_text_file(ck.done_path(step)), step, label);
   if (mk.files.empty()) return mk;
   const std::vector<std::string> expected = checkpoint_file_names(ck, step, mk.world);
-  bool same = mk.files.size() == expected.size();
-  for (size_t i = 0; same && i < expected.size(); i++) same = mk.files[i].name == expected[i];
-  if (!same)
+  if (!std::equal(mk.files.begin(), mk.files.end(), expected.begin(), expected.end(),
+                  [](const FileDigest& f, const std::string& name) { return f.name == name; }))
     throw std::runtime_error(label + ": malformed completion marker (does not list the model file and " +
                              std::to_string(mk.world) + " state file(s))");
   return mk;

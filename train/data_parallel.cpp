@@ -93,16 +93,12 @@ void DataParallel::allocate_stage2_buffers() {
   if (!overlap_stage2_ || !overlap_rest_)
     recv_ = backend_.alloc(std::min(std::max(layer_most, rest_most), cap), BufferRole::kGrads);
   staging_ = std::make_unique<ZeroStaging>(backend_, plan_, layout_, overlap_stage2_ ? 2 : 1);
-  if (overlap_stage2_)
-    staging_->set_on_unit_done([this](int layer) {
-      if (layer < 0) return;
-      exchange_async(layer);
-      retire((layer + 1) % 2);
-    });
-  else
-    staging_->set_on_unit_done([this](int layer) {
-      if (layer >= 0) reduce_unit(layer);
-    });
+  staging_->set_on_unit_done([this](int layer) {
+    if (layer < 0) return;
+    if (!overlap_stage2_) return reduce_unit(layer);
+    exchange_async(layer);
+    retire((layer + 1) % 2);
+  });
   if (!overlap_stage2_) return;
   recv_slot_[0] = backend_.alloc(layer_most, BufferRole::kGrads);
   recv_slot_[1] = backend_.alloc(layer_most, BufferRole::kGrads);

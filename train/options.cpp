@@ -118,12 +118,6 @@ const char* enum_word(E e, const std::pair<const char*, E> (&words)[N]) {
   return "?";
 }
 
-std::string fmt(double x) {
-  std::ostringstream s;
-  s << x;
-  return s.str();
-}
-
 // --dropout's sites, in the order of its rates in TrainOptions.
 constexpr const char* kDropoutSites[3] = {"embd", "resid", "attn"};
 
@@ -167,7 +161,7 @@ std::string show_dropout(const TrainOptions& o) {
   const float rates[3] = {o.dropout_embd, o.dropout_resid, o.dropout_attn};
   std::string s;
   for (int i = 0; i < 3; i++)
-    s += std::string(i ? "," : "") + kDropoutSites[i] + "=" + (rates[i] < 0.0f ? "model" : fmt(rates[i]));
+    s += std::string(i ? "," : "") + kDropoutSites[i] + "=" + (rates[i] < 0.0f ? "model" : format_number(rates[i]));
   return s;
 }
 
@@ -189,7 +183,7 @@ constexpr int64_t kBig = 1LL << 40;
   [](const TrainOptions& o) { return std::to_string(o.field); }
 #define FLT(field, flag, lo, hi) \
   [](TrainOptions& o, const char* v) { o.field = parse_float(flag, v, lo, hi); }, \
-  [](const TrainOptions& o) { return fmt(o.field); }
+  [](const TrainOptions& o) { return format_number(o.field); }
 #define FLAG(field) \
   [](TrainOptions& o, const char*) { o.field = true; }, \
   [](const TrainOptions& o) { return std::string(o.field ? "yes" : "no"); }
@@ -218,14 +212,14 @@ const std::vector<OptionSpec>& option_table() {
       {"weight-decay", 0, "X", "AdamW decoupled weight decay on matmul weights and embeddings [0]", FLT(weight_decay, "weight-decay", 0.0, 10.0)},
       {"beta1", 0, "X", "AdamW beta1 [0.9]", FLT(beta1, "beta1", 0.0, 0.999999)},
       {"beta2", 0, "X", "AdamW beta2 [0.95]", FLT(beta2, "beta2", 0.0, 0.999999)},
-      {"adam-eps", 0, "X", "AdamW epsilon, in (0, 1] (0 divides by a zero second moment) [1e-8]", [](TrainOptions& o, const char* v) { o.adam_eps = parse_float("adam-eps", v, -1e30, 1e30); if (!(o.adam_eps > 0.0f && o.adam_eps <= 1.0f)) bad_value("adam-eps", v, "a number in (0, 1]"); }, [](const TrainOptions& o) { return fmt(o.adam_eps); }},
+      {"adam-eps", 0, "X", "AdamW epsilon, in (0, 1] (0 divides by a zero second moment) [1e-8]", [](TrainOptions& o, const char* v) { o.adam_eps = parse_float("adam-eps", v, -1e30, 1e30); if (!(o.adam_eps > 0.0f && o.adam_eps <= 1.0f)) bad_value("adam-eps", v, "a number in (0, 1]"); }, [](const TrainOptions& o) { return format_number(o.adam_eps); }},
       {"grad-clip", 0, "X", "clip the global gradient norm to X; 0 disables [1.0]", FLT(grad_clip, "grad-clip", 0.0, 1e9)},
       {"max-steps", 0, "N", "optimizer steps (in all, counting those before a --resume); -1 = as many as --epochs means, one epoch of the training data without it [-1]", [](TrainOptions& o, const char* v) { o.max_steps = static_cast<int>(parse_int("max-steps", v, -1, 1 << 30)); if (o.max_steps == 0) throw std::runtime_error("--max-steps must be positive, or -1 for one epoch"); }, [](const TrainOptions& o) { return std::to_string(o.max_steps); }},
-      {"epochs", 0, "E", "train E passes over the training data (fractional: HF's num_train_epochs), ceil(E x steps per epoch) steps at this global batch, as the banner says; the lr schedule spans them. A positive --max-steps overrides it, as in HF [one epoch]", [](TrainOptions& o, const char* v) { o.epochs = parse_double("epochs", v, -1e30, 1e30); if (!(o.epochs > 0.0 && o.epochs <= 1e6)) bad_value("epochs", v, "a number in (0, 1e6]"); }, [](const TrainOptions& o) { return fmt(o.epochs); }},
+      {"epochs", 0, "E", "train E passes over the training data (fractional: HF's num_train_epochs), ceil(E x steps per epoch) steps at this global batch, as the banner says; the lr schedule spans them. A positive --max-steps overrides it, as in HF [one epoch]", [](TrainOptions& o, const char* v) { o.epochs = parse_double("epochs", v, -1e30, 1e30); if (!(o.epochs > 0.0 && o.epochs <= 1e6)) bad_value("epochs", v, "a number in (0, 1e6]"); }, [](const TrainOptions& o) { return format_number(o.epochs); }},
       {"on-nan", 0, "skip|stop", "non-finite loss or gradient norm: skip the update, or stop with an error (checkpoints kept) [stop]", [](TrainOptions& o, const char* v) { o.on_nan = choice("on-nan", v, {"skip", "stop"}); }, [](const TrainOptions& o) { return o.on_nan; }},
       {"max-nan-skips", 0, "N", "--on-nan skip: stop with an error after N consecutive skipped steps [10]", INT(max_nan_skips, "max-nan-skips", 1, 1 << 30)},
-      {"skip-loss-z", 0, "Z", "spike guard (llm.c's -sl): a step whose loss is more than Z standard deviations above the mean of the last --spike-window steps' losses is not applied (weights, AdamW moments and step count untouched; its data consumed); 0 = off [0]", [](TrainOptions& o, const char* v) { o.skip_loss_z = parse_double("skip-loss-z", v, 0.0, 1e6); }, [](const TrainOptions& o) { return fmt(o.skip_loss_z); }},
-      {"skip-grad-z", 0, "Z", "the same for the gradient norm (llm.c's -sg); 0 = off [0]", [](TrainOptions& o, const char* v) { o.skip_grad_z = parse_double("skip-grad-z", v, 0.0, 1e6); }, [](const TrainOptions& o) { return fmt(o.skip_grad_z); }},
+      {"skip-loss-z", 0, "Z", "spike guard (llm.c's -sl): a step whose loss is more than Z standard deviations above the mean of the last --spike-window steps' losses is not applied (weights, AdamW moments and step count untouched; its data consumed); 0 = off [0]", [](TrainOptions& o, const char* v) { o.skip_loss_z = parse_double("skip-loss-z", v, 0.0, 1e6); }, [](const TrainOptions& o) { return format_number(o.skip_loss_z); }},
+      {"skip-grad-z", 0, "Z", "the same for the gradient norm (llm.c's -sg); 0 = off [0]", [](TrainOptions& o, const char* v) { o.skip_grad_z = parse_double("skip-grad-z", v, 0.0, 1e6); }, [](const TrainOptions& o) { return format_number(o.skip_grad_z); }},
       {"spike-window", 0, "W", "steps the spike guards' mean and deviation cover; none is skipped before W steps have filled it (warm-up) [128]", INT(spike_window, "spike-window", 2, 1 << 20)},
       {"seed", 0, "N", "seed for init, data shuffling, sampling and the dropout masks [1337]", INT(seed, "seed", 0, kBig)},
       // evaluation and sampling
@@ -236,7 +230,7 @@ const std::vector<OptionSpec>& option_table() {
       {"prompt", 0, "TEXT", "sample prompt (default: start from <|endoftext|>)", STR(prompt)},
       {"temperature", 0, "X", "sampling temperature [1.0]", FLT(temperature, "temperature", 1e-6, 100.0)},
       {"top-k", 0, "N", "sample from the top k tokens; 0 = all [0]", INT(top_k, "top-k", 0, 1 << 30)},
-      {"top-p", 0, "P", "nucleus sampling: the smallest set of most probable tokens (after --temperature and --top-k) whose probability reaches P, renormalised; 1 = off [1.0]", [](TrainOptions& o, const char* v) { o.top_p = parse_float("top-p", v, -1e30, 1e30); if (!(o.top_p > 0.0f && o.top_p <= 1.0f)) bad_value("top-p", v, "a number in (0, 1]"); }, [](const TrainOptions& o) { return fmt(o.top_p); }},
+      {"top-p", 0, "P", "nucleus sampling: the smallest set of most probable tokens (after --temperature and --top-k) whose probability reaches P, renormalised; 1 = off [1.0]", [](TrainOptions& o, const char* v) { o.top_p = parse_float("top-p", v, -1e30, 1e30); if (!(o.top_p > 0.0f && o.top_p <= 1.0f)) bad_value("top-p", v, "a number in (0, 1]"); }, [](const TrainOptions& o) { return format_number(o.top_p); }},
       // modes
       {"eval-only", 0, nullptr, "no training: perplexity of --val-data with Hugging Face's strided sliding window (context --seq-len, --eval-stride) on the weights of --model FILE|HF_DIR or --init-from", FLAG(eval_only)},
       {"eval-stride", 0, "S", "--eval-only: window stride; each window scores only the tokens after the previous window's end [--seq-len]", INT(eval_stride, "eval-stride", 1, 1 << 20)},
@@ -254,7 +248,7 @@ const std::vector<OptionSpec>& option_table() {
       {"milestone-every", 0, "M", "every checkpoint of a step that is a multiple of M is a milestone (llm.c's major checkpoints): written even between --checkpoint-every, marked DIR/MILESTONE_N, never deleted by --keep-checkpoints; 0 = none [0]", INT(milestone_every, "milestone-every", 0, 1 << 30)},
       {"keep-best", 0, nullptr, "keep the checkpoint with the lowest validation loss (HF's load_best_model_at_end): every evaluation that lowers it writes a checkpoint, --keep-checkpoints never prunes it, and at the end DIR/model.bin and --save-hf hold its weights; needs --output-dir and --val-every", FLAG(keep_best)},
       {"early-stopping-patience", 0, "N", "stop the run (final checkpoint written) after N evaluations in a row without an improvement of the best validation loss by more than --early-stopping-threshold (HF's EarlyStoppingCallback); 0 = never [0]", INT(early_stopping_patience, "early-stopping-patience", 0, 1 << 30)},
-      {"early-stopping-threshold", 0, "D", "the improvement an evaluation must exceed to restart the patience count [0]", [](TrainOptions& o, const char* v) { o.early_stopping_threshold = parse_double("early-stopping-threshold", v, 0.0, 1e9); }, [](const TrainOptions& o) { return fmt(o.early_stopping_threshold); }},
+      {"early-stopping-threshold", 0, "D", "the improvement an evaluation must exceed to restart the patience count [0]", [](TrainOptions& o, const char* v) { o.early_stopping_threshold = parse_double("early-stopping-threshold", v, 0.0, 1e9); }, [](const TrainOptions& o) { return format_number(o.early_stopping_threshold); }},
       {"resume", 0, "[PATH]", "continue from the newest complete checkpoint in --output-dir; with PATH, as --resume-from PATH", [](TrainOptions& o, const char* v) { set_resume(o, v); }, [](const TrainOptions& o) { return std::string(!o.resume ? "no" : o.resume_from.empty() ? "yes" : o.resume_from); }, /*optional_value=*/true},
       {"resume-from", 0, "PATH", "continue from this complete checkpoint (HF's resume_from_checkpoint): its marker DIR/DONE_N or a file of it (model_N.bin), or a checkpoint directory (its newest); verified against its checksums, an incomplete or corrupt one refused; later checkpoints of the same directory are abandoned (DONE_N.abandoned); --output-dir defaults to its directory", [](TrainOptions& o, const char* v) { set_resume(o, v); }, [](const TrainOptions& o) { return o.resume_from; }},
       {"overwrite-output-dir", 0, nullptr, "start a new run in an --output-dir that holds another run's checkpoints, deleting them first (without it such a directory is refused: --resume continues that run)", FLAG(overwrite_output_dir)},
@@ -274,7 +268,7 @@ const std::vector<OptionSpec>& option_table() {
       {"dry-run", 0, "W[,W...]", "no training: print the per-rank memory table (parameters, gradients, optimizer state, activations) of this model, --device/--dtype, -B/-T, --zero-stage and --recompute at each world size W, allocating nothing (no GPU or data needed; --device auto plans for the GPU when this binary has the CUDA backend)", [](TrainOptions& o, const char* v) { o.dry_run_worlds = parse_worlds(v); }, [](const TrainOptions& o) { std::string r; for (int w : o.dry_run_worlds) r += (r.empty() ? "" : ",") + std::to_string(w); return r; }},
       {"memory-check", 0, "on|warn|off", "before allocating, compare the memory the run needs (the --dry-run total) with what it has: the CPU backend's, times the ranks on this node, with the machine's (MemAvailable, the cgroup limit); a GPU rank's with its GPU's free memory (cudaMemGetInfo). on = refuse with an error naming both, warn = print that and go on, off = no check [on]", [](TrainOptions& o, const char* v) { o.memory_check = choice("memory-check", v, {"on", "warn", "off"}); }, [](const TrainOptions& o) { return o.memory_check; }},
       {"profile-steps", 0, "A:B", "CUDA: capture steps A to B (1-based, inclusive) for a profiler: cudaProfilerStart before step A, cudaProfilerStop after step B (nsys profile --capture-range=cudaProfilerApi); the CUDA backend marks phases and layers with NVTX ranges either way (docs/gpu.md) [off]", [](TrainOptions& o, const char* v) { set_profile_steps(o, v); }, [](const TrainOptions& o) { return o.profile_first ? std::to_string(o.profile_first) + ":" + std::to_string(o.profile_last) : std::string("off"); }},
-      {"peak-tflops", 0, "X", "the dense peak of one device in TFLOP/s that the step lines' MFU is held against (6N + 6LCT FLOPs per token, as llm.c) [a GPU: its datasheet peak for bf16, TF32 or fp32 (docs/cli.md lists the GPUs); the CPU: its fp32 FMA peak, measured at start-up]", [](TrainOptions& o, const char* v) { o.peak_tflops = parse_double("peak-tflops", v, 1e-6, 1e6); }, [](const TrainOptions& o) { return o.peak_tflops > 0 ? fmt(o.peak_tflops) : std::string("from the device"); }},
+      {"peak-tflops", 0, "X", "the dense peak of one device in TFLOP/s that the step lines' MFU is held against (6N + 6LCT FLOPs per token, as llm.c) [a GPU: its datasheet peak for bf16, TF32 or fp32 (docs/cli.md lists the GPUs); the CPU: its fp32 FMA peak, measured at start-up]", [](TrainOptions& o, const char* v) { o.peak_tflops = parse_double("peak-tflops", v, 1e-6, 1e6); }, [](const TrainOptions& o) { return o.peak_tflops > 0 ? format_number(o.peak_tflops) : std::string("from the device"); }},
       {"comm-timeout", 0, "SECONDS", "a collective (MPI or NCCL) waiting longer than this for its peers (one died or hangs) aborts every rank with an error naming the call; must exceed the longest checkpoint write; 0 waits forever [600]", FLT(comm_timeout, "comm-timeout", 0.0, 1e7)},
       {"rendezvous", 0, "tcp|tcp:HOST:PORT|file:DIR", "ranks launched without MPI (torchrun, srun --mpi=none) meet here: rank 0 listens at MASTER_ADDR:MASTER_PORT (tcp), or files in a directory every node sees [tcp]", STR(rendezvous)},
   };
@@ -350,6 +344,12 @@ void check_output_and_model(const TrainOptions& o) {
 
 }  // namespace
 
+std::string format_number(double x) {
+  std::ostringstream s;
+  s << x;
+  return s.str();
+}
+
 const char* device_name(Device d) { return enum_word(d, kDevices); }
 const char* precision_name(Precision p) { return enum_word(p, kPrecisions); }
 
@@ -383,9 +383,8 @@ bool parse_train_options(int argc, char** argv, TrainOptions* opts) {
     }
     const OptionSpec* spec = nullptr;
     const char* inline_value = nullptr;
-    std::string name;
     if (arg.rfind("--", 0) == 0 && arg.size() > 2) {
-      name = arg.substr(2);
+      std::string name = arg.substr(2);
       size_t eq = name.find('=');
       if (eq != std::string::npos) {
         inline_value = argv[i] + 2 + eq + 1;
@@ -396,10 +395,9 @@ bool parse_train_options(int argc, char** argv, TrainOptions* opts) {
     } else if (arg.size() == 2 && arg[0] == '-') {
       for (const OptionSpec& o : table)
         if (o.short_name == arg[1]) spec = &o;
-      if (spec) name = spec->long_name;
     }
-    if (!spec)
-      throw std::runtime_error("unknown option '" + arg + "' (see --help)");
+    if (!spec) throw std::runtime_error("unknown option '" + arg + "' (see --help)");
+    const std::string name = spec->long_name;
     const char* value = inline_value;
     if (spec->optional_value) {
       if (!value && i + 1 < argc && argv[i + 1][0] != '-') value = argv[++i];

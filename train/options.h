@@ -22,6 +22,7 @@ enum class Device { kAuto, kCpu, kCuda };
 enum class Precision { kFp32, kBf16 };
 const char* device_name(Device d);        // auto | cpu | cuda: the flag's words
 const char* precision_name(Precision p);  // fp32 | bf16
+std::string format_number(double x);      // as an ostream prints it: 0.1, 1e-08
 
 struct TrainOptions {
   // model

@@ -215,12 +215,6 @@ DataLoaderOptions train_loader_options(const TrainOptions& o, const BatchShape& 
 
 namespace {
 
-std::string rate_text(float p) {
-  std::ostringstream s;
-  s << p;
-  return s.str();
-}
-
 // Where the rates --dropout does not set come from.
 std::string model_dropout_source(const TrainOptions& o, bool hf) {
   if (hf) return "from " + o.model + "/config.json";
@@ -235,18 +229,15 @@ RunDropout run_dropout(const TrainOptions& o) {
   const char* const names[3] = {"embd", "resid", "attn"};
   const float flags[3] = {o.dropout_embd, o.dropout_resid, o.dropout_attn};
   const float models[3] = {model.embd, model.resid, model.attn};
-  float rates[3];
+  RunDropout d;
+  float* const rates[3] = {&d.rates.embd, &d.rates.resid, &d.rates.attn};
   std::string text, flagged, modelled;
   for (int i = 0; i < 3; i++) {
-    rates[i] = flags[i] >= 0.0f ? flags[i] : models[i];
-    text += std::string(i ? ", " : "") + names[i] + " " + rate_text(rates[i]);
+    *rates[i] = flags[i] >= 0.0f ? flags[i] : models[i];
+    text += std::string(i ? ", " : "") + names[i] + " " + format_number(*rates[i]);
     std::string& list = flags[i] >= 0.0f ? flagged : modelled;
     list += (list.empty() ? "" : ", ") + std::string(names[i]);
   }
-  RunDropout d;
-  d.rates.embd = rates[0];
-  d.rates.resid = rates[1];
-  d.rates.attn = rates[2];
   const std::string source = model_dropout_source(o, hf);
   if (modelled.empty()) d.described = text + " (--dropout)";
   else if (flagged.empty()) d.described = text + " (" + source + (hf ? "" : "; --dropout sets them") + ")";

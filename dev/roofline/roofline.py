@@ -241,7 +241,7 @@ def memory_table(c):
     rows.append(("activations", "tokens (int32)", N, 4))
     rows.append(("activations", "targets (int32)", N, 4))
     # Backward scratch: carved from the logits buffer, largest first, while it
-    # fits, when the gradients are not staged (GPT2::allocate_backward_scratch).
+    # fits, when the gradients are not staged (GPT2::allocate_activations).
     room, used = (N * Vp if c.zero != 2 else 0), 0
     for name, n in [("dfch", N * 4 * C), ("dqkv", N * 3 * C), ("datty", N * C), ("dresidual", N * C)]:
         if used + n <= room:
