@@ -219,7 +219,8 @@ int TrainingRun::finish() {
 
 // Rank 0: the weights for DIR/model.bin and --save-hf: the last step's, or with
 // --keep-best the best checkpoint's (HF's load_best_model_at_end) once its
-// checksums verify, from either directory; the log says which.
+// checksums verify, from --output-dir or else the --resume-from directory; the
+// log says which.
 std::vector<float> TrainingRun::final_weights() {
   if (!opts_.keep_best || history_.best_step < 0) return model_.get_parameters();
   const uint64_t best = static_cast<uint64_t>(history_.best_step);

@@ -159,7 +159,8 @@ void TrainingRun::sample(int step) {
   log_.sample(step, sample_text(tokenizer_.get(), opts_.prompt, ids));
 }
 
-// Returns the supervised targets of the whole step over all ranks: the loss is
+// Reads this rank's micro-batches of the step into inputs_/targets_; returns
+// the supervised targets of the whole step over all ranks: the loss is
 // normalised by it (HF Trainer's num_items_in_batch), so with SFT masks it must
 // be known before the first backward. Plain shards: B*T*grad_accum*world.
 uint64_t TrainingRun::load_step_batches() {

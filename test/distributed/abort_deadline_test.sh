@@ -17,13 +17,7 @@
 set -u
 cd "$(dirname "$0")/../.."
 EMU=build/train_gpt2cu_emu
-[ -x "$EMU" ] || { echo "SKIP: $EMU not built (needs the CUDA headers)"; exit 0; }
-mkdir -p build/test/distributed
-W=$(mktemp -d build/test/distributed/abort_deadline.XXXXXX)
-trap '[ -n "${KEEP:-}" ] || rm -rf "$W"' EXIT
-fail=0
-pass() { echo "PASS $*"; }
-bad() { echo "FAIL $*"; fail=1; }
+. test/distributed/prologue.sh abort_deadline "$EMU"
 
 /usr/bin/env python3 test/distributed/synthetic_shard.py "$W/train.bin" 20000 256 || { echo "FAIL: shard"; exit 1; }
 common=(--device cuda --model d1 --config n_embd=32,n_head=2,max_seq=32,vocab_size=256,padded_vocab_size=256

@@ -19,13 +19,7 @@
 set -u
 cd "$(dirname "$0")/../.."
 EMU=build/train_gpt2cu_emu
-[ -x "$EMU" ] || { echo "SKIP: $EMU not built (needs the CUDA headers)"; exit 0; }
-mkdir -p build/test/distributed
-W=$(mktemp -d build/test/distributed/launch_nompi.XXXXXX)
-trap '[ -n "${KEEP:-}" ] || rm -rf "$W"' EXIT
-fail=0
-pass() { echo "PASS $*"; }
-bad() { echo "FAIL $*"; fail=1; }
+. test/distributed/prologue.sh launch_nompi "$EMU"
 port() { /usr/bin/env python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
 /usr/bin/env python3 test/distributed/synthetic_shard.py "$W/train.bin" 20000 256 || { echo "FAIL: shard"; exit 1; }

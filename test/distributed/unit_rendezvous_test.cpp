@@ -9,7 +9,6 @@
 #include <unistd.h>
 
 #include <chrono>
-#include <cstdlib>
 #include <fstream>
 #include <functional>
 #include <string>
@@ -18,6 +17,7 @@
 
 #include "distributed/env_launch.h"
 #include "distributed/rendezvous.h"
+#include "test/temp_dir.h"
 
 namespace gpt2 {
 namespace {
@@ -144,33 +144,24 @@ std::vector<std::string> run_all(const RendezvousSpec& spec, const std::vector<R
 
 bool has(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
-struct TempDir {
-  std::string path;
-  TempDir() {
-    char tmpl[] = "/tmp/rdzv_test.XXXXXX";
-    path = mkdtemp(tmpl);
-  }
-  ~TempDir() { std::system(("rm -rf " + path).c_str()); }
-};
-
 std::vector<RendezvousSpec> both_transports(const TempDir& dir) {
-  return {parse_rendezvous("tcp", "127.0.0.1", free_port()), parse_rendezvous("file:" + dir.path + "/r", "", 0)};
+  return {parse_rendezvous("tcp", "127.0.0.1", free_port()), parse_rendezvous("file:" + dir.path() + "/r", "", 0)};
 }
 
 TEST(Rendezvous, PayloadAndHostsReachEveryRank) {
-  TempDir dir;
+  TempDir dir("rdzv_test");
   for (const RendezvousSpec& spec : both_transports(dir)) {
     const auto out = run_all(spec, {request(2, 3), request(0, 3), request(1, 3)});
     const std::string want = std::string("id\0bytes\xff", 9) + "|3";
     for (const auto& o : out) EXPECT_EQ(o, want) << spec.describe();
   }
   // The file transport leaves the directory empty for the next job.
-  std::ifstream left(dir.path + "/r/rank0");
+  std::ifstream left(dir.path() + "/r/rank0");
   EXPECT_FALSE(left.good());
 }
 
 TEST(Rendezvous, RankZeroNeverComes) {
-  TempDir dir;
+  TempDir dir("rdzv_test");
   for (const RendezvousSpec& spec : both_transports(dir)) {
     double secs = 0;
     const auto out = run_all(spec, {request(1, 2, 0.5)}, &secs);
@@ -180,7 +171,7 @@ TEST(Rendezvous, RankZeroNeverComes) {
 }
 
 TEST(Rendezvous, AnotherRankNeverComes) {
-  TempDir dir;
+  TempDir dir("rdzv_test");
   for (const RendezvousSpec& spec : both_transports(dir)) {
     const auto out = run_all(spec, {request(0, 3, 0.5), request(1, 3, 0.5)});
     EXPECT_TRUE(has(out[0], "rank 0/3 (host0): rendezvous at " + spec.describe() + ": rank(s) 2 of 3 never came") ||
@@ -219,7 +210,7 @@ TEST(Rendezvous, PortInUse) {
 }
 
 TEST(Rendezvous, TwoProcessesClaimOneRank) {
-  TempDir dir;
+  TempDir dir("rdzv_test");
   for (const RendezvousSpec& spec : both_transports(dir)) {
     RendezvousRequest dup = request(1, 3, 2);
     dup.host = "hostX";
@@ -232,7 +223,7 @@ TEST(Rendezvous, TwoProcessesClaimOneRank) {
 }
 
 TEST(Rendezvous, WorldSizesDisagree) {
-  TempDir dir;
+  TempDir dir("rdzv_test");
   for (const RendezvousSpec& spec : both_transports(dir)) {
     const auto out = run_all(spec, {request(0, 2, 2), request(1, 3, 2)});
     EXPECT_TRUE(has(out[0], "rendezvous at " + spec.describe() + ": world sizes disagree")) << out[0];
@@ -241,14 +232,14 @@ TEST(Rendezvous, WorldSizesDisagree) {
 }
 
 TEST(Rendezvous, StaleFilesOfAnEarlierJob) {
-  TempDir dir;
-  const RendezvousSpec spec = parse_rendezvous("file:" + dir.path, "", 0);
-  std::ofstream(dir.path + "/rank0") << "host=old\npid=99\ntime=1\njob=job0\nworld=2\nnonce=7\npayload=\n";
+  TempDir dir("rdzv_test");
+  const RendezvousSpec spec = parse_rendezvous("file:" + dir.path(), "", 0);
+  std::ofstream(dir.path() + "/rank0") << "host=old\npid=99\ntime=1\njob=job0\nworld=2\nnonce=7\npayload=\n";
   auto out = run_all(spec, {request(0, 2, 0.5)});
-  EXPECT_TRUE(has(out[0], "rank 0/2 (host0): rendezvous at file " + dir.path + ": stale rendezvous file " + dir.path +
+  EXPECT_TRUE(has(out[0], "rank 0/2 (host0): rendezvous at file " + dir.path() + ": stale rendezvous file " + dir.path() +
                               "/rank0 of an earlier job (host old, pid 99")) << out[0];
   out = run_all(spec, {request(1, 2, 0.5)});
-  EXPECT_TRUE(has(out[0], "stale rendezvous file " + dir.path + "/rank0 (host old, pid 99")) << out[0];
+  EXPECT_TRUE(has(out[0], "stale rendezvous file " + dir.path() + "/rank0 (host old, pid 99")) << out[0];
   EXPECT_TRUE(has(out[0], "it is of job 'job0', this is job 'job1'")) << out[0];
 }
 
