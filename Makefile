@@ -45,6 +45,13 @@ endif
 
 comma := ,
 
+# cuDNN's headers (fused attention, backend/cuda/cudnn_attention.cpp): $CUDNN_HOME/include,
+# the toolkit, or the system. Without them the CUDA backend runs its own attention
+# kernels and --attention cudnn is refused (backend/cuda/cudnn_attention_absent.cpp).
+CUDNN_HOME ?=
+CUDNN_INC_DIR := $(patsubst %/cudnn_graph.h,%,$(firstword $(wildcard $(if $(CUDNN_HOME),$(CUDNN_HOME)/include/cudnn_graph.h) \
+                   $(CUDA_HOME)/include/cudnn_graph.h /usr/include/cudnn_graph.h /usr/include/x86_64-linux-gnu/cudnn_graph.h)))
+
 # Filled in by the module fragments.
 BINS          :=   # programs built by `make` at the repo root
 TESTS         :=   # GoogleTest binaries run by `make test`
@@ -61,7 +68,8 @@ include $(MODULES)
 all: $(BINS)
 	@if [ -n "$(wildcard $(NVCC))" ]; then \
 	  echo "built: train_gpt2cu with the CPU and CUDA backends (nvcc $(NVCC); $(CUDA_GENCODE));" \
-	       "multi-GPU: $(if $(NCCL_INC_DIR),NCCL from $(NCCL_INC_DIR),no NCCL found (set NCCL_HOME))"; \
+	       "multi-GPU: $(if $(NCCL_INC_DIR),NCCL from $(NCCL_INC_DIR),no NCCL found (set NCCL_HOME));" \
+	       "attention: $(if $(CUDNN_INC_DIR),cuDNN fused attention from $(CUDNN_INC_DIR),no cuDNN found (set CUDNN_HOME): flash kernels only)"; \
 	else \
 	  echo "built: train_gpt2cu with the CPU backend only: no nvcc (set NVCC=..., CUDA_HOME, or put nvcc on PATH)"; fi
 
@@ -100,6 +108,7 @@ clean:
 print-build-config:
 	@echo "NVCC=$(NVCC)"; echo "CUDA_HOME=$(CUDA_HOME)"; echo "OPT=$(OPT)"
 	@echo "CUDA=$(if $(wildcard $(NVCC)),yes,no)"; echo "NCCL=$(if $(NCCL_INC_DIR),$(NCCL_INC_DIR),no)"
+	@echo "CUDNN=$(if $(CUDNN_INC_DIR),$(CUDNN_INC_DIR),no)"
 
 .PHONY: all test test-blas-variants clean print-build-config
 

@@ -40,7 +40,7 @@ EMU_ASAN_LIB := $(BUILD)/asan/libemu.a
 EMU_NCCL_LIB := $(BUILD)/libemu_nccl.a
 
 EMU_SRCS      := emu/exec.cpp emu/cudart.cpp emu/cublas.cpp emu/cublaslt.cpp emu/launch_bounds.cpp emu/faults.cpp emu/symbols.cpp emu/settings.cpp \
-                 emu/streams.cpp emu/gemm.cpp
+                 emu/streams.cpp emu/gemm.cpp $(if $(CUDNN_INC_DIR),emu/cudnn.cpp emu/cudnn_graph.cpp)
 EMU_OBJS      := $(EMU_SRCS:%.cpp=$(BUILD)/%.o)
 EMU_ASAN_OBJS := $(EMU_SRCS:%.cpp=$(BUILD)/asan/%.o)
 

@@ -47,6 +47,16 @@ bool gpu_tf32_default();
 // error when the binary has no NCCL or the backend is not a GPU one.
 std::unique_ptr<Communicator> make_gpu_buffer_communicator(Backend& backend, Communicator& host);
 
+// The banner's attention line for a GPU backend ("" on host memory): the
+// kernel --attention picks for calls of this shape and why. Throws UsageError
+// when an explicit --attention cudnn cannot serve the run (the reason named).
+std::string gpu_attention_line(Backend& backend, const TrainOptions& o, int B, int T, int C, int NH,
+                               bool attention_dropout);
+
+// --dry-run: the device workspace that --attention adds beyond the table's
+// allocations ("" when none), for B x T of this model.
+std::string gpu_attention_workspace_note(const TrainOptions& o, int B, int T, int NH);
+
 // After the first step: device memory in use against the backend's allocations,
 // "" on host memory ("X in use (cudaMemGetInfo, N B) = allocations ... + other ...").
 std::string gpu_memory_line(const Backend& backend);

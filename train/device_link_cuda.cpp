@@ -5,6 +5,7 @@
 #include <stdexcept>
 
 #include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/cudnn_attention.h"
 #include "distributed/comm_nccl.h"
 #include "train/device_link.h"
 #include "train/logger.h"
@@ -19,6 +20,8 @@ CudaBackendOptions cuda_options(const TrainOptions& o) {
   co.bf16 = o.dtype == Precision::kBf16;
   co.tf32 = tf32_on(o);
   co.cublaslt_gelu = o.gelu_fusion == "on";
+  if (!parse_cuda_attention(o.attention, &co.attention))
+    throw UsageError("--attention " + o.attention + ": expected auto, cudnn, flash or classic");
   return co;
 }
 
@@ -41,6 +44,24 @@ bool gpu_tf32_default() { return cuda_tf32_default(); }
 std::unique_ptr<Communicator> make_gpu_buffer_communicator(Backend& backend, Communicator& host) {
   const CudaPlacement at = cuda_placement(backend);
   return make_nccl_communicator(host, at.device, at.stream);
+}
+
+std::string gpu_attention_line(Backend& backend, const TrainOptions& o, int B, int T, int C, int NH,
+                               bool attention_dropout) {
+  if (backend.is_host_memory()) return "";
+  if (o.attention == "cudnn" && attention_dropout)
+    throw UsageError("--attention cudnn: attention dropout (attn > 0) runs on the flash kernels only, whose masks "
+                     "are reproducible; use --attention flash (or auto)");
+  const CudaAttentionChoice c = cuda_attention_choice(backend, B, T, C, NH, attention_dropout);
+  if (!c.refused.empty()) throw UsageError("--attention cudnn: " + c.refused + "; use --attention flash");
+  return c.kernel + " (" + c.why + ")";
+}
+
+std::string gpu_attention_workspace_note(const TrainOptions& o, int B, int T, int NH) {
+  if (o.dtype != Precision::kBf16 || (o.attention != "auto" && o.attention != "cudnn") || !cudnn_attention_built())
+    return "";
+  return "cuDNN attention (--attention " + o.attention + "): " + std::to_string(cudnn_row_sum_bytes(B, T, NH)) +
+         " B of backward row sums plus its plan's workspace, known once cuDNN builds the plan on the GPU";
 }
 
 // The rest of "in use" is the CUDA context and the libraries' own memory (in

@@ -32,4 +32,8 @@ std::unique_ptr<Communicator> make_gpu_buffer_communicator(Backend& backend, Com
 
 std::string gpu_memory_line(const Backend&) { return ""; }
 
+std::string gpu_attention_line(Backend&, const TrainOptions&, int, int, int, int, bool) { return ""; }
+
+std::string gpu_attention_workspace_note(const TrainOptions&, int, int, int) { return ""; }
+
 }  // namespace gpt2

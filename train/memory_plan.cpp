@@ -12,6 +12,7 @@
 
 #include "backend/sizing_backend.h"
 #include "distributed/comm.h"
+#include "train/device_link.h"
 #include "train/logger.h"
 #include "train/run_plan.h"
 #include "util/test_hook.h"
@@ -77,6 +78,9 @@ std::string memory_plan_table(const TrainOptions& o) {
           << " T=" << plan.shape.T << ", ZeRO-" << o.zero_stage << ", recompute " << o.recompute << "\n"
           << "per rank, from the allocations training makes (nothing allocated); plus the backend's workspace,\n"
           << "grown on demand (cuBLASLt's 32 MiB, per-op partial sums)\n";
+      const std::string note = be.is_host_memory() ? "" : gpu_attention_workspace_note(o, plan.shape.B, plan.shape.T,
+                                                                                        plan.cfg.num_heads);
+      if (!note.empty()) out << "and " << note << "\n";
       std::snprintf(line, sizeof line, "%7s %12s %12s %9s %12s %12s %12s %14s\n", "world", "params", "grads",
                     "grads/P", "optimizer", "activations", "total", "total bytes");
       out << line;

@@ -41,12 +41,12 @@ NCCL_LDLIBS := $(if $(DISTRIBUTED_NCCL_LIB),$(if $(NCCL_HOME),-L$(NCCL_HOME)/lib
 
 HAVE_NVCC := $(wildcard $(NVCC))
 ifneq ($(HAVE_NVCC),)
-TRAINER_CUDA_LINK = $(CXX) $(LDFLAGS) -o $@ $< $(CUDA_BACKEND_FAT_OBJ) $(TRAINER_CUDA_LIBS) $(TRAINER_LDLIBS) \
+TRAINER_CUDA_LINK = $(CXX) $(LDFLAGS) -o $@ $< $(CUDA_BACKEND_FAT_OBJ) $(CUDNN_ATTENTION_GPU_OBJ) $(TRAINER_CUDA_LIBS) $(TRAINER_LDLIBS) \
                     $(CUDA_LDLIBS) $(NCCL_LDLIBS)
-train_gpt2cu: $(BUILD)/train_gpt2.cu.o $(CUDA_BACKEND_FAT_OBJ) $(TRAINER_CUDA_LIBS)
+train_gpt2cu: $(BUILD)/train_gpt2.cu.o $(CUDA_BACKEND_FAT_OBJ) $(CUDNN_ATTENTION_GPU_OBJ) $(TRAINER_CUDA_LIBS)
 	$(TRAINER_CUDA_LINK)
 # The same program under $(BUILD) (the GPU kit builds it with portable flags there).
-$(BUILD)/gpu/train_gpt2cu: $(BUILD)/train_gpt2.cu.o $(CUDA_BACKEND_FAT_OBJ) $(TRAINER_CUDA_LIBS)
+$(BUILD)/gpu/train_gpt2cu: $(BUILD)/train_gpt2.cu.o $(CUDA_BACKEND_FAT_OBJ) $(CUDNN_ATTENTION_GPU_OBJ) $(TRAINER_CUDA_LIBS)
 	@mkdir -p $(@D)
 	$(TRAINER_CUDA_LINK)
 gpu-binaries: $(BUILD)/gpu/train_gpt2cu
@@ -84,7 +84,7 @@ TEST_SCRIPTS += test/e2e/resume_test.sh test/e2e/trainer_cli_test.sh test/e2e/cu
                 test/e2e/resume_semantics_test.sh test/e2e/eval_generate_test.sh test/e2e/sft_train_test.sh \
                 test/e2e/output_safety_test.sh test/e2e/stop_signal_test.sh test/e2e/eval_checkpoints_test.sh \
                 test/e2e/dropout_train_test.sh test/e2e/pretraining_test.sh \
-                test/e2e/spike_guard_test.sh test/e2e/hellaswag_test.sh
+                test/e2e/spike_guard_test.sh test/e2e/hellaswag_test.sh test/e2e/attention_choice_test.sh
 TEST_PREREQS += train_gpt2cu $(TRAINER_EMU)
 # Multi-rank training on the CUDA backend through the NCCL communicator (emulated:
 # one device per rank), ZeRO 0/1/2, fp32 and bf16, against one rank and the CPU

@@ -98,6 +98,7 @@ struct TrainOptions {
   Precision dtype = Precision::kFp32;  // CUDA storage (bf16: fp32 master weights)
   std::string tf32 = "auto";          // on | off | auto (CUDA fp32 GEMMs on TF32 tensor cores; auto: on a real GPU)
   std::string gelu_fusion = "on";     // on | off (CUDA: the fc layer's GELU in the cuBLASLt GEMM epilogues)
+  std::string attention = "auto";     // auto | cudnn | flash | classic (CUDA's attention kernel)
   int threads = 0;                    // 0: OpenMP default
   int zero_stage = 0;                 // 0 | 1 | 2
   int recompute = 0;                  // 0 | 1 (GELU output recomputed in the backward) | 2 (also layernorm)

@@ -25,6 +25,16 @@ std::string gpu_model(const DeviceMemory& m) {
 void refuse_bf16_on(const std::string& backend, const TrainOptions& o) {
   if (o.dtype == Precision::kBf16 && backend == "cpu")
     throw std::runtime_error("--dtype bf16 needs the CUDA backend (the CPU backend is the fp32 reference)");
+  if (o.attention != "auto" && backend == "cpu")
+    throw UsageError("--attention " + o.attention + " chooses among the CUDA backend's kernels; the CPU backend has "
+                     "one attention (leave --attention auto)");
+}
+
+// Before a backend exists: what --attention cudnn can never serve.
+void refuse_attention(const TrainOptions& o) {
+  if (o.attention == "cudnn" && o.dtype != Precision::kBf16)
+    throw UsageError("--attention cudnn: cuDNN's fused attention runs with --dtype bf16 only; use --attention flash "
+                     "(or auto) for fp32");
 }
 
 }  // namespace
@@ -51,6 +61,7 @@ GPT2Config requested_config(const TrainOptions& o, bool* from_file) {
 }
 
 std::unique_ptr<SizingBackend> make_sizing_backend(const TrainOptions& o) {
+  refuse_attention(o);
   std::unique_ptr<SizingBackend> be;
   if (o.device != Device::kCpu) be = make_gpu_sizing_backend(o);
   if (!be) be = std::make_unique<SizingBackend>(cpu_backend_sizes(o.threads));
@@ -77,6 +88,7 @@ std::string resolve_init_from(const std::string& path) {
 }
 
 std::unique_ptr<Backend> make_run_backend(const TrainOptions& o, const DistContext& dist) {
+  refuse_attention(o);
   std::unique_ptr<Backend> backend = o.device == Device::kCpu ? nullptr : make_gpu_backend(o, dist);
   if (!backend) backend = make_cpu_backend(o.threads);
   refuse_bf16_on(backend->name(), o);

@@ -67,6 +67,8 @@ TrainingRun::TrainingRun(const RunPlan& plan, const DistContext& dist, Communica
   inputs_.resize(NT * shape_.grad_accum);
   targets_.resize(NT * shape_.grad_accum);
   model_.set_dropout(dropout_.rates, opts_.seed ^ kDropoutSeedSalt);
+  attention_ = gpu_attention_line(*backend_, opts_, shape_.B, shape_.T, cfg_.channels, cfg_.num_heads,
+                                  dropout_.rates.attn > 0.0f);
   if (!opts_.eval_hellaswag.empty()) hellaswag_ = read_hellaswag_for(opts_);
 }
 
@@ -93,6 +95,7 @@ void TrainingRun::log_banner() {
             std::to_string(train_loader_.total_tokens()) + " tokens, " + std::to_string(steps_per_epoch_) +
             " steps/epoch; training " + std::to_string(total_steps_) + " steps: " + length_why_);
   log_.info("| dropout      " + dropout_.described + ", in training forwards only");
+  if (!attention_.empty()) log_.info("| attention    " + attention_);
   log_.info("| mfu          " + std::to_string(static_cast<int64_t>(flops_per_token(cfg_, shape_.T, P))) +
             " FLOP/token (6N + 6LCT)" + (peak_.tflops > 0 ? " against " : "; ") + peak_.source);
   log_.info("| lr schedule  " + schedule_.describe() + " (" + schedule_source_ + ")");

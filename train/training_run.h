@@ -130,6 +130,7 @@ class TrainingRun {
   int64_t steps_per_epoch_ = 0;
   int total_steps_ = 0;
   std::string length_why_;  // what total_steps_ comes from (--max-steps, --epochs)
+  std::string attention_;   // the banner's attention kernel and why ("" on the CPU)
   const AdamWHyper hyper_;
   LrSchedule schedule_;
   std::string schedule_source_ = "from the flags";

@@ -32,6 +32,7 @@
 #include "backend/cuda/classifier.cuh"
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/cudnn_attention.h"
 #include "backend/op_checks.h"
 #include "backend/cuda/encoder.cuh"
 #include "backend/cuda/dropout.cuh"
@@ -64,26 +65,20 @@ bool launch_blocking_env() {
   return v != nullptr && std::string(v) == "1";
 }
 
-// kDefault -> GPT2_ATTENTION (flash | classic), else flash.
-bool use_flash_attention(CudaAttention choice) {
-  if (choice != CudaAttention::kDefault) return choice == CudaAttention::kFlash;
-  const char* v = std::getenv("GPT2_ATTENTION");
-  if (v == nullptr || *v == '\0' || std::string(v) == "flash") return true;
-  if (std::string(v) == "classic") return false;
-  throw std::runtime_error(std::string("backend/cuda: GPT2_ATTENTION=") + v + ": expected flash or classic");
-}
-
 // Attention buffer sizes of the backend's choice (shared with cuda_backend_sizes).
-// Flash: saved = fp32 log-sum-exp per row (B*NH*T floats; in bf16 mode
-// 2*B*NH*T bf16 elements of the same bytes), scratch = D per row, the dq
-// accumulator and turn counters (kern::flash_scratch_floats, fp32 words).
-// Classic: saved = P[B,NH,T,T] of the storage type, scratch = dP (+ dS).
-size_t attention_saved_numel_for(bool flash, uint32_t storage_bytes, int B, int T, int NH) {
-  if (flash) return kern::flash_lse_floats(B, T, NH) * (sizeof(float) / storage_bytes);
+// Flash and cuDNN: saved = fp32 log-sum-exp per row (B*NH*T floats; in bf16
+// mode 2*B*NH*T bf16 elements of the same bytes). Scratch: flash's D per row,
+// dq accumulator and turn counters (kern::flash_scratch_floats, fp32 words);
+// none for cuDNN alone (its row sums live in its own workspace); kAuto sizes
+// for flash, which it may run. Classic: saved = P[B,NH,T,T] of the storage
+// type, scratch = dP (+ dS).
+size_t attention_saved_numel_for(CudaAttention a, uint32_t storage_bytes, int B, int T, int NH) {
+  if (a != CudaAttention::kClassic) return kern::flash_lse_floats(B, T, NH) * (sizeof(float) / storage_bytes);
   return kern::attention_saved_elems(B, T, NH);
 }
-size_t attention_scratch_numel_for(bool flash, uint32_t storage_bytes, int B, int T, int NH) {
-  if (flash) return kern::flash_scratch_floats(B, T, NH);  // kScratch is fp32
+size_t attention_scratch_numel_for(CudaAttention a, uint32_t storage_bytes, int B, int T, int NH) {
+  if (a == CudaAttention::kCudnn) return 0;
+  if (a != CudaAttention::kClassic) return kern::flash_scratch_floats(B, T, NH);  // kScratch is fp32
   return storage_bytes == 2 ? kern::attention_scratch_floats<__nv_bfloat16>(B, T, NH)
                             : kern::attention_scratch_floats<float>(B, T, NH);
 }
@@ -93,7 +88,7 @@ class CudaBackend final : public Backend {
   CudaBackend(int device, const CudaBackendOptions& options)
       : device_(device),
         bf16_(options.bf16),
-        flash_(use_flash_attention(options.attention)),
+        attention_(options.attention),
         sync_ops_(options.sync_after_ops || launch_blocking_env()),
         storage_bytes_(options.bf16 ? 2 : 4) {
     int count = 0;
@@ -121,6 +116,7 @@ class CudaBackend final : public Backend {
                                                           "construction"));
       CUDA_CHECK(cudaMallocHost(&clip_pinned_, 2 * sizeof(double)));
       CUDA_CHECK(cudaEventCreateWithFlags(&clip_copied_, cudaEventDisableTiming));
+      start_cudnn();
     } catch (...) {
       release();
       throw;
@@ -134,8 +130,8 @@ class CudaBackend final : public Backend {
   CudaMemoryReport memory_report() const {
     CudaMemoryReport r;
     r.allocated = allocated_bytes_;
-    r.workspace = blas_.lt_workspace_bytes + kNormPartialsBytes +
-                  workspace_floats_ * sizeof(float);
+    r.workspace = blas_.lt_workspace_bytes + kNormPartialsBytes + workspace_floats_ * sizeof(float) +
+                  (cudnn_ ? cudnn_->workspace_bytes() : 0);
     const DeviceMemory m = device_memory();
     r.device_in_use = m.total_bytes - m.free_bytes;
     return r;
@@ -343,15 +339,21 @@ class CudaBackend final : public Backend {
   }
 
   size_t attention_saved_numel(int B, int T, int NH) const override {
-    return attention_saved_numel_for(flash_, storage_bytes_, B, T, NH);
+    return attention_saved_numel_for(attention_, storage_bytes_, B, T, NH);
   }
   size_t attention_scratch_numel(int B, int T, int NH) const override {
-    return attention_scratch_numel_for(flash_, storage_bytes_, B, T, NH);
+    return attention_scratch_numel_for(attention_, storage_bytes_, B, T, NH);
   }
   void attention_forward(Tensor out, Tensor saved, Tensor qkv, int B, int T, int C, int NH,
                          const DropoutMask& drop) override {
     checks_.attention_forward(out, saved, attention_saved_numel(B, T, NH), qkv, B, T, C, NH, drop);
-    if (flash_) {
+    if (cudnn_serves("attention_forward", B, T, C, NH, drop, {out.ptr, saved.ptr, qkv.ptr})) {
+      dispatch("attention_forward", [&](auto) {
+        cudnn_->forward(out.ptr, static_cast<float*>(saved.ptr), qkv.ptr, B, T, NH, C / NH);
+      });
+      return;
+    }
+    if (attention_ != CudaAttention::kClassic) {
       float* lse = flash_lse(saved, C, NH, "attention_forward");
       dispatch("attention_forward", [&](auto tag) {
         using X = decltype(tag);
@@ -371,7 +373,13 @@ class CudaBackend final : public Backend {
                           int B, int T, int C, int NH, const DropoutMask& drop) override {
     checks_.attention_backward(dqkv, scratch, attention_scratch_numel(B, T, NH), dout, out, qkv, saved,
                                attention_saved_numel(B, T, NH), B, T, C, NH, drop);
-    if (flash_) {
+    if (cudnn_serves("attention_backward", B, T, C, NH, drop, {dqkv.ptr, dout.ptr, out.ptr, qkv.ptr, saved.ptr})) {
+      dispatch("attention_backward", [&](auto) {
+        cudnn_->backward(dqkv.ptr, dout.ptr, out.ptr, qkv.ptr, static_cast<const float*>(saved.ptr), B, T, NH, C / NH);
+      });
+      return;
+    }
+    if (attention_ != CudaAttention::kClassic) {
       const float* lse = flash_lse(saved, C, NH, "attention_backward");
       dispatch("attention_backward", [&](auto tag) {
         using X = decltype(tag);
@@ -496,12 +504,75 @@ class CudaBackend final : public Backend {
  private:
   static int rows(const Tensor& table, int C) { return static_cast<int>(table.numel / C); }
 
+  // kAuto / kCudnn: a cuDNN handle on the stream. kCudnn refuses here what it
+  // can never serve; kAuto keeps the reason for the banner and runs flash.
+  void start_cudnn() {
+    if (attention_ != CudaAttention::kAuto && attention_ != CudaAttention::kCudnn) return;
+    const bool explicit_cudnn = attention_ == CudaAttention::kCudnn;
+    if (!bf16_) {
+      cudnn_refused_ = "fp32 storage: cuDNN's fused attention needs bf16 (--dtype bf16)";
+    } else {
+      try {
+        cudnn_ = make_cudnn_attention(stream_);
+        return;
+      } catch (const std::exception& e) {
+        cudnn_refused_ = e.what();
+      }
+    }
+    if (explicit_cudnn)
+      throw std::runtime_error("backend/cuda: --attention cudnn: " + cudnn_refused_ + "; use --attention flash");
+  }
+
+  // Why cuDNN does not serve this call ("" when it does; builds the shape's plans).
+  std::string cudnn_refusal(int B, int T, int C, int NH, bool attention_dropout, std::initializer_list<const void*> ptrs) {
+    if (!cudnn_) return cudnn_refused_;
+    if (attention_dropout) return "attention dropout runs on the flash kernels, whose masks are reproducible";
+    for (const void* p : ptrs)
+      if (!kern::aligned16(p)) return "a tensor is not 16-byte aligned";
+    return cudnn_->prepare(B, T, NH, C / NH);
+  }
+
+  // Whether cuDNN runs this call; kCudnn throws why it cannot.
+  bool cudnn_serves(const char* op, int B, int T, int C, int NH, const DropoutMask& drop,
+                    std::initializer_list<const void*> ptrs) {
+    if (attention_ != CudaAttention::kAuto && attention_ != CudaAttention::kCudnn) return false;
+    const std::string why = cudnn_refusal(B, T, C, NH, drop.p > 0.0f, ptrs);
+    if (why.empty()) return true;
+    if (attention_ == CudaAttention::kCudnn)
+      throw std::runtime_error(std::string("backend/cuda: ") + op + ": --attention cudnn: " + why);
+    return false;
+  }
+
+ public:
+  CudaAttentionChoice attention_choice(int B, int T, int C, int NH, bool attention_dropout) {
+    CudaAttentionChoice c;
+    if (attention_ == CudaAttention::kFlash || attention_ == CudaAttention::kClassic) {
+      c.kernel = cuda_attention_name(attention_);
+      c.why = std::string("--attention ") + c.kernel;
+      return c;
+    }
+    const std::string refused = cudnn_refusal(B, T, C, NH, attention_dropout, {});
+    if (refused.empty()) {
+      c.kernel = "cudnn";
+      c.why = cudnn_attention_version() + ", bf16, head size " + std::to_string(C / NH) + ", causal" +
+              (attention_ == CudaAttention::kAuto ? " (--attention auto)" : "");
+    } else if (attention_ == CudaAttention::kCudnn) {
+      c.refused = refused;
+    } else {
+      c.kernel = "flash";
+      c.why = "--attention auto, not cuDNN: " + refused;
+    }
+    return c;
+  }
+
+ private:
+
   // The flash path's fp32 log-sum-exp rows inside `saved` (any storage type).
   static float* flash_lse(const Tensor& saved, int C, int NH, const char* op) {
     if (!kern::flash_attention_applies(C, NH))
       throw std::runtime_error(std::string("backend/cuda: ") + op + ": flash attention needs head size <= " +
                                std::to_string(kern::flash_mma::kHead) + " (C/NH = " + std::to_string(C / NH) +
-                               "); use CudaAttention::kClassic or GPT2_ATTENTION=classic");
+                               "); use --attention classic (CudaAttention::kClassic)");
     if (reinterpret_cast<uintptr_t>(saved.ptr) % alignof(float) != 0)
       throw std::runtime_error(std::string("backend/cuda: ") + op + ": saved is not 4-byte aligned");
     return static_cast<float*>(saved.ptr);
@@ -588,6 +659,7 @@ class CudaBackend final : public Backend {
   // Destructor path: no throwing, release what exists.
   void release() noexcept {
     if (stream_ != nullptr) cudaStreamSynchronize(stream_);
+    cudnn_.reset();
     staging_.release();
     if (workspace_ != nullptr) cudaFree(workspace_);
     if (norm_partials_ != nullptr) cudaFree(norm_partials_);
@@ -608,7 +680,9 @@ class CudaBackend final : public Backend {
 
   int device_ = -1;
   bool bf16_ = false;
-  bool flash_ = true;  // attention: flash kernels (else classic)
+  CudaAttention attention_ = CudaAttention::kFlash;
+  std::unique_ptr<CudnnAttention> cudnn_;  // kAuto / kCudnn with bf16, when cuDNN started
+  std::string cudnn_refused_;              // else why not
   bool sync_ops_ = false;  // drain the stream after every op (fault attribution)
   uint32_t storage_bytes_ = 4;  // element size of params, grads, activations
   OpChecks checks_{"backend/cuda", storage_bytes_};
@@ -638,11 +712,9 @@ BackendSizes cuda_backend_sizes(const CudaBackendOptions& options) {
   s.elem_bytes[static_cast<size_t>(BufferRole::kScalar64)] = 8;
   for (BufferRole r : {BufferRole::kParams, BufferRole::kGrads, BufferRole::kActivations})
     s.elem_bytes[static_cast<size_t>(r)] = x;  // the storage type, as CudaBackend::alloc
-  const bool flash = use_flash_attention(options.attention);
-  s.attention_saved_numel = [flash, x](int B, int T, int NH) { return attention_saved_numel_for(flash, x, B, T, NH); };
-  s.attention_scratch_numel = [flash, x](int B, int T, int NH) {
-    return attention_scratch_numel_for(flash, x, B, T, NH);
-  };
+  const CudaAttention a = options.attention;
+  s.attention_saved_numel = [a, x](int B, int T, int NH) { return attention_saved_numel_for(a, x, B, T, NH); };
+  s.attention_scratch_numel = [a, x](int B, int T, int NH) { return attention_scratch_numel_for(a, x, B, T, NH); };
   return s;
 }
 
@@ -670,6 +742,28 @@ CudaMemoryReport cuda_memory_report(const Backend& backend) {
   if (cuda == nullptr)
     throw std::runtime_error("cuda_memory_report: the " + backend.name() + " backend is not the CUDA backend");
   return cuda->memory_report();
+}
+
+CudaAttentionChoice cuda_attention_choice(Backend& backend, int B, int T, int C, int NH, bool attention_dropout) {
+  auto* cuda = dynamic_cast<CudaBackend*>(&backend);
+  if (cuda == nullptr)
+    throw std::runtime_error("cuda_attention_choice: the " + backend.name() + " backend is not the CUDA backend");
+  return cuda->attention_choice(B, T, C, NH, attention_dropout);
+}
+
+namespace {
+constexpr const char* kAttentionNames[] = {"auto", "cudnn", "flash", "classic"};
+}
+
+const char* cuda_attention_name(CudaAttention a) { return kAttentionNames[static_cast<int>(a)]; }
+
+bool parse_cuda_attention(const std::string& name, CudaAttention* out) {
+  for (int i = 0; i < 4; i++)
+    if (name == kAttentionNames[i]) {
+      *out = static_cast<CudaAttention>(i);
+      return true;
+    }
+  return false;
 }
 
 CudaPlacement cuda_placement(const Backend& backend) {

@@ -7,18 +7,25 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 
 #include "backend/backend.h"
 #include "backend/sizing_backend.h"
 
 namespace gpt2 {
 
-// Which causal attention the backend runs (backend/cuda/flash_attention.cuh or backend/cuda/attention.cuh).
+// Which causal attention the backend runs (the trainer's --attention).
 enum class CudaAttention : uint8_t {
-  kDefault,  // GPT2_ATTENTION=flash|classic from the environment, else flash
+  kAuto,     // cuDNN's fused attention where it serves the call (bf16 storage, a build with
+             // cuDNN, no attention dropout, a shape and alignment cuDNN takes), else flash
+  kCudnn,    // cuDNN's fused attention (backend/cuda/cudnn_attention.h); a call it cannot
+             // serve is an error naming why
   kFlash,    // fused flash-style kernels; saves per-row log-sum-exp only; head size <= 64
   kClassic,  // split heads + cuBLAS GEMMs + softmax kernels; saves P[B,NH,T,T]; any head size
 };
+// "auto", "cudnn", "flash", "classic"; parse_cuda_attention is its inverse (false: unknown).
+const char* cuda_attention_name(CudaAttention a);
+bool parse_cuda_attention(const std::string& name, CudaAttention* out);
 
 struct CudaBackendOptions {
   // cuBLASLt with the BIAS / BGRADB epilogues for the linear layers; false
@@ -55,8 +62,10 @@ struct CudaBackendOptions {
   // the op that caused it (slow; for debugging). Also on with CUDA_LAUNCH_BLOCKING=1.
   bool sync_after_ops = false;
   // Attention implementation; fixed at construction (attention_saved_numel and
-  // attention_scratch_numel depend on it). Flash refuses head sizes above 64.
-  CudaAttention attention = CudaAttention::kDefault;
+  // attention_scratch_numel depend on it). Flash refuses head sizes above 64;
+  // cuDNN and flash keep the same `saved` (the rows' log-sum-exp), so kAuto can
+  // pick per call. kCudnn with fp32 storage, or in a build without cuDNN, throws.
+  CudaAttention attention = CudaAttention::kFlash;
   // cuBLASLt workspace.
   size_t cublaslt_workspace_bytes = size_t{32} << 20;
 };
@@ -96,6 +105,16 @@ struct CudaMemoryReport {
 };
 CudaMemoryReport cuda_memory_report(const Backend& backend);  // throws for another backend
 CudaPlacement cuda_placement(const Backend& backend);
+
+// The attention kernel a CUDA backend runs for calls of this shape, and why:
+// kernel "cudnn", "flash" or "classic"; `why` a phrase for the banner ("bf16,
+// head size 64, no attention dropout"). With kCudnn, `refused` holds the
+// reason cuDNN cannot serve (then kernel is "" and the call would throw).
+// Builds and caches cuDNN's plans for the shape. Throws for another backend.
+struct CudaAttentionChoice {
+  std::string kernel, why, refused;
+};
+CudaAttentionChoice cuda_attention_choice(Backend& backend, int B, int T, int C, int NH, bool attention_dropout);
 
 }  // namespace gpt2
 

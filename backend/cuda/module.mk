@@ -18,7 +18,19 @@ $(CUDA_BACKEND_EMU_OBJ): $(CUDA_BACKEND_SRC)
 	@mkdir -p $(@D)
 	$(CXX) $(CPPFLAGS) $(EMU_KERNEL_INC) $(CXXSTD) -O2 -g $(WARN) -fopenmp -pthread -x c++ -c $< -o $@
 
-$(CUDA_BACKEND_EMU_LIB): $(CUDA_BACKEND_EMU_OBJ)
+# cuDNN's fused attention: host code over cuDNN's C API (backend/cuda/cudnn_attention.cpp),
+# or its refusal without cuDNN's headers. The emulated builds call the emulator's cuDNN;
+# the GPU builds load libcudnn.so.9 at run time (GPT2_CUDNN_DLOPEN), so a GPU machine
+# without cuDNN still trains, on the flash kernels.
+CUDNN_ATTENTION_OBJ     := $(BUILD)/backend/cuda/$(if $(CUDNN_INC_DIR),cudnn_attention.o,cudnn_attention_absent.o)
+CUDNN_ATTENTION_GPU_OBJ := $(BUILD)/backend/cuda/$(if $(CUDNN_INC_DIR),gpu/cudnn_attention.o,cudnn_attention_absent.o)
+$(BUILD)/backend/cuda/cudnn_attention.o $(BUILD)/asan/backend/cuda/cudnn_attention.o: \
+  CPPFLAGS += -isystem $(CUDNN_INC_DIR) -isystem $(CUDA_HOME)/include
+$(BUILD)/backend/cuda/gpu/cudnn_attention.o: backend/cuda/cudnn_attention.cpp
+	@mkdir -p $(@D)
+	$(CXX) $(CPPFLAGS) -isystem $(CUDNN_INC_DIR) -isystem $(CUDA_HOME)/include -DGPT2_CUDNN_DLOPEN=1 $(CXXFLAGS) -c $< -o $@
+
+$(CUDA_BACKEND_EMU_LIB): $(CUDA_BACKEND_EMU_OBJ) $(CUDNN_ATTENTION_OBJ)
 	@mkdir -p $(@D)
 	rm -f $@ && $(AR) rcs $@ $^
 
@@ -35,13 +47,16 @@ $(KCUDA_TEST): $(KCUDA_TEST_SRCS:%.cpp=$(BUILD)/%.o) $(KCUDA_HARNESS:%.cpp=$(BUI
 	$(CXX) $(LDFLAGS) $^ $(EMU_LIBS) $(BACKEND_CPU_LDLIBS) -lgtest -lgtest_main -o $@
 
 $(KCUDA_ASAN_TEST): $(KCUDA_TEST_SRCS:%.cpp=$(BUILD)/asan/%.o) $(KCUDA_HARNESS:%.cpp=$(BUILD)/asan/%.o) \
-                    $(BUILD)/asan/backend/cuda/cuda_backend.cu.o $(BUILD)/libmodel.a $(BACKEND_CPU_LIB) $(EMU_ASAN_LIB)
+                    $(BUILD)/asan/backend/cuda/cuda_backend.cu.o $(CUDNN_ATTENTION_OBJ:$(BUILD)/%=$(BUILD)/asan/%) \
+                    $(BUILD)/libmodel.a $(BACKEND_CPU_LIB) $(EMU_ASAN_LIB)
 	@mkdir -p $(@D)
 	$(CXX) $(EMU_SANITIZE) $(LDFLAGS) $^ $(EMU_LIBS) $(BACKEND_CPU_LDLIBS) -lgtest -lgtest_main -o $@
 
-# cuda_gemm_test.cpp calls cuBLAS, cuBLASLt and the runtime itself: the toolkit's headers.
-$(BUILD)/test/backend_cuda/cuda_gemm_test.o $(BUILD)/asan/test/backend_cuda/cuda_gemm_test.o: \
-  CPPFLAGS += $(EMU_CUDA_INC)
+# cuda_gemm_test.cpp calls cuBLAS, cuBLASLt and the runtime itself, cudnn_graph_api_test.cpp
+# cuDNN's graph API: the toolkit's headers.
+$(BUILD)/test/backend_cuda/cuda_gemm_test.o $(BUILD)/asan/test/backend_cuda/cuda_gemm_test.o \
+$(BUILD)/test/backend_cuda/cudnn_graph_api_test.o $(BUILD)/asan/test/backend_cuda/cudnn_graph_api_test.o: \
+  CPPFLAGS += $(EMU_CUDA_INC) $(if $(CUDNN_INC_DIR),-isystem $(CUDNN_INC_DIR))
 
 TESTS        += $(KCUDA_TEST) $(KCUDA_ASAN_TEST)
 TEST_SCRIPTS += test/backend_cuda/random_order_test.sh test/backend_cuda/nvcc_compile_test.sh \
@@ -76,14 +91,14 @@ $(KCUDA_BENCH_EMU): $(BUILD)/dev/cuda/bench_cuda_ops.o $(KCUDA_HARNESS:%.cpp=$(B
 CUDA_VISIBLE_ARCHS := $(sort $(shell nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null \
                         | tr -d . | grep -E '^[0-9]+$$'))
 CUDA_GENCODE ?= $(foreach a,$(sort 80 90 $(CUDA_VISIBLE_ARCHS)),-gencode arch=compute_$(a),code=sm_$(a))
-CUDA_LDLIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcublas -lcudart
+CUDA_LDLIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcublas -lcudart -ldl
 $(CUDA_BACKEND_FAT_OBJ): $(CUDA_BACKEND_SRC) $(wildcard backend/cuda/*.cuh backend/cuda/*.h backend/*.h)
 	@mkdir -p $(@D)
 	$(NVCC) -std=c++17 -O3 --resource-usage -I. $(CUDA_GENCODE) -Xcompiler -fPIC -c $< -o $@ \
 	  > $(@:.o=.resource.txt) 2>&1 || { cat $(@:.o=.resource.txt); exit 1; }
 
 $(KCUDA_BENCH_GPU): $(BUILD)/dev/cuda/bench_cuda_ops.o $(KCUDA_HARNESS:%.cpp=$(BUILD)/%.o) \
-                    $(CUDA_BACKEND_FAT_OBJ) $(BACKEND_CPU_LIB)
+                    $(CUDA_BACKEND_FAT_OBJ) $(CUDNN_ATTENTION_GPU_OBJ) $(BACKEND_CPU_LIB)
 	@mkdir -p $(@D)
 	$(CXX) $(LDFLAGS) $^ $(BACKEND_CPU_LDLIBS) $(CUDA_LDLIBS) -o $@
 
@@ -93,7 +108,7 @@ $(KCUDA_BENCH_GPU): $(BUILD)/dev/cuda/bench_cuda_ops.o $(KCUDA_HARNESS:%.cpp=$(B
 # three runs whose bits must still agree.
 KCUDA_GPU_TEST := $(BUILD)/gpu/backend_cuda_gpu_test
 $(KCUDA_GPU_TEST): $(KCUDA_TEST_SRCS:%.cpp=$(BUILD)/%.o) $(KCUDA_HARNESS:%.cpp=$(BUILD)/%.o) \
-                   $(BUILD)/test/backend_cuda/hw/run_order_hw.o $(CUDA_BACKEND_FAT_OBJ) \
+                   $(BUILD)/test/backend_cuda/hw/run_order_hw.o $(CUDA_BACKEND_FAT_OBJ) $(CUDNN_ATTENTION_GPU_OBJ) \
                    $(BUILD)/libmodel.a $(BACKEND_CPU_LIB)
 	@mkdir -p $(@D)
 	$(CXX) $(LDFLAGS) $^ $(BACKEND_CPU_LDLIBS) $(CUDA_LDLIBS) -lgtest -lgtest_main -o $@
@@ -113,7 +128,8 @@ TEST_PREREQS += $(KCUDA_BENCH_EMU)
 PROFILE_CUDA_DRIVER := $(BUILD)/dev/profile/profile_cuda_ops
 $(BUILD)/dev/profile/profile_cuda_ops.o: CPPFLAGS += -DGPT2_EMU_PROFILE=1
 $(PROFILE_CUDA_DRIVER): $(BUILD)/dev/profile/profile_cuda_ops.o $(KCUDA_HARNESS:%.cpp=$(BUILD)/%.o) \
-                        $(BUILD)/profile/backend/cuda/cuda_backend.cu.o $(BACKEND_CPU_LIB) $(EMU_PROFILE_LIB)
+                        $(BUILD)/profile/backend/cuda/cuda_backend.cu.o $(CUDNN_ATTENTION_OBJ) $(BACKEND_CPU_LIB) \
+                        $(EMU_PROFILE_LIB)
 	@mkdir -p $(@D)
 	$(CXX) $(LDFLAGS) $^ $(EMU_LIBS) $(BACKEND_CPU_LDLIBS) -o $@
 

@@ -173,14 +173,14 @@ void CheckedBackend::matmul_gelu_backward(Tensor dinp, Tensor dw, Tensor dbias, 
 
 void CheckedBackend::attention_forward(Tensor out, Tensor saved, Tensor qkv, int B, int T, int C, int NH,
                                        const DropoutMask& drop) {
-  const auto ref = bf16ref::attention_forward(get(qkv), B, T, C, NH, drop);
+  const auto ref = bf16ref::attention_forward(get(qkv), B, T, C, NH, drop, attention);
   inner_.attention_forward(out, saved, qkv, B, T, C, NH, drop);
   check("attention_forward", shape({{"B", B}, {"T", T}, {"C", C}, {"NH", NH}}), {out}, ref);
 }
 
 void CheckedBackend::attention_backward(Tensor dqkv, Tensor scratch, Tensor dout, Tensor out, Tensor qkv,
                                         Tensor saved, int B, int T, int C, int NH, const DropoutMask& drop) {
-  const auto ref = bf16ref::attention_backward(get(dout), get(out), get(qkv), B, T, C, NH, drop);
+  const auto ref = bf16ref::attention_backward(get(dout), get(out), get(qkv), B, T, C, NH, drop, attention);
   inner_.attention_backward(dqkv, scratch, dout, out, qkv, saved, B, T, C, NH, drop);
   check("attention_backward", shape({{"B", B}, {"T", T}, {"C", C}, {"NH", NH}}), {dqkv}, ref);
 }

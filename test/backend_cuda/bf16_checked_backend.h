@@ -28,6 +28,9 @@ class CheckedBackend : public Backend {
   // GEMM (CudaBackendOptions::use_cublaslt == false).
   CheckedBackend(Backend& inner, bool separate_bias) : inner_(inner), separate_bias_(separate_bias) {}
 
+  // The attention kernel the inner backend runs (its CudaBackendOptions::attention).
+  bf16ref::AttentionKernel attention = bf16ref::AttentionKernel::kFlash;
+
   // One checked call: what the backend stored and the reference.
   struct Record {
     std::string op;

@@ -296,10 +296,10 @@ std::vector<Output> matmul_backward(const Vec& dw_old, const Vec* dbias_old, con
 }
 
 // ---- attention ------------------------------------------------------------------------------------
-// Two kernels: the classic path (backend/cuda/attention.cuh) and the flash path
-// (backend/cuda/flash_attention.cuh, the backend's default). The reference follows the
-// path the backend under test runs: flash unless GPT2_ATTENTION=classic (both
-// read the same switch; the tests build backends with CudaAttention::kDefault).
+// Three kernels: the classic path (backend/cuda/attention.cuh), the flash path
+// (backend/cuda/flash_attention.cuh, the backend's default) and cuDNN's fused
+// attention as the emulator runs its graph (emu/cudnn_graph.cpp). The caller names
+// the one the backend under test runs.
 namespace {
 
 // Attention dropout's factor of (b, h, t, j): backend.h's Z (1 without dropout).
@@ -494,8 +494,9 @@ std::vector<Output> flash_attention_forward(const Vec& qkv, int B, int T, int C,
 // sum dS k, dk = scale sum dS^T q (fp32 sums of bf16 dS, the scale after the
 // sum); dv = sum bf16(P)^T dy. Each stored once in bf16. Dropout: dS = P (dP z - D)
 // (one more fp32 multiply) and dv's P is bf16(P z).
+// scale_first (cuDNN's graph): dS = bf16(scale P (dP - D)) and the sums dq, dk take no scale after.
 std::vector<Output> flash_attention_backward(const Vec& dout, const Vec& out, const Vec& qkv, int B, int T, int C,
-                                            int NH, const DropoutMask& drop) {
+                                            int NH, const DropoutMask& drop, bool scale_first = false) {
   const int hs = C / NH;
   const double scale = attention_scale(hs);
   const Heads H{qkv, T, C, hs};
@@ -534,9 +535,13 @@ std::vector<Output> flash_attention_backward(const Vec& dout, const Vec& out, co
           const double v = p[j] * (dP[j] - D);
           const double dv = dpe[j] * std::fabs(dP[j] - D) + p[j] * (ddP[j] + dD) +
                             op_err(2, p[j] * (std::fabs(dP[j]) + std::fabs(D)));
-          DS[t][j] = rounded(v, dv, &wds[t][j]);
+          // scale_first: scale P (dP - D) is one more fp32 multiply before the rounding
+          DS[t][j] = scale_first ? rounded(scale * v, scale * dv + op_err(1, scale * std::fabs(v)), &wds[t][j])
+                                 : rounded(v, dv, &wds[t][j]);
         }
       }
+      const double after = scale_first ? 1.0 : scale;  // the scale multiplying dq and dk's sums
+      const int after_ops = scale_first ? 0 : 1;
       for (int d = 0; d < hs; d++)
         for (int t = 0; t < T; t++) {
           double q_acc = 0, q_mag = 0, q_amb = 0, k_acc = 0, k_mag = 0, k_amb = 0, v_acc = 0, v_mag = 0, v_amb = 0;
@@ -550,31 +555,31 @@ std::vector<Output> flash_attention_backward(const Vec& dout, const Vec& out, co
             v_acc += PR[j][t] * g, v_mag += std::fabs(PR[j][t] * g), v_amb += wp[j][t] * std::fabs(g);
           }
           // the scale multiplies the fp32 sum: one more rounding
-          dqkv.value[at(b, t, 0, h, d)] = scale * q_acc;
-          dqkv.delta[at(b, t, 0, h, d)] = scale * (q_amb + sum_err(T + 1, q_mag));
-          dqkv.value[at(b, t, 1, h, d)] = scale * k_acc;
-          dqkv.delta[at(b, t, 1, h, d)] = scale * (k_amb + sum_err(T + 1, k_mag));
+          dqkv.value[at(b, t, 0, h, d)] = after * q_acc;
+          dqkv.delta[at(b, t, 0, h, d)] = after * (q_amb + sum_err(T + after_ops, q_mag));
+          dqkv.value[at(b, t, 1, h, d)] = after * k_acc;
+          dqkv.delta[at(b, t, 1, h, d)] = after * (k_amb + sum_err(T + after_ops, k_mag));
           dqkv.value[at(b, t, 2, h, d)] = v_acc, dqkv.delta[at(b, t, 2, h, d)] = v_amb + sum_err(T, v_mag);
         }
     }
   return {dqkv};
 }
 
-bool flash_attention_selected() {
-  const char* v = std::getenv("GPT2_ATTENTION");
-  return v == nullptr || std::string(v) != "classic";
-}
-
 }  // namespace
 
-std::vector<Output> attention_forward(const Vec& qkv, int B, int T, int C, int NH, const DropoutMask& drop) {
-  return flash_attention_selected() ? flash_attention_forward(qkv, B, T, C, NH, drop)
-                                    : classic_attention_forward(qkv, B, T, C, NH, drop);
+// cuDNN (emulated): the forward's rounding points are classic's (fp32 softmax,
+// P rounded to bf16 for P v, fp32 sums); the backward's are flash's (P from the
+// fp32 statistics, D from the bf16 out, dS and P rounded to bf16 for the
+// products) except that the scale multiplies dS before its rounding.
+std::vector<Output> attention_forward(const Vec& qkv, int B, int T, int C, int NH, const DropoutMask& drop,
+                                      AttentionKernel kernel) {
+  return kernel == AttentionKernel::kFlash ? flash_attention_forward(qkv, B, T, C, NH, drop)
+                                           : classic_attention_forward(qkv, B, T, C, NH, drop);
 }
 std::vector<Output> attention_backward(const Vec& dout, const Vec& out, const Vec& qkv, int B, int T, int C, int NH,
-                                       const DropoutMask& drop) {
-  return flash_attention_selected() ? flash_attention_backward(dout, out, qkv, B, T, C, NH, drop)
-                                    : classic_attention_backward(dout, qkv, B, T, C, NH, drop);
+                                       const DropoutMask& drop, AttentionKernel kernel) {
+  if (kernel == AttentionKernel::kClassic) return classic_attention_backward(dout, qkv, B, T, C, NH, drop);
+  return flash_attention_backward(dout, out, qkv, B, T, C, NH, drop, kernel == AttentionKernel::kCudnn);
 }
 
 // ---- GELU (backend/cuda/gelu.cuh) -------------------------------------------------------------------

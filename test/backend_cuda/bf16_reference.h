@@ -76,13 +76,15 @@ std::vector<Output> matmul_forward(const std::vector<float>& inp, const std::vec
 std::vector<Output> matmul_backward(const std::vector<float>& dw_old, const std::vector<float>* dbias_old,
                                     const std::vector<float>& dout, const std::vector<float>& inp,
                                     const std::vector<float>& w, int N, int C, int OC);
+// The attention kernel whose bf16 rounding points the reference models.
+enum class AttentionKernel { kFlash, kClassic, kCudnn };
 // drop: attention dropout (backend.h; p == 0: none).
 std::vector<Output> attention_forward(const std::vector<float>& qkv, int B, int T, int C, int NH,
-                                      const DropoutMask& drop);
-// out: the forward's output as the backward got it (flash takes D = rowsum(dout out) from it).
+                                      const DropoutMask& drop, AttentionKernel kernel = AttentionKernel::kFlash);
+// out: the forward's output as the backward got it (flash and cuDNN take D = rowsum(dout out) from it).
 std::vector<Output> attention_backward(const std::vector<float>& dout, const std::vector<float>& out,
                                        const std::vector<float>& qkv, int B, int T, int C, int NH,
-                                       const DropoutMask& drop);
+                                       const DropoutMask& drop, AttentionKernel kernel = AttentionKernel::kFlash);
 std::vector<Output> gelu_forward(const std::vector<float>& inp);
 std::vector<Output> gelu_backward(const std::vector<float>& inp, const std::vector<float>& dout);
 // matmul_gelu_forward: {out, pre}; matmul_gelu_backward: {dinp, dw[, dbias]}. Either

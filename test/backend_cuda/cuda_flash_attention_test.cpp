@@ -58,28 +58,6 @@ const Shape kShapes[] = {
     {1, 200, 128, 2, 1.0, false},  // 4 key tiles, the last of 8 rows
 };
 
-// Sets an environment variable for a scope (the backends here name their path explicitly).
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    const char* old = std::getenv(name);
-    had_ = old != nullptr;
-    if (had_) old_ = old;
-    setenv(name, value, 1);
-  }
-  ~ScopedEnv() {
-    if (had_)
-      setenv(name_, old_.c_str(), 1);
-    else
-      unsetenv(name_);
-  }
-
- private:
-  const char* name_;
-  bool had_ = false;
-  std::string old_;
-};
-
 std::vector<float> randn(optest::Rng& rng, size_t n, double scale) {
   std::vector<float> v(n);
   for (auto& x : v) x = static_cast<float>(scale * rng.normal());
@@ -202,7 +180,6 @@ TEST(CudaFlashAttention, Bf16MatchesFlashReferencePerElement) {
     for (auto& x : qkv) x = bf16ref::round_bf16(x);  // what the device holds
     for (auto& x : dy) x = bf16ref::round_bf16(x);
     std::vector<bf16ref::Output> ref_out, ref_dq;
-    ScopedEnv flash_reference("GPT2_ATTENTION", "flash");  // bf16ref follows GPT2_ATTENTION
     ref_out = bf16ref::attention_forward(qkv, s.B, s.T, s.C, s.NH, DropoutMask{});
     std::vector<float> first_out, first_dq;
     for (RunOrder order : {RunOrder::kForward, RunOrder::kReverse, RunOrder::kRandom}) {
@@ -380,7 +357,8 @@ TEST(CudaFlashAttention, Bf16DropoutMatchesReferencePerElement) {
   optest::Rng rng(20261128);
   for (CudaAttention kind : {CudaAttention::kFlash, CudaAttention::kClassic}) {
     auto cuda = make(true, kind);
-    ScopedEnv path("GPT2_ATTENTION", kind == CudaAttention::kFlash ? "flash" : "classic");  // bf16ref's choice
+    const auto ref_kernel = kind == CudaAttention::kFlash ? bf16ref::AttentionKernel::kFlash
+                                                          : bf16ref::AttentionKernel::kClassic;
     for (const Shape& s : kDropShapes) {
       const size_t n = size_t(s.B) * s.T * s.C;
       std::vector<float> qkv = randn(rng, 3 * n, s.scale), dy = randn(rng, n, 1.0);
@@ -389,8 +367,8 @@ TEST(CudaFlashAttention, Bf16DropoutMatchesReferencePerElement) {
       const DropoutMask drop = attention_drop(0.5f, 40);
       std::vector<float> out, dq;
       Call(*cuda, s).run(s, qkv, dy, &out, &dq, drop);
-      const auto ref_out = bf16ref::attention_forward(qkv, s.B, s.T, s.C, s.NH, drop);
-      const auto ref_dq = bf16ref::attention_backward(dy, out, qkv, s.B, s.T, s.C, s.NH, drop);
+      const auto ref_out = bf16ref::attention_forward(qkv, s.B, s.T, s.C, s.NH, drop, ref_kernel);
+      const auto ref_dq = bf16ref::attention_backward(dy, out, qkv, s.B, s.T, s.C, s.NH, drop, ref_kernel);
       const std::string name = s.str() + (kind == CudaAttention::kFlash ? " flash" : " classic");
       std::string problems;
       EXPECT_EQ(bf16ref::compare(out, ref_out[0], name + " out", &problems).failures, 0u) << problems;
