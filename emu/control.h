@@ -15,7 +15,10 @@ namespace emu {
 // Between two synchronisation points the threads of a block run one after the
 // other; the order decides which writes a racing read sees.
 //   kForward: thread 0, 1, 2, ...           kReverse: last thread first
-//   kRandom:  warps and lanes within a warp shuffled anew at every sync point
+//   kRandom:  warps and lanes within a warp shuffled anew at every sync point,
+//             and each warp sits out a pass with probability 1/2 (warps drift apart)
+// Under kReverse and kRandom a cp.async copy may also land before its wait, at
+// a seeded fiber switch of its thread (emu/exec.h's land_early_copies).
 // Default from env GPT2_EMU_ORDER=forward|reverse|random (and GPT2_EMU_SEED).
 enum class RunOrder { kForward, kReverse, kRandom };
 void set_run_order(RunOrder order, uint64_t seed = 1);

@@ -320,6 +320,7 @@ class Worker {
   }
 
   void yield(EmuThread& t) {
+    if (t.status != Status::kFaulted) land_early_copies(t.ctx);  // others may read them from here on
 #if EMU_ASAN
     __sanitizer_start_switch_fiber(&t.fake_stack, sched_bottom_, sched_size_);
 #endif
@@ -412,6 +413,7 @@ class Worker {
       t.ctx.block = &block_;
       t.ctx.async_copies.clear();  // copies a previous block never waited for never land
       t.ctx.async_groups.clear();
+      t.ctx.copy_rng = L.order == RunOrder::kForward ? 0 : ((L.seed * 0x9E3779B97F4A7C15ull + b) << 10 | i) | 1;
       t.linear = i;
       t.status = Status::kRunnable;
       t.fake_stack = nullptr;
@@ -439,9 +441,15 @@ class Worker {
           if (threads_[i].status == Status::kRunnable) resume(threads_[i]), ran = true;
       } else {
         shuffle_order(rng);
-        for (int k = 0; k < n_ && !faulted_; ++k) {
-          EmuThread& t = threads_[order_[k]];
-          if (t.status == Status::kRunnable) resume(t), ran = true;
+        // Warps run at uneven speeds: each sits out a pass with probability 1/2, so
+        // between barriers one warp gets warp operations ahead of another (a pass
+        // that ran nothing is run again with every warp).
+        for (int attempt = 0; attempt < 2 && !ran && !faulted_; ++attempt) {
+          const uint64_t stalled = attempt == 0 ? rng() : 0;
+          for (int k = 0; k < n_ && !faulted_; ++k) {
+            EmuThread& t = threads_[order_[k]];
+            if (t.status == Status::kRunnable && !((stalled >> (order_[k] >> 5)) & 1)) resume(t), ran = true;
+          }
         }
       }
       if (!ran && !faulted_) report_deadlock();

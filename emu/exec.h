@@ -29,18 +29,48 @@ struct BlockContext {
 };
 
 // A cp.async copy issued and not yet waited for (emu/ptx.h): `bytes` from `src`
-// (the first `src_bytes` of them; the rest zero) land in `dst` at the wait.
+// (the first `src_bytes` of them; the rest zero) land in `dst` at the wait, or
+// earlier under a perturbed run order (land_early_copies).
 struct AsyncCopy {
   void* dst;
   const void* src;
   uint32_t bytes, src_bytes;
+  bool landed = false;
+  void land() {
+    char* d = static_cast<char*>(dst);
+    const char* s = static_cast<const char*>(src);
+    for (uint32_t b = 0; b < bytes; ++b) d[b] = b < src_bytes ? s[b] : 0;
+    landed = true;
+  }
 };
 struct ThreadContext {
   uint3 thread_idx;
   const BlockContext* block;
   std::vector<AsyncCopy> async_copies;  // issued, oldest first
   std::vector<size_t> async_groups;     // committed groups: one past each group's last copy
+  uint64_t copy_rng = 0;                // early landings' generator; 0: copies land at their wait
 };
+
+// A GPU completes a cp.async at some time between its issue and its wait, and
+// other threads can see the copy only when they run, that is after this thread
+// switches away. So under a perturbed run order each pending copy lands at each
+// fiber switch of its thread (barrier or warp operation) with probability 1/2,
+// drawn from the thread's seeded generator: a reader that skipped a barrier sees
+// old data, new data or a mix. The forward order keeps every copy to its wait.
+inline void land_early_copies(ThreadContext& t) {
+  if (t.copy_rng == 0) return;
+  uint64_t bits = 0;
+  for (size_t i = 0; i < t.async_copies.size(); ++i) {
+    if (i % 64 == 0) {  // splitmix64: 64 fair bits per step
+      uint64_t z = (t.copy_rng += 0x9E3779B97F4A7C15ull);
+      z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+      z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+      bits = z ^ (z >> 31);
+    }
+    AsyncCopy& c = t.async_copies[i];
+    if (!c.landed && ((bits >> (i % 64)) & 1u)) c.land();
+  }
+}
 
 // The emulated CUDA thread running on this OS thread (null outside kernels).
 // Fibers never migrate between OS threads, so a thread_local is exact.

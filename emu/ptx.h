@@ -16,10 +16,13 @@
 // to fp32 (the products of bf16 or tf32 inputs are exact in fp32). The GPU's
 // order inside the instruction is not documented: tests bound the difference.
 //
-// cp.async: a copy is queued per thread and lands in shared memory only when a
+// cp.async: a copy is queued per thread and lands in shared memory when a
 // cp.async.wait_group lets it complete; copies still pending when the thread
 // ends never land. So a missing wait reads stale (NaN-poisoned) shared memory
 // and fails the test that checks the result, where a GPU might just be lucky.
+// Under the reverse and random run orders a copy may also land earlier, at one
+// of its thread's fiber switches (emu/exec.h's land_early_copies), so a reader
+// that is not ordered after the wait by a barrier can see it too soon.
 //
 // Profile build: ldmatrix reports each lane's 16-byte row, cp.async its 16-byte
 // global read and shared write, at the kernel's call site (the wrappers are
@@ -210,17 +213,14 @@ inline void cp_async_commit() {
   ThreadContext& t = current_thread();
   t.async_groups.push_back(t.async_copies.size());
 }
-// cp.async.wait_group n: every committed group but the n newest has landed.
+// cp.async.wait_group n: every committed group but the n newest has landed
+// (copies that landed early are not copied again).
 GPT2_EMU_PTX_UNCOUNTED inline void cp_async_wait_group(unsigned n) {
   ThreadContext& t = current_thread();
   if (t.async_groups.size() <= n) return;
   const size_t done_groups = t.async_groups.size() - n, end = t.async_groups[done_groups - 1];
-  for (size_t i = 0; i < end; ++i) {
-    const AsyncCopy& c = t.async_copies[i];
-    char* dst = static_cast<char*>(c.dst);
-    const char* src = static_cast<const char*>(c.src);
-    for (uint32_t b = 0; b < c.bytes; ++b) dst[b] = b < c.src_bytes ? src[b] : 0;
-  }
+  for (size_t i = 0; i < end; ++i)
+    if (!t.async_copies[i].landed) t.async_copies[i].land();
   t.async_copies.erase(t.async_copies.begin(), t.async_copies.begin() + static_cast<std::ptrdiff_t>(end));
   t.async_groups.erase(t.async_groups.begin(), t.async_groups.begin() + static_cast<std::ptrdiff_t>(done_groups));
   for (size_t& g : t.async_groups) g -= end;

@@ -133,6 +133,34 @@ __global__ void ptx_cp_async_kernel(const float* in, float* out, int mode) {
   }
 }
 
+// A double-buffered cp.async pipeline over `tiles` tiles of 256 floats on 64
+// threads (two warps): each thread stages its own 16-byte chunk of tile kt+1
+// while it reads another warp's chunk of tile kt. mode bit 0 drops the barrier
+// after the reads (the race: tile kt+2 is staged into a buffer the other warp
+// may still read); bit 1 puts a warp operation after the reads, as an mma
+// follows its ldmatrix, so that warps kept in step would all read first.
+__global__ void ptx_cp_async_pipeline_kernel(const float* in, float* out, int tiles, int mode) {
+  __shared__ __align__(16) float buf[2][256];
+  const int me = threadIdx.x, other = (me + 33) % 64;
+  cp_async16(&buf[0][4 * me], in + 4 * me, 16);
+  cp_async_commit();
+  for (int kt = 0; kt < tiles; ++kt) {
+    if (kt + 1 < tiles) {
+      cp_async16(&buf[(kt + 1) % 2][4 * me], in + (kt + 1) * 256 + 4 * me, 16);
+      cp_async_commit();
+      cp_async_wait<1>();
+    } else {
+      cp_async_wait<0>();
+    }
+    __syncthreads();
+    float v[4];
+    for (int e = 0; e < 4; ++e) v[e] = buf[kt % 2][4 * other + e];
+    if (mode & 2) __syncwarp();
+    for (int e = 0; e < 4; ++e) out[kt * 256 + 4 * me + e] = v[e];
+    if (!(mode & 1)) __syncthreads();  // every thread has read buffer kt%2 before tile kt+2 goes there
+  }
+}
+
 template <class T>
 T* upload(const std::vector<T>& host) {
   T* p = nullptr;
@@ -186,6 +214,15 @@ std::vector<float> ptx_cp_async(const std::vector<float>& in, int mode) {
   LAUNCH_KERNEL(ptx_cp_async_kernel, 1, 32, 0, 0, d_in, d_out, mode);
   CUDA_CHECK(cudaFree(d_in));
   return download_and_free(d_out, 384);
+}
+
+std::vector<float> ptx_cp_async_pipeline(const std::vector<float>& in, int mode) {
+  const int tiles = static_cast<int>(in.size() / 256);
+  float* d_in = upload(in);
+  float* d_out = upload(std::vector<float>(in.size(), 0.0f));
+  LAUNCH_KERNEL(ptx_cp_async_pipeline_kernel, 1, 64, 0, 0, d_in, d_out, tiles, mode);
+  CUDA_CHECK(cudaFree(d_in));
+  return download_and_free(d_out, in.size());
 }
 
 }  // namespace emu_test

@@ -24,6 +24,11 @@ std::vector<float> ptx_gemm_3xtf32(const std::vector<float>& a, const std::vecto
 // fill); 3: a second group of 512 bytes, wait_group 1, read both, then
 // wait_group 0 and read the second again (out: 3 x 128 floats).
 std::vector<float> ptx_cp_async(const std::vector<float>& in, int mode);
+// A double-buffered cp.async pipeline over in.size() / 256 tiles on 64 threads:
+// out[256 kt + 4 j + e] = tile kt's float 4 ((j + 33) % 64) + e, read from shared
+// memory. mode bit 0: no barrier between the reads of a buffer and the staging
+// of tile kt+2 into it (a race); bit 1: a __syncwarp after the reads.
+std::vector<float> ptx_cp_async_pipeline(const std::vector<float>& in, int mode);
 
 }  // namespace emu_test
 }  // namespace gpt2

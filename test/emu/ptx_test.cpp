@@ -1,6 +1,7 @@
 // backend/cuda/mma.cuh in the emulator (emu/ptx.h): ldmatrix and mma.sync follow
 // the PTX fragment layouts (a wrong layout gives a wrong product, not a small
-// error), tf32 rounds as cvt.rna does, and a cp.async lands only at its wait.
+// error), tf32 rounds as cvt.rna does, and a cp.async lands at its wait in the
+// forward run order and at a seeded earlier switch under the perturbed ones.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -8,6 +9,7 @@
 #include <random>
 #include <vector>
 
+#include "emu/control.h"
 #include "test/emu/ptx_kernels.h"
 
 namespace gpt2 {
@@ -109,6 +111,65 @@ TEST(EmuPtx, CpAsyncLandsAtItsWaitAndNotBefore) {
     EXPECT_EQ(groups[128 + i], -1.0f) << i << ": ... and leaves the newest pending";
     EXPECT_EQ(groups[256 + i], in[128 + i]) << i << ": wait_group 0 completes it";
   }
+}
+
+// The pipeline's result in one run order: how many floats differ from the
+// expected ones; each that differs must be tile kt+2's (a copy landed early).
+int pipeline_mismatches(const std::vector<float>& in, int mode, emu::RunOrder order, uint64_t seed) {
+  emu::ScopedRunOrder scoped(order, seed);
+  const std::vector<float> out = emu_test::ptx_cp_async_pipeline(in, mode);
+  const int tiles = static_cast<int>(in.size() / 256);
+  int wrong = 0;
+  for (int kt = 0; kt < tiles; ++kt)
+    for (int j = 0; j < 64; ++j)
+      for (int e = 0; e < 4; ++e) {
+        const size_t at = size_t(kt) * 256 + 4 * j + e, from = size_t(kt) * 256 + 4 * ((j + 33) % 64) + e;
+        if (out[at] == in[from]) continue;
+        ++wrong;
+        EXPECT_TRUE(kt + 2 < tiles && out[at] == in[from + 512]) << "mode " << mode << " out[" << at << "] " << out[at];
+      }
+  return wrong;
+}
+
+TEST(EmuPtx, CpAsyncLandsEarlyUnderPerturbedOrdersSoAMissingBarrierShows) {
+  using emu::RunOrder;
+  std::vector<float> in(8 * 256);
+  for (size_t i = 0; i < in.size(); ++i) in[i] = static_cast<float>(i) + 0.25f;
+  constexpr int kSeeds = 8;
+  // With its barriers the pipeline is right in every order and seed.
+  for (int mode : {0, 2}) {
+    EXPECT_EQ(pipeline_mismatches(in, mode, RunOrder::kForward, 1), 0) << "mode " << mode;
+    for (uint64_t seed = 1; seed <= kSeeds; ++seed) {
+      EXPECT_EQ(pipeline_mismatches(in, mode, RunOrder::kReverse, seed), 0) << "mode " << mode << " seed " << seed;
+      EXPECT_EQ(pipeline_mismatches(in, mode, RunOrder::kRandom, seed), 0) << "mode " << mode << " seed " << seed;
+    }
+  }
+  // Without the barrier before re-staging: the forward order keeps each copy to
+  // its wait, after the next barrier, so it cannot see the race.
+  EXPECT_EQ(pipeline_mismatches(in, 1, RunOrder::kForward, 1), 0);
+  EXPECT_EQ(pipeline_mismatches(in, 3, RunOrder::kForward, 1), 0);
+  // Reverse: warp 1 stages tile kt+2 and its copies land at its barrier before
+  // warp 0 reads that chunk of tile kt.
+  int reverse_seeds = 0;
+  for (uint64_t seed = 1; seed <= kSeeds; ++seed)
+    reverse_seeds += pipeline_mismatches(in, 1, RunOrder::kReverse, seed) > 0;
+  EXPECT_EQ(reverse_seeds, kSeeds);
+  // With a warp operation after the reads, the reverse order keeps the two warps
+  // in step: both have read before either re-stages, so it cannot see the race.
+  EXPECT_EQ(pipeline_mismatches(in, 3, RunOrder::kReverse, 1), 0);
+  // Random: warps drift apart, so a warp's early copy reaches the other warp's
+  // reads with the warp operation too (7 of these 8 seeds; 14 of 16).
+  int random_seeds[2] = {0, 0};
+  for (uint64_t seed = 1; seed <= kSeeds; ++seed) {
+    random_seeds[0] += pipeline_mismatches(in, 1, RunOrder::kRandom, seed) > 0;
+    random_seeds[1] += pipeline_mismatches(in, 3, RunOrder::kRandom, seed) > 0;
+  }
+  EXPECT_EQ(random_seeds[0], kSeeds);
+  EXPECT_GE(random_seeds[1], kSeeds / 2);
+  // Deterministic given the seed.
+  emu::ScopedRunOrder scoped(RunOrder::kRandom, 5);
+  const std::vector<float> a = emu_test::ptx_cp_async_pipeline(in, 3), b = emu_test::ptx_cp_async_pipeline(in, 3);
+  EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0);
 }
 
 }  // namespace
