@@ -88,6 +88,7 @@ run_phase binaries    200  40 phase_binaries
 run_phase op_tests    100  25 phase_op_tests
 run_phase train_tests  60  25 phase_train_tests
 run_phase sanitizer   150  25 phase_sanitizer
+run_phase attention   60  25 phase_attention
 run_phase bench_ops    60  30 phase_bench_ops
 run_phase hf_client    30  20 phase_hf_client
 run_phase throughput  200  70 phase_throughput

@@ -77,15 +77,18 @@ unpack_kit() {
 }
 
 # The folders holding the CUDA libraries the kit does not carry (cuBLAS, cuBLASLt,
-# cudart, NCCL), joined by ':': the toolkit's lib64, the loader's cache, and the
-# nvidia-* Python wheels PyTorch brings (NCCL may live only there).
+# cudart, NCCL, cuDNN), joined by ':': the toolkit's lib64, the loader's cache, and the
+# nvidia-* Python wheels PyTorch brings (NCCL and cuDNN may live only there; the
+# trainer loads cuDNN at run time and runs flash without it).
 cuda_library_path() {
   local d dirs=() lib
-  for lib in libcublasLt.so.13 libnccl.so.2; do
+  for lib in libcublasLt.so.13 libnccl.so.2 libcudnn.so.9; do
+    local wheel=${lib#lib}
+    wheel=${wheel%%.*}
     for d in "${CUDA_HOME:-}/lib64" /usr/local/cuda/lib64 \
              "$(dirname "$(command -v nvcc 2>/dev/null || echo /x/x)")/../lib64" \
              "$(ldconfig -p | awk -v l="$lib" '$1 == l {print $NF; exit}' | xargs -r dirname)" \
-             "$("$PY" -c 'import nvidia.nccl, os; print(os.path.join(list(nvidia.nccl.__path__)[0], "lib"))' 2>/dev/null)"; do
+             "$("$PY" -c "import nvidia.$wheel, os; print(os.path.join(list(nvidia.$wheel.__path__)[0], 'lib'))" 2>/dev/null)"; do
       [ -n "$d" ] && [ -e "$d/$lib" ] && { dirs+=("$d"); break; }
     done
   done
@@ -224,6 +227,35 @@ phase_sanitizer() {
     [ $r -eq 0 ] || rc=1
     is_quick && [ "$tool" = racecheck ] && break
   done
+  return $rc
+}
+
+# d12's attention (bf16, B=4, T=1024, C=768, NH=12) with each kernel: cuDNN's fused
+# attention, our flash kernels, the classic path. Per element against the reference on
+# this GPU (the op tests' CudnnAttention.* and the flash bf16 sweep), then forward and
+# backward timed per kernel (metrics attention.KIND.OP_us) for docs/gpu.md, where each
+# sits beside dev/roofline/roofline.py's prediction. cudnn_available says whether
+# libcudnn.so.9 loaded (without it the cudnn rows are missing and the phase says why).
+phase_attention() {
+  load_bins
+  local kind rc=0
+  gtest_metrics attention_tests "$OPS_TEST" \
+    --gtest_filter='CudnnAttention.*:CudaFlashAttention.Bf16MatchesFlashReferencePerElement' || rc=1
+  local bench=($BENCH_OPS)
+  is_rehearsal && bench+=(--smoke)
+  is_rehearsal || bench+=(--budget "$(is_quick && echo 0.05 || echo 0.3)" --no-cpu)
+  for kind in cudnn flash classic; do
+    if ! "${bench[@]}" --bf16 --attention "$kind" attention > "$work/attention_$kind.txt" 2>&1; then
+      cat "$work/attention_$kind.txt"
+      metric "attention.$kind" "failed: $(tail -1 "$work/attention_$kind.txt")"
+      [ "$kind" = cudnn ] && grep -q "cuDNN is not installed" "$work/attention_$kind.txt" && continue
+      rc=1; continue
+    fi
+    cat "$work/attention_$kind.txt"
+    awk -v k="$kind" '$1 ~ /^attention_/ && $0 ~ /T=1024/ { printf "attention.%s.%s_us\t%s\n", k, $1, $(NF-2) }' \
+      "$work/attention_$kind.txt" >> "$METRICS"
+  done
+  grep "^attention\." "$METRICS"
   return $rc
 }
 

@@ -729,6 +729,8 @@ int cuda_device_count() {
 
 bool cuda_tf32_default() { return GPT2_EMULATED == 0; }
 
+bool cuda_emulated() { return GPT2_EMULATED != 0; }
+
 std::unique_ptr<Backend> make_cuda_backend(int device) {
   return make_cuda_backend(device, CudaBackendOptions{});
 }

@@ -82,6 +82,10 @@ int cuda_device_count();
 // the emulated build (so the emulated trainer stays comparable with the CPU one).
 bool cuda_tf32_default();
 
+// Whether this backend runs on the emulator (emu/): tests that pin what only
+// the emulator's models fix (cuDNN's plan workspace, its head-size limit) ask.
+bool cuda_emulated();
+
 // Throws std::runtime_error when the device does not exist.
 std::unique_ptr<Backend> make_cuda_backend(int device);
 std::unique_ptr<Backend> make_cuda_backend(int device, const CudaBackendOptions& options);

@@ -121,16 +121,29 @@ __global__ void __launch_bounds__(flash_mma::kThreads)
     if (kt == 0) Ops::load_rows(qf, sQ, row0);
     float s[8][4] = {};
     Ops::mma_rows_n(s, qf, sK[kt % 2]);
-    // scale and mask (key > query or key >= T), row maxima over the quad
+    // scale and mask (key > query or key >= T), row maxima over the quad. Only the
+    // diagonal tile masks: below it every key precedes every query of the block and
+    // lies before T (the block's first query does).
     const int k0 = kt * kTile;
     float mx[2] = {-INFINITY, -INFINITY};
-    FLASH_MMA_UNROLL
-    for (int n = 0; n < 8; n++) {
+    if (kt == qb) {
       FLASH_MMA_UNROLL
-      for (int e = 0; e < 4; e++) {
-        const int key = k0 + n * 8 + 2 * t + e % 2, q = qg + 8 * (e / 2);
-        s[n][e] = (key <= q && key < T_) ? s[n][e] * scale : -INFINITY;
-        mx[e / 2] = fmaxf(mx[e / 2], s[n][e]);
+      for (int n = 0; n < 8; n++) {
+        FLASH_MMA_UNROLL
+        for (int e = 0; e < 4; e++) {
+          const int key = k0 + n * 8 + 2 * t + e % 2, q = qg + 8 * (e / 2);
+          s[n][e] = (key <= q && key < T_) ? s[n][e] * scale : -INFINITY;
+          mx[e / 2] = fmaxf(mx[e / 2], s[n][e]);
+        }
+      }
+    } else {
+      FLASH_MMA_UNROLL
+      for (int n = 0; n < 8; n++) {
+        FLASH_MMA_UNROLL
+        for (int e = 0; e < 4; e++) {
+          s[n][e] *= scale;
+          mx[e / 2] = fmaxf(mx[e / 2], s[n][e]);
+        }
       }
     }
     float alpha[2];
@@ -283,12 +296,14 @@ __global__ void __launch_bounds__(flash_mma::kThreads)
     float p[8][4] = {}, ds[8][4] = {};
     Ops::mma_rows_n(p, kf, Q);          // S^T
     Ops::mma_rows_n(ds, sV, row0, dO);  // dP^T
+    // Only the diagonal tile (keys after queries) and the last one (queries at or past T) mask.
+    const bool masked = qt == kb || qt == nqb - 1;
     FLASH_MMA_UNROLL
     for (int n = 0; n < 8; n++)
       FLASH_MMA_UNROLL
       for (int e = 0; e < 4; e++) {
         const int c = n * 8 + 2 * t + e % 2, q = qt * kTile + c, key = kg + 8 * (e / 2);
-        p[n][e] = (key <= q && q < T_) ? expf(p[n][e] * scale - L[c]) : 0.0f;
+        p[n][e] = (!masked || (key <= q && q < T_)) ? expf(p[n][e] * scale - L[c]) : 0.0f;
         if constexpr (!kDrop) ds[n][e] = p[n][e] * (ds[n][e] - L[kTile + c]);  // dS^T
       }
     if constexpr (kDrop)

@@ -7,12 +7,14 @@
 // numbers; the emulated build (build/dev/cuda/bench_cuda_ops_emu) exists to
 // prove the program links and runs (`--smoke`: the first few cases, with a tiny
 // time budget). Flags: --bf16 (bf16 storage; GB/s still counts 4-byte
-// elements), --cublas (the plain cuBLAS path), --budget S (seconds of timing per
-// case and backend; default 0.5) and an op-name filter.
+// elements), --cublas (the plain cuBLAS path), --attention auto|cudnn|flash|classic
+// (the attention kernel; default flash), --no-cpu (time the CUDA backend only),
+// --budget S (seconds of timing per case and backend; default 0.5) and an op-name filter.
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <stdexcept>
 #include <string>
 
 #include "backend/cuda/cuda_backend.h"
@@ -25,11 +27,17 @@ int main(int argc, char** argv) {
     double budget = 0.5;  // seconds per case and backend
     CudaBackendOptions options;
     std::string filter;
+    bool time_cpu = true;
     for (int i = 1; i < argc; i++) {
       if (std::strcmp(argv[i], "--smoke") == 0) smoke = true;
       else if (std::strcmp(argv[i], "--bf16") == 0) options.bf16 = true;
       else if (std::strcmp(argv[i], "--cublas") == 0) options.use_cublaslt = false;
       else if (std::strcmp(argv[i], "--budget") == 0 && i + 1 < argc) budget = std::atof(argv[++i]);
+      else if (std::strcmp(argv[i], "--no-cpu") == 0) time_cpu = false;
+      else if (std::strcmp(argv[i], "--attention") == 0 && i + 1 < argc) {
+        if (!parse_cuda_attention(argv[++i], &options.attention))
+          throw std::runtime_error(std::string("--attention ") + argv[i] + ": expected auto, cudnn, flash or classic");
+      }
       else filter = argv[i];
     }
     auto cpu = make_cpu_backend(0);
@@ -46,7 +54,7 @@ int main(int argc, char** argv) {
       if (smoke && c->bytes() > 4e6) continue;  // the emulator runs ~20 M threads/s
       // The harness allocates AdamW's moments as activations; bf16 needs fp32 ones.
       if (options.bf16 && c->op() == "adamw_update") continue;
-      const double t_cpu = optest::time_case(*c, *cpu, budget);
+      const double t_cpu = time_cpu ? optest::time_case(*c, *cpu, budget) : 0.0;
       const double t_cuda = optest::time_case(*c, *cuda, budget);
       std::printf("%-30s %-36s %12.1f %12.1f %8.2f %10.1f\n", c->op().c_str(), c->params().c_str(),
                   t_cpu * 1e6, t_cuda * 1e6, t_cpu / t_cuda, c->bytes() / t_cuda * 1e-9);

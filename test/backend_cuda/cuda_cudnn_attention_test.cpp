@@ -160,8 +160,10 @@ TEST(CudnnAttention, ExplicitCudnnRefusesWhatItCannotServe) {
     float dropout;
     const char* says;
   };
-  for (const Refusal& r : {Refusal{{1, 9, 24, 2}, 0.0f, "head size 12"}, Refusal{{1, 9, 272, 2}, 0.0f, "head size 136"},
-                           Refusal{{1, 9, 64, 1}, 0.1f, "flash"}}) {
+  std::vector<Refusal> refusals = {{{1, 9, 24, 2}, 0.0f, "head size 12"}, {{1, 9, 64, 1}, 0.1f, "flash"}};
+  // Above 128 the limit is the architecture's (Hopper takes 256); the emulator models 128.
+  if (cuda_emulated()) refusals.push_back({{1, 9, 272, 2}, 0.0f, "head size 136"});
+  for (const Refusal& r : refusals) {
     const size_t n = size_t(r.s.B) * r.s.T * r.s.C;
     DropoutMask drop;
     drop.p = r.dropout, drop.seed = 5, drop.stream = DropoutMask::stream_of(0, DropoutMask::kAttentionProbs);
@@ -216,8 +218,12 @@ TEST(CudnnAttention, ScratchAndWorkspace) {
   const size_t n = size_t(s.B) * s.T * s.C;
   const size_t before = cuda_memory_report(*cudnn).workspace;
   run(*cudnn, s, bf16_randn(rng, 3 * n, 1.0), bf16_randn(rng, n, 1.0));
-  // the backward's row sums, then the emulated plan's one fp32 per row
-  EXPECT_EQ(cuda_memory_report(*cudnn).workspace - before, 2 * size_t(s.B) * s.NH * s.T * sizeof(float));
+  // the backward's row sums, then the plan's own (the emulated plan's: one fp32 per row)
+  const size_t rows = size_t(s.B) * s.NH * s.T * sizeof(float), grown = cuda_memory_report(*cudnn).workspace - before;
+  if (cuda_emulated())
+    EXPECT_EQ(grown, 2 * rows);
+  else
+    EXPECT_GE(grown, rows);
 }
 
 }  // namespace

@@ -76,7 +76,7 @@ out = sys.argv[1]
 s = json.load(open(os.path.join(out, "gpu_check_summary.json")))
 report = open(os.path.join(out, "gpu_check_report.txt")).read()
 phases = {p["name"]: p["status"] for p in s["phases"]}
-want = ["env", "binaries", "op_tests", "train_tests", "sanitizer", "bench_ops", "hf_client", "throughput"]
+want = ["env", "binaries", "op_tests", "train_tests", "sanitizer", "attention", "bench_ops", "hf_client", "throughput"]
 assert list(phases) == want, phases
 try:
     import transformers  # noqa: F401
