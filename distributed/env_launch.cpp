@@ -75,6 +75,9 @@ EnvLaunch from_torchrun(const std::map<std::string, std::string>& env) {
   l.local_rank = optional(env, "LOCAL_RANK", l.world == 1 ? 0 : -1);
   if (l.local_rank < 0) throw std::runtime_error("environment: torchrun-style launch without LOCAL_RANK");
   l.local_world = optional(env, "LOCAL_WORLD_SIZE", l.world);
+  if (l.local_world < 1)  // the node count below divides by it
+    throw std::runtime_error("environment: LOCAL_WORLD_SIZE=" + std::to_string(l.local_world) +
+                             " must be at least 1");
   l.node = optional(env, "GROUP_RANK", l.rank / l.local_world);
   l.num_nodes = optional(env, "GROUP_WORLD_SIZE", (l.world + l.local_world - 1) / l.local_world);
   const std::string* addr = find(env, "MASTER_ADDR");

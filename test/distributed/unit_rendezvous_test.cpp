@@ -77,6 +77,10 @@ TEST(EnvLaunch, BadValuesNameTheVariable) {
   EXPECT_NE(error({{"RANK", "2"}, {"WORLD_SIZE", "2"}, {"LOCAL_RANK", "0"}}).find("RANK=2 is not below WORLD_SIZE=2"),
             std::string::npos);
   EXPECT_NE(error({{"RANK", "1"}, {"WORLD_SIZE", "2"}}).find("without LOCAL_RANK"), std::string::npos);
+  // a division by the local world size came before its check (SIGFPE)
+  EXPECT_NE(error({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"LOCAL_RANK", "0"}, {"LOCAL_WORLD_SIZE", "0"}})
+                .find("LOCAL_WORLD_SIZE=0 must be at least 1"),
+            std::string::npos);
   EXPECT_NE(error({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"LOCAL_RANK", "0"}, {"MASTER_PORT", "70000"}})
                 .find("master port 70000"),
             std::string::npos);
