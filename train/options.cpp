@@ -215,12 +215,12 @@ const std::vector<OptionSpec>& option_table() {
       {"adam-eps", 0, "X", "AdamW epsilon, in (0, 1] (0 divides by a zero second moment) [1e-8]", [](TrainOptions& o, const char* v) { o.adam_eps = parse_float("adam-eps", v, -1e30, 1e30); if (!(o.adam_eps > 0.0f && o.adam_eps <= 1.0f)) bad_value("adam-eps", v, "a number in (0, 1]"); }, [](const TrainOptions& o) { return format_number(o.adam_eps); }},
       {"grad-clip", 0, "X", "clip the global gradient norm to X; 0 disables [1.0]", FLT(grad_clip, "grad-clip", 0.0, 1e9)},
       {"max-steps", 0, "N", "optimizer steps (in all, counting those before a --resume); -1 = as many as --epochs means, one epoch of the training data without it [-1]", [](TrainOptions& o, const char* v) { o.max_steps = static_cast<int>(parse_int("max-steps", v, -1, 1 << 30)); if (o.max_steps == 0) throw std::runtime_error("--max-steps must be positive, or -1 for one epoch"); }, [](const TrainOptions& o) { return std::to_string(o.max_steps); }},
-      {"epochs", 0, "E", "train E passes over the training data (fractional: HF's num_train_epochs), ceil(E x steps per epoch) steps at this global batch, as the banner says; the lr schedule spans them. A positive --max-steps overrides it, as in HF [one epoch]", [](TrainOptions& o, const char* v) { o.epochs = parse_double("epochs", v, -1e30, 1e30); if (!(o.epochs > 0.0 && o.epochs <= 1e6)) bad_value("epochs", v, "a number in (0, 1e6]"); }, [](const TrainOptions& o) { return format_number(o.epochs); }},
+      {"epochs", 0, "E", "train E passes over the training data (fractional: HF's num_train_epochs), ceil(E x steps per epoch) steps at this global batch, as the banner says; the lr schedule spans them. A positive --max-steps overrides it, as in HF [one epoch]", [](TrainOptions& o, const char* v) { o.epochs = parse_double("epochs", v, -HUGE_VAL, HUGE_VAL); if (!(o.epochs > 0.0 && o.epochs <= 1e6)) bad_value("epochs", v, "a number in (0, 1e6]"); }, [](const TrainOptions& o) { return format_number(o.epochs); }},
       {"on-nan", 0, "skip|stop", "non-finite loss or gradient norm: skip the update, or stop with an error (checkpoints kept) [stop]", [](TrainOptions& o, const char* v) { o.on_nan = choice("on-nan", v, {"skip", "stop"}); }, [](const TrainOptions& o) { return o.on_nan; }},
       {"max-nan-skips", 0, "N", "--on-nan skip: stop with an error after N consecutive skipped steps [10]", INT(max_nan_skips, "max-nan-skips", 1, 1 << 30)},
       {"skip-loss-z", 0, "Z", "spike guard (llm.c's -sl): a step whose loss is more than Z standard deviations above the mean of the last --spike-window steps' losses is not applied (weights, AdamW moments and step count untouched; its data consumed); 0 = off [0]", [](TrainOptions& o, const char* v) { o.skip_loss_z = parse_double("skip-loss-z", v, 0.0, 1e6); }, [](const TrainOptions& o) { return format_number(o.skip_loss_z); }},
       {"skip-grad-z", 0, "Z", "the same for the gradient norm (llm.c's -sg); 0 = off [0]", [](TrainOptions& o, const char* v) { o.skip_grad_z = parse_double("skip-grad-z", v, 0.0, 1e6); }, [](const TrainOptions& o) { return format_number(o.skip_grad_z); }},
-      {"spike-window", 0, "W", "steps the spike guards' mean and deviation cover; none is skipped before W steps have filled it (warm-up) [128]", INT(spike_window, "spike-window", 2, 1 << 20)},
+      {"spike-window", 0, "W", "steps the spike guards' mean and deviation cover; none is skipped before W steps have filled it (warm-up) [128]", [](TrainOptions& o, const char* v) { o.spike_window = parse_int("spike-window", v, 2, 1 << 20); o.spike_window_given = true; }, [](const TrainOptions& o) { return std::to_string(o.spike_window); }},
       {"seed", 0, "N", "seed for init, data shuffling, sampling and the dropout masks [1337]", INT(seed, "seed", 0, kBig)},
       // evaluation and sampling
       {"val-every", 0, "N", "validation every N steps and at the end; 0 disables [20]", INT(val_every, "val-every", 0, 1 << 30)},
@@ -322,6 +322,8 @@ void check_eval_driven(const TrainOptions& o) {
     throw std::runtime_error("--early-stopping-patience needs validation: --val-every is 0");
   if (o.early_stopping_threshold != 0 && o.early_stopping_patience == 0)
     throw std::runtime_error("--early-stopping-threshold needs --early-stopping-patience");
+  if (o.spike_window_given && o.skip_loss_z == 0 && o.skip_grad_z == 0)
+    throw std::runtime_error("--spike-window is the spike guards' window: it needs --skip-loss-z or --skip-grad-z");
   if (!o.resume_from.empty() && o.resume_fallback)
     throw std::runtime_error("--resume-fallback replaces a corrupt newest checkpoint by an older one; --resume-from " +
                              o.resume_from + " names the checkpoint: give one");

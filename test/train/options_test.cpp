@@ -187,6 +187,9 @@ TEST(Options, EpochsKeepBestAndEarlyStopping) {
   EXPECT_EQ(parse({"--epochs", "3", "--max-steps", "7"}).max_steps, 7);  // both accepted: --max-steps wins at run time
   EXPECT_EQ(error_of({"--epochs", "0"}), "--epochs: invalid value '0' (expected a number in (0, 1e6])");
   EXPECT_EQ(error_of({"--epochs", "-1"}), "--epochs: invalid value '-1' (expected a number in (0, 1e6])");
+  // one range however far out (a value past 1e30 quoted another)
+  EXPECT_EQ(error_of({"--epochs", "1e30"}), "--epochs: invalid value '1e30' (expected a number in (0, 1e6])");
+  EXPECT_EQ(error_of({"--epochs", "1e31"}), "--epochs: invalid value '1e31' (expected a number in (0, 1e6])");
   EXPECT_EQ(error_of({"--keep-best"}), "--keep-best needs --output-dir (where the best checkpoint is kept)");
   EXPECT_EQ(error_of({"--keep-best", "-o", "x", "--val-every", "0"}), "--keep-best needs validation: --val-every is 0");
   EXPECT_EQ(error_of({"--early-stopping-patience", "2", "--val-every", "0"}),
@@ -311,6 +314,10 @@ TEST(Options, PretrainingFlags) {
   EXPECT_EQ(parse({}).spike_window, 128);
   EXPECT_NE(error_of({"--skip-loss-z", "-1"}).find("--skip-loss-z: invalid value '-1'"), std::string::npos);
   EXPECT_NE(error_of({"--spike-window", "1"}).find("--spike-window: invalid value"), std::string::npos);
+  // a window without a guard would be ignored: refused, even at its default value
+  EXPECT_EQ(error_of({"--spike-window", "128"}),
+            "--spike-window is the spike guards' window: it needs --skip-loss-z or --skip-grad-z");
+  EXPECT_EQ(parse({"--skip-grad-z", "3", "--spike-window", "16"}).spike_window, 16);
   EXPECT_NE(error_of({"--generate", "--skip-grad-z", "3"}).find("--skip-grad-z has no meaning"), std::string::npos);
   EXPECT_EQ(parse({"--eval-hellaswag", "hs.jsonl"}).eval_hellaswag, "hs.jsonl");
   o = parse({"--profile-steps", "10:12"});
