@@ -93,6 +93,7 @@ TEST_SCRIPTS += test/distributed/zero_cuda_emu_test.sh test/distributed/dry_run_
                 test/distributed/resume_across_test.sh
 # dev/roofline/roofline.py's memory table against what the emulated CUDA trainer allocates.
 TEST_SCRIPTS += dev/roofline/memory_test.sh
+TEST_SCRIPTS += test/docs/roofline_doc_test.sh
 
 # ---- benchmark: `make bench` (dev/train/bench.sh: ours vs PyTorch, MFU) ------------
 BENCH_TRAIN_STEP := $(BUILD)/dev/train/bench_train_step

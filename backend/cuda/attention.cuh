@@ -1,8 +1,8 @@
 // Classic causal multi-head self-attention from qkv[B,T,3C] (q | k | v, head h
-// at channels h*hs .. h*hs+hs-1 of each third), scale 1/sqrt(hs). The backend's
-// default is the fused kernel of backend/cuda/flash_attention.cuh (head size <= 64);
-// this path is the fallback (CudaAttention::kClassic, GPT2_ATTENTION=classic)
-// and serves any head size.
+// at channels h*hs .. h*hs+hs-1 of each third), scale 1/sqrt(hs). The fused
+// paths are cuDNN's (backend/cuda/cudnn_attention.h) and ours
+// (backend/cuda/flash_attention.cuh, head size <= 64); this one
+// (CudaAttention::kClassic, --attention classic) serves any head size.
 //
 // What `saved` holds: the probabilities P[B,NH,T,T] (masked entries exact
 // zeros), llm.c's `att`, in the storage type T (float or __nv_bfloat16). The

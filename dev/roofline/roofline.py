@@ -17,23 +17,30 @@ Byte-counting assumptions (conservative, stated once here):
   * an elementwise / row kernel reads each input once and writes each output once;
     "+=" outputs are read and written;
   * flash attention: q, k, v (in place in qkv) read once per kernel, out / dqkv
-    written once; the K/V tile re-reads of each query block (1.8 GB per layer forward
-    at d12 B=64) are assumed to hit the 50 MB L2 (a head's K and V are 256 KiB), so
-    they are not counted; the backward's two kernels each read qkv and dout;
+    written once; the K/V tile re-reads of each query block are in the L2 term
+    (the profile's global sectors), not HBM (a head's K and V are 256 KiB);
   * the classifier's second pass re-reads the logits from HBM (no L2 credit);
   * host synchronisations, launch gaps and stream bubbles are NOT modelled (0 s).
 FLOPs: tensor-core GEMM work (2 per multiply-add); flash attention counts the visited
-64x64 tiles (136 of 256 at T = 1024, causal), classic attention the full T x T.
+64x64 tiles (136 of 256 at T = 1024, causal), cuDNN FlashAttention's convention
+(4 T^2 hs per head, halved for causal), classic attention the full T x T.
 Elementwise arithmetic is far below the bandwidth bound and is not counted.
 
+Attention kinds (--attention, the trainer's flag; auto resolves as the trainer does):
+  * flash: our kernels priced from their counts per 64x64 tile pair
+    (attention_counts.json, written by count_attention.py from nvcc's sm_90 PTX and
+    the emulator profile): the slowest of tensor-core FLOPs, issue slots, MUFU
+    results, shared-memory wavefronts, L2 sectors and HBM bytes at the H100's rates;
+  * cudnn: cuDNN's published forward throughput (FlashAttention-3 paper) for both passes;
+  * classic: cuBLAS GEMMs at the GEMM efficiency, softmax kernels at bandwidth.
+
 With --profile FILE (default: build/profile/kernels.jsonl when it exists; `make
-profile-cuda` writes it) the kernels' own memory transactions, counted by the
-emulator's profile build at d12's per-warp access patterns, add a third bound to
-each op they belong to: shared-memory wavefronts at one per SM per clock
-(SMEM_WAVEFRONTS_PER_CLOCK), and the profiled global sectors (32 bytes each, at the
-L2's bandwidth: they include re-reads that hit L2). It applies to the d12 shapes
-the profile was taken at (C=768, 12 heads of 64, T=1024) and its dtype; the report
-prints attention's time before (the FLOP efficiency alone) and after.
+profile-cuda` writes it) the other kernels' memory transactions, counted by the
+emulator's profile build at d12's per-warp access patterns, add two bounds to the
+ops they belong to: shared-memory wavefronts at one per SM per clock, and global
+sectors (32 bytes each, at the L2's bandwidth: they include re-reads that hit L2).
+It applies to the d12 shapes the profile was taken at (C=768, 12 heads of 64,
+T=1024) and its dtype.
 """
 import argparse
 import math
@@ -41,10 +48,37 @@ import re
 import sys
 
 # ----------------------------------------------------------------- hardware (H100 SXM)
-PEAK_BF16 = 989e12     # dense bf16 tensor core FLOP/s (H100 SXM datasheet)
+PEAK_BF16 = 989e12     # dense bf16 tensor core FLOP/s (H100 SXM datasheet: 989.4 TFLOPS, 1,979 with sparsity)
 PEAK_TF32 = 494.7e12   # dense TF32 (fp32 storage with --tf32 on)
 PEAK_FP32_SIMT = 66.9e12  # fp32 FMA on CUDA cores (no tensor cores)
-HBM_BW = 3.35e12       # bytes/s, HBM3
+HBM_BW = 3.35e12       # bytes/s, HBM3 (datasheet)
+# The SM-level rates that price the flash kernels' counts (attention_counts.json).
+# H100 SXM5 has 132 SMs (Hopper whitepaper); the datasheet's bf16 peak is 132 SMs
+# x 4 tensor cores x 1024 dense FLOP/clock at 1.83 GHz, the clock used here.
+SMS = 132
+SM_CLOCK = 1.83e9
+# Shared memory: 32 banks of 4 bytes, each serving 4 bytes per clock (CUDA C++
+# Programming Guide, "Shared Memory" of compute capability 5.x and later): one
+# 128-byte wavefront per SM per clock.
+SMEM_WAVEFRONTS_PER_CLOCK = 1.0
+# Issue: 4 SM sub-partitions, each with one warp scheduler that issues one
+# warp-instruction per clock (Hopper whitepaper, "H100 SM architecture").
+ISSUE_PER_CLOCK = 4.0
+# exp2, log2, reciprocal (the MUFU unit): 16 results per clock per SM on compute
+# capability 9.0 (CUDA C++ Programming Guide, "Arithmetic Instructions" table).
+MUFU_PER_CLOCK = 16.0
+# L2: ~5.5 TB/s (H100 microbenchmarks report 5.5-7 TB/s; the low end).
+L2_BW = 5.5e12
+
+# ----------------------------------------------------------------- published attention throughputs
+# FlashAttention-3 paper (Shah et al., arXiv 2407.08608), forward, causal, head size
+# 64, sequence length 1k, bf16, H100 80GB SXM5, in FLOPs counted as 4 T^2 hs per
+# head, halved for causal masking: FlashAttention-2 229 TFLOP/s, cuDNN 288 TFLOP/s.
+# Anchors printed beside our prediction; only the "cudnn" attention kind uses cuDNN's
+# (the kind that runs cuDNN's fused attention), for the backward too (the paper's
+# backward figures are not causal; the same rate is an assumption).
+FA2_FWD_PUBLISHED = 229e12
+CUDNN_FWD_PUBLISHED = 288e12
 
 # ----------------------------------------------------------------- efficiencies (named)
 # GEMM: cuBLASLt bf16 GEMMs of d12's shapes (M = 65,536 rows, K, N in 768..50,304)
@@ -52,12 +86,6 @@ HBM_BW = 3.35e12       # bytes/s, HBM3
 # bf16 GEMMs are ~700-750 TFLOP/s); gpu-review.md assumed 560-650 TFLOP/s (0.57-0.66).
 EFF_GEMM = 0.75
 EFF_GEMM_REVIEW = 0.60  # the review's assumption, used for "before" and as a sensitivity row
-# Flash attention on tensor cores: FlashAttention-2 reaches ~35% of H100's peak (the
-# FlashAttention-3 paper's figure for FA2 on H100; ~50-70% on A100). Ours is WMMA
-# (mma.sync, not wgmma), head size 64, operands staged through shared memory; the
-# backward repeats two GEMMs for D: assume a little below FA2.
-EFF_ATTN_FWD = 0.35
-EFF_ATTN_BWD = 0.30
 # Memory-bound kernels with 128-bit loads/stores: ~85% of HBM bandwidth (what
 # well-written x128 streaming kernels, e.g. llm.c's, report on H100: ~2.8-3.0 TB/s).
 EFF_BW = 0.85
@@ -71,15 +99,8 @@ EFF_BW_LN_BWD_OLD = 0.95e12 / HBM_BW
 # The fp32 dv SGEMM of classic bf16 attention runs on CUDA cores at ~75% of their peak.
 EFF_SIMT = 0.75
 MEMSET_EFF = 0.9  # cudaMemsetAsync: write-only streaming
-# Shared memory and L2 (the profile's terms): H100 SXM5 has 132 SMs; the datasheet's
-# 989 TFLOP/s bf16 dense peak is 132 SMs x 4 tensor cores x 1024 FLOP/clock at
-# 1.83 GHz, the clock used here. Each SM's shared memory serves one wavefront
-# (32 banks x 4 bytes) per clock (Nsight Compute's l1tex data-pipe definition); L2
-# ~5.5 TB/s (H100 microbenchmarks report 5.5-7 TB/s; the low end).
-SMS = 132
-SM_CLOCK = 1.83e9
-SMEM_WAVEFRONTS_PER_CLOCK = 1.0
-L2_BW = 5.5e12
+
+COUNTS_FILE = "dev/roofline/attention_counts.json"
 
 
 class Op:
@@ -106,6 +127,54 @@ class Op:
         return max(t, key=t.get)
 
 
+class CountedAttention(Op):
+    """A flash kernel priced from its counts per 64x64 tile pair (count_attention.py).
+
+    Each resource's time is its total over the call at the H100's rate, the call's
+    time the slowest: tensor-core FLOPs, issue slots (warp-instructions, PTX movs
+    left out), MUFU results (32 per warp-instruction), shared-memory wavefronts,
+    global sectors at the L2's bandwidth, compulsory HBM bytes. Per-block work
+    outside the loop (prologue, epilogue) counts once per block for issue and MUFU;
+    the profile's wavefronts and sectors already spread it over the pairs."""
+
+    def __init__(self, name, counts, pairs, blocks, nbytes, group):
+        super().__init__(name, pairs * counts["flops_per_pair"], nbytes, PEAK_BF16, 1.0, 1.0, group=group)
+        self.counts, self.pairs, self.blocks = counts, pairs, blocks
+
+    def slots(self):
+        per_pair, per_block = self.counts["issue_slots_per_pair"], self.counts["issue_slots_per_block_outside_loop"]
+        issue = sum(self.pairs * per_pair[k] + self.blocks * per_block[k] for k in per_pair if k != "mov")
+        mufu = self.pairs * per_pair[MUFU_CLASS] + self.blocks * per_block[MUFU_CLASS]
+        return issue, mufu
+
+    def times(self):
+        clocks = SMS * SM_CLOCK
+        issue, mufu = self.slots()
+        return {"compute": self.flops / PEAK_BF16, "memory": self.bytes / HBM_BW,
+                "shared": self.pairs * self.counts["shared_wavefronts_per_pair"] / (clocks * SMEM_WAVEFRONTS_PER_CLOCK),
+                "L2": self.pairs * self.counts["global_sectors_per_pair"] * 32 / L2_BW,
+                "issue": issue / (clocks * ISSUE_PER_CLOCK), "mufu": mufu * 32 / (clocks * MUFU_PER_CLOCK)}
+
+
+MUFU_CLASS = "mufu (ex2, lg2, rcp)"
+
+
+def load_counts(path):
+    import json
+    import os
+    if not os.path.exists(path):
+        return None
+    return json.load(open(path))
+
+
+def resolve_attention(flag, dtype, hs, cudnn_present):
+    """The kind --attention FLAG runs (train/device_link_cuda.cpp): auto takes cuDNN for
+    bf16 when the build has it and the head size is a multiple of 8 up to 128, else flash."""
+    if flag != "auto":
+        return flag
+    return "cudnn" if dtype == "bf16" and cudnn_present and hs % 8 == 0 and hs <= 128 else "flash"
+
+
 class Config:
     def __init__(self, a):
         self.L, self.C, self.NH, self.V, self.Vp = a.L, a.C, a.NH, a.V, a.Vp
@@ -113,7 +182,11 @@ class Config:
         self.B, self.T = a.B, a.T
         self.dtype, self.recompute = a.dtype, a.recompute
         self.zero, self.world = a.zero, a.world
-        self.attention, self.kernels = a.attention, a.kernels
+        # the trainer's --attention flag, and the kind that runs (auto resolved)
+        self.attention_flag, self.kernels = a.attention, a.kernels
+        self.cudnn_present = not a.no_cudnn
+        self.attention = resolve_attention(a.attention, a.dtype, a.C // a.NH, self.cudnn_present)
+        self.counts = getattr(a, "counts", None)
         self.eff_gemm = a.eff_gemm
         self.gelu_fusion = a.gelu_fusion
         self.ln_fusion = a.ln_fusion
@@ -209,13 +282,16 @@ def memory_table(c):
     if s == 2 and n_opt > 0:
         rows.append(("optimizer", "fp32 master weights", n_opt, 4))
     # ---- activations (GPT2::allocate_activations, in its order)
-    flash = c.attention == "flash"
+    # sizes follow the flag, as the backend allocates them: auto sizes for flash (it may run it)
+    flash = c.attention_flag != "classic"
     if flash:
         lse_floats = B * NH * T
         saved = lse_floats * (4 // s)   # fp32 LSE in storage-type elements
         # fp32 (kScratch; flash_mma.cuh): D, the dq accumulator per query tile, a turn counter per tile
         tiles = B * NH * ((T + 63) // 64)
         scratch, scratch_e = lse_floats + tiles * 64 * 64 + tiles, 4
+        if c.attention_flag == "cudnn":  # cuDNN alone: its row sums live in its own workspace
+            scratch = 0
     else:
         saved = B * NH * T * T
         S = B * NH * T * T
@@ -266,6 +342,9 @@ def memory_table(c):
             ws += [4 * n, 7 * n]
     rows.append(("backend", "workspace (fp32, grown to the largest op's need)", max(ws), 4))
     rows.append(("backend", "cuBLASLt workspace", c.ws_bytes, 1))
+    if c.attention == "cudnn":  # the dO.O row sums (backend/cuda/cudnn_attention.h); the plan's own not counted
+        rows.append(("backend", "cuDNN workspace (row sums; the plan's own not counted)",
+                     (B * NH * T * 4 + 255) // 256 * 256, 1))
     rows.append(("backend", "sum_squares partials (fp64)", 1025, 8))
     return rows
 
@@ -340,19 +419,26 @@ def step_ops(c):
     def gelu_fwd(tag=""):
         add("gelu_forward" + tag, 0, 2 * 4 * E * s, group="gelu_forward")
 
-    flash_tiles = 0
-    if c.attention == "flash":
-        nt = (T + 63) // 64
-        flash_tiles = nt * (nt + 1) // 2
-        tile_frac = flash_tiles / float(nt * nt)
+    nt = (T + 63) // 64
+    pairs, blocks = B * NH * nt * (nt + 1) // 2, B * NH * nt  # visited 64x64 tiles (causal), blocks of 64 rows
+    counted = c.attention == "flash" and bf16 and c.counts is not None
     gemm_full = 2 * B * NH * T * T * hs  # one full T x T batched GEMM
     S = B * NH * T * T
+    fa_fwd = 2 * B * NH * T * T * hs  # FlashAttention's FLOP convention: 4 T^2 hs per head, halved (causal)
+    lse = B * NH * T * 4
 
     def attn_fwd():
         if c.attention == "flash":
-            f = 2 * gemm_full * tile_frac * (64.0 / hs if hs < 64 else 1.0)
-            peak = PEAK_BF16 if bf16 else PEAK_TF32  # flash_mma.cuh: mma.sync, fp32 storage on tf32
-            add("flash_forward", f, 3 * E * s + E * s + B * NH * T * 4, peak, EFF_ATTN_FWD)
+            nbytes = 3 * E * s + E * s + lse  # q, k, v read once (tile re-reads hit L2), out, lse
+            if counted:
+                ops.append(CountedAttention("flash_forward", c.counts["kernels"]["forward"], pairs, blocks, nbytes,
+                                            "flash_forward"))
+            else:  # fp32 storage (tf32 kernels, not counted): the tensor-core FLOPs alone, a lower bound
+                add("flash_forward", pairs * 2 * 2 * 64 ** 3, nbytes, PEAK_TF32, 1.0, 1.0)
+            return
+        if c.attention == "cudnn":  # at cuDNN's published forward throughput (no counts of ours)
+            add("cudnn_attention_forward", fa_fwd, 3 * E * s + E * s + lse, CUDNN_FWD_PUBLISHED, 1.0, 1.0,
+                group="cudnn_forward")
             return
         sp = EFF_BW_SCALAR16 if bf16 else EFF_BW_SCALAR32
         for i in range(3):
@@ -364,16 +450,22 @@ def step_ops(c):
 
     def attn_bwd():
         if c.attention == "flash":
-            f1 = gemm_full * tile_frac * (64.0 / hs if hs < 64 else 1.0)
-            peak = PEAK_BF16 if bf16 else PEAK_TF32  # flash_mma.cuh: mma.sync, fp32 storage on tf32
-            lse = B * NH * T * 4
             # backend/cuda/flash_mma.cuh: FlashAttention-2's order. D = rowsum(dout * out): reads both once
-            add("flash_backward_dsum", 2 * E, 2 * E * s + lse, peak, EFF_ATTN_BWD)
-            # one kernel per key block: S^T, dP^T, dv, dk and dq's part dS K (5 GEMMs); the
+            add("flash_backward_dsum", 0, 2 * E * s + lse)
+            # one kernel per key block: S^T, dP^T, dv, dk and dq's part dS K (5 products); the
             # parts of dq add up in an fp32 accumulator (written and read back once from DRAM,
-            # the per-tile-pair traffic is in the profile's L2 term)
-            acc = B * NH * ((T + 63) // 64) * 64 * 64 * 4
-            add("flash_backward", 5 * f1, 3 * E * s + E * s + 2 * lse + 3 * E * s + 2 * acc, peak, EFF_ATTN_BWD)
+            # the per-tile-pair traffic is in the L2 term)
+            acc = B * NH * nt * 64 * 64 * 4
+            nbytes = 3 * E * s + E * s + 2 * lse + 3 * E * s + 2 * acc
+            if counted:
+                ops.append(CountedAttention("flash_backward", c.counts["kernels"]["backward"], pairs, blocks, nbytes,
+                                            "flash_backward"))
+            else:
+                add("flash_backward", pairs * 5 * 2 * 64 ** 3, nbytes, PEAK_TF32, 1.0, 1.0)
+            return
+        if c.attention == "cudnn":  # 2.5 forwards of FLOPs (FlashAttention's convention) at the same rate
+            add("cudnn_attention_backward", 2.5 * fa_fwd, 3 * E * s + 2 * E * s + 3 * E * s + lse,
+                CUDNN_FWD_PUBLISHED, 1.0, 1.0, group="cudnn_backward")
             return
         sp = EFF_BW_SCALAR16 if bf16 else EFF_BW_SCALAR32
         g = "attn_classic_bwd"
@@ -477,10 +569,8 @@ def profile_rows_for(op, rows):
         return case("gelu_forward")
     if word == "sum_squares":
         return case("sum_squares")
-    if word == "flash_forward":
-        return case("attention_forward")
-    if word == "flash_backward":
-        return case("attention_backward", kernel="flash_backward_mma")
+    # flash_forward and flash_backward: their wavefronts and sectors come with the
+    # counts (attention_counts.json, from this profile), not again from here
     if word == "flash_backward_dsum":
         return case("attention_backward", kernel="dsum")
     if word in ("bias_colsum", "bias_accumulate") and tag in MATMUL_SHAPES:
@@ -504,17 +594,11 @@ def attach_profile(c, ops, rows):
             op.kernels.append((r["kernel"], r["shared_wavefronts"] * f, r["global_sectors"] * f))
 
 
-def print_profile_report(c, ops_before, ops_after):
-    def attn(ops):
-        return sum(o.time() for o in ops if o.group.startswith("flash") or o.group.startswith("attn"))
-    tb, ta = attn(ops_before), attn(ops_after)
-    print("Attention per step: %.1f ms before the profile (FLOP efficiency alone), %.1f ms with the "
-          "profiled shared-memory and L2 terms" % (tb * 1e3, ta * 1e3))
+def print_profile_report(c, ops_after):
+    print("Five most expensive ops with their bounds (ms per call; issue and MUFU for the counted flash kernels):")
     print()
-    print("Five most expensive ops with their bounds (ms per call: compute / DRAM / shared / L2):")
-    print()
-    print("| op | calls | compute | DRAM | shared | L2 | bound | ms per step |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("| op | calls | compute | DRAM | shared | L2 | issue | MUFU | bound | ms per step |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     per = {}
     for o in ops_after:
         e = per.setdefault(o.name, [0, o])
@@ -522,9 +606,10 @@ def print_profile_report(c, ops_before, ops_after):
     top = sorted(per.values(), key=lambda e: -e[0] * e[1].time())[:5]
     for n, o in top:
         t = o.times()
-        print("| %s | %d | %.3f | %.3f | %.3f | %.3f | %s | %.2f |" % (
-            o.name, n, t["compute"] * 1e3, t["memory"] * 1e3, t["shared"] * 1e3, t["L2"] * 1e3, o.bound(),
-            n * o.time() * 1e3))
+        cell = lambda k: "%.3f" % (t[k] * 1e3) if k in t else "-"
+        print("| %s | %d | %s | %s | %s | %s | %s | %s | %s | %.2f |" % (
+            o.name, n, cell("compute"), cell("memory"), cell("shared"), cell("L2"), cell("issue"), cell("mufu"),
+            o.bound(), n * o.time() * 1e3))
     print()
     print("Profiled kernels (per call at this config):")
     print()
@@ -564,6 +649,18 @@ def print_roofline(c, title, top=14, profile=None):
     if profile:
         attach_profile(c, ops, profile)
     t, tps, mfu, hw = summarize(c, ops)
+    print("### %s" % title)
+    print()
+    print("%d ops per step; step %.1f ms, %.0f tokens/s, MFU %.1f%% (llm.c accounting: %.1f MFLOP/token x "
+          "tokens/s / 989 TFLOP/s); hardware FLOPs %.2f TFLOP/step" %
+          (len(ops), t * 1e3, tps, mfu * 100, llmc_flops_per_token(c) / 1e6, hw / 1e12))
+    print()
+    print_groups(c, ops, t, top)
+    return t, tps, mfu
+
+
+def print_groups(c, ops, t, top=14):
+    hw = sum(o.flops for o in ops)
     groups = {}
     for o in ops:
         g = groups.setdefault(o.group, [0, 0.0, 0.0, 0.0, set()])
@@ -572,12 +669,6 @@ def print_roofline(c, title, top=14, profile=None):
         g[2] += o.bytes
         g[3] += o.time()
         g[4].add(o.bound())
-    print("### %s" % title)
-    print()
-    print("%d ops per step; step %.1f ms, %.0f tokens/s, MFU %.1f%% (llm.c accounting: %.1f MFLOP/token x "
-          "tokens/s / 989 TFLOP/s); hardware FLOPs %.2f TFLOP/step" %
-          (len(ops), t * 1e3, tps, mfu * 100, llmc_flops_per_token(c) / 1e6, hw / 1e12))
-    print()
     print("| op group | calls | GFLOP | GB | bound | ms | share |")
     print("|---|---|---|---|---|---|---|")
     for name, g in sorted(groups.items(), key=lambda kv: -kv[1][3])[:top]:
@@ -592,7 +683,6 @@ def print_roofline(c, title, top=14, profile=None):
     print("| **total** | %d | %.0f | %.2f | | **%.1f** | |" % (
         len(ops), hw / 1e9, sum(o.bytes for o in ops) / 1e9, t * 1e3))
     print()
-    return t, tps, mfu
 
 
 def print_ops(c):
@@ -652,7 +742,16 @@ def parse(argv):
     p.add_argument("--recompute", type=int, choices=[0, 1, 2], default=0)
     p.add_argument("--zero", type=int, choices=[0, 1, 2], default=0)
     p.add_argument("--world", type=int, default=1)
-    p.add_argument("--attention", choices=["flash", "classic"], default="flash")
+    p.add_argument("--attention", choices=["auto", "cudnn", "flash", "classic"], default="auto",
+                   help="the trainer's flag: auto = cudnn for bf16 (head size a multiple of 8 up to 128) when the "
+                        "build has cuDNN, else flash")
+    p.add_argument("--no-cudnn", action="store_true", help="a build without cuDNN (auto then runs flash)")
+    p.add_argument("--counts", default=None,
+                   help="the flash kernels' counts per tile pair (default: attention_counts.json beside this script)")
+    p.add_argument("--doc", action="store_true",
+                   help="print the block of docs/kernels.md between its roofline markers (test/docs/roofline_doc_test.sh)")
+    p.add_argument("--update-doc", metavar="FILE",
+                   help="replace the block between FILE's roofline markers with --doc's output")
     p.add_argument("--kernels", choices=["x128", "scalar"], default="x128",
                    help="x128: today's packed kernels; scalar: before (2-byte loads, old layernorm bwd, 3-pass classifier)")
     p.add_argument("--eff-gemm", type=float, default=EFF_GEMM)
@@ -684,17 +783,223 @@ def parse(argv):
         a.gelu_fusion = int(a.kernels == "x128")
     if a.ln_fusion is None:
         a.ln_fusion = int(a.kernels == "x128")
+    import os
+    path = a.counts or os.path.join(os.path.dirname(os.path.abspath(__file__)), "attention_counts.json")
+    a.counts = load_counts(path)
+    if a.counts is None:
+        raise SystemExit("roofline: %s is missing (dev/roofline/count_attention.py writes it)" % path)
     return a
+
+
+def step_with(argv, profile=None):
+    """(config, ops, step seconds) of the roofline for these arguments."""
+    c = Config(parse(argv))
+    ops = step_ops(c)
+    if profile:
+        attach_profile(c, ops, profile)
+    return c, ops, sum(o.time() for o in ops)
+
+
+def attention_ms(ops):
+    return sum(o.time() for o in ops if o.group.startswith(("flash", "attn", "cudnn"))) * 1e3
+
+
+def kind_table(argv, profile=None):
+    """The step with each attention kind, and the kind --attention auto runs."""
+    rows = []
+    how = {"flash": "our kernels' counts (attention_counts.json) at the H100's rates",
+           "cudnn": "cuDNN's published forward throughput, %.0f TFLOP/s, both passes" % (CUDNN_FWD_PUBLISHED / 1e12),
+           "classic": "cuBLAS GEMMs at GEMM eff + softmax kernels at bandwidth"}
+    for kind in ("flash", "cudnn", "classic"):
+        c, ops, t = step_with(argv + ["--attention", kind], profile)
+        tps = c.B * c.T / t
+        rows.append((kind, how[kind], attention_ms(ops), t * 1e3, tps, llmc_flops_per_token(c) * tps / PEAK_BF16))
+    a = parse(argv + ["--attention", "auto"])
+    c = Config(a)
+    if c.attention == "cudnn":
+        why = "%s storage, head size %d (a multiple of 8 up to 128), a build with cuDNN" % (c.dtype, c.C // c.NH)
+    else:
+        why = "%s storage, head size %d%s" % (c.dtype, c.C // c.NH, ", a build without cuDNN" if a.no_cudnn else "")
+    return rows, c.attention, why
+
+
+def print_kind_table(argv, profile=None):
+    rows, pick, why = kind_table(argv, profile)
+    print("| attention | priced by | attention ms/step | step ms | tokens/s | MFU |")
+    print("|---|---|---|---|---|---|")
+    for kind, how, att, t, tps, mfu in rows:
+        name = "**%s** (auto)" % kind if kind == pick else kind
+        print("| %s | %s | %.1f | %.1f | %.0fk | %.1f%% |" % (name, how, att, t, tps / 1e3, mfu * 100))
+    print()
+    print("`--attention auto` runs **%s** here (%s); flash otherwise." % (pick, why))
+    print()
+
+
+def print_attention_counts(c):
+    """The counts per tile pair, their times at the H100's rates, and the published anchors."""
+    k = c.counts["kernels"]
+    f, b = k["forward"], k["backward"]
+    clk = lambda n, rate: n / rate  # SM clocks per tile pair
+    print("Flash attention per 64x64 tile pair (bf16, head size 64; `%s`, regenerated by "
+          "dev/roofline/count_attention.py from nvcc's sm_90 PTX and `make profile-cuda`):" % COUNTS_FILE)
+    print()
+    print("| per tile pair | forward | backward |")
+    print("|---|---:|---:|")
+    print("| tensor-core FLOPs (mma.sync m16n8k16) | %d | %d |" % (f["flops_per_pair"], b["flops_per_pair"]))
+    print("| shared-memory wavefronts (profile) | %.1f | %.1f |" % (f["shared_wavefronts_per_pair"],
+                                                                   b["shared_wavefronts_per_pair"]))
+    print("| global sectors (profile) | %.1f | %.1f |" % (f["global_sectors_per_pair"], b["global_sectors_per_pair"]))
+    print("| shared wavefronts per 1,000 tensor FLOPs | %.3f | %.3f |" % (
+        1e3 * f["shared_wavefronts_per_pair"] / f["flops_per_pair"],
+        1e3 * b["shared_wavefronts_per_pair"] / b["flops_per_pair"]))
+    for cls in c.counts["classes"]:
+        note = " (not priced: ptxas folds them)" if cls == "mov" else ""
+        print("| issue slots: %s%s | %.1f | %.1f |" % (cls, note, f["issue_slots_per_pair"][cls],
+                                                     b["issue_slots_per_pair"][cls]))
+    priced = lambda d: sum(v for kk, v in d.items() if kk != "mov")
+    print("| issue slots priced (warp-instructions, loop body) | %.1f | %.1f |" % (
+        priced(f["issue_slots_per_pair"]), priced(b["issue_slots_per_pair"])))
+    print("| issue slots per block outside the loop | %.1f | %.1f |" % (
+        priced(f["issue_slots_per_block_outside_loop"]), priced(b["issue_slots_per_block_outside_loop"])))
+    tensor = PEAK_BF16 / (SMS * SM_CLOCK)
+    print("| SM clocks: tensor (%.0f FLOP/clock) | %.0f | %.0f |" % (
+        tensor, clk(f["flops_per_pair"], tensor), clk(b["flops_per_pair"], tensor)))
+    print("| SM clocks: shared (%.0f wavefront/clock) | %.0f | %.0f |" % (
+        SMEM_WAVEFRONTS_PER_CLOCK, clk(f["shared_wavefronts_per_pair"], SMEM_WAVEFRONTS_PER_CLOCK),
+        clk(b["shared_wavefronts_per_pair"], SMEM_WAVEFRONTS_PER_CLOCK)))
+    print("| SM clocks: issue (%.0f warp-instructions/clock) | %.0f | %.0f |" % (
+        ISSUE_PER_CLOCK, clk(priced(f["issue_slots_per_pair"]), ISSUE_PER_CLOCK),
+        clk(priced(b["issue_slots_per_pair"]), ISSUE_PER_CLOCK)))
+    print("| SM clocks: MUFU (%.0f results/clock) | %.0f | %.0f |" % (
+        MUFU_PER_CLOCK, clk(32 * f["issue_slots_per_pair"][MUFU_CLASS], MUFU_PER_CLOCK),
+        clk(32 * b["issue_slots_per_pair"][MUFU_CLASS], MUFU_PER_CLOCK)))
+    print("| SM clocks: L2 (%.1f TB/s over %d SMs) | %.0f | %.0f |" % (
+        L2_BW / 1e12, SMS, f["global_sectors_per_pair"] * 32 / (L2_BW / (SMS * SM_CLOCK)),
+        b["global_sectors_per_pair"] * 32 / (L2_BW / (SMS * SM_CLOCK))))
+    print()
+    print("H100 SXM rates: %d SMs at %.2f GHz; %.0f TFLOP/s dense bf16; HBM %.2f TB/s. Each flash call's time is "
+          "the slowest of its resources over all its tile pairs (causal: %d pairs per head at T = %d)." % (
+              SMS, SM_CLOCK / 1e9, PEAK_BF16 / 1e12, HBM_BW / 1e12, (c.T // 64) * (c.T // 64 + 1) // 2, c.T))
+    print()
+
+
+def print_attention_calls(c):
+    """Each flash call's resources at this config, and our forward beside the published throughputs."""
+    ops = [o for o in step_ops(c) if isinstance(o, CountedAttention)]
+    seen = {}
+    for o in ops:
+        seen.setdefault(o.name, [0, o])[0] += 1
+    print("| flash call (ms) | tensor | DRAM | shared | L2 | issue | MUFU | bound | per step |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for name, (n, o) in seen.items():
+        t = o.times()
+        print("| %s | %.3f | %.3f | %.3f | %.3f | %.3f | %.3f | %s | %.2f |" % (
+            name, t["compute"] * 1e3, t["memory"] * 1e3, t["shared"] * 1e3, t["L2"] * 1e3, t["issue"] * 1e3,
+            t["mufu"] * 1e3, o.bound(), n * o.time() * 1e3))
+    print()
+    fwd = seen["flash_forward"][1]
+    fa_flops = 2.0 * c.B * c.NH * c.T * c.T * (c.C // c.NH)
+    print("Our flash forward: %.0f TFLOP/s in FlashAttention's FLOP convention (4 T^2 hs per head, halved for "
+          "causal); published anchors, not inputs (FlashAttention-3 paper, H100 SXM5, bf16, causal, head size 64, "
+          "seq 1k): FlashAttention-2 %.0f TFLOP/s, cuDNN %.0f TFLOP/s." % (
+              fa_flops / fwd.time() / 1e12, FA2_FWD_PUBLISHED / 1e12, CUDNN_FWD_PUBLISHED / 1e12))
+    print()
+
+
+def print_doc():
+    """The generated block of docs/kernels.md ("Step roofline (predicted)"): every figure there is this."""
+    d12 = ["--profile", "none"]
+    variants = [
+        ("before: classic attention, scalar kernels, GEMM 0.60", ["--attention", "classic", "--kernels", "scalar",
+                                                                 "--eff-gemm", "0.6"]),
+        ("now, flash attention (our counts), recompute 0", ["--attention", "flash"]),
+        ("now, cuDNN attention (`--attention auto`), recompute 0", []),
+        ("now, cuDNN attention, GEMM at the review's 0.60 (`--eff-gemm 0.6`)", ["--eff-gemm", "0.6"]),
+        ("now, cuDNN attention, `--recompute 1`", ["--recompute", "1"]),
+        ("**now, cuDNN attention, `--recompute 2`**: the <= 22 GB config", ["--recompute", "2"]),
+        ("`--recompute 2`, flash attention (our counts)", ["--recompute", "2", "--attention", "flash"]),
+        ("`--recompute 2`, residual and layernorm as two kernels (`--ln-fusion 0`)", ["--recompute", "2",
+                                                                                     "--ln-fusion", "0"]),
+        ("`--recompute 2`, GELU kernels (`--gelu-fusion 0`)", ["--recompute", "2", "--gelu-fusion", "0"]),
+        ("`--recompute 2`, neither fusion", ["--recompute", "2", "--gelu-fusion", "0", "--ln-fusion", "0"]),
+    ]
+    print("d12 bf16 B=64 T=1024, one H100 SXM (`python3 dev/roofline/roofline.py --profile none [flags]`; "
+          "the other ops' profiled transactions left out, attention's are in its counts):")
+    print()
+    print("| | flags | step ms | tokens/s | MFU | memory GB |")
+    print("|---|---|---|---|---|---|")
+    for label, flags in variants:
+        c, ops, t = step_with(d12 + flags)
+        tps = c.B * c.T / t
+        mem = sum(n * e for _, _, n, e in memory_table(c)) / 1e9
+        print("| %s | %s | %.1f | %.0fk | %.1f%% | %.2f |" % (
+            label, "`%s`" % " ".join(flags) if flags else "(none)", t * 1e3, tps / 1e3, 100 * llmc_flops_per_token(c) * tps / PEAK_BF16,
+            mem))
+    print()
+    print("The step with each attention kind at `--recompute 2`:")
+    print()
+    print_kind_table(d12 + ["--recompute", "2"])
+    c = Config(parse(d12 + ["--recompute", "2", "--attention", "flash"]))
+    print_attention_counts(c)
+    print_attention_calls(c)
+    print("Top groups per step at `--recompute 2` (cuDNN attention):")
+    print()
+    c, ops, t = step_with(d12 + ["--recompute", "2"])
+    print_groups(c, ops, t, top=12)
+    print("Memory per rank (`--memory-only`), GB = 10^9 B:")
+    print()
+    cols = [("d12 bf16 B=64 T=1024, rc 0", ["--model", "d12"]), ("rc 1", ["--model", "d12", "--recompute", "1"]),
+            ("rc 2", ["--model", "d12", "--recompute", "2"]),
+            ("d48 bf16 B=4 T=1024, ZeRO-1, 8 ranks, rc 0", ["--model", "d48", "-B", "4", "--zero", "1",
+                                                          "--world", "8"])]
+    tots = []
+    for _, flags in cols:
+        tot = {}
+        for g, name, n, e in memory_table(Config(parse(flags))):
+            tot[g] = tot.get(g, 0) + n * e
+        tots.append(tot)
+    print("| | " + " | ".join(name for name, _ in cols) + " |")
+    print("|---|" + "---|" * len(cols))
+    for g in ("params", "grads", "optimizer", "activations", "backend"):
+        print("| %s | %s |" % (g, " | ".join("%.2f" % (t.get(g, 0) / 1e9) for t in tots)))
+    print("| **total** (+ CUDA context, cuBLAS's own workspace: ~0.5-1 GB) | %s |" % " | ".join(
+        "**%.2f**" % (sum(t.values()) / 1e9) for t in tots))
+
+
+DOC_BEGIN = "<!-- roofline.py --doc: begin (generated; edit the script, not this block) -->"
+DOC_END = "<!-- roofline.py --doc: end -->"
+
+
+def update_doc(path):
+    import contextlib
+    import io
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        print_doc()
+    text = open(path).read()
+    if text.count(DOC_BEGIN) != 1 or text.count(DOC_END) != 1:
+        raise SystemExit("roofline: %s needs one '%s' and one '%s' line" % (path, DOC_BEGIN, DOC_END))
+    head, rest = text.split(DOC_BEGIN + "\n")
+    _, tail = rest.split(DOC_END)
+    with open(path, "w") as f:
+        f.write(head + DOC_BEGIN + "\n" + out.getvalue() + DOC_END + tail)
 
 
 def main(argv):
     a = parse(argv)
+    if a.doc:
+        print_doc()
+        return
+    if a.update_doc:
+        update_doc(a.update_doc)
+        return
     c = Config(a)
     if a.trainer_line:
         print(trainer_line(c))
         return
+    att = c.attention + (" (--attention auto)" if c.attention_flag == "auto" else "")
     desc = "L=%d C=%d NH=%d V=%d Vp=%d, B=%d T=%d, %s, recompute %d, ZeRO-%d world %d, %s attention, %s kernels" % (
-        c.L, c.C, c.NH, c.V, c.Vp, c.B, c.T, c.dtype, c.recompute, c.zero, c.world, c.attention, c.kernels)
+        c.L, c.C, c.NH, c.V, c.Vp, c.B, c.T, c.dtype, c.recompute, c.zero, c.world, att, c.kernels)
     print("parameters N = %d (llm.c's num_parameters: all tensors, wte at Vp)" % num_params(c))
     print()
     if not a.memory_only:
@@ -715,7 +1020,20 @@ def main(argv):
         if rows is not None:
             after = step_ops(c)
             attach_profile(c, after, rows)
-            print_profile_report(c, step_ops(c), after)
+            print_profile_report(c, after)
+        base = [x for x in argv if x not in ("--ops", "--memory-only")]
+        base = [x for i, x in enumerate(base) if x != "--attention" and (i == 0 or base[i - 1] != "--attention")]
+        print("### The step with each attention kind")
+        print()
+        print_kind_table(base + ["--profile", path], rows)
+        if c.dtype == "bf16":
+            fc = Config(parse(base + ["--attention", "flash"]))
+            print_attention_counts(fc)
+            print_attention_calls(fc)
+        else:
+            print("fp32 storage runs the tf32 flash kernels, which have no counts: flash is priced at the TF32 "
+                  "tensor peak alone (a lower bound).")
+            print()
         if a.ops:
             print_ops(c)
     print_memory(c, "Memory per rank: " + desc)
