@@ -2,8 +2,10 @@
 
 #include <cerrno>
 #include <climits>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <fcntl.h>
 #include <stdexcept>
 #include <sys/stat.h>
@@ -15,6 +17,21 @@ namespace gpt2 {
 
 namespace {
 std::string errno_text() { return std::strerror(errno); }
+
+// PATH.tmp, or where that name would pass the directory's name limit (a
+// PATH of 252 to 255 characters' name), a shorter one beside it: the name cut
+// short and a hash of the whole, so two long names still get two temp files.
+std::string temp_path_for(const std::string& path) {
+  const size_t slash = path.rfind('/');
+  const std::string dir = slash == std::string::npos ? "" : path.substr(0, slash + 1);
+  const std::string base = path.substr(dir.size());
+  const long name_max = pathconf(dir.empty() ? "." : dir.c_str(), _PC_NAME_MAX);
+  const size_t limit = name_max > 0 ? static_cast<size_t>(name_max) : 255;
+  if (base.size() + 4 <= limit) return path + ".tmp";
+  char hash[18];
+  std::snprintf(hash, sizeof hash, ".%016zx", std::hash<std::string>{}(base));
+  return dir + base.substr(0, limit - 4 - 17) + hash + ".tmp";
+}
 }  // namespace
 
 InputFile::InputFile(const std::string& path) : path_(path) {
@@ -92,7 +109,7 @@ AtomicOutputFile::AtomicOutputFile(const std::string& path) : path_(path) {
     return;
   }
   path_ = replaced_path(path);
-  tmp_path_ = path_ + ".tmp";
+  tmp_path_ = temp_path_for(path_);
   f_ = std::fopen(tmp_path_.c_str(), "wb");
   if (!f_) throw std::runtime_error(tmp_path_ + ": cannot open for writing: " + errno_text());
 }

@@ -30,7 +30,8 @@ class InputFile {
   uint64_t size_ = 0, pos_ = 0;
 };
 
-// Writes PATH.tmp; commit() flushes, fsyncs and renames it to PATH (and fsyncs
+// Writes PATH.tmp (a shorter temp name beside it where PATH's name is too long
+// to take ".tmp"); commit() flushes, fsyncs and renames it to PATH (and fsyncs
 // the directory). Destroyed without commit(): the temp file is removed.
 // Only a regular file is replaced that way: "-" is standard output, a path
 // naming the open file of stdout or stderr (/dev/stdout, /proc/self/fd/1, the

@@ -65,6 +65,20 @@ TEST(OutputFile, SymlinkKeepsPointingAtItsReplacedTarget) {
   EXPECT_EQ(read_text_file(d + "/target.json"), "new");
 }
 
+// A name of 252 to 255 characters has no room for ".tmp": it was refused through its temp name.
+TEST(OutputFile, NamesAtTheFileSystemLimitAreWritten) {
+  const std::string d = temp_dir("output_long");
+  for (size_t n : {251, 252, 255}) {
+    const std::string path = d + "/" + std::string(n - 5, 'e') + ".json";
+    write_text_file_atomic(path, "{}");
+    EXPECT_EQ(read_text_file(path), "{}") << n;
+  }
+  write_text_file_atomic(d + "/" + std::string(249, 'e') + ".jsonX", "other");  // the same cut, another name
+  EXPECT_EQ(read_text_file(d + "/" + std::string(250, 'e') + ".json"), "{}");
+  EXPECT_EQ(read_text_file(d + "/" + std::string(249, 'e') + ".jsonX"), "other");
+  EXPECT_NE(error_of([&] { write_text_file_atomic(d + "/" + std::string(256, 'e'), "x"); }), "");  // past the limit
+}
+
 TEST(OutputFile, DeviceIsNotReplacedAndAFailedWriteIsAnError) {
   struct stat st;
   ASSERT_EQ(stat("/dev/full", &st), 0) << "this test needs /dev/full";
