@@ -9,6 +9,7 @@
 #include <stdexcept>
 #include <utility>
 
+#include "distributed/rendezvous.h"
 #include "train/checkpoint.h"
 #include "train/run_plan.h"
 
@@ -271,7 +272,7 @@ const std::vector<OptionSpec>& option_table() {
       {"profile-steps", 0, "A:B", "CUDA: capture steps A to B (1-based, inclusive) for a profiler: cudaProfilerStart before step A, cudaProfilerStop after step B (nsys profile --capture-range=cudaProfilerApi); the CUDA backend marks phases and layers with NVTX ranges either way (docs/gpu.md) [off]", [](TrainOptions& o, const char* v) { set_profile_steps(o, v); }, [](const TrainOptions& o) { return o.profile_first ? std::to_string(o.profile_first) + ":" + std::to_string(o.profile_last) : std::string("off"); }},
       {"peak-tflops", 0, "X", "the dense peak of one device in TFLOP/s that the step lines' MFU is held against (6N + 6LCT FLOPs per token, as llm.c) [a GPU: its datasheet peak for bf16, TF32 or fp32 (docs/cli.md lists the GPUs); the CPU: its fp32 FMA peak, measured at start-up]", [](TrainOptions& o, const char* v) { o.peak_tflops = parse_double("peak-tflops", v, 1e-6, 1e6); }, [](const TrainOptions& o) { return o.peak_tflops > 0 ? format_number(o.peak_tflops) : std::string("from the device"); }},
       {"comm-timeout", 0, "SECONDS", "a collective (MPI or NCCL) waiting longer than this for its peers (one died or hangs) aborts every rank with an error naming the call; must exceed the longest checkpoint write; 0 waits forever [600]", FLT(comm_timeout, "comm-timeout", 0.0, 1e7)},
-      {"rendezvous", 0, "tcp|tcp:HOST:PORT|file:DIR", "ranks launched without MPI (torchrun, srun --mpi=none) meet here: rank 0 listens at MASTER_ADDR:MASTER_PORT (tcp), or files in a directory every node sees [tcp]", STR(rendezvous)},
+      {"rendezvous", 0, "tcp|tcp:HOST:PORT|file:DIR", "ranks launched without MPI (torchrun, srun --mpi=none) meet here: rank 0 listens at MASTER_ADDR:MASTER_PORT (tcp), or files in a directory every node sees [tcp]", [](TrainOptions& o, const char* v) { parse_rendezvous(v, "", 1); o.rendezvous = v; }, [](const TrainOptions& o) { return o.rendezvous; }},
   };
   return table;
 }

@@ -318,6 +318,10 @@ TEST(Options, PretrainingFlags) {
   EXPECT_EQ(error_of({"--spike-window", "128"}),
             "--spike-window is the spike guards' window: it needs --skip-loss-z or --skip-grad-z");
   EXPECT_EQ(parse({"--skip-grad-z", "3", "--spike-window", "16"}).spike_window, 16);
+  // checked when parsed, with or without a launcher (it was read only under one)
+  EXPECT_EQ(error_of({"--rendezvous", "udp:x"}), "--rendezvous 'udp:x': want tcp, tcp:HOST:PORT or file:DIR");
+  EXPECT_EQ(error_of({"--rendezvous", "tcp:host"}), "--rendezvous 'tcp:host': want tcp:HOST:PORT with a port 1-65535");
+  EXPECT_EQ(parse({"--rendezvous", "file:/shared/r"}).rendezvous, "file:/shared/r");
   EXPECT_NE(error_of({"--generate", "--skip-grad-z", "3"}).find("--skip-grad-z has no meaning"), std::string::npos);
   EXPECT_EQ(parse({"--eval-hellaswag", "hs.jsonl"}).eval_hellaswag, "hs.jsonl");
   o = parse({"--profile-steps", "10:12"});
