@@ -662,14 +662,21 @@ GPT2Config read_hf_config(const std::string& dir) {
   return h.cfg;
 }
 
-DropoutRates read_hf_dropout(const std::string& dir) {
+DropoutRates read_hf_dropout(const std::string& dir, const DropoutRates& overridden) {
   const std::string path = join_path(dir, kConfigName);
   const json j = read_json_object(path);
+  const auto rate = [&](float given, const char* key) { return given >= 0.0f ? given : config_rate(j, path, key); };
   DropoutRates r;
-  r.embd = config_rate(j, path, "embd_pdrop");
-  r.resid = config_rate(j, path, "resid_pdrop");
-  r.attn = config_rate(j, path, "attn_pdrop");
+  r.embd = rate(overridden.embd, "embd_pdrop");
+  r.resid = rate(overridden.resid, "resid_pdrop");
+  r.attn = rate(overridden.attn, "attn_pdrop");
   return r;
+}
+
+DropoutRates read_hf_dropout(const std::string& dir) {
+  DropoutRates none;
+  none.embd = none.resid = none.attn = -1.0f;
+  return read_hf_dropout(dir, none);
 }
 
 std::vector<float> read_hf_params(const std::string& dir, GPT2Config* config) {

@@ -26,9 +26,12 @@ GPT2Config read_hf_config(const std::string& dir);
 
 // config.json's embd_pdrop, resid_pdrop and attn_pdrop: 0.1 (GPT2Config's
 // default) where absent, as from_pretrained does; a value not a number in
-// [0, 1) is an error naming the file and key. (DropoutRates: model/gpt2.h.)
+// [0, 1) is an error naming the file and key. A rate the caller overrides
+// (its field of `overridden` >= 0) is not read, so not judged: it is returned
+// as given. (DropoutRates: model/gpt2.h.)
 struct DropoutRates;
-DropoutRates read_hf_dropout(const std::string& dir);
+DropoutRates read_hf_dropout(const std::string& dir, const DropoutRates& overridden);
+DropoutRates read_hf_dropout(const std::string& dir);  // every rate read
 
 // Config plus ParamLayout::for_config(config).total floats; wte's padded
 // vocabulary rows are zero; fp16 and bf16 tensors are widened exactly.

@@ -237,7 +237,10 @@ std::string model_dropout_source(const TrainOptions& o, bool hf) {
 
 RunDropout run_dropout(const TrainOptions& o) {
   const bool hf = !names_preset(o.model) && is_hf_checkpoint_dir(o.model);
-  const DropoutRates model = hf ? read_hf_dropout(o.model) : DropoutRates{};
+  // a rate --dropout sets is not read from config.json (so not judged there either)
+  DropoutRates given;
+  given.embd = o.dropout_embd, given.resid = o.dropout_resid, given.attn = o.dropout_attn;
+  const DropoutRates model = hf ? read_hf_dropout(o.model, given) : DropoutRates{};
   const char* const names[3] = {"embd", "resid", "attn"};
   const float flags[3] = {o.dropout_embd, o.dropout_resid, o.dropout_attn};
   const float models[3] = {model.embd, model.resid, model.attn};

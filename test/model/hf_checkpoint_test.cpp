@@ -434,6 +434,12 @@ TEST_F(HfCheckpoint, DropoutRatesComeFromTheConfig) {
                 d + "/config.json: 'resid_pdrop' must be a number in [0, 1) (got " + bad.dump() + ")");
     }
     EXPECT_EQ(read_model_config(d), c);  // the weights load all the same: only training reads the rates
+    // --dropout resid=P overrides it: the bad value is never read, so not refused
+    DropoutRates flagged;
+    flagged.embd = flagged.attn = -1.0f, flagged.resid = 0.2f;
+    const DropoutRates r2 = read_hf_dropout(d, flagged);
+    EXPECT_EQ(r2.resid, 0.2f);
+    EXPECT_EQ(r2.embd, 0.1f);
   }
   EXPECT_THROW(read_hf_dropout(fresh_dir("pdrop_no_config")), std::runtime_error);
 }
