@@ -9,8 +9,9 @@
 //
 // Reads q, k, v in place from qkv[B,T,3C] and writes out[B,T,C] directly; no
 // [T,T] matrix ever reaches global memory. `saved` keeps only the per-row
-// log-sum-exp lse = m + log(l) (fp32, B*NH*T); the backward recomputes
-// P = exp(s - lse).
+// log-sum-exp lse = m + log(l) of the scaled scores, in natural log units (fp32,
+// B*NH*T; cuDNN's fused attention writes the same statistic); the backward
+// recomputes P = exp(s - lse), as exp2 of s scale log2(e) - lse log2(e).
 //
 // Backward = two kernels, both deterministic (no atomics on data):
 //   flash_backward_dsum_kernel  D = rowsum(dout * out), once per row;

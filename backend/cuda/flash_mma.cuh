@@ -9,7 +9,7 @@
 //              a quad: two shuffles reduce it), P used as the A operand of P V
 //              straight from its C fragments (bf16: rounded pairs; tf32: the
 //              permuted k order), O's accumulators rescaled in place by
-//              exp(m_old - m_new);
+//              exp2(m_old - m_new) (the softmax in base 2: flash_tiles.cuh);
 //   shared     Q, and K and V double-buffered: tile kt+1 is in flight (cp.async)
 //              while tile kt is multiplied. Rows padded (bf16 144 bytes, fp32 272)
 //              so that every ldmatrix and cp.async request is conflict-free.
@@ -108,6 +108,7 @@ __global__ void __launch_bounds__(flash_mma::kThreads)
   stage_pair<Ops>(sK[0], base + C, 3 * C, sV[0], base + size_t{2} * C, 3 * C, 0, T_, hs, packed);
   typename Ops::Rows qf;
   float o[8][4] = {};
+  const float c = exp2_scale(scale);
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};  // l: this lane's part of the row sum
   for (int kt = 0; kt <= qb; kt++) {
     if (kt < qb) {  // tile kt+1 in flight while kt is used
@@ -121,9 +122,9 @@ __global__ void __launch_bounds__(flash_mma::kThreads)
     if (kt == 0) Ops::load_rows(qf, sQ, row0);
     float s[8][4] = {};
     Ops::mma_rows_n(s, qf, sK[kt % 2]);
-    // scale and mask (key > query or key >= T), row maxima over the quad. Only the
-    // diagonal tile masks: below it every key precedes every query of the block and
-    // lies before T (the block's first query does).
+    // mask (key > query or key >= T), row maxima of the raw scores over the quad.
+    // Only the diagonal tile masks: below it every key precedes every query of the
+    // block and lies before T (the block's first query does).
     const int k0 = kt * kTile;
     float mx[2] = {-INFINITY, -INFINITY};
     if (kt == qb) {
@@ -132,33 +133,32 @@ __global__ void __launch_bounds__(flash_mma::kThreads)
         FLASH_MMA_UNROLL
         for (int e = 0; e < 4; e++) {
           const int key = k0 + n * 8 + 2 * t + e % 2, q = qg + 8 * (e / 2);
-          s[n][e] = (key <= q && key < T_) ? s[n][e] * scale : -INFINITY;
+          if (!(key <= q && key < T_)) s[n][e] = -INFINITY;
           mx[e / 2] = fmaxf(mx[e / 2], s[n][e]);
         }
       }
     } else {
       FLASH_MMA_UNROLL
-      for (int n = 0; n < 8; n++) {
+      for (int n = 0; n < 8; n++)
         FLASH_MMA_UNROLL
-        for (int e = 0; e < 4; e++) {
-          s[n][e] *= scale;
-          mx[e / 2] = fmaxf(mx[e / 2], s[n][e]);
-        }
-      }
+        for (int e = 0; e < 4; e++) mx[e / 2] = fmaxf(mx[e / 2], s[n][e]);
     }
-    float alpha[2];
+    // m is the running max of the rounded s * c, in log2 units: c > 0 and rounding
+    // is monotone, so the rounded product of the raw max is that max.
+    float alpha[2], neg_m[2];
     FLASH_MMA_UNROLL
     for (int r = 0; r < 2; r++) {
-      const float m_new = fmaxf(m[r], quad_max(mx[r]));  // finite: key 0 is in tile 0
-      alpha[r] = expf(m[r] - m_new);
+      const float m_new = fmaxf(m[r], quad_max(mx[r]) * c);  // finite: key 0 is in tile 0
+      alpha[r] = exp2f(m[r] - m_new);
       m[r] = m_new;
+      neg_m[r] = -m_new;
       l[r] *= alpha[r];
     }
     FLASH_MMA_UNROLL
     for (int n = 0; n < 8; n++) {
       FLASH_MMA_UNROLL
       for (int e = 0; e < 4; e++) {
-        const float p = s[n][e] == -INFINITY ? 0.0f : expf(s[n][e] - m[e / 2]);
+        const float p = s[n][e] == -INFINITY ? 0.0f : exp2f(fmaf(s[n][e], c, neg_m[e / 2]));
         l[e / 2] += p;
         s[n][e] = p;
         o[n][e] *= alpha[e / 2];
@@ -170,10 +170,13 @@ __global__ void __launch_bounds__(flash_mma::kThreads)
     Ops::mma_c_rows_k(o, s, sV[kt % 2]);
     __syncthreads();  // every warp is done with buffer kt%2 before tile kt+2 is staged into it
   }
-  // out = O / l (rows staged through this warp's rows of sQ, free since kt = 0); lse = m + log l
+  // out = O / l (rows staged through this warp's rows of sQ, free since kt = 0).
+  // lse = (m + log2 l) ln 2, natural log units. Its roundings (the add, ln 2 and
+  // the product) are relative to lse itself. m ln 2 + log l would round m ln 2
+  // relative to |m|, which is larger than |lse| when m and log l nearly cancel.
   const float l0 = quad_sum(l[0]), l8 = quad_sum(l[1]);
-  if (t == 0 && qg < T_) lse[size_t(bh) * T_ + qg] = m[0] + logf(l0);
-  if (t == 0 && qg + 8 < T_) lse[size_t(bh) * T_ + qg + 8] = m[1] + logf(l8);
+  if (t == 0 && qg < T_) lse[size_t(bh) * T_ + qg] = (m[0] + log2f(l0)) * kLn2;
+  if (t == 0 && qg + 8 < T_) lse[size_t(bh) * T_ + qg + 8] = (m[1] + log2f(l8)) * kLn2;
   Ops::store_rows(out + size_t(b) * T_ * C + size_t(h) * hs, C, q0 + row0, T_, hs, packed, sQ + size_t(row0) * kLd,
                   o, 1.0f / l0, 1.0f / l8);
 }
@@ -257,7 +260,7 @@ __global__ void __launch_bounds__(flash_mma::kThreads)
   T* sQ[2] = {sK + kTileElems * size_t{2}, sK + kTileElems * size_t{3}};
   T* sdO[2] = {sK + kTileElems * size_t{4}, sK + kTileElems * size_t{5}};
   T* sdS = sK + kTileElems * size_t{6};                                // dS^T [key][query]
-  float* sLD = reinterpret_cast<float*>(sK + kTileElems * size_t{7});  // [buffer][lse 64 | D 64]
+  float* sLD = reinterpret_cast<float*>(sK + kTileElems * size_t{7});  // [buffer][-lse log2 e 64 | D 64]
   const int nqb = gridDim.x, kb = nqb - 1 - blockIdx.x, bh = blockIdx.y, b = bh / NH, h = bh % NH;
   const int hs = C / NH, k0 = kb * kTile, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int row0 = warp * 16, g = lane / 4, t = lane % 4, kg = k0 + row0 + g;  // this lane's keys: kg, kg + 8
@@ -268,12 +271,17 @@ __global__ void __launch_bounds__(flash_mma::kThreads)
   const T* base = qkv + size_t(b) * T_ * 3 * C + size_t(h) * hs;
   const T* dbase = dout + size_t(b) * T_ * C + size_t(h) * hs;
   T* drow = dqkv + size_t(b) * T_ * 3 * C + size_t(h) * hs;
-  auto stage_rows = [&](int qt) {  // lse and D of query tile qt (plain loads: rows of T_ floats are unaligned)
+  // -lse in log2 units (-lse log2 e, once per row: the exponent is then one FFMA)
+  // and D of query tile qt (plain loads: rows of T_ floats are unaligned)
+  auto stage_rows = [&](int qt) {
     for (int i = threadIdx.x; i < 2 * kTile; i += kThreads) {
       const int q = qt * kTile + i % kTile;
-      sLD[(qt % 2) * 2 * kTile + i] = q < T_ ? (i < kTile ? lse : dsum)[size_t(bh) * T_ + q] : 0.0f;
+      float v = 0.0f;
+      if (q < T_) v = i < kTile ? -(lse[size_t(bh) * T_ + q] * kLog2e) : dsum[size_t(bh) * T_ + q];
+      sLD[(qt % 2) * 2 * kTile + i] = v;
     }
   };
+  const float c = exp2_scale(scale);
   stage_tile(sK, kLd, base + C, 3 * C, k0, T_, hs, packed);
   stage_tile(sV, kLd, base + size_t{2} * C, 3 * C, k0, T_, hs, packed);
   stage_pair<Ops>(sQ[kb % 2], base, 3 * C, sdO[kb % 2], dbase, C, k0, T_, hs, packed);
@@ -302,9 +310,9 @@ __global__ void __launch_bounds__(flash_mma::kThreads)
     for (int n = 0; n < 8; n++)
       FLASH_MMA_UNROLL
       for (int e = 0; e < 4; e++) {
-        const int c = n * 8 + 2 * t + e % 2, q = qt * kTile + c, key = kg + 8 * (e / 2);
-        p[n][e] = (!masked || (key <= q && q < T_)) ? expf(p[n][e] * scale - L[c]) : 0.0f;
-        if constexpr (!kDrop) ds[n][e] = p[n][e] * (ds[n][e] - L[kTile + c]);  // dS^T
+        const int col = n * 8 + 2 * t + e % 2, q = qt * kTile + col, key = kg + 8 * (e / 2);
+        p[n][e] = (!masked || (key <= q && q < T_)) ? exp2f(fmaf(p[n][e], c, L[col])) : 0.0f;
+        if constexpr (!kDrop) ds[n][e] = p[n][e] * (ds[n][e] - L[kTile + col]);  // dS^T
       }
     if constexpr (kDrop)
       for_each_dropout_factor<false>(drop, drop.token0 + size_t(b) * T_, T_, h, kg, qt * kTile + 2 * t,

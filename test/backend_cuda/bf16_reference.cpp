@@ -413,20 +413,27 @@ std::vector<Output> classic_attention_backward(const Vec& dout, const Vec& qkv, 
 // tiles of 64 (flash::kTile); the forward's P~ is exp(s - running max of the
 // tiles so far), rounded to bf16 before P~ v; O and l are rescaled by
 // alpha = exp(m_old - m_new) per tile.
+// The kernel works in base 2 (flash_tiles.cuh): an exponent is fmaf(raw score, c, -m)
+// with c = scale log2(e) rounded once to fp32 and m = fp32(raw max * c), then exp2f.
+// An exponent error E in log2 units is a relative error E ln 2 <= E of the result,
+// so the bounds below use natural-unit magnitudes for it. cuDNN's backward runs
+// the same formula in base e (expf of fp32 s * scale - lse): base2 = false.
 constexpr int kFlashTile = 64;
 
 // One causal row t as the flash forward computes it: scaled scores s (fp32
 // error ds), per key p~ = exp(s - M_k) (M_k the running max after key tile k)
 // with the relative error of the kernel's fp32 p~, A = exp(M_k - M) (the
 // product of the later alphas), L = sum A p~ (the kernel's l), the relative
-// error eA of the kernel's alpha chain and eL of its l.
+// error eA of the kernel's alpha chain and eL of its l, and dm of its maxima.
+// ds: the dot product of hs terms plus one rounding of |s|. Base e that rounding
+// is the product by scale; base 2 it is c's (the FFMA does not round s * c).
 struct FlashRow {
   DVec s, ds, pt, rel, A;
-  double M = 0, L = 0, eA = 0, eL = 0, ds_max = 0;
+  double M = 0, L = 0, eA = 0, eL = 0, ds_max = 0, dm = 0;
   int tiles = 0;
 };
 
-void flash_row(const Heads& H, int b, int h, int t, double scale, FlashRow& r) {
+void flash_row(const Heads& H, int b, int h, int t, double scale, bool base2, FlashRow& r) {
   const int n = t + 1;
   r.s.assign(n, 0.0), r.ds.assign(n, 0.0), r.pt.assign(n, 0.0), r.rel.assign(n, 0.0), r.A.assign(n, 0.0);
   DVec s(H.T), ds(H.T);
@@ -435,19 +442,24 @@ void flash_row(const Heads& H, int b, int h, int t, double scale, FlashRow& r) {
   r.ds_max = 0;
   for (int j = 0; j < n; j++) r.s[j] = s[j], r.ds[j] = ds[j], r.ds_max = std::max(r.ds_max, ds[j]);
   DVec Mk(r.tiles);
-  double run = -INFINITY;
+  double run = -INFINITY, M_abs = 0;
   for (int j = 0; j < n; j++) run = std::max(run, s[j]), Mk[j / kFlashTile] = run;
+  for (double mk : Mk) M_abs = std::max(M_abs, std::fabs(mk));
   r.M = Mk[r.tiles - 1];
-  // alpha chain: the kernel's maxima are off by <= ds_max each (2 ds_max on a
-  // ratio), plus per tile: m_old - m_new, expf (2 ulp), the multiply of O and l
-  r.eA = 2 * r.ds_max + op_err((r.M - Mk[0]) + 4 * r.tiles, 1.0);
+  // the kernel's maxima: the max score's error; base 2 also the rounding of raw max * c
+  r.dm = r.ds_max + (base2 ? op_err(1, M_abs) : 0.0);
+  // alpha chain: two maxima's errors on a ratio, plus per tile: m_old - m_new
+  // (telescoping to M - M_0), the exp and the multiply of O and l. Base e counts
+  // 4 per tile, as before; base 2: exp2f's 2 ulp <= 4u relative (2) and the multiply (1).
+  r.eA = 2 * r.dm + op_err((r.M - Mk[0]) + (base2 ? 3 : 4) * r.tiles, 1.0);
   double max_rel = 0;
   r.L = 0;
   for (int j = 0; j < n; j++) {
     const double mk = Mk[j / kFlashTile];
     r.pt[j] = std::exp(s[j] - mk);
-    // own score error, the running max's error, s - m, expf
-    r.rel[j] = ds[j] + r.ds_max + op_err(std::fabs(s[j] - mk) + 3, 1.0);
+    // own score error, the running max's error, s - m (base 2: the FFMA's one
+    // rounding), the exp (base e 3, as before; base 2 exp2f's 2 ulp, 2)
+    r.rel[j] = ds[j] + r.dm + op_err(std::fabs(s[j] - mk) + (base2 ? 2 : 3), 1.0);
     r.A[j] = std::exp(mk - r.M);
     r.L += r.A[j] * r.pt[j];
     max_rel = std::max(max_rel, r.rel[j]);
@@ -467,7 +479,7 @@ std::vector<Output> flash_attention_forward(const Vec& qkv, int B, int T, int C,
   for (int b = 0; b < B; b++)
     for (int h = 0; h < NH; h++)
       for (int t = 0; t < T; t++) {
-        flash_row(H, b, h, t, scale, r);
+        flash_row(H, b, h, t, scale, true, r);
         for (int j = 0; j <= t; j++) {
           const double z = dropout_factor(drop, b, T, h, t, j), pz = z * r.pt[j];
           P[j] = rounded(pz, pz * std::expm1(r.rel[j]) + (z != 1.0 ? op_err(1, pz) : 0.0), &width[j]);
@@ -505,14 +517,23 @@ std::vector<Output> flash_attention_backward(const Vec& dout, const Vec& out, co
   auto at = [&](int b, int t, int part, int h, int d) { return (size_t(b) * T + t) * 3 * C + part * C + h * hs + d; };
   std::vector<DVec> PR(T, DVec(T, 0.0)), wp(T, DVec(T, 0.0)), DS(T, DVec(T, 0.0)), wds(T, DVec(T, 0.0));
   DVec p(T), dpe(T), dP(T), ddP(T);
+  const bool base2 = !scale_first;  // cuDNN's graph: expf
   FlashRow r;
   for (int b = 0; b < B; b++)
     for (int h = 0; h < NH; h++) {
       for (int t = 0; t < T; t++) {
-        flash_row(H, b, h, t, scale, r);
+        flash_row(H, b, h, t, scale, base2, r);
         const double logL = std::log(r.L), lse = r.M + logL;
-        // the kernel's lse: its m (<= ds_max off), log of its l (eL), logf, the add
-        const double dlse = r.ds_max + r.eL + op_err(2, std::fabs(logL)) + op_err(1, std::fabs(r.M) + std::fabs(logL));
+        // the forward's lse: its m (dm) and the log of its l (eL). Base e, m + logf l:
+        // logf, the add. Base 2, (m + log2f l) ln 2: log2f (1 ulp of |log2 l|), then
+        // the add, fp32 ln 2 and the product, one rounding of |lse| each.
+        const double dlse = r.dm + r.eL +
+                            (base2 ? op_err(1, std::fabs(logL)) + op_err(3, std::fabs(lse))
+                                   : op_err(2, std::fabs(logL)) + op_err(1, std::fabs(r.M) + std::fabs(logL)));
+        // P's exponent beyond the scores' and lse's errors. Base e, expf(s * scale - lse):
+        // the subtraction, expf. Base 2, exp2f(fmaf(raw s, c, -fp32(lse log2 e))): lse's
+        // conversion (fp32 log2 e, the product), the FFMA, exp2f.
+        const double e_lse = base2 ? op_err(2, std::fabs(lse)) : 0.0;
         double D = 0, D_mag = 0;
         for (int d = 0; d < hs; d++) {
           const double x = dy(b, t, h, d) * out[(size_t(b) * T + t) * C + h * hs + d];
@@ -521,7 +542,7 @@ std::vector<Output> flash_attention_backward(const Vec& dout, const Vec& out, co
         const double dD = sum_err(hs, D_mag);
         for (int j = 0; j <= t; j++) {
           p[j] = std::exp(r.s[j] - lse);
-          dpe[j] = p[j] * std::expm1(r.ds[j] + dlse + op_err(std::fabs(r.s[j] - lse) + 2, 1.0));
+          dpe[j] = p[j] * std::expm1(r.ds[j] + dlse + e_lse + op_err(std::fabs(r.s[j] - lse) + 2, 1.0));
           const double z = dropout_factor(drop, b, T, h, t, j), dz = z != 1.0 ? 1.0 : 0.0;  // dz: one more rounding
           PR[t][j] = rounded(z * p[j], z * dpe[j] + op_err(dz, z * p[j]), &wp[t][j]);
           double acc = 0, mag = 0;

@@ -154,6 +154,12 @@ TEST(CudaFlashAttention, Fp32MatchesCpuBackendUnderEveryRunOrder) {
       // rescales per tile; the CUDA side is 3xTF32): the sharpest case (scale 4)
       // uses 0.69 of its allowance, each side ~0.35 of it against an fp64
       // reference; the scale-1 cases <= 0.35.
+      // The kernels' base-2 exponents keep this count: fmaf(s, c, -m) rounds once, as
+      // s - m did, and c = scale log2(e) rounded once replaces the product s * scale
+      // (u |s| either way); m's own rounding is common to P and the alphas and cancels
+      // in out. The backward adds the lse's conversions, (m + log2 l) ln 2 and then
+      // lse log2(e): about 5 u |lse|, with |lse| <= max |s| + log T, so still
+      // u |s|-sized and growing with scale^2.
       const double k = s.scale * s.scale;
       size_t at = 0;
       const double wf = worst_ratio(out, want_out, 2e-6 * k, 2e-6 * k, &at);
