@@ -30,10 +30,36 @@ std::string format_tflops(double tflops);  // "989.4 TFLOP/s"
 // "NVIDIA A100-SXM4-80GB", ...); tflops 0 for a GPU not in the table (the emulator's too).
 PeakFlops gpu_peak(const std::string& device_name, PeakKind kind);
 
-// This process's fp32 FMA peak on `threads` OpenMP threads (0: the default),
-// measured with independent AVX2/AVX-512 FMA chains for about 0.1 s: what
-// `make bench` divides by (dev/train/fp32_peak).
-double measure_cpu_fma_gflops(int threads, long iters = 2000000, int reps = 3);
+// The vector FMA a CPU peak is measured with: AVX-512 (16 fp32 lanes), AVX2 (8;
+// the build's floor, x86-64-v3) or, off x86, whatever the compiler makes of a
+// generic 4-lane vector.
+enum class FmaIsa { kAvx512, kAvx2, kGeneric };
+
+const char* fma_isa_name(FmaIsa isa);  // "AVX-512", "AVX2", "generic"
+
+// The ISA whose FMA rate is the CPU's peak: AVX-512 when the CPU has avx512f,
+// since OpenBLAS then picks AVX-512 kernels at run time, else AVX2. When
+// OPENBLAS_CORETYPE names a core type OpenBLAS knows that lacks AVX-512
+// (Haswell, Zen, Sandybridge, ...), OpenBLAS runs that core's kernels, so the
+// peak follows it down to AVX2: the MFU is then held against what the GEMMs
+// can reach. An unknown name is ignored, as OpenBLAS ignores it.
+FmaIsa choose_fma_isa(bool cpu_has_avx512f, const char* openblas_coretype);
+FmaIsa cpu_fma_isa();  // this CPU and this process's OPENBLAS_CORETYPE
+
+// The fp32 FMA rate in GFLOP/s on `threads` OpenMP threads (0: the default):
+// rounds of `iters` x 12 independent FMA chains per thread, the best round in
+// which no thread lost its core. Rounds run until `reps` such rounds and 20 ms,
+// or 100 ms; with no such round, each thread's best rate over its own time on
+// a core, summed. `isa` must be one this CPU executes. A default round is
+// ~0.5 ms on a 3.5 GHz core with two full-width FMA pipes: ~20 ms in all on an
+// idle machine.
+double measure_cpu_fma_gflops(FmaIsa isa, int threads, long iters = 250000, int reps = 16);
+// The same with cpu_fma_isa(): what `make bench` divides by (dev/train/fp32_peak).
+double measure_cpu_fma_gflops(int threads, long iters = 250000, int reps = 16);
+
+// The trainer's CPU peak, measured now with cpu_fma_isa(), and its banner text:
+// "0.461 TFLOP/s (fp32 FMA peak of this CPU, AVX-512, 2 threads, measured at start-up)".
+PeakFlops cpu_fma_peak(int threads);
 
 // The MFU of a step: `tokens` (all ranks) in `seconds` against `world` devices of `peak`.
 inline double mfu(double flops_per_tok, double tokens, double seconds, const PeakFlops& peak, int world) {

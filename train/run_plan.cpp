@@ -134,10 +134,7 @@ int grad_accum_for(int64_t total_batch, int64_t tokens_per_micro) {
 
 PeakFlops run_peak(const TrainOptions& o, const Backend& backend) {
   if (o.peak_tflops > 0) return {o.peak_tflops, format_tflops(o.peak_tflops) + " (--peak-tflops)"};
-  if (backend.is_host_memory()) {
-    const double gflops = measure_cpu_fma_gflops(o.threads);
-    return {gflops / 1000.0, format_tflops(gflops / 1000.0) + " (fp32 FMA peak of this CPU, measured at start-up)"};
-  }
+  if (backend.is_host_memory()) return cpu_fma_peak(o.threads);
   const std::string gpu = gpu_model(backend.device_memory());
   const PeakKind kind = o.dtype == Precision::kBf16 ? PeakKind::kBf16 : tf32_on(o) ? PeakKind::kTf32 : PeakKind::kFp32;
   PeakFlops p = gpu_peak(gpu, kind);

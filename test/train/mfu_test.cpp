@@ -1,7 +1,8 @@
-// MFU (issue 24, item 3): llm.c's FLOP count, the GPU table's matching and
-// peaks, the CPU's measured FMA peak.
+// MFU: llm.c's FLOP count, the GPU table's matching and peaks, the CPU's
+// measured FMA peak and the ISA it is measured with.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <string>
 
 #include "model/config.h"
@@ -48,6 +49,64 @@ TEST(Mfu, CpuFmaPeakIsMeasured) {
   const double gflops = measure_cpu_fma_gflops(1, 200000, 2);
   EXPECT_GT(gflops, 1.0);     // any x86-64-v3 core does several GFLOP/s
   EXPECT_LT(gflops, 1000.0);  // one core
+}
+
+TEST(Mfu, FmaIsaIsAvx512ExactlyWhereTheCpuAndOpenBlasUseIt) {
+  EXPECT_EQ(choose_fma_isa(true, nullptr), FmaIsa::kAvx512);
+  EXPECT_EQ(choose_fma_isa(false, nullptr), FmaIsa::kAvx2);
+  // OPENBLAS_CORETYPE naming a core without AVX-512 kernels, in any case, takes the peak to AVX2.
+  for (const char* c : {"Haswell", "haswell", "Zen", "Sandybridge", "SANDYBRIDGE", "Excavator", "Nehalem"})
+    EXPECT_EQ(choose_fma_isa(true, c), FmaIsa::kAvx2) << c;
+  for (const char* c : {"SkylakeX", "cooperlake", "SapphireRapids"})
+    EXPECT_EQ(choose_fma_isa(true, c), FmaIsa::kAvx512) << c;
+  // OpenBLAS ignores a name it does not know, whole, and detects the CPU; so does the peak.
+  for (const char* c : {"", "Haswellx", "Has", "AVX2"}) EXPECT_EQ(choose_fma_isa(true, c), FmaIsa::kAvx512) << c;
+  // No core type gives a CPU without avx512f an AVX-512 peak.
+  EXPECT_EQ(choose_fma_isa(false, "SkylakeX"), FmaIsa::kAvx2);
+
+#if defined(__x86_64__) || defined(__i386__)
+  const bool avx512 = __builtin_cpu_supports("avx512f");
+  const char* coretype = std::getenv("OPENBLAS_CORETYPE");
+  const std::string ct = coretype ? coretype : "";
+  const bool narrower = choose_fma_isa(true, coretype) == FmaIsa::kAvx2;  // as checked above
+  EXPECT_EQ(cpu_fma_isa() == FmaIsa::kAvx512, avx512 && !narrower) << "OPENBLAS_CORETYPE=" << ct;
+  EXPECT_EQ(cpu_fma_isa() == FmaIsa::kAvx2, !avx512 || narrower);
+#else
+  EXPECT_EQ(cpu_fma_isa(), FmaIsa::kGeneric);
+#endif
+}
+
+#if defined(__x86_64__) || defined(__i386__)
+// On a CPU with two full-width 512-bit FMA pipes (this project's machines: Zen 5,
+// Xeon Gold and Platinum) a zmm FMA does twice a ymm one's work at the same
+// rate. (A CPU that splits zmm into two halves, Zen 4, or has one 512-bit
+// pipe, Xeon Silver, gives 1x and fails here.) One thread: on the shared
+// 2-core machine it finds a free core more often than two threads find two.
+// Each loop runs and counts FLOPs (their ratio is the hardware's, a benchmark's matter:
+// 2.0x on one Zen 5 core, 1x where AVX-512 has one FMA pipe).
+TEST(Mfu, EachIsasLoopMeasuresItsPeak) {
+  EXPECT_GT(measure_cpu_fma_gflops(FmaIsa::kAvx2, 1), 1.0);
+  if (__builtin_cpu_supports("avx512f"))
+    EXPECT_GT(measure_cpu_fma_gflops(FmaIsa::kAvx512, 1), 1.0);
+  else
+    EXPECT_EQ(cpu_fma_isa(), FmaIsa::kAvx2);  // the AVX2 loop is then the whole peak
+}
+#endif
+
+TEST(Mfu, CpuPeakBannerNamesTheIsaAndThreads) {
+  const PeakFlops p = cpu_fma_peak(2);
+  EXPECT_GT(p.tflops, 0.002);
+  const std::string isa = fma_isa_name(cpu_fma_isa());
+  // "0.461 TFLOP/s (fp32 FMA peak of this CPU, AVX-512, 2 threads, measured at start-up)", and
+  // under OPENBLAS_CORETYPE=Haswell on an AVX-512 CPU "..., AVX2 as OPENBLAS_CORETYPE=Haswell, ...".
+  std::string how = isa;
+  const char* coretype = std::getenv("OPENBLAS_CORETYPE");
+#if defined(__x86_64__) || defined(__i386__)
+  if (cpu_fma_isa() == FmaIsa::kAvx2 && __builtin_cpu_supports("avx512f"))
+    how += std::string(" as OPENBLAS_CORETYPE=") + coretype;
+#endif
+  EXPECT_EQ(p.source, format_tflops(p.tflops) + " (fp32 FMA peak of this CPU, " + how +
+                          ", 2 threads, measured at start-up)");
 }
 
 }  // namespace
