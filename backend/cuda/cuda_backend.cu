@@ -510,7 +510,7 @@ class CudaBackend final : public Backend {
     if (attention_ != CudaAttention::kAuto && attention_ != CudaAttention::kCudnn) return;
     const bool explicit_cudnn = attention_ == CudaAttention::kCudnn;
     if (!bf16_) {
-      cudnn_refused_ = "fp32 storage: cuDNN's fused attention needs bf16 (--dtype bf16)";
+      cudnn_refused_ = "fp32 storage: cuDNN's fused attention runs on bf16 (--dtype bf16)";
     } else {
       try {
         cudnn_ = make_cudnn_attention(stream_);

@@ -571,7 +571,7 @@ std::vector<std::unique_ptr<OpCase>> perf_cases(uint64_t seed, const PerfShape& 
   for (auto& sh : shapes) add(new MatmulForward(rng, N, sh[0], sh[1], sh[1] != Vp));
   for (auto& sh : shapes) add(new MatmulBackward(rng, N, sh[0], sh[1], sh[1] != Vp));
   if (s.attention_at_bt) add_attention_perf_cases(rng, B, T, C, NH, v);
-  add_attention_perf_cases(rng, 1, 1024, s.attention_NH * 64, s.attention_NH, v);
+  add_attention_perf_cases(rng, 1, s.attention_T, s.attention_NH * 64, s.attention_NH, v);
   add_fused_perf_cases(rng, N, C, v);
   add(new GeluForward(rng, size_t(N) * 4 * C, false));
   add(new GeluBackward(rng, size_t(N) * 4 * C, true, false));

@@ -143,8 +143,9 @@ std::vector<std::unique_ptr<OpCase>> eval_cases(const std::string& op, uint64_t 
 // profile driver (dev/profile) asks for fewer rows, one head and fewer elements.
 struct PerfShape {
   int B = 4, T = 64;
-  bool attention_at_bt = true;  // attention at (B, T) too, besides T = 1024
-  int attention_NH = 12;        // heads of 64 at T = 1024, B = 1
+  bool attention_at_bt = true;  // attention at (B, T) too, besides T = attention_T
+  int attention_NH = 12;        // heads of 64 at T = attention_T, B = 1
+  int attention_T = 1024;
   size_t elements = size_t(1) << 24;  // AdamW, sum of squares
 };
 std::vector<std::unique_ptr<OpCase>> perf_cases(uint64_t seed, const PerfShape& shape = PerfShape{});
