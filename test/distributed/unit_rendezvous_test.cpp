@@ -77,7 +77,7 @@ TEST(EnvLaunch, BadValuesNameTheVariable) {
   EXPECT_NE(error({{"RANK", "2"}, {"WORLD_SIZE", "2"}, {"LOCAL_RANK", "0"}}).find("RANK=2 is not below WORLD_SIZE=2"),
             std::string::npos);
   EXPECT_NE(error({{"RANK", "1"}, {"WORLD_SIZE", "2"}}).find("without LOCAL_RANK"), std::string::npos);
-  // a division by the local world size came before its check (SIGFPE)
+  // zero is named, not divided by (the node index divides by it)
   EXPECT_NE(error({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"LOCAL_RANK", "0"}, {"LOCAL_WORLD_SIZE", "0"}})
                 .find("LOCAL_WORLD_SIZE=0 must be at least 1"),
             std::string::npos);

@@ -187,7 +187,7 @@ TEST(Options, EpochsKeepBestAndEarlyStopping) {
   EXPECT_EQ(parse({"--epochs", "3", "--max-steps", "7"}).max_steps, 7);  // both accepted: --max-steps wins at run time
   EXPECT_EQ(error_of({"--epochs", "0"}), "--epochs: invalid value '0' (expected a number in (0, 1e6])");
   EXPECT_EQ(error_of({"--epochs", "-1"}), "--epochs: invalid value '-1' (expected a number in (0, 1e6])");
-  // one range however far out (a value past 1e30 quoted another)
+  // one range quoted however far out the value is
   EXPECT_EQ(error_of({"--epochs", "1e30"}), "--epochs: invalid value '1e30' (expected a number in (0, 1e6])");
   EXPECT_EQ(error_of({"--epochs", "1e31"}), "--epochs: invalid value '1e31' (expected a number in (0, 1e6])");
   EXPECT_EQ(error_of({"--keep-best"}), "--keep-best needs --output-dir (where the best checkpoint is kept)");
@@ -318,7 +318,7 @@ TEST(Options, PretrainingFlags) {
   EXPECT_EQ(error_of({"--spike-window", "128"}),
             "--spike-window is the spike guards' window: it needs --skip-loss-z or --skip-grad-z");
   EXPECT_EQ(parse({"--skip-grad-z", "3", "--spike-window", "16"}).spike_window, 16);
-  // checked when parsed, with or without a launcher (it was read only under one)
+  // checked when parsed, so a bad value fails the same with or without a launcher
   EXPECT_EQ(error_of({"--rendezvous", "udp:x"}), "--rendezvous 'udp:x': want tcp, tcp:HOST:PORT or file:DIR");
   EXPECT_EQ(error_of({"--rendezvous", "tcp:host"}), "--rendezvous 'tcp:host': want tcp:HOST:PORT with a port 1-65535");
   EXPECT_EQ(parse({"--rendezvous", "file:/shared/r"}).rendezvous, "file:/shared/r");

@@ -65,7 +65,7 @@ TEST(OutputFile, SymlinkKeepsPointingAtItsReplacedTarget) {
   EXPECT_EQ(read_text_file(d + "/target.json"), "new");
 }
 
-// A name of 252 to 255 characters has no room for ".tmp": it was refused through its temp name.
+// A name of 252 to 255 characters has no room for ".tmp": its temp name must still fit the limit.
 TEST(OutputFile, NamesAtTheFileSystemLimitAreWritten) {
   const std::string d = temp_dir("output_long");
   for (size_t n : {251, 252, 255}) {
