@@ -193,7 +193,7 @@ class Backend {
   // (util/philox.h; row b of the batch starts at global token token0 + b*T).
   // The softmax statistics are those of P, not of P o Z; the backward draws
   // Z again: dP = (dout v^T) o Z, dS = P o (dP - D) with D = rowsum(dout o out)
-  // as before, dv = (P o Z)^T dout.
+  // as without dropout, dv = (P o Z)^T dout.
   virtual size_t attention_saved_numel(int B, int T, int NH) const = 0;
   virtual void attention_forward(Tensor out, Tensor saved, Tensor qkv,
                                  int B, int T, int C, int NH, const DropoutMask& drop) = 0;
@@ -290,8 +290,9 @@ class Backend {
 
 // The gradient scale of clipping to max_norm from the fp64 sum of squares: NaN
 // (skip the step) when the norm is not finite, max_norm / norm rounded to fp32
-// when clipping is on (max_norm > 0) and the norm exceeds it, else 1. The
-// trainer's host arithmetic before clip_scale existed, kept bit for bit.
+// when clipping is on (max_norm > 0) and the norm exceeds it, else 1. The CUDA
+// kernel (global_norm.cuh) does the same fp64 operations, so every backend's
+// scale agrees bit for bit.
 inline double clip_scale_value(double sum_squares, float max_norm) {
   const double norm = std::sqrt(sum_squares);
   if (!std::isfinite(norm)) return std::numeric_limits<double>::quiet_NaN();

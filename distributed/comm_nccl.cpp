@@ -353,8 +353,8 @@ class NcclCommunicator final : public Communicator {
 
   // The collective after the compute stream's work so far (event `ready_`);
   // returns the stream to issue it on. A compute stream that takes no event
-  // (a destroyed handle) gets the collective itself, as before the comm
-  // stream existed, so that NCCL's own stream check names the problem.
+  // (a destroyed handle) gets the collective itself, so that NCCL's own
+  // stream check names the problem.
   cudaStream_t enter() {
     usable();
     if (drop_before_) return comm_stream_;

@@ -1,4 +1,4 @@
-// Rank discovery without MPI (issue 22): the layout of a process that torchrun,
+// Rank discovery without MPI: the layout of a process that torchrun,
 // `accelerate launch` or `srun --mpi=none` started, read from the variables
 // those launchers set, in this order of precedence (after MPI itself):
 //   torchrun:  RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT

@@ -1,4 +1,4 @@
-// Rendezvous without MPI (issue 22 item 2): the ranks of a torchrun- or
+// Rendezvous without MPI: the ranks of a torchrun- or
 // srun --mpi=none-launched job find each other and receive rank 0's payload
 // (the NCCL unique id) over one of
 //   tcp:HOST:PORT  rank 0 listens on PORT (all interfaces), the others connect to

@@ -272,7 +272,7 @@ phase_bench_ops() {
   is_quick || $BENCH_OPS --budget "$budget" --bf16
 }
 
-# A real Hugging Face client, on the CPU (issue 26): transformers'
+# A real Hugging Face client, on the CPU: transformers'
 # save_pretrained directory loaded by ours (hf_logits, the trainer's loader)
 # gives transformers' logits; our --save-hf export of a 2-step fine-tune,
 # loaded by GPT2LMHeadModel.from_pretrained, gives ours. Both within

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # test-timeout: 150
-# "A dead peer ends the job, always" (issue 22 item 5): every rank exits non-zero
+# "A dead peer ends the job, always": every rank exits non-zero
 # within --comm-timeout + 10 s (kCommTimeoutSlackSeconds, distributed/watchdog.h)
 # even when ncclCommAbort never returns. The emulated CUDA trainer under
 # mpirun -np 2 with the emulator's switches (docs/emulator.md):

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # test-timeout: 240
-# Launches without MPI (issue 22 items 1-5): ranks that torchrun's variables
+# Launches without MPI: ranks that torchrun's variables
 # describe (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR,
 # MASTER_PORT), started by a plain shell loop or by torch.distributed.run, meet
 # at the rendezvous and train through the emulated NCCL's socket transport

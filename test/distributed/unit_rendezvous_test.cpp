@@ -1,8 +1,8 @@
 // Rank discovery (distributed/env_launch.h) on synthetic environments, and the
 // rendezvous (distributed/rendezvous.h) between threads of this process over
 // loopback TCP and a temporary directory: the payload reaches every rank, and
-// every failure of issue 22 item 2 is an error naming the address or path and
-// the rank, within the timeout.
+// every failure listed in distributed/rendezvous.h is an error naming the
+// address or path and the rank, within the timeout.
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <sys/socket.h>

@@ -24,7 +24,7 @@ import re
 import sys
 
 # Top-level folders whose files are in the repository (not generated), and
-# kernels/, the CUDA backend's old home (now backend/cuda/): a path there is stale.
+# kernels/, a stale name for backend/cuda/: any path there is reported.
 SOURCE_DIRS = ("backend", "dataloader", "dataprep", "dev", "distributed", "docs", "emu", "model",
                "scripts", "test", "tokenizer", "train", "util", ".ci", "kernels")
 PATH_RE = re.compile(r"(?<![\w./-])((?:%s)/[\w./+*{},-]*)" % "|".join(re.escape(d) for d in SOURCE_DIRS))

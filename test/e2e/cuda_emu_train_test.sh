@@ -5,11 +5,11 @@
 # PyTorch reference's tiny model and data; a bf16 run must stay within 1% and
 # resume exactly from a checkpoint (fp32 master weights). --memory-check holds
 # a run against the emulated GPU's free memory (below).
-# The bf16 bound stays at 1% (issue 14 tightened the per-element bf16 checks,
-# in test/backend_cuda/cuda_bf16_test.cpp, not this one): each logged loss is
-# the mean of per-token losses (fp32) from logits stored in bf16, and from step
-# 2 on the two runs train different weights; measured 9.5e-4 worst over the 10
-# steps (1.9e-3 when the per-token losses were bf16 too).
+# The bf16 bound is 1% (the tight per-element bf16 checks are in
+# test/backend_cuda/cuda_bf16_test.cpp): each logged loss is the mean of
+# per-token losses (fp32) from logits stored in bf16, and from step 2 on the two
+# runs train different weights; measured 9.5e-4 worst over the 10 steps (1.9e-3
+# with bf16 per-token losses).
 # scripts/gpu_check.sh runs it on a real GPU with CUDA_TRAINER, CPU_TRAINER and
 # PYTHON (the Python with torch) pointing at the kit's programs.
 set -euo pipefail
@@ -86,7 +86,7 @@ for name, run in (("--gelu-fusion off", kernels), ("--recompute 2", losses("bf16
     print(f"bf16 {name}: worst relative difference from CPU {rel:.2e} (bound 1e-2)")
 print(f"fp32: worst relative difference {worst:.2e} (bound 1e-5); bf16: {worst16:.2e} (bound 1e-2)")
 PY
-# --memory-check on the GPU (issue 25, item 4): the --dry-run plan per rank held
+# --memory-check on the GPU: the --dry-run plan per rank held
 # against the GPU's free memory (cudaMemGetInfo) before the model allocates. The
 # emulator's GPT2_TEST_DEVICE_MEMORY (docs/emulator.md) stands for a GPU with one
 # byte less free than the plan: on refuses (exit 1) naming both numbers, the GPU

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # test-timeout: 300
-# --dropout and the model's dropout rates in training (issue 26, item 1), on the CPU backend, with a
+# --dropout and the model's dropout rates in training, on the CPU backend, with a
 # tiny GPT-2 first trained 30 steps on 10k tokens of tinyshakespeare (so that its loss feels the masks):
 #   a. an llm.c model file has no rates: --dropout 0 trains bit for bit as without the flag; its
 #      Hugging Face export (config.json: 0.1, as GPT-2's) trains with 0.1 by default, bit for bit as the

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # test-timeout: 600
-# Evaluation-driven checkpoints, early stopping, --epochs and --resume-from (issue 26, items 2-3),
+# Evaluation-driven checkpoints, early stopping, --epochs and --resume-from,
 # on the CPU backend, with a tiny GPT-2 that overfits 10k tokens of tinyshakespeare (constant lr 1e-2):
 #   a. --keep-best --keep-checkpoints 1 --early-stopping-patience 3: the run stops where HF's
 #      EarlyStoppingCallback rule says for its logged val losses, keeps exactly the best and the last

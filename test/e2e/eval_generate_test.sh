@@ -126,7 +126,7 @@ cmp -s "$work/g_file.txt" "$work/g_seed6.txt" && bad "--seed 6 gave the text of 
 [ "$(grep -c '^--- sample [123]/3 ---$' "$work/g_file.txt")" = 3 ] && [ "$(grep -c '^ROMEO:$' "$work/g_file.txt")" = 3 ] &&
   ok "3 samples, each starting with the prompt" || { bad "sample layout"; head -5 "$work/g_file.txt"; }
 refuse prompt-missing 1 "--prompt-file $work/nope.txt: cannot open" -- ./train_gpt2cu "${gen[@]}" --prompt-file "$work/nope.txt"
-# Issue 25, item 8: a directory is no prompt; a NUL is text (GPT-2's byte-level BPE
+# A directory is no prompt; a NUL is text (GPT-2's byte-level BPE
 # has a token for every byte), all of it printed; a failed write of the samples is an error.
 refuse prompt-directory 1 "--prompt-file $work: is a directory, expected a file" -- \
   ./train_gpt2cu "${gen[@]}" --prompt-file "$work"

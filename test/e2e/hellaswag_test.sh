@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # test-timeout: 240
-# --eval-hellaswag (issue 24, item 2) against a float64 PyTorch computation of llm.c's scores
+# --eval-hellaswag against a float64 PyTorch computation of llm.c's scores
 # (test/e2e/hellaswag_reference.py: a 2-layer GPT-2 with GPT-2's vocabulary and random weights, six
 # HellaSwag-format examples, one of them longer than the context):
 #   a. --eval-only -T 24 -B 3 (rows of an example across forwards): n, acc and acc_norm as PyTorch's,

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # What a run does with its output directory, its output files and non-finite
-# numbers (issue 25, items 1, 3, 5 and 6), on the CPU backend:
+# numbers, on the CPU backend:
 #   1. a fresh run into a directory holding another run's checkpoints is refused
 #      at start, naming them and --resume / --overwrite-output-dir, and leaves
 #      them untouched; --overwrite-output-dir deletes them and starts anew

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # test-timeout: 240
-# Pretraining aids of issue 24 on the CPU backend, with a byte-level corpus (vocab 256: tinyshakespeare's
+# Pretraining aids on the CPU backend, with a byte-level corpus (vocab 256: tinyshakespeare's
 # bytes) and a 2-layer, 64-channel GPT-2, so each step takes milliseconds:
 #   a. --overfit-batch: the loss of one batch falls to near zero; the same steps on the data do not;
 #   b. --milestone-every: milestones are written between --checkpoint-every, tagged MILESTONE_N and never

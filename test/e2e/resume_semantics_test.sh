@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Resume semantics (issue 13) and --init-from (issue 12), on the CPU backend:
+# Resume semantics and --init-from, on the CPU backend:
 #   a. a 20-step cosine run resumed with --max-steps 40 keeps the original
 #      schedule (step 21's lr = step 20's, the final lr; no jump back up);
 #      with --reset-schedule step 21 follows the new 40-step schedule;

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # test-timeout: 300
-# Spike guards (issue 24, item 1) with planted spikes: a byte-level corpus (vocab 256) whose batch of
+# Spike guards with planted spikes: a byte-level corpus (vocab 256) whose batch of
 # step 30 is one repeated byte never seen before (a loss spike), and GPT2_TEST_SCALE_GRAD=36:1000
 # (every gradient of step 36 times 1000, its loss unchanged: a gradient-norm spike); a 2-layer,
 # 64-channel GPT-2, --spike-window 8, z limits 4 (loss) and 10 (norm: this small model's own norm reaches z 6):

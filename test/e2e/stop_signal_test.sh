@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# A stop signal is honoured within seconds wherever the trainer is (issue 25,
-# item 2), on the CPU backend; SIGTERM is sent once the run is inside the long
-# phase, and each run must be gone within 30 s of it:
+# A stop signal is honoured within seconds wherever the trainer is, on the CPU
+# backend; SIGTERM is sent once the run is inside the long phase, and each run
+# must be gone within 30 s of it:
 #   a. during the step-0 validation of --val-steps 2^30 batches: exit 75, the
 #      checkpoint of step 0 (the last completed one) written;
 #   b. the same without --output-dir: exit 143 (128 + SIGTERM), "nothing saved";
@@ -10,7 +10,7 @@
 #   d. --eval-only over every window at stride 1: exit 143, no result;
 #   e. --generate of 2^20 tokens: exit 143 after the tokens so far;
 #   f. SIGINT (Ctrl-C) stops like SIGTERM: exit 75 with its checkpoint, and
-#      DIR/.lock is gone (issue 25, item 9: SIGINT killed the run, leaving the lock).
+#      DIR/.lock is gone (SIGINT must not kill the run and leave the lock behind).
 set -u
 cd "$(dirname "$0")/../.."
 BIN=${TRAINER:-./train_gpt2cu}  # any trainer binary with the CPU backend

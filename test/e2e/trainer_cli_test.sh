@@ -73,8 +73,8 @@ check missing-value 2 "--max-steps needs a value" -- ./train_gpt2cu --max-steps
 check no-data 1 "nonexistent.*(no file|match)" -- ./train_gpt2cu "${tiny[@]}" --train-data "$work/nonexistent_*.bin"
 check ids-out-of-range 1 "tok.bin" -- ./train_gpt2cu "${tiny[@]/vocab_size=256/vocab_size=100}"
 check batch-not-multiple 2 "not a multiple of B\*T\*world" -- ./train_gpt2cu "${tiny[@]}" --total-batch-tokens 100
-# Issue 25, item 9: values bad only with the model (once exit 1), flags silently
-# ignored or replaced: errors of the command line, exit 2.
+# Values bad only with the model, and flags that would be silently ignored or
+# replaced: errors of the command line, exit 2 (not a start-up failure, exit 1).
 check config-bad-value 2 "--config: 'n_head=0' needs a positive integer" -- ./train_gpt2cu --device cpu --model d2 --config n_head=0
 check config-not-dividing 2 "n_embd \(32\) must be divisible by n_head \(3\)" -- \
   ./train_gpt2cu --device cpu --model d2 --config n_embd=32,n_head=3
@@ -82,9 +82,9 @@ check config-twice 2 "--config given twice \('n_embd=32,n_head=2,max_seq=32,voca
   ./train_gpt2cu "${tiny[@]}" --config n_layer=3
 check checkpoint-every-without-o 2 "--checkpoint-every needs --output-dir" -- ./train_gpt2cu "${tiny[@]}" --checkpoint-every 2
 check keep-checkpoints-without-o 2 "--keep-checkpoints needs --output-dir" -- ./train_gpt2cu "${tiny[@]}" --keep-checkpoints 2
-# Issue 25, item 4: memory checked against the --dry-run plan before anything is
-# allocated (was: the OOM killer's silent SIGKILL). n_layer=100000 needs 28.65 TiB on
-# any machine; GPT2_TEST_AVAILABLE_MEMORY stands in for what this one has.
+# Memory checked against the --dry-run plan before anything is allocated, so that a run
+# too big ends with an error, not the OOM killer's silent SIGKILL. n_layer=100000 needs
+# 28.65 TiB on any machine; GPT2_TEST_AVAILABLE_MEMORY stands in for what this one has.
 check memory-refused 1 "not enough memory: this run needs 28.65 TiB per rank .* more than the .* available \((MemAvailable|the room under)" -- \
   ./train_gpt2cu --device cpu --config n_layer=100000 --max-steps 1
 need=$(./train_gpt2cu "${tiny[@]}" --dry-run 1 | awk '$1 == 1 { print $NF }')
@@ -106,7 +106,7 @@ got=$(cd "$work/ck" && ls | tr '\n' ' ')
 want="DONE_00000004 DONE_00000006 model.bin model_00000004.bin model_00000006.bin state_00000004_00000.bin state_00000006_00000.bin "
 if [ "$got" = "$want" ]; then echo "ok   checkpoint files: $got"; else echo "FAIL checkpoint files: '$got'"; fails=$((fails + 1)); fi
 
-# Resuming a checkpoint past --max-steps (once: exit 0, nothing said): an error naming both.
+# Resuming a checkpoint past --max-steps: an error naming both, not a silent exit 0.
 check resume-past-max-steps 1 "--resume: the newest complete checkpoint in $work/ck is at step 6, past the 3 steps this run trains \(--max-steps 3\): nothing to train" -- \
   ./train_gpt2cu "${tiny[@]}" --max-steps 3 --output-dir "$work/ck" --resume
 got=$(cd "$work/ck" && ls | tr '\n' ' ')

@@ -711,7 +711,7 @@ TEST(CublasLtStrict, BiasVectorHasDsType) {
       LtProbe probe(t);
       probe.set_epilogue(e);
       probe.set_bias(0);
-      probe.set_bias_type(other);  // planted (bf16 D with an fp32 BGRADB vector: the old backend's call)
+      probe.set_bias_type(other);  // planted (bf16 D with an fp32 BGRADB vector: an easy call to make)
       int returned;
       cublasLtMatmulHeuristicResult_t r;
       EXPECT_EQ(probe.heuristic(&returned, &r), CUBLAS_STATUS_NOT_SUPPORTED) << e;

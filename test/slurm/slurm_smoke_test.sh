@@ -307,8 +307,8 @@ if [ -x "$EMU" ]; then
   # emulated GPU each. Under srun each node runs one rank and its emulator's default of one
   # GPU is enough.
   # OMP_NUM_THREADS=1, as the sbatch scripts set it (= --cpus-per-task). (The emulated cuBLAS,
-  # OpenBLAS sgemm, now pins itself to one thread: before, mpirun's core binding vs srun's
-  # none gave 1 vs 2 threads and rounding differences of ~1e-8 in the losses.)
+  # OpenBLAS sgemm, pins itself to one thread: otherwise mpirun's core binding vs srun's none
+  # gives 1 vs 2 threads and rounding differences of ~1e-8 in the losses.)
   [ "$(cat "$W/e_mpirun.rc")" = 0 ] || bad "mpirun -np 2 $EMU --device cuda training"
   if OMP_NUM_THREADS=1 timeout -k 10 240 srun -N 2 -n 2 --mpi=pmix "$EMU" "${ecommon[@]}" --output-dir "$W/e_srun" \
        --log-jsonl "$W/e_srun.jsonl" >"$W/e_srun.log" 2>&1 &&
@@ -359,7 +359,7 @@ if [ -x "$EMU" ]; then
   gpu_sbatch e_sbatch scripts/slurm/train_multinode_gpus.sbatch gpt2-multinode 'launch srun' \
     'nccl (buffers), mpi (host scalars)'
 
-  # --- 5c. the same without MPI (issue 22): srun --mpi=none, every task reads its rank from
+  # --- 5c. the same without MPI: srun --mpi=none, every task reads its rank from
   # SLURM_PROCID/SLURM_NTASKS, the ranks meet at node1 (the first host of the job's node list)
   # on 20000 + job id % 20000, and the emulated NCCL runs over its socket transport (the two
   # slurmd nodes share this host's network namespace). Bitwise mpirun's run; then the no-MPI

@@ -59,8 +59,8 @@ echo "15496 50257" > "$tmp/ids"
 expect_error "bad token id '50257'" $tool decode "$tmp/ids"
 echo "15496 abc" > "$tmp/ids"
 expect_error "bad token id 'abc'" $tool decode "$tmp/ids"
-# Issue 25, item 8: a NUL is no separator and no id (once: '15496\0995' decoded as 15496, a lone NUL as
-# id 0), a directory is no input file (once: exit 0)
+# A NUL is no separator and no id: '15496\0995' must not decode as 15496, nor a lone NUL as id 0.
+# A directory is no input file: an error, not exit 0.
 printf '15496\000995' > "$tmp/ids"
 expect_error "<stdin>: bad token id '15496\\\\x00995' at byte offset 0" $tool decode < "$tmp/ids"
 printf '15496 \000' > "$tmp/ids"

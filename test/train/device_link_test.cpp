@@ -38,7 +38,7 @@ TEST(DeviceChoice, EachLocalRankTakesItsOwnGpu) {
 }
 
 TEST(DeviceChoice, MoreRanksThanGpusIsRefusedNotWrapped) {
-  // the old rule, local_rank % gpus, put rank 2 on GPU 0 next to rank 0
+  // local_rank % gpus would put rank 2 on GPU 0 next to rank 0
   EXPECT_EQ(refusal(layout(2, 3, 2, 3), 2, "0,1"),
             "rank 2/3 (node1): 3 ranks on this node but only 2 visible GPUs (CUDA_VISIBLE_DEVICES=0,1); "
             "start at most one rank per GPU (every rank of a node must see all its GPUs)");

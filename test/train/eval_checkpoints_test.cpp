@@ -1,8 +1,7 @@
-// Evaluation-driven checkpoints and stopping, epochs and named checkpoints
-// (issue 26, items 2 and 3): HF's EarlyStoppingCallback rule, the history in
-// the state file (version 3; version 2 files still load), --keep-best's
-// protection from pruning, --epochs' step count, and --resume-from's parsing
-// and refusals.
+// Evaluation-driven checkpoints and stopping, epochs and named checkpoints:
+// HF's EarlyStoppingCallback rule, the history in the state file (version 3;
+// version 2 files still load), --keep-best's protection from pruning, --epochs'
+// step count, and --resume-from's parsing and refusals.
 #include <gtest/gtest.h>
 
 #include <cmath>

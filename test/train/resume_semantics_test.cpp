@@ -1,7 +1,6 @@
-// Resume semantics (issue 13) and --init-from (issue 12): the state file keeps
-// the run's lr schedule (version 2; version 1 files still load without one),
-// a resumed run keeps that schedule unless --reset-schedule, and the options
-// that define these behaviours.
+// Resume semantics and --init-from: the state file keeps the run's lr schedule
+// (version 2; version 1 files still load without one), a resumed run keeps that
+// schedule unless --reset-schedule, and the options that define these behaviours.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -106,7 +105,7 @@ TEST(ResumeSchedule, StoredScheduleWinsAndHoldsItsFinalLr) {
   // 1e-3f * 0.1f in double, rounded once to float: within ~1e-11 of 1e-4 (1e-9 is 100x)
   EXPECT_NEAR(used.at(20), 1e-4, 1e-9);
   EXPECT_NEAR(used.at(39), 1e-4, 1e-9);
-  EXPECT_GT(longer.at(20), 4e-4f);  // what the old behaviour gave
+  EXPECT_GT(longer.at(20), 4e-4f);  // the flags' schedule would jump back up here
   // --reset-schedule: the flags' schedule
   EXPECT_EQ(resume_schedule(longer, &original, true, &why), longer);
   EXPECT_NE(why.find("--reset-schedule"), std::string::npos) << why;

@@ -1,4 +1,4 @@
-// The spike guards (issue 24, item 1): the window's z-score and warm-up, the
+// The spike guards: the window's z-score and warm-up, the
 // verdicts on planted spikes, and a restored state deciding as the original.
 #include <gtest/gtest.h>
 
