@@ -102,13 +102,13 @@ size_t env_count(const char* name, size_t fallback) {  // as train/data_parallel
 
 // GPT-2's parameter tensors in llm.c's order; the tied wte's ZeRO-2 units are
 // chunks of rows as in model/gpt2.cpp's ParamLayout::wte_chunk_rows (a layer's
-// size rounded down to 64 rows, at least 64; GPT2_ZERO2_WTE_CHUNK_ROWS).
+// size rounded down to 64 rows, at least 64; GPT2_TEST_WTE_CHUNK_ROWS).
 std::vector<ParamTensorSpec> gpt2_table(const BenchOptions& o) {
   const size_t L = static_cast<size_t>(o.layers), C = static_cast<size_t>(o.channels);
   const size_t V = static_cast<size_t>(o.vocab), T = static_cast<size_t>(o.seq);
   const int l = o.layers;
   const size_t layer_numel = 12 * C * C + 13 * C;
-  const size_t rows = std::min(env_count("GPT2_ZERO2_WTE_CHUNK_ROWS", std::max<size_t>(layer_numel / C / 64 * 64, 64)), V);
+  const size_t rows = std::min(env_count("GPT2_TEST_WTE_CHUNK_ROWS", std::max<size_t>(layer_numel / C / 64 * 64, 64)), V);
   return {{"wte", V * C, 0, rows * C},           {"wpe", T * C, 0},           {"ln1w", L * C, l},
           {"ln1b", L * C, l},          {"qkvw", L * 3 * C * C, l},  {"qkvb", L * 3 * C, l},
           {"attprojw", L * C * C, l},  {"attprojb", L * C, l},      {"ln2w", L * C, l},

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
 #include <stdexcept>
 
 #include "util/rng.h"
@@ -13,22 +12,18 @@ namespace gpt2 {
 
 namespace {
 
-size_t wte_rows_for(const ParamLayout& p) {
+size_t wte_rows_for(const ParamLayout& p, size_t rows) {
   const size_t C = p.channels();
   if (C == 0) return 0;  // an invalid config, refused by whoever validates it
   const size_t Vp = p.numel[kWte] / C;
-  if (const char* env = std::getenv("GPT2_ZERO2_WTE_CHUNK_ROWS"); env && *env) {
-    const long long rows = std::atoll(env);
-    if (rows < 1) throw std::runtime_error("GPT2_ZERO2_WTE_CHUNK_ROWS must be a positive row count");
-    return std::min(static_cast<size_t>(rows), Vp);
-  }
+  if (rows > 0) return std::min(rows, Vp);
   const size_t fit = p.num_layers > 0 ? p.layer_unit_numel() / C / 64 * 64 : 0;
   return std::min(std::max<size_t>(fit, 64), Vp);
 }
 
 }  // namespace
 
-ParamLayout ParamLayout::for_config(const GPT2Config& cfg) {
+ParamLayout ParamLayout::for_config(const GPT2Config& cfg, size_t wte_chunk_rows) {
   const size_t C = cfg.channels, L = cfg.num_layers;
   const size_t Vp = cfg.padded_vocab_size, maxT = cfg.max_seq_len;
   ParamLayout p;
@@ -43,7 +38,7 @@ ParamLayout ParamLayout::for_config(const GPT2Config& cfg) {
     off += p.numel[t];
   }
   p.total = off;
-  p.wte_rows = wte_rows_for(p);
+  p.wte_rows = wte_rows_for(p, wte_chunk_rows);
   return p;
 }
 
@@ -79,41 +74,36 @@ bool ParamLayout::decays(int t) {
 
 // ---------------------------------------------------------------- construction
 
-GPT2::GPT2(Backend& backend, const GPT2Config& cfg, int B, int T, GradMode grad_mode, size_t param_capacity,
-           int recompute)
+GPT2::GPT2(Backend& backend, const GPT2Config& cfg, int B, int T, const ModelOptions& opts)
     : backend_(backend),
       cfg_(cfg),
-      layout_(ParamLayout::for_config(cfg)),
+      layout_(ParamLayout::for_config(cfg, opts.wte_chunk_rows)),
       B_(B),
       T_(T),
-      grad_mode_(grad_mode),
-      recompute_gelu_(recompute >= 1),
-      recompute_ln_(recompute >= 2) {
-  if (recompute < 0 || recompute > 2) throw std::runtime_error("recompute level must be 0, 1 or 2");
+      forward_only_(opts.forward_only),
+      keep_dlogits_(opts.keep_dlogits),
+      recompute_gelu_(opts.recompute >= 1),
+      recompute_ln_(opts.recompute >= 2) {
+  if (opts.recompute < 0 || opts.recompute > 2) throw std::runtime_error("recompute level must be 0, 1 or 2");
   cfg_.validate("model config");
   if (B < 1 || T < 1) throw std::runtime_error("batch size and sequence length must be >= 1");
   if (T > cfg.max_seq_len)
     throw std::runtime_error("sequence length " + std::to_string(T) + " exceeds the model's max_seq " +
                              std::to_string(cfg.max_seq_len));
-  if (param_capacity == 0) param_capacity = layout_.total;
-  if (param_capacity < layout_.total) throw std::runtime_error("param_capacity below the parameter count");
-  params_ = backend_.alloc(param_capacity, BufferRole::kParams);
+  const size_t capacity = opts.param_capacity == 0 ? layout_.total : opts.param_capacity;
+  if (capacity < layout_.total) throw std::runtime_error("param_capacity below the parameter count");
+  params_ = backend_.alloc(capacity, BufferRole::kParams);
   owned_.push_back(params_);
   backend_.zero(params_);  // padding stays zero forever
-  if (grad_mode_ == GradMode::kFull) {
-    grads_ = backend_.alloc(param_capacity, BufferRole::kGrads);
-    owned_.push_back(grads_);
-    backend_.zero(grads_);
-    gradient_bytes_ = grads_.bytes();
-  }
-  allocate_activations();
+  allocate_activations(opts.forward_only);
+  if (!forward_only_) reserve_train_losses(1);
 }
 
 GPT2::~GPT2() {
   for (Tensor& t : owned_) backend_.free(t);
 }
 
-void GPT2::allocate_activations() {
+void GPT2::allocate_activations(bool forward_only) {
   const size_t N = static_cast<size_t>(B_) * T_, C = cfg_.channels, L = cfg_.num_layers;
   const size_t Vp = cfg_.padded_vocab_size;
   auto take = [&](size_t numel, BufferRole role = BufferRole::kActivations) {
@@ -152,15 +142,14 @@ void GPT2::allocate_activations() {
   a.logits = take(N * Vp);
   a.tokens = take(N, BufferRole::kTokens);
   a.targets = take(N, BufferRole::kTokens);
-  // Backward scratch. dln takes the projections' buffer (forward-only). With
-  // kFull gradients the lm_head backward reads dlogits first thing and never
-  // again (the wte gradient's lm_head part is made then too), so the other
-  // scratch buffers, largest first, take the logits buffer while they fit.
-  // kExternal gradients read dlogits after the backward (wte_grad_chunk):
-  // everything separate.
-  if (grad_mode_ != GradMode::kNone) {
+  // Backward scratch. dln takes the projections' buffer (forward-only). The
+  // lm_head backward reads dlogits first thing and never again (the wte
+  // gradient's lm_head part is made then too), so the other scratch buffers,
+  // largest first, take the logits buffer while they fit, unless dlogits must
+  // survive for wte_grad_chunk (keep_dlogits): everything separate then.
+  if (!forward_only) {
     a.dln = a.attproj;
-    const size_t room = grad_mode_ == GradMode::kFull ? a.logits.numel : 0;
+    const size_t room = keep_dlogits_ ? 0 : a.logits.numel;
     size_t used = 0;
     auto carve = [&](size_t numel) {
       if (used + numel > room) return take(numel);
@@ -223,18 +212,6 @@ std::vector<float> GPT2::get_parameters() const {
   return host;
 }
 
-void GPT2::zero_grad() {
-  if (grad_mode_ == GradMode::kFull) backend_.zero(grads_);
-  // kExternal: the caller's sink owns (and zeroes) its gradients.
-}
-
-Tensor GPT2::grads() const {
-  if (grad_mode_ != GradMode::kFull)
-    throw std::runtime_error(grad_mode_ == GradMode::kNone ? "grads(): a forward-only model has no gradients"
-                                                            : "grads(): the gradients are the caller's (GradMode::kExternal)");
-  return grads_;
-}
-
 void GPT2::wte_chunk_parts(int k, Tensor dst, bool lm_head, bool embedding) {
   const size_t N = static_cast<size_t>(cur_B_) * cur_T_, C = layout_.channels();
   const int Vp = cfg_.padded_vocab_size;
@@ -247,9 +224,13 @@ void GPT2::wte_chunk_parts(int k, Tensor dst, bool lm_head, bool embedding) {
                                         static_cast<int>(layout_.wte_chunk_row0(k)));
 }
 
+Tensor GPT2::wte_chunk_of(const Tensor& wte_grad, int k) const {
+  return wte_grad.slice(layout_.wte_chunk_row0(k) * layout_.channels(), layout_.wte_chunk_numel(k));
+}
+
 void GPT2::wte_grad_chunk(int k, Tensor dst) {
-  if (pass_ != Pass::kBackwardDone || grad_mode_ != GradMode::kExternal)
-    throw std::runtime_error("wte_grad_chunk(): only after a backward() of a GradMode::kExternal model");
+  if (!keep_dlogits_ || !tied_ready_)
+    throw std::runtime_error("wte_grad_chunk(): only after a backward of a model built with keep_dlogits");
   if (k < 0 || k >= layout_.num_wte_chunks()) throw std::runtime_error("wte_grad_chunk(): no chunk " + std::to_string(k));
   if (dst.numel != layout_.wte_chunk_numel(k)) throw std::runtime_error("wte_grad_chunk(): destination of the wrong size");
   backend_.zero(dst);
@@ -277,27 +258,59 @@ void GPT2::check_batch(const int32_t* inputs, const int32_t* targets, int B, int
   }
 }
 
-float GPT2::forward(const int32_t* inputs, const int32_t* targets, int B, int T,
-                    bool prepare_backward, float dloss_scale) {
+void GPT2::forward_logits(const int32_t* inputs, const int32_t* targets, int B, int T, bool training) {
   check_batch(inputs, targets, B, T);
-  if (prepare_backward && grad_mode_ == GradMode::kNone)
-    throw std::runtime_error("forward: a forward-only model (GradMode::kNone) cannot prepare a backward");
+  if (training && forward_only_) throw std::runtime_error("forward: a forward-only model cannot train");
   cur_B_ = B;
   cur_T_ = T;
-  pass_ = Pass::kForward;  // kPrepared only once the whole forward has run
+  dlogits_ready_ = false;
+  tied_ready_ = false;
   const size_t N = static_cast<size_t>(B) * T;
   backend_.upload_tokens(acts_.tokens.slice(0, N), inputs);
-  dropping_ = prepare_backward && dropout_.any();
+  dropping_ = training && dropout_.any();
   forward_layers();
   // lm_head is tied to wte: logits = lnf @ wte^T over the padded vocabulary.
   backend_.matmul_forward(acts_.logits.slice(0, N * cfg_.padded_vocab_size), acts_.lnf.slice(0, N * cfg_.channels),
                           param(kWte), Tensor{}, N, cfg_.channels, cfg_.padded_vocab_size);
-  loss_sum_ = 0.0;
-  loss_count_ = 0;
+  if (targets) backend_.upload_tokens(acts_.targets.slice(0, N), targets);
+}
+
+float GPT2::forward(const int32_t* inputs, const int32_t* targets, int B, int T) {
+  forward_logits(inputs, targets, B, T, false);
+  loss_ = LossSum{};
+  last_losses_ = Tensor{};
   if (!targets) return 0.0f;
-  const float loss = forward_loss(targets, prepare_backward, dloss_scale);
-  if (prepare_backward) pass_ = Pass::kPrepared;
-  return loss;
+  const size_t N = static_cast<size_t>(B) * T;
+  last_losses_ = acts_.losses.slice(0, N);
+  backend_.classifier_forward_backward(acts_.logits.slice(0, N * cfg_.padded_vocab_size), last_losses_,
+                                       acts_.targets.slice(0, N), N, cfg_.vocab_size, cfg_.padded_vocab_size, 0.0f);
+  const std::vector<float> token_loss = losses();
+  // Ignored targets have loss exactly 0; the mean is over the others (PyTorch's
+  // ignore_index semantics; 0 when every target is ignored, where PyTorch gives NaN).
+  for (size_t i = 0; i < N; i++) {
+    loss_.sum += token_loss[i];
+    loss_.count += targets[i] != kIgnoreTarget;
+  }
+  return static_cast<float>(loss_.mean());
+}
+
+void GPT2::train_forward_deferred_loss(const int32_t* inputs, const int32_t* targets, int B, int T,
+                                       float dloss_scale) {
+  const size_t slot = slot_rows_.size(), Nmax = static_cast<size_t>(B_) * T_;
+  if (targets && (slot + 1) * Nmax > loss_slots_.numel)
+    throw std::runtime_error("forward: more training forwards than reserve_train_losses(" +
+                             std::to_string(loss_slots_.numel / Nmax) + ") before collect_train_losses()");
+  forward_logits(inputs, targets, B, T, true);
+  last_losses_ = Tensor{};
+  if (!targets) return;
+  const size_t N = static_cast<size_t>(B) * T;
+  last_losses_ = loss_slots_.slice(slot * Nmax, N);
+  backend_.classifier_forward_backward(acts_.logits.slice(0, N * cfg_.padded_vocab_size), last_losses_,
+                                       acts_.targets.slice(0, N), N, cfg_.vocab_size, cfg_.padded_vocab_size,
+                                       dloss_scale);
+  slot_rows_.push_back(N);
+  for (size_t i = 0; i < N; i++) slot_count_ += targets[i] != kIgnoreTarget;
+  dlogits_ready_ = true;
 }
 
 void GPT2::set_dropout(const DropoutRates& rates, uint64_t seed) {
@@ -337,12 +350,12 @@ Tensor GPT2::dropped_gradient(Tensor dres, Tensor scratch, int layer, DropoutMas
 void GPT2::forward_layers() {
   const int B = cur_B_, T = cur_T_;
   const int C = cfg_.channels, L = cfg_.num_layers, NH = cfg_.num_heads;
-  const size_t N = static_cast<size_t>(B) * T, Nmax = static_cast<size_t>(B_) * T_;
+  const size_t N = static_cast<size_t>(B) * T;
   Backend& be = backend_;
   Activations& a = acts_;
   // Per-layer activation slices use the allocated (max) stride so one buffer
   // serves any smaller batch.
-  auto layer = [&](Tensor t, int l, size_t per_row) { return t.slice(l * Nmax * per_row, N * per_row); };
+  auto layer = [&](const Tensor& t, int l, size_t per_row) { return at_layer(t, l, per_row); };
   auto pl = [&](int t, int l) { return layout_.view(params_, t, l); };
   const size_t saved_stride = be.attention_saved_numel(B_, T_, NH);
   const size_t saved_numel = be.attention_saved_numel(B, T, NH);
@@ -387,169 +400,125 @@ void GPT2::forward_layers() {
   }
 }
 
-// The classifier on the logits of the current batch: per-token losses (kept on the
-// device while deferring), and dlogits in place when prepare_backward.
-float GPT2::forward_loss(const int32_t* targets, bool prepare_backward, float dloss_scale) {
-  const int V = cfg_.vocab_size, Vp = cfg_.padded_vocab_size;
-  const size_t N = static_cast<size_t>(cur_B_) * cur_T_, Nmax = static_cast<size_t>(B_) * T_;
-  Backend& be = backend_;
-  Activations& a = acts_;
-  Tensor logits = a.logits.slice(0, N * Vp);
-  Tensor tgt = a.targets.slice(0, N);
-  be.upload_tokens(tgt, targets);
-  const bool deferred = deferred_slots_ > 0;  // losses stay on the device until collect_deferred_losses
-  const size_t slot = deferred_rows_.size();
-  if (deferred && slot >= static_cast<size_t>(deferred_slots_))
-    throw std::runtime_error("forward: more forwards than begin_deferred_losses(" + std::to_string(deferred_slots_) +
-                             ") announced");
-  Tensor token_losses = deferred ? loss_slots_.slice(slot * Nmax, N) : a.losses.slice(0, N);
-  be.classifier_forward_backward(logits, token_losses, tgt, N, V, Vp, prepare_backward ? dloss_scale : 0.0f);
-  if (deferred) {
-    deferred_rows_.push_back(N);
-    for (size_t i = 0; i < N; i++) deferred_count_ += targets[i] != kIgnoreTarget;
-    return 0.0f;
+void GPT2::reserve_train_losses(int forwards) {
+  if (forwards < 1) throw std::runtime_error("reserve_train_losses: need at least one forward");
+  if (!slot_rows_.empty()) throw std::runtime_error("reserve_train_losses: losses not yet collected");
+  const size_t need = static_cast<size_t>(forwards) * B_ * T_;
+  if (loss_slots_.numel >= need) return;
+  if (!loss_slots_.empty()) {
+    backend_.free(loss_slots_);
+    owned_.erase(std::find_if(owned_.begin(), owned_.end(), [&](const Tensor& t) { return t.ptr == loss_slots_.ptr; }));
+    activation_bytes_ -= loss_slots_.bytes();
   }
-  const std::vector<float> token_loss = losses();
-  // Ignored targets have loss exactly 0; the mean is over the others (PyTorch's
-  // ignore_index semantics; 0 when every target is ignored, where PyTorch gives NaN).
-  for (size_t i = 0; i < N; i++) {
-    loss_sum_ += token_loss[i];
-    loss_count_ += targets[i] != kIgnoreTarget;
-  }
-  return loss_count_ ? static_cast<float>(loss_sum_ / static_cast<double>(loss_count_)) : 0.0f;
+  loss_slots_ = backend_.alloc(need, BufferRole::kStats);
+  owned_.push_back(loss_slots_);
+  activation_bytes_ += loss_slots_.bytes();
 }
 
-void GPT2::begin_deferred_losses(int forwards) {
-  reserve_deferred_losses(forwards);
-  deferred_slots_ = forwards;
-  deferred_rows_.clear();
-  deferred_count_ = 0;
-}
-
-void GPT2::reserve_deferred_losses(int forwards) {
-  if (forwards < 1) throw std::runtime_error("deferred losses: need at least one forward");
-  const size_t Nmax = static_cast<size_t>(B_) * T_, need = static_cast<size_t>(forwards) * Nmax;
-  if (loss_slots_.numel < need) {
-    if (!loss_slots_.empty()) {
-      backend_.free(loss_slots_);
-      owned_.erase(std::find_if(owned_.begin(), owned_.end(), [&](const Tensor& t) { return t.ptr == loss_slots_.ptr; }));
-      activation_bytes_ -= loss_slots_.bytes();
-    }
-    loss_slots_ = backend_.alloc(need, BufferRole::kStats);
-    owned_.push_back(loss_slots_);
-    activation_bytes_ += loss_slots_.bytes();
-  }
-}
-
-double GPT2::collect_deferred_losses() {
-  if (deferred_slots_ == 0) throw std::runtime_error("collect_deferred_losses: begin_deferred_losses was not called");
-  const size_t Nmax = static_cast<size_t>(B_) * T_, used = deferred_rows_.size();
+LossSum GPT2::collect_train_losses() {
+  const size_t Nmax = static_cast<size_t>(B_) * T_, used = slot_rows_.size();
   std::vector<float> host(used * Nmax);
   if (used > 0) backend_.download(host.data(), loss_slots_.slice(0, used * Nmax));
-  loss_sum_ = 0.0;
-  for (size_t k = 0; k < used; k++) {  // per forward from 0, then added in order: forward()'s own sums
+  LossSum total;
+  for (size_t k = 0; k < used; k++) {  // per forward from 0, then added in order
     double sum = 0.0;
-    for (size_t i = 0; i < deferred_rows_[k]; i++) sum += host[k * Nmax + i];
-    loss_sum_ += sum;
+    for (size_t i = 0; i < slot_rows_[k]; i++) sum += host[k * Nmax + i];
+    total.sum += sum;
   }
-  loss_count_ = deferred_count_;
-  deferred_slots_ = 0;
-  deferred_rows_.clear();
-  return loss_sum_;
+  total.count = slot_count_;
+  slot_rows_.clear();
+  slot_count_ = 0;
+  return total;
 }
 
 // ---------------------------------------------------------------- backward
 
-void GPT2::backward(int B, int T, GradientSink* sink) {
-  if (grad_mode_ == GradMode::kNone) throw std::runtime_error("backward: a forward-only model (GradMode::kNone)");
-  if (pass_ != Pass::kPrepared || B != cur_B_ || T != cur_T_)
-    throw std::runtime_error("backward(" + std::to_string(B) + ", " + std::to_string(T) +
-                             "): the last forward was not a training forward (prepare_backward) of that batch");
-  if (!sink && grad_mode_ != GradMode::kFull) throw std::runtime_error("backward: GradMode::kExternal needs a sink");
-  FlatGradientSink own(layout_, grads_);
-  GradientSink& out = sink ? *sink : own;
-  const int C = cfg_.channels, L = cfg_.num_layers, NH = cfg_.num_heads;
-  const int Vp = cfg_.padded_vocab_size;
-  const size_t N = static_cast<size_t>(B) * T, Nmax = static_cast<size_t>(B_) * T_;
+Tensor GPT2::at_layer(const Tensor& t, int l, size_t per_row) const {
+  const size_t N = static_cast<size_t>(cur_B_) * cur_T_, Nmax = static_cast<size_t>(B_) * T_;
+  return t.slice(l * Nmax * per_row, N * per_row);
+}
+
+// logits hold dlogits now (fused classifier): d(lnf), then the tied wte
+// gradient's lm_head part in its vocabulary chunks (the chunks ZeRO-2 stages:
+// same GEMMs, same bits); then dlogits are dead and the scratch carved from
+// their buffer is free.
+void GPT2::backward_head(const ParamGrads& g) {
+  if (forward_only_) throw std::runtime_error("backward: a forward-only model");
+  if (!dlogits_ready_)
+    throw std::runtime_error("backward: the last forward was not a training forward with targets, or its backward ran");
+  if (g[kWte].empty() && !keep_dlogits_)  // its dlogits die in the backward's scratch
+    throw std::runtime_error("backward: the tied wte gradient must be given unless the model keeps dlogits");
+  dlogits_ready_ = false;
+  const size_t N = static_cast<size_t>(cur_B_) * cur_T_, C = cfg_.channels;
   Backend& be = backend_;
   Activations& a = acts_;
-  auto layer = [&](Tensor t, int l, size_t per_row) { return t.slice(l * Nmax * per_row, N * per_row); };
-  auto pl = [&](int t, int l) { return layout_.view(params_, t, l); };
-  auto gl = [&](int t, int l) { return out.grad(t, l); };
-  auto grad = [&](int t) { return out.grad(t, 0); };
-  // The tied gradient in the sink (kFull's flat buffer) or left to the caller.
-  const Tensor wte_grad = grad(kWte);
-  if (wte_grad.empty() && grad_mode_ == GradMode::kFull)  // its dlogits die in the backward's scratch
-    throw std::runtime_error("backward: a GradMode::kFull model makes the tied wte gradient itself");
-  pass_ = Pass::kBackwardDone;  // from here on dlogits are being consumed: no second backward
-  auto wte_rows = [&](int k) {
-    return wte_grad.slice(layout_.wte_chunk_row0(k) * C, layout_.wte_chunk_numel(k));
-  };
-  out.unit_begin(-1);
+  be.matmul_backward(a.dln.slice(0, N * C), Tensor{}, Tensor{}, a.logits.slice(0, N * cfg_.padded_vocab_size),
+                     a.lnf.slice(0, N * C), param(kWte), N, C, cfg_.padded_vocab_size);
+  if (!g[kWte].empty())
+    for (int k = 0; k < layout_.num_wte_chunks(); k++) wte_chunk_parts(k, wte_chunk_of(g[kWte], k), true, false);
+  be.zero(a.dresidual.slice(0, N * C));
+  be.layernorm_backward(a.dresidual.slice(0, N * C), g[kLnfw], g[kLnfb], a.dln.slice(0, N * C),
+                        at_layer(a.residual3, cfg_.num_layers - 1, C), param(kLnfw), a.lnf_mean.slice(0, N),
+                        a.lnf_rstd.slice(0, N), N, C);
+}
+
+void GPT2::backward_layer(int l, const ParamGrads& g) {
+  const ProfileRange range(backend_, "backward layer " + std::to_string(l));
+  const int B = cur_B_, T = cur_T_, C = cfg_.channels, NH = cfg_.num_heads;
+  const size_t N = static_cast<size_t>(B) * T;
+  Backend& be = backend_;
+  Activations& a = acts_;
+  auto pl = [&](int t) { return layout_.view(params_, t, l); };
+  Tensor dresidual = a.dresidual.slice(0, N * C), dln = a.dln.slice(0, N * C), datty = a.datty.slice(0, N * C);
+  Tensor dqkv = a.dqkv.slice(0, N * 3 * C), dfch = a.dfch.slice(0, N * 4 * C);
+  Tensor residual = l == 0 ? a.encoded.slice(0, N * C) : at_layer(a.residual3, l - 1, C);
+  Tensor fch = at_layer(a.fch, l, 4 * C), fch_gelu = at_layer(a.fch_gelu, recompute_gelu_ ? 0 : l, 4 * C);
+  const int ln_l = recompute_ln_ ? 0 : l;
+  Tensor ln1 = at_layer(a.ln1, ln_l, C), ln2 = at_layer(a.ln2, ln_l, C), residual2 = at_layer(a.residual2, l, C);
+  Tensor ln1_mean = at_layer(a.ln1_mean, l, 1), ln1_rstd = at_layer(a.ln1_rstd, l, 1);
+  Tensor ln2_mean = at_layer(a.ln2_mean, l, 1), ln2_rstd = at_layer(a.ln2_rstd, l, 1);
   const size_t saved_stride = be.attention_saved_numel(B_, T_, NH);
-  const size_t saved_numel = be.attention_saved_numel(B, T, NH);
+  Tensor saved = a.att_saved.slice(l * saved_stride, be.attention_saved_numel(B, T, NH));
 
-  Tensor dresidual = a.dresidual.slice(0, N * C);
-  Tensor dln = a.dln.slice(0, N * C);
-  Tensor datty = a.datty.slice(0, N * C);
-  Tensor dqkv = a.dqkv.slice(0, N * 3 * C);
-  Tensor dfch = a.dfch.slice(0, N * 4 * C);
+  // residual3 = residual2 + fcproj: dresidual flows to both unchanged.
+  // --recompute 1: fch_gelu again from fch with the GELU kernel: bitwise the
+  // forward's where that ran the kernel too (the CPU backend, --gelu-fusion off);
+  // after the GEMM epilogue's GELU, within its last bits (fp32: another GELU
+  // formula) or a rounding (bf16: GELU of the unrounded fch).
+  if (recompute_gelu_) be.gelu_forward(fch_gelu, fch, N * 4 * C);
+  // With dropout on the projection, its gradient is the residual's through the same mask (in dln, free here).
+  Tensor dfcproj = dropped_gradient(dresidual, dln, l, DropoutMask::kMlpProj, dropout_.resid, C);
+  be.matmul_gelu_backward(dfch, g[kFcprojw], g[kFcprojb], dfcproj, fch_gelu, pl(kFcprojw), fch, N, 4 * C, C);
+  if (recompute_ln_)  // --recompute 2: ln2 again, bitwise the forward's (mean and rstd rewritten unchanged)
+    be.layernorm_forward(ln2, ln2_mean, ln2_rstd, residual2, pl(kLn2w), pl(kLn2b), N, C);
+  be.matmul_backward(dln, g[kFcw], g[kFcb], dfch, ln2, pl(kFcw), N, C, 4 * C);
+  be.layernorm_backward(dresidual, g[kLn2w], g[kLn2b], dln, residual2, pl(kLn2w), ln2_mean, ln2_rstd, N, C);
+  // residual2 = residual + attproj (dln is free again: layernorm_backward consumed it)
+  Tensor dattproj = dropped_gradient(dresidual, dln, l, DropoutMask::kAttentionProj, dropout_.resid, C);
+  be.matmul_backward(datty, g[kAttprojw], g[kAttprojb], dattproj, at_layer(a.atty, l, C), pl(kAttprojw), N, C, C);
+  be.attention_backward(dqkv, a.att_scratch, datty, at_layer(a.atty, l, C), at_layer(a.qkv, l, 3 * C), saved, B, T,
+                        C, NH, mask_of(l, DropoutMask::kAttentionProbs, dropout_.attn));
+  if (recompute_ln_) be.layernorm_forward(ln1, ln1_mean, ln1_rstd, residual, pl(kLn1w), pl(kLn1b), N, C);
+  be.matmul_backward(dln, g[kQkvw], g[kQkvb], dqkv, ln1, pl(kQkvw), N, C, 3 * C);
+  be.layernorm_backward(dresidual, g[kLn1w], g[kLn1b], dln, residual, pl(kLn1w), ln1_mean, ln1_rstd, N, C);
+}
 
-  // logits hold dlogits now (fused classifier). lm_head backward: d(lnf), then
-  // (kFull) the tied wte gradient's lm_head part in ZeRO-2's vocabulary chunks
-  // (same GEMMs, same bits); then dlogits are dead and the scratch carved from
-  // their buffer is free. The embedding part comes at the end (or both parts by
-  // the caller's wte_grad_chunk).
-  be.matmul_backward(dln, Tensor{}, Tensor{}, a.logits.slice(0, N * Vp), a.lnf.slice(0, N * C),
-                     param(kWte), N, C, Vp);
-  if (!wte_grad.empty())
-    for (int k = 0; k < layout_.num_wte_chunks(); k++) wte_chunk_parts(k, wte_rows(k), true, false);
-  be.zero(dresidual);
-  be.layernorm_backward(dresidual, grad(kLnfw), grad(kLnfb), dln, layer(a.residual3, L - 1, C),
-                        param(kLnfw), a.lnf_mean.slice(0, N), a.lnf_rstd.slice(0, N), N, C);
+// encoded = dropout(wte + wpe): wpe's gradient, then the tied gradient's embedding part.
+void GPT2::backward_embeddings(const ParamGrads& g) {
+  const int C = cfg_.channels;
+  const size_t N = static_cast<size_t>(cur_B_) * cur_T_;
+  Tensor dresidual = acts_.dresidual.slice(0, N * C);
+  drop(dresidual, 0, DropoutMask::kEmbedding, dropout_.embd, C);
+  backend_.encoder_backward(Tensor{}, g[kWpe], dresidual, acts_.tokens.slice(0, N), cur_B_, cur_T_, C);
+  if (!g[kWte].empty())
+    for (int k = 0; k < layout_.num_wte_chunks(); k++) wte_chunk_parts(k, wte_chunk_of(g[kWte], k), false, true);
+  tied_ready_ = true;
+}
 
-  for (int l = L - 1; l >= 0; l--) {
-    const ProfileRange range(backend_, "backward layer " + std::to_string(l));
-    out.unit_begin(l);
-    Tensor residual = l == 0 ? a.encoded.slice(0, N * C) : layer(a.residual3, l - 1, C);
-    // residual3 = residual2 + fcproj: dresidual flows to both unchanged.
-    Tensor fch_gelu = layer(a.fch_gelu, recompute_gelu_ ? 0 : l, 4 * C);
-    // --recompute 1: fch_gelu again from fch with the GELU kernel: bitwise the
-    // forward's where that ran the kernel too (the CPU backend, --gelu-fusion off);
-    // after the GEMM epilogue's GELU, within its last bits (fp32: another GELU
-    // formula) or a rounding (bf16: GELU of the unrounded fch).
-    if (recompute_gelu_) be.gelu_forward(fch_gelu, layer(a.fch, l, 4 * C), N * 4 * C);
-    // With dropout on the projection, its gradient is the residual's through the same mask (in dln, free here).
-    Tensor dfcproj = dropped_gradient(dresidual, dln, l, DropoutMask::kMlpProj, dropout_.resid, C);
-    be.matmul_gelu_backward(dfch, gl(kFcprojw, l), gl(kFcprojb, l), dfcproj, fch_gelu, pl(kFcprojw, l),
-                            layer(a.fch, l, 4 * C), N, 4 * C, C);
-    const int ln_l = recompute_ln_ ? 0 : l;
-    if (recompute_ln_)  // --recompute 2: ln2 again, bitwise the forward's (mean and rstd rewritten unchanged)
-      be.layernorm_forward(layer(a.ln2, 0, C), layer(a.ln2_mean, l, 1), layer(a.ln2_rstd, l, 1),
-                           layer(a.residual2, l, C), pl(kLn2w, l), pl(kLn2b, l), N, C);
-    be.matmul_backward(dln, gl(kFcw, l), gl(kFcb, l), dfch, layer(a.ln2, ln_l, C), pl(kFcw, l), N, C, 4 * C);
-    be.layernorm_backward(dresidual, gl(kLn2w, l), gl(kLn2b, l), dln, layer(a.residual2, l, C),
-                          pl(kLn2w, l), layer(a.ln2_mean, l, 1), layer(a.ln2_rstd, l, 1), N, C);
-    // residual2 = residual + attproj (dln is free again: layernorm_backward consumed it)
-    Tensor dattproj = dropped_gradient(dresidual, dln, l, DropoutMask::kAttentionProj, dropout_.resid, C);
-    be.matmul_backward(datty, gl(kAttprojw, l), gl(kAttprojb, l), dattproj, layer(a.atty, l, C),
-                       pl(kAttprojw, l), N, C, C);
-    be.attention_backward(dqkv, a.att_scratch, datty, layer(a.atty, l, C), layer(a.qkv, l, 3 * C),
-                          a.att_saved.slice(l * saved_stride, saved_numel), B, T, C, NH,
-                          mask_of(l, DropoutMask::kAttentionProbs, dropout_.attn));
-    if (recompute_ln_)
-      be.layernorm_forward(layer(a.ln1, 0, C), layer(a.ln1_mean, l, 1), layer(a.ln1_rstd, l, 1), residual,
-                           pl(kLn1w, l), pl(kLn1b, l), N, C);
-    be.matmul_backward(dln, gl(kQkvw, l), gl(kQkvb, l), dqkv, layer(a.ln1, ln_l, C), pl(kQkvw, l), N, C, 3 * C);
-    be.layernorm_backward(dresidual, gl(kLn1w, l), gl(kLn1b, l), dln, residual, pl(kLn1w, l),
-                          layer(a.ln1_mean, l, 1), layer(a.ln1_rstd, l, 1), N, C);
-    out.unit_done(l);
-  }
-  drop(dresidual, 0, DropoutMask::kEmbedding, dropout_.embd, C);  // encoded = dropout(wte + wpe)
-  be.encoder_backward(Tensor{}, grad(kWpe), dresidual, a.tokens.slice(0, N), B, T, C);
-  if (!wte_grad.empty())  // else the caller builds (and exchanges) the chunks
-    for (int k = 0; k < layout_.num_wte_chunks(); k++) wte_chunk_parts(k, wte_rows(k), false, true);
-  out.unit_done(-1);
+void GPT2::backward(Tensor flat_grads) {
+  backward_head(layout_.views(flat_grads, 0));
+  for (int l = cfg_.num_layers - 1; l >= 0; l--) backward_layer(l, layout_.views(flat_grads, l));
+  backward_embeddings(layout_.views(flat_grads, 0));
 }
 
 // ---------------------------------------------------------------- readback
@@ -564,9 +533,9 @@ std::vector<float> GPT2::logits_at(int b, int t) const {
 }
 
 std::vector<float> GPT2::losses() const {
-  const size_t N = static_cast<size_t>(cur_B_) * cur_T_;
-  std::vector<float> out(N);
-  backend_.download(out.data(), acts_.losses.slice(0, N));
+  if (last_losses_.empty()) throw std::runtime_error("losses(): the last forward had no targets");
+  std::vector<float> out(last_losses_.numel);
+  backend_.download(out.data(), last_losses_);
   return out;
 }
 

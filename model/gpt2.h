@@ -22,6 +22,11 @@ enum ParamTensor : int {
   kNumParamTensors
 };
 
+// Gradient views a backward piece adds into (+=), indexed by ParamTensor: the
+// caller's memory (a flat buffer laid out like the parameters, or ZeRO-2's
+// per-layer staging). Each piece reads only the entries it names.
+using ParamGrads = std::array<Tensor, kNumParamTensors>;
+
 // Sizes and offsets of the 16 parameter tensors inside one flat buffer.
 struct ParamLayout {
   std::array<size_t, kNumParamTensors> numel{};
@@ -30,7 +35,8 @@ struct ParamLayout {
   int num_layers = 0;
   size_t wte_rows = 0;  // wte_chunk_rows()
 
-  static ParamLayout for_config(const GPT2Config& cfg);
+  // `wte_chunk_rows` 0: the default below; else that many rows (capped at Vp).
+  static ParamLayout for_config(const GPT2Config& cfg, size_t wte_chunk_rows = 0);
   static const char* name(int t);
   static bool is_per_layer(int t);  // stacked over layers (everything but wte, wpe, lnf)
   static bool decays(int t);        // AdamW weight decay applies: 2-D matmul weights + embeddings
@@ -40,11 +46,10 @@ struct ParamLayout {
   size_t channels() const { return numel[kLnfw]; }
   // Elements of one layer's gradients, all per-layer tensors together.
   size_t layer_unit_numel() const;
-  // ZeRO-2 stages the tied wte/lm_head gradient in chunks of this many vocab
-  // rows: a multiple of 64 (aligned slices), >= 64, and no more than one
-  // layer's gradient buffer holds, so chunks reuse the layer buffers and the
-  // staging never holds the whole V x C table (d12: 9216 rows, 6 chunks).
-  // GPT2_ZERO2_WTE_CHUNK_ROWS overrides it (tests; same on every rank; read by for_config).
+  // The tied wte/lm_head gradient is made in chunks of this many vocab rows, so
+  // ZeRO-2 can stage it chunk by chunk in its layer buffers and every stage adds
+  // the same GEMMs in the same order. By default a multiple of 64 (aligned
+  // slices), >= 64, and no more than one layer's gradients hold (d12: 9216 rows, 6 chunks).
   size_t wte_chunk_rows() const { return wte_rows; }
   int num_wte_chunks() const;
   size_t wte_chunk_row0(int k) const { return static_cast<size_t>(k) * wte_rows; }  // chunk k's first row
@@ -52,6 +57,12 @@ struct ParamLayout {
   // Tensor t (layer l if stacked) of a flat buffer laid out like the parameters.
   Tensor view(Tensor flat, int t, int l) const {
     return is_per_layer(t) ? flat.slice(layer_offset(t, l), layer_numel(t)) : flat.slice(offset[t], numel[t]);
+  }
+  // Every tensor's view of `flat`, the stacked ones at layer l.
+  ParamGrads views(Tensor flat, int l) const {
+    ParamGrads g;
+    for (int t = 0; t < kNumParamTensors; t++) g[t] = view(flat, t, l);
+    return g;
   }
 };
 
@@ -72,9 +83,10 @@ struct Activations {
   Tensor losses;            // (B,T)
   Tensor logits;            // (B,T,Vp); dlogits in place after the fused classifier
   Tensor tokens, targets;   // (B,T) int32
-  // backward scratch. dln lives in attproj's buffer (forward-only); with
-  // kFull gradients the others are carved from the logits buffer where it is
-  // large enough (dlogits are dead once the lm_head backward has run).
+  // backward scratch. dln lives in attproj's buffer (forward-only); unless
+  // dlogits must survive the backward (keep_dlogits), the others are carved from
+  // the logits buffer where it is large enough (dlogits are dead once the
+  // lm_head backward has run).
   Tensor dresidual;         // (B,T,C) gradient of the residual stream
   Tensor dln;               // (B,T,C)
   Tensor datty;             // (B,T,C)
@@ -90,59 +102,34 @@ struct DropoutRates {
   bool any() const { return embd > 0.0f || resid > 0.0f || attn > 0.0f; }
 };
 
-// Where backward() accumulates parameter gradients, and who hears that a unit
-// is final (layers L-1 down to 0, then -1: wpe, lnfw, lnfb). The memory (the
-// flat buffer, ZeRO-2's staging in train/zero_staging.h) and what a finished
-// unit sets off (a bucket's all-reduce, a reduce-scatter) are the sink's.
-class GradientSink {
- public:
-  virtual ~GradientSink() = default;
-  // Before the backward's first write into unit u (the rest: first thing).
-  virtual void unit_begin(int unit) { (void)unit; }
-  // Tensor t's gradient (layer l if stacked), added into (+=). An empty kWte
-  // leaves the tied wte/lm_head gradient to the caller (GPT2::wte_grad_chunk).
-  virtual Tensor grad(int t, int l) = 0;
-  // Unit u's gradients are final for this backward (-1: the last call).
-  virtual void unit_done(int unit) { (void)unit; }
+// How a model is allocated.
+struct ModelOptions {
+  // 0 keeps every activation; 1 keeps one layer's GELU output and recomputes it
+  // in the backward; 2 also the layernorm output (ln1 and ln2 share one
+  // layer's). Recomputed values are bitwise the forward's (--recompute).
+  int recompute = 0;
+  // >= the parameter count (0 = exact): zero-pads the parameter buffer, e.g.
+  // to a multiple of the world size.
+  size_t param_capacity = 0;
+  bool forward_only = false;  // no backward scratch (--eval-only, --generate)
+  // dlogits survive the backward, so wte_grad_chunk can make the tied gradient
+  // after it (ZeRO-2); else the backward's scratch reuses the logits buffer.
+  bool keep_dlogits = false;
+  size_t wte_chunk_rows = 0;  // ParamLayout::for_config's
 };
 
-// A flat buffer laid out like the parameters (ParamLayout) as a sink: a view of
-// it for every tensor, the tied wte included. kFull's own buffer is one; a
-// subclass may act on finished units (DataParallel's gradient buckets).
-class FlatGradientSink : public GradientSink {
- public:
-  FlatGradientSink(const ParamLayout& layout, Tensor flat) : layout_(layout), flat_(flat) {}
-  FlatGradientSink(ParamLayout&&, Tensor) = delete;  // the layout must outlive the sink
-  Tensor grad(int t, int l) override { return layout_.view(flat_, t, l); }
-  const Tensor& flat() const { return flat_; }
-
- private:
-  const ParamLayout& layout_;
-  Tensor flat_;
+// Losses summed on the host: fp64 sum of the per-token losses, and the targets
+// that were not ignored.
+struct LossSum {
+  double sum = 0.0;
+  size_t count = 0;
+  double mean() const { return count ? sum / static_cast<double>(count) : 0.0; }
 };
-
-// What the model allocates for gradients.
-//   kFull:     one flat buffer like the parameters, grads(); backward() adds
-//              every gradient there, the tied wte included, unless given
-//              another sink (which may hand out views of grads()).
-//   kExternal: none; backward() takes the caller's sink (ZeRO-2's staging).
-//              dlogits survive the backward (no scratch carved from them), so
-//              wte_grad_chunk can build the tied gradient after it.
-//   kNone:     forward only (--eval-only, --generate): no gradient buffer or
-//              backward scratch; backward(), grads() and a training forward
-//              (prepare_backward) throw.
-enum class GradMode { kFull, kExternal, kNone };
 
 class GPT2 {
  public:
-  // Allocates for batches up to B x T. `param_capacity` (>= the parameter
-  // count; 0 = exact) zero-pads the parameter and full gradient buffers, e.g.
-  // to a multiple of the world size. `recompute` (--recompute): 0 keeps every
-  // activation; 1 keeps one layer's GELU output and recomputes it in the
-  // backward; 2 also the layernorm output (ln1 and ln2 share one layer's).
-  // Recomputed values are bitwise the forward's.
-  GPT2(Backend& backend, const GPT2Config& cfg, int B, int T, GradMode grad_mode = GradMode::kFull,
-       size_t param_capacity = 0, int recompute = 0);
+  // Allocates for batches up to B x T.
+  GPT2(Backend& backend, const GPT2Config& cfg, int B, int T, const ModelOptions& opts = {});
   ~GPT2();
   GPT2(const GPT2&) = delete;
   GPT2& operator=(const GPT2&) = delete;
@@ -155,18 +142,7 @@ class GPT2 {
 
   Tensor params() const { return params_; }  // param_capacity() elements
   size_t param_capacity() const { return params_.numel; }
-  GradMode grad_mode() const { return grad_mode_; }
-  // kFull: the flat gradient buffer (param_capacity() elements); else throws.
-  Tensor grads() const;
   Tensor param(int t) const { return params_.slice(layout_.offset[t], layout_.numel[t]); }
-  // The tied wte/lm_head gradient comes in chunks of wte_chunk_rows() vocab
-  // rows (the last shorter), each an lm_head part plus an embedding part. With
-  // the model's own flat buffer backward() adds them into grads() itself
-  // (lm_head parts first, embedding parts at the end). With a sink that leaves
-  // kWte to the caller, call this after backward() (before the next forward):
-  // it overwrites dst (layout().wte_chunk_numel(k) elements) with chunk k.
-  void wte_grad_chunk(int k, Tensor dst);
-  size_t gradient_bytes() const { return gradient_bytes_; }
   size_t activation_bytes() const { return activation_bytes_; }
 
   // GPT-2 init: N(0, 0.02), residual projections (attprojw, fcprojw) scaled by
@@ -175,51 +151,58 @@ class GPT2 {
   void set_parameters(const std::vector<float>& host);  // layout_.total floats
   std::vector<float> get_parameters() const;
 
-  // Forward over inputs[B*T] (B <= max_batch, T <= max_seq). With targets,
-  // returns the mean per-token loss over targets that are not kIgnoreTarget
-  // (backend/backend.h: no loss, no gradient; 0 if all are); `prepare_backward`
-  // replaces the logits by dlogits scaled by `dloss_scale` (the caller's
-  // 1 / supervised targets of the whole step). Without targets, only logits.
-  float forward(const int32_t* inputs, const int32_t* targets, int B, int T,
-                bool prepare_backward = false, float dloss_scale = 0.0f);
-  // Of the last forward with targets: the sum of the per-token losses (fp64)
-  // and the number of targets that were not ignored.
-  double loss_sum() const { return loss_sum_; }
-  size_t loss_count() const { return loss_count_; }
-  // Deferred losses: one download per optimizer step, not per forward (a host
-  // wait each). After begin_deferred_losses(k), up to k forwards with targets
-  // keep their per-token losses on the device (slot i for the i-th) and
-  // return 0; collect_deferred_losses() downloads them at once and sets
-  // loss_sum() to the in-order sum of each forward's fp64 sum (what the
-  // per-forward loss_sum()s add up to) and loss_count() to their total. Slots
-  // (B*T elements) come on first use, or ahead by reserve_deferred_losses
-  // (defers nothing) so memory reports and --dry-run count them from the start.
-  void reserve_deferred_losses(int forwards);
-  void begin_deferred_losses(int forwards);
-  double collect_deferred_losses();
-  // Dropout (inverted, HF's semantics) applies only in training forwards
-  // (prepare_backward = true) and their backward. Masks are util/philox.h's
-  // function of (seed, step, layer, site, global token, column):
-  // set_dropout_position names the optimizer step and the global token of
-  // this micro-batch's row 0 (row b*T + t is token0 + b*T + t), so ranks and
-  // micro-batches splitting a step's batch draw what one rank with the whole
-  // batch would. Rates outside [0, 1) throw.
+  // Evaluation forward over inputs[B*T] (B <= max_batch, T <= max_seq). With
+  // targets, returns the mean per-token loss over targets that are not
+  // kIgnoreTarget (backend/backend.h: no loss, no gradient; 0 if all are);
+  // without, only logits.
+  float forward(const int32_t* inputs, const int32_t* targets, int B, int T);
+  // Of the last evaluation forward with targets: the loss sum and count.
+  double loss_sum() const { return loss_.sum; }
+  size_t loss_count() const { return loss_.count; }
+  // A training forward: dropout applies, and with targets the logits become
+  // dlogits scaled by `dloss_scale` (the caller's 1 / supervised targets of the
+  // whole step) for the backward. Its per-token losses stay on the device, so
+  // a step waits for the host once, not per forward: collect_train_losses()
+  // adds up every training forward's since the last collect, each forward's
+  // fp64 sum in order. Up to reserve_train_losses(k) forwards (1 by default).
+  void train_forward_deferred_loss(const int32_t* inputs, const int32_t* targets, int B, int T, float dloss_scale);
+  LossSum collect_train_losses();
+  void reserve_train_losses(int forwards);
+  // Dropout (inverted, HF's semantics) applies only in training forwards and
+  // their backward. Masks are util/philox.h's function of (seed, step, layer,
+  // site, global token, column): set_dropout_position names the optimizer step
+  // and the global token of this micro-batch's row 0 (row b*T + t is token0 +
+  // b*T + t), so ranks and micro-batches splitting a step's batch draw what one
+  // rank with the whole batch would. Rates outside [0, 1) throw.
   void set_dropout(const DropoutRates& rates, uint64_t seed);
   void set_dropout_position(uint32_t step, uint64_t token0);
 
-  // Accumulates into `sink` (nullptr: the model's own buffer, kFull only) the
-  // gradients of this B x T batch's forward(prepare_backward = true), which
-  // must be the last forward run (else throws).
-  void backward(int B, int T, GradientSink* sink = nullptr);
-  void zero_grad();
+  // The backward of the last training forward (with targets), in pieces a
+  // schedule runs in this order, each adding into the caller's gradients:
+  //   backward_head(g)        lm_head and the final layernorm: g[kLnfw], g[kLnfb];
+  //                           g[kWte] gets the tied gradient's lm_head part
+  //   backward_layer(l, g)    l = L-1 down to 0: layer l's twelve tensors
+  //   backward_embeddings(g)  g[kWpe]; g[kWte] gets the embedding part
+  // An empty g[kWte] leaves the tied gradient to wte_grad_chunk (keep_dlogits).
+  void backward_head(const ParamGrads& g);
+  void backward_layer(int l, const ParamGrads& g);
+  void backward_embeddings(const ParamGrads& g);
+  // All three into one flat buffer laid out like the parameters.
+  void backward(Tensor flat_grads);
+  // keep_dlogits, after backward_embeddings and before the next forward:
+  // overwrites dst (layout().wte_chunk_numel(k) elements) with chunk k of the
+  // tied gradient, both parts.
+  void wte_grad_chunk(int k, Tensor dst);
 
   // Row b, position t's logits (V real entries) from the last forward; not
-  // after a backward (dlogits then, and kFull reuses the buffer as scratch).
+  // after a backward (dlogits then, and the backward may reuse the buffer).
   std::vector<float> logits_at(int b, int t) const;
-  std::vector<float> losses() const;  // B*T from the last forward with targets
+  std::vector<float> losses() const;  // B*T per-token losses of the last forward with targets
 
  private:
   void check_batch(const int32_t* inputs, const int32_t* targets, int B, int T) const;
+  // Uploads the batch and runs the layers and lm_head (logits).
+  void forward_logits(const int32_t* inputs, const int32_t* targets, int B, int T, bool training);
   // The mask of layer l's site: rate p when this forward drops, else 0 (no dropout).
   DropoutMask mask_of(int layer, DropoutMask::Site site, float p) const;
   // In place on x (rows of C): the mask of layer l's site when this forward drops there.
@@ -227,26 +210,26 @@ class GPT2 {
   // A dropped projection's gradient: `dres` if not dropped there, else it through the mask into `scratch`.
   Tensor dropped_gradient(Tensor dres, Tensor scratch, int layer, DropoutMask::Site site, float p, int C);
   void forward_layers();
-  float forward_loss(const int32_t* targets, bool prepare_backward, float dloss_scale);
-  void allocate_activations();
+  void allocate_activations(bool forward_only);
   // Rows of wte chunk k of the tied gradient: the lm_head part (dlogits^T lnf)
   // and/or the embedding part (the scatter of dresidual), into dst.
   void wte_chunk_parts(int k, Tensor dst, bool lm_head, bool embedding);
+  Tensor wte_chunk_of(const Tensor& wte_grad, int k) const;
+  // Activation t's rows of the current batch at layer l (stride: the allocated batch).
+  Tensor at_layer(const Tensor& t, int l, size_t per_row) const;
   Backend& backend_;
   GPT2Config cfg_;
   ParamLayout layout_;
   int B_, T_;
   int cur_B_ = 0, cur_T_ = 0;  // the batch the activations hold (0: no forward yet)
-  // What the activations of that batch are ready for: backward() wants
-  // kPrepared, wte_grad_chunk kBackwardDone.
-  enum class Pass { kForward, kPrepared, kBackwardDone } pass_ = Pass::kForward;
-  double loss_sum_ = 0.0;
-  size_t loss_count_ = 0;
-  Tensor loss_slots_;                 // deferred losses: slots of B_*T_ elements
-  int deferred_slots_ = 0;            // slots in use until collected (0: not deferring)
-  std::vector<size_t> deferred_rows_;  // per used slot: its forward's B*T
-  size_t deferred_count_ = 0;
-  GradMode grad_mode_;
+  bool dlogits_ready_ = false;  // the logits buffer holds dlogits no backward has read yet
+  bool tied_ready_ = false;     // a backward has run since the last forward (wte_grad_chunk)
+  LossSum loss_;                // of the last evaluation forward
+  Tensor loss_slots_;           // training forwards' per-token losses: slots of B_*T_ elements
+  Tensor last_losses_;          // the last forward's per-token losses (a slot or acts_.losses)
+  std::vector<size_t> slot_rows_;  // per used slot: its forward's B*T
+  size_t slot_count_ = 0;          // their supervised targets
+  const bool forward_only_, keep_dlogits_;
   DropoutRates dropout_;
   uint64_t dropout_seed_ = 0;
   uint32_t dropout_step_ = 0;
@@ -254,8 +237,7 @@ class GPT2 {
   bool dropping_ = false;  // the current forward (and its backward) applies dropout
   bool recompute_gelu_ = false;
   bool recompute_ln_ = false;
-  Tensor params_, grads_;                 // grads_: kFull only
-  size_t gradient_bytes_ = 0;
+  Tensor params_;
   Activations acts_;
   std::vector<Tensor> owned_;  // everything to free
   size_t activation_bytes_ = 0;

@@ -65,8 +65,22 @@ DataParallel::DataParallel(Backend& backend, Communicator& buffers, const ParamL
     opt_begin_ = std::min(s.begin, num_params_);
     opt_end_ = std::min(s.end, num_params_);
   }
-  if (stage_ == 2) allocate_stage2_buffers();
+  if (stage_ == 2) {
+    allocate_stage2_buffers();
+  } else {
+    grads_ = backend_.alloc(plan_.padded_size(), BufferRole::kGrads);
+    backend_.zero(grads_);
+  }
   clip_ = backend_.alloc(2, BufferRole::kScalar64);
+}
+
+ModelOptions DataParallel::model_options(int recompute) const {
+  ModelOptions o;
+  o.recompute = recompute;
+  o.param_capacity = plan_.padded_size();
+  o.keep_dlogits = stage_ == 2;
+  o.wte_chunk_rows = layout_.wte_chunk_rows();
+  return o;
 }
 
 // Stage 2's shard and receive buffer, both of the gradients' element type
@@ -93,12 +107,6 @@ void DataParallel::allocate_stage2_buffers() {
   if (!overlap_stage2_ || !overlap_rest_)
     recv_ = backend_.alloc(std::min(std::max(layer_most, rest_most), cap), BufferRole::kGrads);
   staging_ = std::make_unique<ZeroStaging>(backend_, plan_, layout_, overlap_stage2_ ? 2 : 1);
-  staging_->set_on_unit_done([this](int layer) {
-    if (layer < 0) return;
-    if (!overlap_stage2_) return reduce_unit(layer);
-    exchange_async(layer);
-    retire((layer + 1) % 2);
-  });
   if (!overlap_stage2_) return;
   recv_slot_[0] = backend_.alloc(layer_most, BufferRole::kGrads);
   recv_slot_[1] = backend_.alloc(layer_most, BufferRole::kGrads);
@@ -111,6 +119,7 @@ void DataParallel::allocate_stage2_buffers() {
 
 DataParallel::~DataParallel() {
   backend_.free(clip_);
+  if (!grads_.empty()) backend_.free(grads_);
   if (!shard_grads_.empty()) backend_.free(shard_grads_);
   if (!recv_.empty()) backend_.free(recv_);
   for (Tensor& r : recv_slot_)
@@ -118,52 +127,67 @@ DataParallel::~DataParallel() {
 }
 
 void DataParallel::begin_step() {
-  if (stage_ == 2) backend_.zero(shard_grads_);
+  backend_.zero(stage_ == 2 ? shard_grads_ : grads_);
   next_bucket_ = 0;
   bucket_tickets_.clear();
 }
 
-void DataParallel::backward(GPT2& model, int B, int T, bool last_micro_step) {
-  if (stage_ == 2) return backward_stage2(model, B, T);
-  if (!overlap_ || !last_micro_step) return model.backward(B, T);
-  const Tensor g = model.grads();
-  if (bucket_elem_bytes_ != g.elem_bytes) build_buckets(g.elem_bytes);
-  if (buckets_.empty()) return model.backward(B, T);
-  // The model's flat buffer, and each bucket reduced once its lowest layer is final.
-  struct BucketSink : FlatGradientSink {
-    BucketSink(DataParallel& dp, const Tensor& g) : FlatGradientSink(dp.layout_, g), dp(dp) {}
-    void unit_done(int layer) override { dp.issue_bucket(flat(), layer); }
-    DataParallel& dp;
-  } sink(*this, g);
-  model.backward(B, T, &sink);
+// llm.c's backward-and-reduce: the model's pieces in order, each layer's
+// gradients reduced or exchanged as soon as they are final. Stage 2 stages
+// one layer at a time; with overlap, what is still in flight from the last
+// micro-step is retired first (this backward overwrites every staging buffer).
+void DataParallel::backward(GPT2& model, bool last_micro_step) {
+  const bool buckets = buckets_apply(last_micro_step);
+  if (overlap_stage2_)
+    for (int slot = 0; slot < static_cast<int>(pending_.size()); slot++) retire(slot);
+  const ParamGrads rest = stage_ == 2 ? staging_->begin_unit(-1) : layout_.views(grads_, 0);
+  model.backward_head(rest);
+  for (int l = layout_.num_layers - 1; l >= 0; l--) {
+    model.backward_layer(l, stage_ == 2 ? staging_->begin_unit(l) : layout_.views(grads_, l));
+    if (stage_ == 2) exchange_layer(l);
+    else if (buckets) issue_bucket(l);
+  }
+  model.backward_embeddings(rest);
+  if (stage_ == 2) exchange_tied_and_rest(model);
+  else if (buckets) issue_bucket(-1);
 }
 
-void DataParallel::issue_bucket(const Tensor& grads, int layer) {
+// Stages 0/1 reduce in buckets during the last micro-step's backward, with
+// device buffers at world > 1, when the model needs more than one bucket.
+bool DataParallel::buckets_apply(bool last_micro_step) {
+  if (stage_ == 2 || !overlap_ || !last_micro_step) return false;
+  if (bucket_elem_bytes_ != grads_.elem_bytes) build_buckets(grads_.elem_bytes);
+  return !buckets_.empty();
+}
+
+void DataParallel::issue_bucket(int layer) {
   if (next_bucket_ >= buckets_.size() || buckets_[next_bucket_].low_layer != layer) return;
   const ProfileRange range(backend_, "bucket " + std::to_string(next_bucket_) + " reduce (collective)");
   comm_.begin_async();
-  comm_.reduce_pieces(grads.ptr, buckets_[next_bucket_].pieces, comm_data_type(grads.elem_bytes), ReduceOp::kAvg);
+  comm_.reduce_pieces(grads_.ptr, buckets_[next_bucket_].pieces, comm_data_type(grads_.elem_bytes), ReduceOp::kAvg);
   bucket_tickets_.push_back(comm_.end_async());
   next_bucket_++;
 }
 
-// Synchronous: each unit is exchanged once final, then the rest, then the wte
-// chunks. Overlapped: the backward about to run overwrites every staging
-// buffer, so what is in flight is retired first. Layer l issues its exchange,
-// then retires layer l+1's (the buffer layer l-1 writes next), which ran beside
-// layer l's backward. Then the wte chunks take the layer buffers in turn (chunk
-// k waits for chunk k-2's exchange) and the rest unit is issued; the next
-// backward or reduce_gradients retires what is in flight.
-void DataParallel::backward_stage2(GPT2& model, int B, int T) {
-  ZeroStaging& staging = *staging_;
-  if (overlap_stage2_)
-    for (int slot = 0; slot < static_cast<int>(pending_.size()); slot++) retire(slot);
-  model.backward(B, T, &staging);  // layer units go out from set_on_unit_done's callback
+// Synchronous: exchanged at once. Overlapped: layer l issues its exchange,
+// then retires layer l+1's (the buffer layer l-1 writes next), which ran
+// beside layer l's backward.
+void DataParallel::exchange_layer(int layer) {
+  if (!overlap_stage2_) return reduce_unit(layer);
+  exchange_async(layer);
+  retire((layer + 1) % 2);
+}
+
+// Synchronous: the rest unit, then the wte chunks. Overlapped: the chunks take
+// the layer buffers in turn (chunk k waits for chunk k-2's exchange), then the
+// rest unit is issued; the next backward or reduce_gradients retires what is
+// in flight.
+void DataParallel::exchange_tied_and_rest(GPT2& model) {
   if (!overlap_stage2_) reduce_unit(plan_.rest_unit());
-  for (int k = 0; k < plan_.num_chunk_units(); k++) {  // the tied wte, chunk by chunk
+  for (int k = 0; k < plan_.num_chunk_units(); k++) {
     const int unit = plan_.first_chunk_unit() + k;
-    if (overlap_stage2_) retire(staging.buffer_of(unit));
-    model.wte_grad_chunk(k, staging.unit(unit));
+    if (overlap_stage2_) retire(staging_->buffer_of(unit));
+    model.wte_grad_chunk(k, staging_->unit(unit));
     if (overlap_stage2_) exchange_async(unit);
     else reduce_unit(unit);
   }
@@ -290,7 +314,7 @@ void DataParallel::add_received(const UnitExchange& ex, const Tensor& recv, size
   }
 }
 
-void DataParallel::reduce_gradients(GPT2& model) {
+void DataParallel::reduce_gradients() {
   if (stage_ == 2)  // reduced during backward; what is still in flight lands now
     for (int slot = 0; slot < static_cast<int>(pending_.size()); slot++) retire(slot);
   if (comm_.world() == 1 || stage_ == 2) return;
@@ -303,27 +327,26 @@ void DataParallel::reduce_gradients(GPT2& model) {
     next_bucket_ = 0;
     return;
   }
-  Tensor g = model.grads();
-  const DataType type = comm_data_type(g.elem_bytes);
+  const DataType type = comm_data_type(grads_.elem_bytes);
   if (stage_ == 0) {
-    comm_.all_reduce(g.ptr, g.ptr, g.numel, type, ReduceOp::kAvg);
-  } else {
-    comm_.reduce_scatter(g.ptr, my_shard(g).ptr, plan_.shard_size(), type, ReduceOp::kAvg);  // in place: NCCL's way
+    comm_.all_reduce(grads_.ptr, grads_.ptr, grads_.numel, type, ReduceOp::kAvg);
+  } else {  // in place: NCCL's way
+    comm_.reduce_scatter(grads_.ptr, my_shard(grads_).ptr, plan_.shard_size(), type, ReduceOp::kAvg);
   }
 }
 
-Tensor DataParallel::shard_grads(GPT2& model) const {
+Tensor DataParallel::shard_grads() const {
   const size_t n = opt_end_ - opt_begin_;
   if (stage_ == 2) return shard_grads_.slice(0, n);
-  return model.grads().slice(opt_begin_, n);
+  return grads_.slice(opt_begin_, n);
 }
 
-void DataParallel::queue_grad_clip(GPT2& model, float max_norm) {
+void DataParallel::queue_grad_clip(float max_norm) {
   if (stage_ == 0) {
-    backend_.sum_squares_into(clip_, model.grads().slice(0, num_params_));
+    backend_.sum_squares_into(clip_, grads_.slice(0, num_params_));
   } else {
     // Padding elements are zero, so squaring the whole shard is exact.
-    backend_.sum_squares_into(clip_, stage_ == 2 ? shard_grads_ : my_shard(model.grads()));
+    backend_.sum_squares_into(clip_, stage_ == 2 ? shard_grads_ : my_shard(grads_));
     if (comm_.world() > 1) comm_.all_reduce(clip_.ptr, clip_.ptr, 1, DataType::kFloat64, ReduceOp::kSum);
   }
   backend_.clip_scale(clip_, max_norm);
@@ -341,8 +364,8 @@ void DataParallel::gather_params(GPT2& model) {
   comm_.all_gather(my_shard(p).ptr, p.ptr, plan_.shard_size(), comm_data_type(p.elem_bytes));
 }
 
-size_t DataParallel::gradient_bytes(const GPT2& model) const {
-  size_t bytes = model.gradient_bytes() + shard_grads_.bytes() + recv_.bytes() + (staging_ ? staging_->bytes() : 0);
+size_t DataParallel::gradient_bytes() const {
+  size_t bytes = grads_.bytes() + shard_grads_.bytes() + recv_.bytes() + (staging_ ? staging_->bytes() : 0);
   for (const Tensor& r : recv_slot_) bytes += r.bytes();
   return bytes;
 }

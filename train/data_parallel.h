@@ -12,7 +12,7 @@
 //            the parameters are all-gathered.
 //   stage 2: as 1, but without a full gradient buffer: the backward writes one
 //            layer's gradients at a time into this class's staging
-//            (train/zero_staging.h; GradMode::kExternal), and each unit is
+//            (train/zero_staging.h), and each unit is
 //            reduce-scattered right after its layer's backward and added into
 //            this rank's shard (every micro-step adds, so accumulation works).
 //            The tied wte/lm_head gradient (a third of d12) is never staged
@@ -26,7 +26,7 @@
 //            only after layer l-1's backward is issued, just before layer l-2
 //            reuses its buffer; the received part is added then. The last
 //            exchanges (final chunks, rest unit) are waited for only by the
-//            next backward() or reduce_gradients(), so they run beside the next
+//            next backward or reduce_gradients, so they run beside the next
 //            micro-step's forward.
 //   stages 0/1: in the last micro-step's backward, buckets of consecutive
 //            layers (>= GPT2_DP_BUCKET_BYTES, default 25 MiB) are reduced
@@ -61,41 +61,44 @@ class DataParallel {
 
   int stage() const { return stage_; }
   const ZeroPlan& plan() const { return plan_; }
-  // How the model must allocate: gradient mode and padded parameter capacity.
-  GradMode grad_mode() const { return stage_ == 2 ? GradMode::kExternal : GradMode::kFull; }
+  // How the model must be built for this schedule (recompute aside): the
+  // padded parameter capacity, and at stage 2 dlogits kept for the wte chunks.
+  ModelOptions model_options(int recompute) const;
   size_t param_capacity() const { return plan_.padded_size(); }
   // Parameters this rank's optimizer updates: [begin, end) clipped to the real count.
   size_t opt_begin() const { return opt_begin_; }
   size_t opt_end() const { return opt_end_; }
+  // Stages 0/1: the full gradient buffer, laid out like the padded parameters.
+  Tensor grads() const { return grads_; }
 
-  // Step protocol: begin_step; per micro-step model.forward + backward (here);
-  // reduce_gradients, queue_grad_clip, grad_norm (after the step's host wait),
-  // optimizer on shard_grads with clip_state(), gather_params.
+  // Step protocol: begin_step (zeroes the gradients); per micro-step a
+  // training forward and backward (here); reduce_gradients, queue_grad_clip,
+  // grad_norm (after the step's host wait), the optimizer on shard_grads with
+  // clip_state(), gather_params.
   void begin_step();
-  // The backward of the model's last (training) forward, a B x T batch, with
-  // this stage's traffic (see Overlap above); stage 2 first makes the compute
-  // stream wait for the previous micro-step's exchanges, whose buffers the
-  // backward overwrites.
-  void backward(GPT2& model, int B, int T, bool last_micro_step = false);
+  // The backward of the model's last training forward, piece by piece, each
+  // layer's gradients reduced or exchanged right after its backward (see
+  // Overlap above).
+  void backward(GPT2& model, bool last_micro_step = false);
   // Stages 0/1: waits (device-side) for the buckets the last backward issued,
   // or reduces the whole gradient now. Stage 2: waits for the exchanges still
   // in flight and adds them into the shard.
-  void reduce_gradients(GPT2& model);
-  Tensor shard_grads(GPT2& model) const;  // gradients of [opt_begin, opt_end)
+  void reduce_gradients();
+  Tensor shard_grads() const;  // gradients of [opt_begin, opt_end)
   // Queues on the backend, with no host wait (Backend::clip_scale), the global
   // gradient norm's sum of squares (see above; on `buffers`) and the AdamW
   // scale clipping to max_norm (<= 0: none) into clip_state().
-  void queue_grad_clip(GPT2& model, float max_norm);
+  void queue_grad_clip(float max_norm);
   Tensor clip_state() const { return clip_; }
   double grad_norm();  // of the last queue_grad_clip (Backend::read_clip)
   void gather_params(GPT2& model);
 
-  // Bytes of gradient memory this rank holds (model buffers + shard + staging).
-  size_t gradient_bytes(const GPT2& model) const;
+  // Bytes of gradient memory this rank holds (full buffer or shard + staging).
+  size_t gradient_bytes() const;
 
  private:
-  // Stage 0/1 bucket: reduced once unit_done(low_layer) has run (-1: at
-  // the end, with the embeddings and final layernorm).
+  // Stage 0/1 bucket: reduced once layer low_layer's backward has run (-1:
+  // at the end, with the embeddings and final layernorm).
   struct Bucket {
     int low_layer = -1;
     std::vector<ReducePiece> pieces;
@@ -111,8 +114,10 @@ class DataParallel {
     return flat.slice(s.begin, s.size());
   }
   void allocate_stage2_buffers();
-  void backward_stage2(GPT2& model, int B, int T);
-  void issue_bucket(const Tensor& grads, int layer);  // stages 0/1: the bucket whose lowest layer is final
+  bool buckets_apply(bool last_micro_step);  // stages 0/1: this backward reduces in buckets
+  void issue_bucket(int layer);              // stages 0/1: the bucket whose lowest layer is final
+  void exchange_layer(int layer);            // stage 2: layer l's unit, final
+  void exchange_tied_and_rest(GPT2& model);  // stage 2: the wte chunks and the rest unit, after the backward
   void reduce_unit(int unit);
   void exchange_async(int unit);
   void retire(int slot);
@@ -127,6 +132,7 @@ class DataParallel {
   ZeroPlan plan_;
   size_t opt_begin_ = 0, opt_end_ = 0;
   Tensor clip_;         // kScalar64 [sum of squares, clip scale]
+  Tensor grads_;        // stages 0/1: the full gradients (padded_size)
   Tensor shard_grads_;  // stage 2: this rank's accumulated gradient shard (shard_size)
   Tensor recv_;         // stage 2: one unit's received part
   std::unique_ptr<ZeroStaging> staging_;  // stage 2: what the backward writes

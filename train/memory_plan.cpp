@@ -49,8 +49,8 @@ class PlanComm final : public Communicator {
 // The parts a training run of `plan` constructs (rank 0's view), on a backend
 // that allocates nothing but counts.
 struct PlannedRun {
-  explicit PlannedRun(const RunPlan& plan)
-      : be(make_sizing_backend(plan.opts)),
+  PlannedRun(const RunPlan& plan, bool on_host)
+      : be(make_sizing_backend(plan.opts, on_host)),
         buffers(plan.world, !be->is_host_memory()),
         host(plan.world, false),
         parts(*be, plan.buffers_travel() ? static_cast<Communicator&>(buffers) : host, plan) {}
@@ -69,11 +69,11 @@ std::string memory_plan_table(const TrainOptions& o) {
   const RunPlan resolved = plan_training_run(o, o.dry_run_worlds.front(), quiet);  // --init-from read once
   for (int world : o.dry_run_worlds) {
     const RunPlan plan = resolved.at_world(world, quiet);
-    const PlannedRun run(plan);
+    const PlannedRun run(plan, false);
     const SizingBackend& be = *run.be;
     const GPT2& model = run.parts.model;
     if (out.tellp() == 0) {
-      out << "memory plan: " << (plan.cfg_from_file ? plan.opts.model : plan.opts.model + " " + plan.cfg.describe())
+      out << "memory plan: " << (plan.cfg_from_file ? plan.model : plan.model + " " + plan.cfg.describe())
           << ", " << plan.layout.total << " parameters; " << be.name() << " " << precision_name(o.dtype) << ", B=" << plan.shape.B
           << " T=" << plan.shape.T << ", ZeRO-" << o.zero_stage << ", recompute " << o.recompute << "\n"
           << "per rank, from the allocations training makes (nothing allocated); plus the backend's workspace,\n"
@@ -85,7 +85,7 @@ std::string memory_plan_table(const TrainOptions& o) {
                     "grads/P", "optimizer", "activations", "total", "total bytes");
       out << line;
     }
-    const double grads = static_cast<double>(run.parts.dp.gradient_bytes(model));
+    const double grads = static_cast<double>(run.parts.dp.gradient_bytes());
     const double full = static_cast<double>(plan.layout.total) * model.params().elem_bytes;  // one dense gradient
     const double total = static_cast<double>(be.allocated_bytes());
     std::snprintf(line, sizeof line, "%7d %12s %12s %9.3f %12s %12s %12s %14zu\n", world,
@@ -98,7 +98,9 @@ std::string memory_plan_table(const TrainOptions& o) {
   return out.str();
 }
 
-size_t planned_rank_bytes(const RunPlan& plan) { return PlannedRun(plan).be->allocated_bytes(); }
+size_t planned_rank_bytes(const RunPlan& plan, bool on_host) {
+  return PlannedRun(plan, on_host).be->allocated_bytes();
+}
 
 int run_memory_plan(const TrainOptions& o) {
   try {
@@ -243,9 +245,8 @@ std::string memory_shortfall(uint64_t per_rank, int ranks_on_node, const MemoryB
 
 void check_host_memory(const RunPlan& plan, const DistContext& dist) {
   if (plan.opts.memory_check == "off") return;
-  RunPlan cpu = plan;
-  cpu.opts.device = Device::kCpu;
-  const std::string shortfall = memory_shortfall(planned_rank_bytes(cpu), dist.local_world, host_memory_budget());
+  const std::string shortfall =
+      memory_shortfall(planned_rank_bytes(plan, true), dist.local_world, host_memory_budget());
   act_on_shortfall(plan.opts, dist, shortfall, false);
 }
 

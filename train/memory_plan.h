@@ -37,8 +37,9 @@ namespace gpt2 {
 std::string memory_plan_table(const TrainOptions& o);
 
 // The table row's total for the plan's world: the bytes rank 0 allocates on
-// the backend of --device/--dtype (the memory check's "needs").
-size_t planned_rank_bytes(const RunPlan& plan);
+// the backend of --device/--dtype, or on the CPU backend when `on_host` (the
+// memory check's "needs").
+size_t planned_rank_bytes(const RunPlan& plan, bool on_host = false);
 
 // Prints memory_plan_table; returns 0, or 1 with the error on stderr.
 int run_memory_plan(const TrainOptions& o);

@@ -1,4 +1,4 @@
-// Model FLOPs utilisation (issue 24, item 3), by llm.c's accounting: a token
+// Model FLOPs utilisation, by llm.c's accounting: a token
 // of training costs 6N + 6·L·C·T FLOPs (N parameters, L layers, C channels,
 // context T: the matmuls' forward and backward, plus attention's), held
 // against the dense peak of the device the step ran on.

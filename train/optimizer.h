@@ -9,12 +9,9 @@
 
 #include "backend/backend.h"
 #include "model/gpt2.h"
+#include "train/options.h"
 
 namespace gpt2 {
-
-struct AdamWHyper {
-  float beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f, weight_decay = 0.0f;
-};
 
 class AdamW {
  public:

@@ -205,15 +205,15 @@ const std::vector<OptionSpec>& option_table() {
       {"no-shuffle", 0, nullptr, "read training shards sequentially from token 0 (default: seeded shuffle of shards and samples)", FLAG(no_shuffle)},
       {"overfit-batch", 0, nullptr, "debugging a set-up (llm.c's -a): every step trains on the first batch of the training data, so the loss must fall towards zero", FLAG(overfit_batch)},
       // optimisation
-      {"lr", 0, "X", "peak learning rate [3e-4]", FLT(lr, "lr", 0.0, 10.0)},
-      {"lr-schedule", 0, "NAME", "cosine | linear | constant | wsd [cosine]", [](TrainOptions& o, const char* v) { o.lr_schedule = choice("lr-schedule", v, {"cosine", "linear", "constant", "wsd"}); }, [](const TrainOptions& o) { return o.lr_schedule; }},
-      {"warmup-steps", 0, "N", "linear warmup steps [0]", INT(warmup_steps, "warmup-steps", 0, 1 << 30)},
-      {"final-lr-frac", 0, "X", "final lr as a fraction of the peak [0.1]", FLT(final_lr_frac, "final-lr-frac", 0.0, 1.0)},
-      {"wsd-decay-frac", 0, "X", "wsd: fraction of the post-warmup steps spent cooling down [0.2]", FLT(wsd_decay_frac, "wsd-decay-frac", 0.0, 1.0)},
-      {"weight-decay", 0, "X", "AdamW decoupled weight decay on matmul weights and embeddings [0]", FLT(weight_decay, "weight-decay", 0.0, 10.0)},
-      {"beta1", 0, "X", "AdamW beta1 [0.9]", FLT(beta1, "beta1", 0.0, 0.999999)},
-      {"beta2", 0, "X", "AdamW beta2 [0.95]", FLT(beta2, "beta2", 0.0, 0.999999)},
-      {"adam-eps", 0, "X", "AdamW epsilon, in (0, 1] (0 divides by a zero second moment) [1e-8]", [](TrainOptions& o, const char* v) { o.adam_eps = parse_float("adam-eps", v, -1e30, 1e30); if (!(o.adam_eps > 0.0f && o.adam_eps <= 1.0f)) bad_value("adam-eps", v, "a number in (0, 1]"); }, [](const TrainOptions& o) { return format_number(o.adam_eps); }},
+      {"lr", 0, "X", "peak learning rate [3e-4]", FLT(schedule.max_lr, "lr", 0.0, 10.0)},
+      {"lr-schedule", 0, "NAME", "cosine | linear | constant | wsd [cosine]", [](TrainOptions& o, const char* v) { o.schedule.kind = LrSchedule::parse_kind(choice("lr-schedule", v, {"cosine", "linear", "constant", "wsd"})); }, [](const TrainOptions& o) { return std::string(LrSchedule::kind_name(o.schedule.kind)); }},
+      {"warmup-steps", 0, "N", "linear warmup steps [0]", INT(schedule.warmup_steps, "warmup-steps", 0, 1 << 30)},
+      {"final-lr-frac", 0, "X", "final lr as a fraction of the peak [0.1]", FLT(schedule.final_frac, "final-lr-frac", 0.0, 1.0)},
+      {"wsd-decay-frac", 0, "X", "wsd: fraction of the post-warmup steps spent cooling down [0.2]", FLT(schedule.wsd_decay_frac, "wsd-decay-frac", 0.0, 1.0)},
+      {"weight-decay", 0, "X", "AdamW decoupled weight decay on matmul weights and embeddings [0]", FLT(adamw.weight_decay, "weight-decay", 0.0, 10.0)},
+      {"beta1", 0, "X", "AdamW beta1 [0.9]", FLT(adamw.beta1, "beta1", 0.0, 0.999999)},
+      {"beta2", 0, "X", "AdamW beta2 [0.95]", FLT(adamw.beta2, "beta2", 0.0, 0.999999)},
+      {"adam-eps", 0, "X", "AdamW epsilon, in (0, 1] (0 divides by a zero second moment) [1e-8]", [](TrainOptions& o, const char* v) { o.adamw.eps = parse_float("adam-eps", v, -1e30, 1e30); if (!(o.adamw.eps > 0.0f && o.adamw.eps <= 1.0f)) bad_value("adam-eps", v, "a number in (0, 1]"); }, [](const TrainOptions& o) { return format_number(o.adamw.eps); }},
       {"grad-clip", 0, "X", "clip the global gradient norm to X; 0 disables [1.0]", FLT(grad_clip, "grad-clip", 0.0, 1e9)},
       {"max-steps", 0, "N", "optimizer steps (in all, counting those before a --resume); -1 = as many as --epochs means, one epoch of the training data without it [-1]", [](TrainOptions& o, const char* v) { o.max_steps = static_cast<int>(parse_int("max-steps", v, -1, 1 << 30)); if (o.max_steps == 0) throw std::runtime_error("--max-steps must be positive, or -1 for one epoch"); }, [](const TrainOptions& o) { return std::to_string(o.max_steps); }},
       {"epochs", 0, "E", "train E passes over the training data (fractional: HF's num_train_epochs), ceil(E x steps per epoch) steps at this global batch, as the banner says; the lr schedule spans them. A positive --max-steps overrides it, as in HF [one epoch]", [](TrainOptions& o, const char* v) { o.epochs = parse_double("epochs", v, -HUGE_VAL, HUGE_VAL); if (!(o.epochs > 0.0 && o.epochs <= 1e6)) bad_value("epochs", v, "a number in (0, 1e6]"); }, [](const TrainOptions& o) { return format_number(o.epochs); }},
@@ -343,7 +343,7 @@ void check_output_and_model(const TrainOptions& o) {
                              std::to_string(o.seq_len) + " (tokens between windows would never be scored)");
   if (!o.init_from.empty()) return;  // --init-from with --config: refused above
   bool from_file = false;  // (a model file is read at start-up, not now)
-  if (names_preset(o.model) || !o.config_overrides.empty()) requested_config(o, &from_file);
+  if (names_preset(o.model) || !o.config_overrides.empty()) requested_config(o.model, o.config_overrides, &from_file);
 }
 
 }  // namespace

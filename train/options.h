@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "train/lr_schedule.h"
+
 namespace gpt2 {
 
 // A command-line error found after parsing, where the flags meet the world
@@ -23,6 +25,11 @@ enum class Precision { kFp32, kBf16 };
 const char* device_name(Device d);        // auto | cpu | cuda: the flag's words
 const char* precision_name(Precision p);  // fp32 | bf16
 std::string format_number(double x);      // as an ostream prints it: 0.1, 1e-08
+
+// AdamW's hyper-parameters (train/optimizer.h's AdamW takes them as given).
+struct AdamWHyper {
+  float beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f, weight_decay = 0.0f;
+};
 
 struct TrainOptions {
   // model
@@ -40,13 +47,8 @@ struct TrainOptions {
   bool no_shuffle = false;
   bool overfit_batch = false;         // --overfit-batch: every step trains on the loader's first batch (llm.c's -a)
   // optimisation
-  float lr = 3e-4f;
-  std::string lr_schedule = "cosine";
-  int warmup_steps = 0;
-  float final_lr_frac = 0.1f;
-  float wsd_decay_frac = 0.2f;
-  float weight_decay = 0.0f;
-  float beta1 = 0.9f, beta2 = 0.95f, adam_eps = 1e-8f;
+  LrSchedule schedule;                // --lr, --lr-schedule, --warmup-steps, ...; total_steps: the run's length
+  AdamWHyper adamw;                   // --beta1, --beta2, --adam-eps, --weight-decay
   float grad_clip = 1.0f;             // <= 0 disables clipping
   int max_steps = -1;                 // -1: one epoch of the training data (0 is refused)
   double epochs = 0;                  // --epochs E (HF's num_train_epochs); 0: not given. --max-steps wins

@@ -22,45 +22,46 @@ namespace gpt2 {
 void TrainingRun::init_or_resume() {
   const Notify info = [this](const std::string& line) { log_.info(line); };
   // The final export's directory is checked now, not after the training.
-  if (main_rank_) check_output_path("--save-hf", opts_.save_hf, true);
-  if (!opts_.output_dir.empty()) {
+  if (main_rank_) check_output_path("--save-hf", plan_.opts.save_hf, true);
+  if (!plan_.opts.output_dir.empty()) {
     // Rank 0 locks the directory (a second run on it fails here). A fresh run, or
     // one resumed from another directory, refuses another run's checkpoints or,
     // with --overwrite-output-dir, replaces them (a refusal's error exit aborts
     // the ranks waiting in the barrier).
     if (main_rank_) {
-      ckpt_ = std::make_unique<CheckpointDir>(opts_.output_dir, /*lock=*/true, info);
-      const bool elsewhere = !opts_.resume_from.empty() &&
-                             !same_directory(parse_checkpoint_ref(opts_.resume_from).dir, opts_.output_dir);
-      if (!opts_.resume || elsewhere) claim_output_dir();
+      ckpt_ = std::make_unique<CheckpointDir>(plan_.opts.output_dir, /*lock=*/true, info);
+      const bool elsewhere = !plan_.opts.resume_from.empty() &&
+                             !same_directory(parse_checkpoint_ref(plan_.opts.resume_from).dir, plan_.opts.output_dir);
+      if (!plan_.opts.resume || elsewhere) claim_output_dir();
     }
     comms_.host.barrier();
-    if (!main_rank_) ckpt_ = std::make_unique<CheckpointDir>(opts_.output_dir);
+    if (!main_rank_) ckpt_ = std::make_unique<CheckpointDir>(plan_.opts.output_dir);
   }
   const int64_t resume_step = pick_resume_step(info);
-  if (resume_step > total_steps_)  // (was: exit 0, nothing trained, nothing said)
+  if (resume_step > total_steps_)  // nothing left to train is an error, not a silent exit 0
     throw std::runtime_error(std::string("--resume: the ") +
-                             (opts_.resume_from.empty() ? "newest complete checkpoint" : "checkpoint") + " in " +
+                             (plan_.opts.resume_from.empty() ? "newest complete checkpoint" : "checkpoint") + " in " +
                              resume_dir().dir() + " is at step " +
                              std::to_string(resume_step) + ", past the " + std::to_string(total_steps_) +
                              " steps this run trains (" + length_why_ + "): nothing to train (a --max-steps above " +
                              std::to_string(resume_step) + " continues it)");
   if (resume_step >= 0) {
     resumed_here_ = !source_;
-    if (!opts_.init_from.empty())
-      log_.info("--init-from " + opts_.init_from + " not used: --resume continues the run in " + opts_.output_dir);
+    if (!plan_.opts.init_from.empty())
+      log_.info("--init-from " + plan_.opts.init_from + " not used: --resume continues the run in " +
+                plan_.opts.output_dir);
     resume_from(static_cast<uint64_t>(resume_step));
     return abandon_later_checkpoints(static_cast<uint64_t>(resume_step));
   }
-  if (opts_.resume) log_.info("--resume: no complete checkpoint in " + opts_.output_dir + "; starting fresh");
+  if (plan_.opts.resume) log_.info("--resume: no complete checkpoint in " + plan_.opts.output_dir + "; starting fresh");
   if (plan_.cfg_from_file) {
-    ModelFile mf = read_model_file(opts_.model);
-    require_finite(mf.params, opts_.model + ": the initial weights");
-    model_.set_parameters(mf.params);
+    ModelFile mf = read_model_file(plan_.model);
+    require_finite(mf.params, plan_.model + ": the initial weights");
+    parts_.model.set_parameters(mf.params);
   } else {
-    model_.init_random(opts_.seed);
+    parts_.model.init_random(plan_.opts.seed);
   }
-  optimizer_.attach_master(model_.params());
+  parts_.optimizer.attach_master(parts_.model.params());
 }
 
 // A fresh run owns its output directory: another run's checkpoints there would
@@ -71,23 +72,23 @@ void TrainingRun::claim_output_dir() {
   std::string list;
   for (size_t i = 0; i < steps.size() && i < 4; i++) list += (i ? ", " : "") + std::to_string(steps[i]);
   if (steps.size() > 4) list += ", ... " + std::to_string(steps.back());
-  if (!opts_.overwrite_output_dir)
-    throw std::runtime_error("--output-dir " + opts_.output_dir + " holds " + std::to_string(steps.size()) +
+  if (!plan_.opts.overwrite_output_dir)
+    throw std::runtime_error("--output-dir " + plan_.opts.output_dir + " holds " + std::to_string(steps.size()) +
                              " checkpoint(s) of another run (steps " + list +
                              "): --resume continues that run, --overwrite-output-dir deletes them and starts "
                              "anew, or give another --output-dir");
   ckpt_->remove_all();
-  log_.info("--overwrite-output-dir: removed the checkpoints of steps " + list + " from " + opts_.output_dir);
+  log_.info("--overwrite-output-dir: removed the checkpoints of steps " + list + " from " + plan_.opts.output_dir);
 }
 
 // The checkpoint --resume continues (-1: none, a fresh start). Plain --resume:
 // the newest complete one in --output-dir whose files match their checksums;
 // --resume-from: the one it names, verified the same way (rank 0 verifies).
 int64_t TrainingRun::pick_resume_step(const Notify& info) {
-  if (!ckpt_ || !opts_.resume) return -1;
-  if (opts_.resume_from.empty()) return ckpt_->select_resume_step(comms_.host, opts_.resume_fallback, info);
-  const CheckpointRef ref = parse_checkpoint_ref(opts_.resume_from);
-  if (!same_directory(ref.dir, opts_.output_dir)) source_ = std::make_unique<CheckpointDir>(ref.dir);
+  if (!ckpt_ || !plan_.opts.resume) return -1;
+  if (plan_.opts.resume_from.empty()) return ckpt_->select_resume_step(comms_.host, plan_.opts.resume_fallback, info);
+  const CheckpointRef ref = parse_checkpoint_ref(plan_.opts.resume_from);
+  if (!same_directory(ref.dir, plan_.opts.output_dir)) source_ = std::make_unique<CheckpointDir>(ref.dir);
   return static_cast<int64_t>(select_named_checkpoint(comms_.host, resume_dir(), ref, info));
 }
 
@@ -95,30 +96,30 @@ int64_t TrainingRun::pick_resume_step(const Notify& info) {
 // one changes nothing): the later checkpoints there are another future of the
 // run, which plain --resume and pruning must no longer count.
 void TrainingRun::abandon_later_checkpoints(uint64_t step) {
-  if (opts_.resume_from.empty() || source_ || !main_rank_) return;
+  if (plan_.opts.resume_from.empty() || source_ || !main_rank_) return;
   std::string list;
   for (uint64_t s : abandon_checkpoints_after(*ckpt_, step)) list += (list.empty() ? "" : ", ") + std::to_string(s);
   if (!list.empty())
     log_.info("--resume-from step " + std::to_string(step) + ": the later checkpoint(s) of steps " + list + " in " +
-              opts_.output_dir + " are abandoned (markers renamed DONE_N.abandoned)");
+              plan_.opts.output_dir + " are abandoned (markers renamed DONE_N.abandoned)");
 }
 
 void TrainingRun::resume_from(uint64_t step) {
   const CheckpointDir& src = resume_dir();
   const uint32_t old_world = src.read_marker(step).world;
   ModelFile mf = read_model_file(src.model_path(step));
-  if (mf.config != cfg_)
+  if (mf.config != plan_.cfg)
     throw std::runtime_error("--resume: " + src.model_path(step) + " has config [" + mf.config.describe() +
-                             "] but this run is configured as [" + cfg_.describe() + "]");
+                             "] but this run is configured as [" + plan_.cfg.describe() + "]");
   TrainState st = read_state_file(src.state_path(step, 0));
-  check_resumed_batch(st, shape_, plan_.world, src.state_path(step, 0));
+  check_resumed_batch(st, plan_.shape, plan_.world, src.state_path(step, 0));
   require_finite(mf.params, src.model_path(step));
-  model_.set_parameters(mf.params);
+  parts_.model.set_parameters(mf.params);
   std::vector<float> m, v, master;
-  load_resharded_moments(src, step, old_world, optimizer_.begin(), optimizer_.end(), &m, &v, &master);
-  optimizer_.attach_master(model_.params());
-  optimizer_.set_state(m, v, master);
-  schedule_ = resume_schedule(schedule_, st.has_schedule ? &st.schedule : nullptr, opts_.reset_schedule,
+  load_resharded_moments(src, step, old_world, parts_.optimizer.begin(), parts_.optimizer.end(), &m, &v, &master);
+  parts_.optimizer.attach_master(parts_.model.params());
+  parts_.optimizer.set_state(m, v, master);
+  schedule_ = resume_schedule(schedule_, st.has_schedule ? &st.schedule : nullptr, plan_.opts.reset_schedule,
                               &schedule_source_);
   train_loader_.load_state(st.loader_state);
   sample_rng_.set_state(st.sample_rng);
@@ -143,20 +144,20 @@ void TrainingRun::save_checkpoint(int step) {
   // checkpoint exists: a faulted context never writes one.
   backend_->synchronize();
   const auto t0 = Clock::now();
-  std::vector<float> params = model_.get_parameters();
+  std::vector<float> params = parts_.model.get_parameters();
   TrainState st;
   st.step = step;
-  st.config = cfg_;
+  st.config = plan_.cfg;
   st.world = dist_.world;
   st.rank = dist_.rank;
-  st.zero_stage = opts_.zero_stage;
-  st.shard_begin = optimizer_.begin();
-  st.shard_end = optimizer_.end();
-  st.num_params = layout_.total;
-  st.batch_size = shape_.B;
-  st.seq_len = shape_.T;
-  st.total_batch_tokens = shape_.total_batch;
-  st.seed = opts_.seed;
+  st.zero_stage = plan_.opts.zero_stage;
+  st.shard_begin = parts_.optimizer.begin();
+  st.shard_end = parts_.optimizer.end();
+  st.num_params = plan_.layout.total;
+  st.batch_size = plan_.shape.B;
+  st.seq_len = plan_.shape.T;
+  st.total_batch_tokens = plan_.shape.total_batch;
+  st.seed = plan_.opts.seed;
   st.sample_rng = sample_rng_.state();
   st.nan_skips = nan_skips_;
   st.spikes = spikes_.state();
@@ -164,7 +165,7 @@ void TrainingRun::save_checkpoint(int step) {
   st.schedule = schedule_;
   st.eval = history_;
   st.loader_state = train_loader_.save_state();
-  optimizer_.get_state(&st.m, &st.v, &st.master);
+  parts_.optimizer.get_state(&st.m, &st.v, &st.master);
   // Only finite weights and moments become a checkpoint (every rank checks its
   // shard; all agree before any file exists): the last good one stays newest.
   const size_t bad = count_nonfinite(params) + count_nonfinite(st.m) + count_nonfinite(st.v) +
@@ -173,20 +174,22 @@ void TrainingRun::save_checkpoint(int step) {
   if (bad_all > 0)
     throw std::runtime_error("checkpoint step " + std::to_string(step) + " not written: the weights or optimizer "
                              "moments hold " + std::to_string(static_cast<uint64_t>(bad_all)) +
-                             " non-finite value(s); the last complete checkpoint in " + opts_.output_dir +
+                             " non-finite value(s); the last complete checkpoint in " + plan_.opts.output_dir +
                              " is kept");
   if (main_rank_)
-    write_model_file(ckpt_->model_path(step), cfg_, params,
-                     opts_.save_dtype == Precision::kBf16 ? kModelVersionBf16 : kModelVersionFp32);
+    write_model_file(ckpt_->model_path(step), plan_.cfg, params,
+                     plan_.opts.save_dtype == Precision::kBf16 ? kModelVersionBf16 : kModelVersionFp32);
   const FileDigest state_digest = write_state_file(ckpt_->state_path(step, dist_.rank), st);
   // Waits for every rank's files; rank 0 writes the marker with all their checksums.
-  ckpt_->complete_checkpoint(comms_.host, step, opts_.zero_stage, state_digest);
+  ckpt_->complete_checkpoint(comms_.host, step, plan_.opts.zero_stage, state_digest);
   saved_step_ = step;
-  if (main_rank_ && is_milestone_step(step)) ckpt_->mark_milestone(static_cast<uint64_t>(step), opts_.milestone_every);
+  if (main_rank_ && is_milestone_step(step))
+    ckpt_->mark_milestone(static_cast<uint64_t>(step), plan_.opts.milestone_every);
   if (main_rank_)
-    ckpt_->prune(opts_.keep_checkpoints, static_cast<uint64_t>(step), opts_.keep_best ? history_.best_step : -1);
+    ckpt_->prune(plan_.opts.keep_checkpoints, static_cast<uint64_t>(step),
+                 plan_.opts.keep_best ? history_.best_step : -1);
   comms_.host.barrier();
-  log_.info("checkpoint step " + std::to_string(step) + " -> " + opts_.output_dir + " (" +
+  log_.info("checkpoint step " + std::to_string(step) + " -> " + plan_.opts.output_dir + " (" +
             std::to_string(seconds_since(t0)).substr(0, 5) + " s)");
 }
 
@@ -194,20 +197,21 @@ void TrainingRun::save_checkpoint(int step) {
 // just ran, a sample, the last checkpoint and the final model.
 int TrainingRun::finish() {
   if (val_loader_ && evaluated_at_ != last_step_done_) validate(last_step_done_, /*at_end=*/true);
-  if (opts_.sample_every > 0) sample(last_step_done_);
+  if (plan_.opts.sample_every > 0) sample(last_step_done_);
   // (again at the step it resumed from: at this run's rank count)
   if (ckpt_ && saved_step_ != last_step_done_) save_checkpoint(last_step_done_);
-  const int save_version = opts_.save_dtype == Precision::kBf16 ? kModelVersionBf16 : kModelVersionFp32;
-  if (main_rank_ && (ckpt_ || !opts_.save_hf.empty())) {
+  const int save_version = plan_.opts.save_dtype == Precision::kBf16 ? kModelVersionBf16 : kModelVersionFp32;
+  if (main_rank_ && (ckpt_ || !plan_.opts.save_hf.empty())) {
     const std::vector<float> weights = final_weights();
     if (ckpt_) {
-      write_model_file(ckpt_->final_model_path(), cfg_, weights, save_version);
+      write_model_file(ckpt_->final_model_path(), plan_.cfg, weights, save_version);
       log_.info("final model -> " + ckpt_->final_model_path());
     }
-    if (!opts_.save_hf.empty()) {
-      require_finite(weights, "--save-hf " + opts_.save_hf + ": the final weights");
-      write_hf_checkpoint(opts_.save_hf, cfg_, weights, opts_.save_dtype == Precision::kBf16 ? HfDtype::kBF16 : HfDtype::kF32);
-      log_.info("Hugging Face model -> " + opts_.save_hf);
+    if (!plan_.opts.save_hf.empty()) {
+      require_finite(weights, "--save-hf " + plan_.opts.save_hf + ": the final weights");
+      write_hf_checkpoint(plan_.opts.save_hf, plan_.cfg, weights,
+                          plan_.opts.save_dtype == Precision::kBf16 ? HfDtype::kBF16 : HfDtype::kF32);
+      log_.info("Hugging Face model -> " + plan_.opts.save_hf);
     }
   }
   if (nan_skips_)
@@ -222,13 +226,13 @@ int TrainingRun::finish() {
 // checksums verify, from --output-dir or else the --resume-from directory; the
 // log says which.
 std::vector<float> TrainingRun::final_weights() {
-  if (!opts_.keep_best || history_.best_step < 0) return model_.get_parameters();
+  if (!plan_.opts.keep_best || history_.best_step < 0) return parts_.model.get_parameters();
   const uint64_t best = static_cast<uint64_t>(history_.best_step);
   if (history_.best_step == last_step_done_) {
     log_.info("best checkpoint: the last one, " + describe_best(history_));
-    return model_.get_parameters();
+    return parts_.model.get_parameters();
   }
-  std::string why = "not in " + opts_.output_dir;
+  std::string why = "not in " + plan_.opts.output_dir;
   for (const CheckpointDir* dir : {ckpt_.get(), source_.get()}) {
     if (!dir || !file_exists(dir->done_path(best))) continue;
     why = dir->verify(best);
@@ -239,7 +243,7 @@ std::vector<float> TrainingRun::final_weights() {
   }
   log_.info("WARNING: --keep-best: the best checkpoint (" + describe_best(history_) + ") is unusable (" + why +
             "): the final model files hold the last step's weights");
-  return model_.get_parameters();
+  return parts_.model.get_parameters();
 }
 
 // A stop signal (every rank agreed): checkpoint the last completed step and exit

@@ -10,6 +10,7 @@
 #include "model/hf_checkpoint.h"
 #include "train/checkpoint.h"
 #include "train/device_link.h"
+#include "train/test_hooks.h"
 #include "util/checked_io.h"
 
 namespace gpt2 {
@@ -47,23 +48,22 @@ std::string describe_precision(const TrainOptions& o, const Backend& backend) {
   return std::string("fp32 with TF32 GEMMs ") + (tf32_on(o) ? "on" : "off") + (o.tf32 == "auto" ? " (--tf32 auto)" : "");
 }
 
-GPT2Config requested_config(const TrainOptions& o, bool* from_file) {
+GPT2Config requested_config(const std::string& model, const std::string& overrides, bool* from_file) {
   *from_file = false;
-  if (names_preset(o.model)) {
-    GPT2Config cfg = config_from_depth_name(o.model);
-    if (!o.config_overrides.empty()) apply_config_overrides(cfg, o.config_overrides);
+  if (names_preset(model)) {
+    GPT2Config cfg = config_from_depth_name(model);
+    if (!overrides.empty()) apply_config_overrides(cfg, overrides);
     return cfg;
   }
-  if (!o.config_overrides.empty())
-    throw std::runtime_error("--config applies to dN presets, not to a model file (" + o.model + ")");
+  if (!overrides.empty()) throw std::runtime_error("--config applies to dN presets, not to a model file (" + model + ")");
   *from_file = true;
-  return read_model_config(o.model);
+  return read_model_config(model);
 }
 
-std::unique_ptr<SizingBackend> make_sizing_backend(const TrainOptions& o) {
+std::unique_ptr<SizingBackend> make_sizing_backend(const TrainOptions& o, bool on_host) {
   refuse_attention(o);
   std::unique_ptr<SizingBackend> be;
-  if (o.device != Device::kCpu) be = make_gpu_sizing_backend(o);
+  if (o.device != Device::kCpu && !on_host) be = make_gpu_sizing_backend(o);
   if (!be) be = std::make_unique<SizingBackend>(cpu_backend_sizes(o.threads));
   refuse_bf16_on(be->name(), o);
   return be;
@@ -112,7 +112,9 @@ TrainedModel::TrainedModel(const TrainOptions& o, const DistContext& dist, const
     : backend(make_run_backend(o, dist)), path(weights_path(o, mode)), weights(read_model_file(path)) {}
 
 GPT2& TrainedModel::load(int B, int T) {
-  model = std::make_unique<GPT2>(*backend, weights.config, B, T, GradMode::kNone);
+  ModelOptions forward_only;
+  forward_only.forward_only = true;
+  model = std::make_unique<GPT2>(*backend, weights.config, B, T, forward_only);
   model->set_parameters(weights.params);
   weights.params = {};
   return *model;
@@ -124,7 +126,7 @@ int grad_accum_for(int64_t total_batch, int64_t tokens_per_micro) {
     throw UsageError("--total-batch-tokens " + std::to_string(total_batch) +
                      " is not a multiple of B*T*world = " + std::to_string(tokens_per_micro));
   const int64_t accum = total_batch / tokens_per_micro;
-  if (accum > kMaxGradAccum)  // (was: cast to int, 2^32 + 1 micro-batches ran as 1)
+  if (accum > kMaxGradAccum)  // the micro-step count is an int
     throw UsageError("--total-batch-tokens " + std::to_string(total_batch) + " needs " +
                      std::to_string(accum) + " micro-batches of B*T*world = " +
                      std::to_string(tokens_per_micro) + " tokens per step; at most " +
@@ -225,22 +227,22 @@ DataLoaderOptions train_loader_options(const TrainOptions& o, const BatchShape& 
 namespace {
 
 // Where the rates --dropout does not set come from.
-std::string model_dropout_source(const TrainOptions& o, bool hf) {
-  if (hf) return "from " + o.model + "/config.json";
-  return names_preset(o.model) ? "none in a random init" : "none in an llm.c model file";
+std::string model_dropout_source(const std::string& model, bool hf) {
+  if (hf) return "from " + model + "/config.json";
+  return names_preset(model) ? "none in a random init" : "none in an llm.c model file";
 }
 
 }  // namespace
 
-RunDropout run_dropout(const TrainOptions& o) {
-  const bool hf = !names_preset(o.model) && is_hf_checkpoint_dir(o.model);
+RunDropout run_dropout(const TrainOptions& o, const std::string& model) {
+  const bool hf = !names_preset(model) && is_hf_checkpoint_dir(model);
   // a rate --dropout sets is not read from config.json (so not judged there either)
   DropoutRates given;
   given.embd = o.dropout_embd, given.resid = o.dropout_resid, given.attn = o.dropout_attn;
-  const DropoutRates model = hf ? read_hf_dropout(o.model, given) : DropoutRates{};
+  const DropoutRates from_model = hf ? read_hf_dropout(model, given) : DropoutRates{};
   const char* const names[3] = {"embd", "resid", "attn"};
   const float flags[3] = {o.dropout_embd, o.dropout_resid, o.dropout_attn};
-  const float models[3] = {model.embd, model.resid, model.attn};
+  const float models[3] = {from_model.embd, from_model.resid, from_model.attn};
   RunDropout d;
   float* const rates[3] = {&d.rates.embd, &d.rates.resid, &d.rates.attn};
   std::string text, flagged, modelled;
@@ -250,31 +252,11 @@ RunDropout run_dropout(const TrainOptions& o) {
     std::string& list = flags[i] >= 0.0f ? flagged : modelled;
     list += (list.empty() ? "" : ", ") + std::string(names[i]);
   }
-  const std::string source = model_dropout_source(o, hf);
+  const std::string source = model_dropout_source(model, hf);
   if (modelled.empty()) d.described = text + " (--dropout)";
   else if (flagged.empty()) d.described = text + " (" + source + (hf ? "" : "; --dropout sets them") + ")";
   else d.described = text + " (" + flagged + ": --dropout; " + modelled + ": " + source + ")";
   return d;
-}
-
-AdamWHyper adamw_hyper(const TrainOptions& o) {
-  AdamWHyper h;
-  h.beta1 = o.beta1;
-  h.beta2 = o.beta2;
-  h.eps = o.adam_eps;
-  h.weight_decay = o.weight_decay;
-  return h;
-}
-
-LrSchedule lr_schedule(const TrainOptions& o, int total_steps) {
-  LrSchedule s;
-  s.kind = LrSchedule::parse_kind(o.lr_schedule);
-  s.max_lr = o.lr;
-  s.warmup_steps = o.warmup_steps;
-  s.total_steps = total_steps;
-  s.final_frac = o.final_lr_frac;
-  s.wsd_decay_frac = o.wsd_decay_frac;
-  return s;
 }
 
 size_t count_nonfinite(const std::vector<float>& v, size_t* first) {
@@ -322,12 +304,12 @@ RunLength run_length(int max_steps, double epochs, int64_t steps_per_epoch) {
 }
 
 RunPlan plan_training_run(const TrainOptions& o, int world, TrainLogger& log) {
-  RunPlan p;
-  p.opts = o;  // with --init-from resolved: the run loads weights only from it, exactly like --model FILE|HF_DIR
-  if (!o.init_from.empty()) p.opts.model = resolve_init_from(o.init_from);
-  p.cfg = requested_config(p.opts, &p.cfg_from_file);
-  p.layout = ParamLayout::for_config(p.cfg);
-  p.has_resume_state = peek_resume_state(p.opts, &p.resume_state, &p.resume_state_path);
+  RunPlan p(o);
+  // --init-from resolved: the run loads weights only from it, exactly like --model FILE|HF_DIR
+  p.model = o.init_from.empty() ? o.model : resolve_init_from(o.init_from);
+  p.cfg = requested_config(p.model, o.config_overrides, &p.cfg_from_file);
+  p.layout = ParamLayout::for_config(p.cfg, test_wte_chunk_rows());
+  p.has_resume_state = peek_resume_state(o, &p.resume_state, &p.resume_state_path);
   return p.at_world(world, log);
 }
 
@@ -340,10 +322,10 @@ RunPlan RunPlan::at_world(int w, TrainLogger& log) const {
 
 RunAssembly::RunAssembly(Backend& backend, Communicator& buffers, const RunPlan& plan)
     : dp(backend, buffers, plan.layout, plan.opts.zero_stage),
-      model(backend, plan.cfg, plan.shape.B, plan.shape.T, dp.grad_mode(), dp.param_capacity(), plan.opts.recompute),
+      model(backend, plan.cfg, plan.shape.B, plan.shape.T, dp.model_options(plan.opts.recompute)),
       optimizer(backend, plan.layout, dp.opt_begin(), dp.opt_end()) {
   optimizer.reserve_master(model.params());
-  model.reserve_deferred_losses(plan.shape.grad_accum);
+  model.reserve_train_losses(plan.shape.grad_accum);
 }
 
 }  // namespace gpt2

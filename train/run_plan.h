@@ -40,8 +40,9 @@ namespace gpt2 {
 std::unique_ptr<Backend> make_run_backend(const TrainOptions& o, const DistContext& dist);
 
 // Counts without allocating what the --device/--dtype backend would (--dry-run);
-// --device auto: CUDA when built in (a dry run plans GPU jobs), else CPU.
-std::unique_ptr<SizingBackend> make_sizing_backend(const TrainOptions& o);
+// --device auto: CUDA when built in (a dry run plans GPU jobs), else CPU;
+// `on_host`: the CPU backend whatever --device says.
+std::unique_ptr<SizingBackend> make_sizing_backend(const TrainOptions& o, bool on_host = false);
 
 // --tf32 on|off|auto resolved (auto: train/device_link.h's gpu_tf32_default()).
 bool tf32_on(const TrainOptions& o);
@@ -55,9 +56,9 @@ std::string describe_precision(const TrainOptions& o, const Backend& backend);
 // for a GPU the table lacks), else the CPU's fp32 FMA peak measured now.
 PeakFlops run_peak(const TrainOptions& o, const Backend& backend);
 
-// The model config the options ask for: a dN preset plus --config overrides,
-// or a model file's header (*from_file = true).
-GPT2Config requested_config(const TrainOptions& o, bool* from_file);
+// The model config asked for: a dN preset plus --config overrides, or a model
+// file's header (*from_file = true).
+GPT2Config requested_config(const std::string& model, const std::string& overrides, bool* from_file);
 
 // True when --model names a dN preset (not an existing file or directory).
 bool names_preset(const std::string& model);
@@ -73,7 +74,7 @@ std::string weights_path(const TrainOptions& o, const std::string& mode);
 
 // The model-only modes' one assembly: the --device/--dtype backend and the
 // weights of weights_path(o, mode); load(B, T) builds a forward-only model
-// (GradMode::kNone: no gradient, optimizer or backward memory) for batches up
+// (ModelOptions::forward_only: no gradient, optimizer or backward memory) for batches up
 // to B x T and releases the host copy of the parameters.
 struct TrainedModel {
   TrainedModel(const TrainOptions& o, const DistContext& dist, const std::string& mode);
@@ -122,21 +123,18 @@ void check_resumed_batch(const TrainState& st, const BatchShape& s, int world, c
 DataLoaderOptions train_loader_options(const TrainOptions& o, const BatchShape& s, const DistContext& dist,
                                        int vocab_size);
 // A training run's dropout and, for the banner, each rate's source: --dropout's
-// rates, the rest the model's (`o.model`, --init-from resolved by
-// plan_training_run): a HF directory's config.json (read_hf_dropout); an llm.c
+// rates, the rest those of `model` (RunPlan::model: --init-from resolved):
+// a HF directory's config.json (read_hf_dropout); an llm.c
 // model file or dN preset has none: 0.
 struct RunDropout {
   DropoutRates rates;
   std::string described;  // "embd 0.1, resid 0.1, attn 0.1 (from DIR/config.json)"
 };
-RunDropout run_dropout(const TrainOptions& o);
+RunDropout run_dropout(const TrainOptions& o, const std::string& model);
 
 // The dropout masks' Philox seed: --seed's, salted so they draw another stream
 // than the init and the samples ("DROPOUT" in ASCII).
 constexpr uint64_t kDropoutSeedSalt = 0x44524F504F5554ULL;
-
-AdamWHyper adamw_hyper(const TrainOptions& o);
-LrSchedule lr_schedule(const TrainOptions& o, int total_steps);
 
 // Non-finite values of v (and the first one's index).
 size_t count_nonfinite(const std::vector<float>& v, size_t* first = nullptr);
@@ -163,7 +161,9 @@ RunLength run_length(int max_steps, double epochs, int64_t steps_per_epoch);
 // ---------------------------------------------------------------- the plan and its parts
 
 struct RunPlan {
-  TrainOptions opts;         // as given, with --init-from resolved into --model
+  explicit RunPlan(const TrainOptions& o) : opts(o) {}
+  const TrainOptions& opts;  // as given; they outlive the plan
+  std::string model;         // --model, or --init-from resolved to its model file or directory
   GPT2Config cfg;            // a dN preset with --config, or the --model file's header
   bool cfg_from_file = false;
   ParamLayout layout;

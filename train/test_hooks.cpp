@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <stdexcept>
 #include <thread>
 
 #include "distributed/context.h"
@@ -30,6 +31,14 @@ void test_fault_hook(const DistContext& dist, int step) {
   std::fprintf(stderr, "%stest hook: hanging before step %d (GPT2_TEST_HANG_*)\n", dist.prefix().c_str(), step + 1);
   std::fflush(stderr);
   for (;;) std::this_thread::sleep_for(std::chrono::hours(1));
+}
+
+size_t test_wte_chunk_rows() {
+  const char* v = test_hook("GPT2_TEST_WTE_CHUNK_ROWS");
+  if (!v) return 0;
+  const long long rows = std::atoll(v);
+  if (rows < 1) throw std::runtime_error("GPT2_TEST_WTE_CHUNK_ROWS must be a positive row count");
+  return static_cast<size_t>(rows);
 }
 
 float test_gradient_scale(int step) {

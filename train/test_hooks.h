@@ -3,6 +3,8 @@
 #ifndef TRAIN_TEST_HOOKS_H
 #define TRAIN_TEST_HOOKS_H
 
+#include <cstddef>
+
 namespace gpt2 {
 
 struct DistContext;
@@ -14,6 +16,12 @@ struct DistContext;
 //   GPT2_TEST_EXIT_RANK=R GPT2_TEST_EXIT_AT_STEP=N   the rank exits 1 at once
 // so that its peers wait in the next collective for a rank that never comes.
 void test_fault_hook(const DistContext& dist, int step);
+
+// The tied wte gradient's chunk rows (ParamLayout::wte_chunk_rows; 0: the
+// default), so small models stage it in several chunks (test/distributed/
+// zero_train_test.sh, comm_overlap_test.sh): GPT2_TEST_WTE_CHUNK_ROWS=N, the
+// same on every rank. Results stay exact.
+size_t test_wte_chunk_rows();
 
 // A planted gradient spike (test/e2e/spike_guard_test.sh):
 // GPT2_TEST_SCALE_GRAD=N:F multiplies every gradient of step N (1-based) by F

@@ -28,84 +28,78 @@ std::unique_ptr<Communicator> make_buffer_communicator(Backend& backend, Communi
 TrainingRun::TrainingRun(const RunPlan& plan, const DistContext& dist, Communicator& host, TrainLogger& log,
                          std::unique_ptr<Backend> backend)
     : plan_(plan),
-      opts_(plan.opts),
       dist_(dist),
       main_rank_(dist.is_main()),
       log_(log),
       backend_(std::move(backend)),
-      cfg_(plan.cfg),
-      dropout_(run_dropout(plan.opts)),
-      shape_(plan.shape),
-      layout_(plan.layout),
+      dropout_(run_dropout(plan.opts, plan.model)),
       comms_{host, make_buffer_communicator(*backend_, host, plan)},
       parts_(*backend_, comms_.buffers(), plan),
-      dp_(parts_.dp),
-      model_(parts_.model),
-      optimizer_(parts_.optimizer),
-      train_loader_(train_loader_options(plan.opts, shape_, dist, cfg_.vocab_size)),
-      hyper_(adamw_hyper(plan.opts)),
+      train_loader_(train_loader_options(plan.opts, plan_.shape, dist, plan_.cfg.vocab_size)),
       spikes_(plan.opts.skip_loss_z, plan.opts.skip_grad_z, plan.opts.spike_window),
       sample_rng_(plan.opts.seed ^ 0x5A4D504C45ULL) {
-  if (opts_.val_every > 0) {
-    DataLoaderOptions vlo = train_loader_options(opts_, shape_, dist, cfg_.vocab_size);
-    vlo.pattern = opts_.val_data;
+  if (plan_.opts.val_every > 0) {
+    DataLoaderOptions vlo = train_loader_options(plan_.opts, plan_.shape, dist, plan_.cfg.vocab_size);
+    vlo.pattern = plan_.opts.val_data;
     vlo.grad_accum = 1;
     vlo.shuffle = false;
     val_loader_ = std::make_unique<DataLoader>(vlo);
   }
-  steps_per_epoch_ = static_cast<int64_t>(train_loader_.samples_per_epoch()) / (dist.world * shape_.grad_accum);
-  if (steps_per_epoch_ < 1 && opts_.max_steps <= 0)
-    throw std::runtime_error(opts_.train_data + ": not enough tokens for one optimizer step");
-  const RunLength length = run_length(opts_.max_steps, opts_.epochs, steps_per_epoch_);
+  steps_per_epoch_ = static_cast<int64_t>(train_loader_.samples_per_epoch()) / (dist.world * plan_.shape.grad_accum);
+  if (steps_per_epoch_ < 1 && plan_.opts.max_steps <= 0)
+    throw std::runtime_error(plan_.opts.train_data + ": not enough tokens for one optimizer step");
+  const RunLength length = run_length(plan_.opts.max_steps, plan_.opts.epochs, steps_per_epoch_);
   total_steps_ = length.steps;
   length_why_ = length.why;
-  schedule_ = lr_schedule(opts_, total_steps_);
-  tokenizer_ = sample_tokenizer(opts_.prompt, [this](const std::string& line) { log_.info(line); });
-  if (opts_.sample_every > 0) sample_context_ = prompt_context(opts_.prompt, tokenizer_.get(), cfg_.vocab_size);
+  schedule_ = plan_.opts.schedule;
+  schedule_.total_steps = total_steps_;
+  tokenizer_ = sample_tokenizer(plan_.opts.prompt, [this](const std::string& line) { log_.info(line); });
+  if (plan_.opts.sample_every > 0)
+    sample_context_ = prompt_context(plan_.opts.prompt, tokenizer_.get(), plan_.cfg.vocab_size);
   // One optimizer step's micro-batches (read before the first forward: see load_step_batches).
-  const size_t NT = static_cast<size_t>(shape_.B) * shape_.T;
-  inputs_.resize(NT * shape_.grad_accum);
-  targets_.resize(NT * shape_.grad_accum);
-  model_.set_dropout(dropout_.rates, opts_.seed ^ kDropoutSeedSalt);
-  attention_ = gpu_attention_line(*backend_, opts_, shape_.B, shape_.T, cfg_.channels, cfg_.num_heads,
-                                  dropout_.rates.attn > 0.0f);
-  if (!opts_.eval_hellaswag.empty()) hellaswag_ = read_hellaswag_for(opts_);
+  const size_t NT = static_cast<size_t>(plan_.shape.B) * plan_.shape.T;
+  inputs_.resize(NT * plan_.shape.grad_accum);
+  targets_.resize(NT * plan_.shape.grad_accum);
+  parts_.model.set_dropout(dropout_.rates, plan_.opts.seed ^ kDropoutSeedSalt);
+  attention_ = gpu_attention_line(*backend_, plan_.opts, plan_.shape.B, plan_.shape.T, plan_.cfg.channels,
+                                  plan_.cfg.num_heads, dropout_.rates.attn > 0.0f);
+  if (!plan_.opts.eval_hellaswag.empty()) hellaswag_ = read_hellaswag_for(plan_.opts);
 }
 
 void TrainingRun::log_banner() {
   if (!main_rank_) return;
-  const size_t P = layout_.total;
+  const size_t P = plan_.layout.total;
   log_.info("+----------------------------------------------------------------------");
-  for (const auto& kv : describe_train_options(opts_)) {
+  for (const auto& kv : describe_train_options(plan_.opts)) {
     char line[512];
     std::snprintf(line, sizeof(line), "| %-20s %s", kv.first.c_str(), kv.second.c_str());
     log_.info(line);
   }
   log_.info("+----------------------------------------------------------------------");
-  log_.info("| model        " + cfg_.describe() +
-            (plan_.cfg_from_file ? " from " + opts_.model : std::string(" (random init)")));
+  log_.info("| model        " + plan_.cfg.describe() +
+            (plan_.cfg_from_file ? " from " + plan_.model : std::string(" (random init)")));
   log_.info("| parameters   " + std::to_string(P) + " (" + format_bytes(P * 4.0) + " fp32)");
-  log_.info("| backend      " + backend_->name() + ", " + describe_precision(opts_, *backend_) + ", " +
+  log_.info("| backend      " + backend_->name() + ", " + describe_precision(plan_.opts, *backend_) + ", " +
             dist_.describe());
   log_.info("| comm         " + comms_.describe());
-  log_.info("| batch        B=" + std::to_string(shape_.B) + " T=" + std::to_string(shape_.T) +
-            " world=" + std::to_string(dist_.world) + " grad_accum=" + std::to_string(shape_.grad_accum) + " -> " +
-            std::to_string(shape_.total_batch) + " tokens/step");
+  log_.info("| batch        B=" + std::to_string(plan_.shape.B) + " T=" + std::to_string(plan_.shape.T) +
+            " world=" + std::to_string(dist_.world) + " grad_accum=" + std::to_string(plan_.shape.grad_accum) + " -> " +
+            std::to_string(plan_.shape.total_batch) + " tokens/step");
   log_.info("| data         " + std::to_string(train_loader_.num_shards()) + " train shard(s), " +
             std::to_string(train_loader_.total_tokens()) + " tokens, " + std::to_string(steps_per_epoch_) +
             " steps/epoch; training " + std::to_string(total_steps_) + " steps: " + length_why_);
   log_.info("| dropout      " + dropout_.described + ", in training forwards only");
   if (!attention_.empty()) log_.info("| attention    " + attention_);
-  log_.info("| mfu          " + std::to_string(static_cast<int64_t>(flops_per_token(cfg_, shape_.T, P))) +
+  log_.info("| mfu          " + std::to_string(static_cast<int64_t>(flops_per_token(plan_.cfg, plan_.shape.T, P))) +
             " FLOP/token (6N + 6LCT)" + (peak_.tflops > 0 ? " against " : "; ") + peak_.source);
   log_.info("| lr schedule  " + schedule_.describe() + " (" + schedule_source_ + ")");
-  log_.info("| zero         stage " + std::to_string(opts_.zero_stage) + ", shard of rank 0: [" +
-            std::to_string(dp_.opt_begin()) + ", " + std::to_string(dp_.opt_end()) + ") of " + std::to_string(P) +
-            " (+" + std::to_string(dp_.plan().padding()) + " padding)");
-  log_.info("| memory/rank  params " + format_bytes(model_.params().bytes()) + ", grads " +
-            format_bytes(static_cast<double>(dp_.gradient_bytes(model_))) + ", optimizer " +
-            format_bytes(static_cast<double>(optimizer_.state_bytes())) + ", activations " +
-            format_bytes(static_cast<double>(model_.activation_bytes())));
+  log_.info("| zero         stage " + std::to_string(plan_.opts.zero_stage) + ", shard of rank 0: [" +
+            std::to_string(parts_.dp.opt_begin()) + ", " + std::to_string(parts_.dp.opt_end()) + ") of " +
+            std::to_string(P) + " (+" + std::to_string(parts_.dp.plan().padding()) + " padding)");
+  log_.info("| memory/rank  params " + format_bytes(parts_.model.params().bytes()) + ", grads " +
+            format_bytes(static_cast<double>(parts_.dp.gradient_bytes())) + ", optimizer " +
+            format_bytes(static_cast<double>(parts_.optimizer.state_bytes())) + ", activations " +
+            format_bytes(static_cast<double>(parts_.model.activation_bytes())));
   log_.info("+----------------------------------------------------------------------");
 }
 
@@ -114,16 +108,17 @@ void TrainingRun::log_banner() {
 double TrainingRun::evaluate() {
   val_loader_->reset();
   double sums[2] = {0.0, 0.0};  // loss sum, supervised targets
-  for (int i = 0; i < opts_.val_steps; i++) {
+  for (int i = 0; i < plan_.opts.val_steps; i++) {
     // a stop signal is honoured between batches, not after --val-steps of them
     if (should_stop(comms_.host)) throw StopRequested(local_stop_signal());
     val_loader_->next_batch(inputs_.data(), targets_.data());
-    model_.forward(inputs_.data(), targets_.data(), shape_.B, shape_.T);
-    sums[0] += model_.loss_sum();
-    sums[1] += static_cast<double>(model_.loss_count());
+    parts_.model.forward(inputs_.data(), targets_.data(), plan_.shape.B, plan_.shape.T);
+    sums[0] += parts_.model.loss_sum();
+    sums[1] += static_cast<double>(parts_.model.loss_count());
   }
   all_reduce(comms_.host, sums, 2, ReduceOp::kSum);
-  if (sums[1] == 0.0) throw std::runtime_error(opts_.val_data + ": the validation batches hold no supervised token");
+  if (sums[1] == 0.0)
+    throw std::runtime_error(plan_.opts.val_data + ": the validation batches hold no supervised token");
   // Rank 0's value on every rank, bit for bit (MPI does not promise one
   // all-reduce result everywhere): --keep-best and early stopping decide on it.
   double loss = sums[0] / sums[1];
@@ -139,27 +134,27 @@ bool TrainingRun::validate(int step, bool at_end) {
   log_.val(step, loss);
   if (!hellaswag_.empty()) {
     const HellaSwagResult h = evaluate_hellaswag(
-        model_, shape_.B, shape_.T, hellaswag_, dist_.rank, dist_.world,
+        parts_.model, plan_.shape.B, plan_.shape.T, hellaswag_, dist_.rank, dist_.world,
         [this](std::vector<double>& v) { all_reduce(comms_.host, v.data(), v.size(), ReduceOp::kSum); });
     log_.hellaswag(step, h.n, h.acc(), h.acc_norm());
   }
   evaluated_at_ = step;
-  const EvalVerdict v = observe_eval(&history_, step, loss, opts_.early_stopping_threshold);
-  if (v.new_best && opts_.keep_best && !at_end && !checkpoint_on_disk(step)) save_checkpoint(step);
-  if (!patience_exhausted(history_, opts_.early_stopping_patience)) return false;
+  const EvalVerdict v = observe_eval(&history_, step, loss, plan_.opts.early_stopping_threshold);
+  if (v.new_best && plan_.opts.keep_best && !at_end && !checkpoint_on_disk(step)) save_checkpoint(step);
+  if (!patience_exhausted(history_, plan_.opts.early_stopping_patience)) return false;
   std::ostringstream why;
   why << "early stopping at step " << step << ": " << history_.bad_evals
-      << " evaluation(s) in a row without beating the best by more than " << opts_.early_stopping_threshold
-      << " (--early-stopping-patience " << opts_.early_stopping_patience << "); best: " << describe_best(history_);
+      << " evaluation(s) in a row without beating the best by more than " << plan_.opts.early_stopping_threshold
+      << " (--early-stopping-patience " << plan_.opts.early_stopping_patience << "); best: " << describe_best(history_);
   log_.info(why.str());
   return true;
 }
 
 void TrainingRun::sample(int step) {
   if (!main_rank_) return;  // sampling is rank 0's progress report
-  std::vector<int32_t> ids =
-      generate(model_, sample_context_, opts_.gen_tokens, opts_.temperature, opts_.top_k, sample_rng_, opts_.top_p);
-  log_.sample(step, sample_text(tokenizer_.get(), opts_.prompt, ids));
+  std::vector<int32_t> ids = generate(parts_.model, sample_context_, plan_.opts.gen_tokens, plan_.opts.temperature,
+                                      plan_.opts.top_k, sample_rng_, plan_.opts.top_p);
+  log_.sample(step, sample_text(tokenizer_.get(), plan_.opts.prompt, ids));
 }
 
 // Reads this rank's micro-batches of the step into inputs_/targets_; returns
@@ -167,11 +162,11 @@ void TrainingRun::sample(int step) {
 // normalised by it (HF Trainer's num_items_in_batch), so with SFT masks it must
 // be known before the first backward. Plain shards: B*T*grad_accum*world.
 uint64_t TrainingRun::load_step_batches() {
-  const size_t NT = static_cast<size_t>(shape_.B) * shape_.T;
-  if (opts_.overfit_batch) train_loader_.reset();  // the first batch again, resumed runs included
-  for (int micro = 0; micro < shape_.grad_accum; micro++)
+  const size_t NT = static_cast<size_t>(plan_.shape.B) * plan_.shape.T;
+  if (plan_.opts.overfit_batch) train_loader_.reset();  // the first batch again, resumed runs included
+  for (int micro = 0; micro < plan_.shape.grad_accum; micro++)
     train_loader_.next_batch(inputs_.data() + micro * NT, targets_.data() + micro * NT);
-  if (!train_loader_.has_loss_mask()) return static_cast<uint64_t>(shape_.total_batch);
+  if (!train_loader_.has_loss_mask()) return static_cast<uint64_t>(plan_.shape.total_batch);
   double local = 0.0;
   for (int32_t t : targets_) local += t != kIgnoreTarget;
   return static_cast<uint64_t>(all_reduce_value(comms_.host, local, ReduceOp::kSum));  // exact below 2^53
@@ -183,7 +178,7 @@ uint64_t TrainingRun::load_step_batches() {
 uint64_t TrainingRun::micro_token0(int micro) const {
   const uint64_t window = static_cast<uint64_t>(micro) * static_cast<uint64_t>(dist_.world) +
                           static_cast<uint64_t>(dist_.rank);
-  return window * static_cast<uint64_t>(shape_.B) * static_cast<uint64_t>(shape_.T);
+  return window * static_cast<uint64_t>(plan_.shape.B) * static_cast<uint64_t>(plan_.shape.T);
 }
 
 // Rank 0's loss and norm on every rank, bit for bit (as in evaluate()): the
@@ -198,11 +193,12 @@ void TrainingRun::agree_on_rank0(double* loss, double* norm) {
 
 // --profile-steps A:B: the profiler's capture starts before step A and stops after step B.
 void TrainingRun::profile_window(int step, bool before) {
-  if (step + 1 != (before ? opts_.profile_first : opts_.profile_last)) return;
+  if (step + 1 != (before ? plan_.opts.profile_first : plan_.opts.profile_last)) return;
   backend_->synchronize();  // the window holds this step's work only
   backend_->profiler_capture(before);
   log_.info(std::string("--profile-steps: profiler capture ") + (before ? "started before" : "stopped after") +
-            " step " + std::to_string(step + 1) + (backend_->is_host_memory() ? " (no effect on the CPU backend)" : ""));
+            " step " + std::to_string(step + 1) +
+            (backend_->is_host_memory() ? " (no effect on the CPU backend)" : ""));
 }
 
 // One optimizer step in llm.c's order, with one host wait. Host scalars
@@ -226,14 +222,14 @@ void TrainingRun::train_step(int step) {
   // overlap the next batches' loading and the next wait covers them, so dt
   // (start to wait) is the steady-state step period.
   if (comms_.device) comms_.device->wait_device();
-  const double loss_sum = model_.collect_deferred_losses();
+  const double loss_sum = parts_.model.collect_train_losses().sum;
   const double dt = seconds_since(t0);
   if (supervised == 0) {  // every target masked: nothing to learn from, nothing to update
     log_.info("step " + std::to_string(step + 1) + ": no supervised token in the batch; weights not updated");
     return;
   }
   double loss = all_reduce_value(comms_.host, loss_sum, ReduceOp::kSum) / static_cast<double>(supervised);
-  double norm = dp_.grad_norm();  // copied behind the clip scale: the wait above covered it
+  double norm = parts_.dp.grad_norm();  // copied behind the clip scale: the wait above covered it
   if (spikes_.enabled()) agree_on_rank0(&loss, &norm);
   const StepVerdict verdict = judge_step(step, loss, norm);
   if (verdict.apply()) apply_update(step);
@@ -243,10 +239,11 @@ void TrainingRun::train_step(int step) {
 // The dloss factor: gradients are averaged over ranks, so each rank scales by
 // world / supervised. Plain shards: 1/(B*T*grad_accum), the same float as ever.
 float TrainingRun::loss_scale(int step, uint64_t supervised) const {
-  const float scale = !train_loader_.has_loss_mask()
-                          ? 1.0f / static_cast<float>(static_cast<size_t>(shape_.B) * shape_.T * shape_.grad_accum)
-                      : supervised ? static_cast<float>(static_cast<double>(dist_.world) / static_cast<double>(supervised))
-                                   : 0.0f;
+  const float scale =
+      !train_loader_.has_loss_mask()
+          ? 1.0f / static_cast<float>(static_cast<size_t>(plan_.shape.B) * plan_.shape.T * plan_.shape.grad_accum)
+      : supervised ? static_cast<float>(static_cast<double>(dist_.world) / static_cast<double>(supervised))
+                   : 0.0f;
   return test_gradient_scale(step) * scale;
 }
 
@@ -254,14 +251,13 @@ float TrainingRun::loss_scale(int step, uint64_t supervised) const {
 // reduce in buckets during the last micro-step's backward (device buffers);
 // ZeRO-2 exchanges units during the backward.
 void TrainingRun::accumulate_gradients(int step, float dloss_scale) {
-  const size_t NT = static_cast<size_t>(shape_.B) * shape_.T;
-  dp_.begin_step();
-  model_.zero_grad();
-  model_.begin_deferred_losses(shape_.grad_accum);
-  for (int micro = 0; micro < shape_.grad_accum; micro++) {
-    model_.set_dropout_position(static_cast<uint32_t>(step), micro_token0(micro));
-    model_.forward(inputs_.data() + micro * NT, targets_.data() + micro * NT, shape_.B, shape_.T, true, dloss_scale);
-    dp_.backward(model_, shape_.B, shape_.T, micro + 1 == shape_.grad_accum);
+  const size_t NT = static_cast<size_t>(plan_.shape.B) * plan_.shape.T;
+  parts_.dp.begin_step();
+  for (int micro = 0; micro < plan_.shape.grad_accum; micro++) {
+    parts_.model.set_dropout_position(static_cast<uint32_t>(step), micro_token0(micro));
+    parts_.model.train_forward_deferred_loss(inputs_.data() + micro * NT, targets_.data() + micro * NT, plan_.shape.B,
+                                             plan_.shape.T, dloss_scale);
+    parts_.dp.backward(parts_.model, micro + 1 == plan_.shape.grad_accum);
   }
 }
 
@@ -270,9 +266,9 @@ void TrainingRun::accumulate_gradients(int step, float dloss_scale) {
 void TrainingRun::reduce_gradients(bool clip) {
   {
     const ProfileRange range(*backend_, "gradient reduce (collective)");
-    dp_.reduce_gradients(model_);
+    parts_.dp.reduce_gradients();
   }
-  if (clip) dp_.queue_grad_clip(model_, opts_.grad_clip);
+  if (clip) parts_.dp.queue_grad_clip(plan_.opts.grad_clip);
 }
 
 // No update with a non-finite loss or norm (--on-nan stop throws; skip counts
@@ -282,15 +278,15 @@ TrainingRun::StepVerdict TrainingRun::judge_step(int step, double loss, double n
   StepVerdict v;
   v.finite = std::isfinite(loss) && std::isfinite(norm);
   const std::string what = std::isfinite(loss) ? "gradient norm" : "loss";
-  if (!v.finite && opts_.on_nan == "stop")
+  if (!v.finite && plan_.opts.on_nan == "stop")
     throw std::runtime_error("non-finite " + what + " at step " + std::to_string(step + 1) +
                              " (weights not updated; last checkpoint kept; --on-nan skip to continue)");
   if (!v.finite) {
     nan_skips_++;
-    if (++nan_run_ >= opts_.max_nan_skips)
+    if (++nan_run_ >= plan_.opts.max_nan_skips)
       throw std::runtime_error("non-finite " + what + " in " + std::to_string(nan_run_) +
                                " consecutive steps, the last step " + std::to_string(step + 1) +
-                               " (--on-nan skip, --max-nan-skips " + std::to_string(opts_.max_nan_skips) +
+                               " (--on-nan skip, --max-nan-skips " + std::to_string(plan_.opts.max_nan_skips) +
                                "; last checkpoint kept)");
   } else if (spikes_.enabled()) {
     v.spike = spikes_.observe(loss, norm);
@@ -306,10 +302,11 @@ void TrainingRun::apply_update(int step) {
   const int t = step + 1 - static_cast<int>(spikes_.skips());
   {
     const ProfileRange range(*backend_, "optimizer");
-    optimizer_.step(model_.params(), dp_.shard_grads(model_), schedule_.at(step), dp_.clip_state(), t, hyper_);
+    parts_.optimizer.step(parts_.model.params(), parts_.dp.shard_grads(), schedule_.at(step), parts_.dp.clip_state(), t,
+                          plan_.opts.adamw);
   }
   const ProfileRange range(*backend_, "parameter gather (collective)");
-  dp_.gather_params(model_);
+  parts_.dp.gather_params(parts_.model);
 }
 
 void TrainingRun::log_step(int step, double loss, double norm, double dt, uint64_t supervised,
@@ -325,9 +322,9 @@ void TrainingRun::log_step(int step, double loss, double norm, double dt, uint64
   rec.grad_norm = norm;
   rec.lr = schedule_.at(step);
   rec.ms = dt * 1000.0;
-  rec.tok_per_s = shape_.total_batch / dt;
-  rec.mfu = mfu(flops_per_token(cfg_, shape_.T, layout_.total), static_cast<double>(shape_.total_batch), dt, peak_,
-                dist_.world);
+  rec.tok_per_s = plan_.shape.total_batch / dt;
+  rec.mfu = mfu(flops_per_token(plan_.cfg, plan_.shape.T, plan_.layout.total),
+                static_cast<double>(plan_.shape.total_batch), dt, peak_, dist_.world);
   rec.eta_s = (timed_steps_ ? time_sum_ / timed_steps_ : dt) * (total_steps_ - step - 1);
   rec.skipped = !verdict.apply();
   rec.skip_note = verdict.finite ? spikes_.describe(verdict.spike) : " | SKIPPED (non-finite)";
@@ -352,14 +349,14 @@ void TrainingRun::log_device_memory(int step) {
 
 int TrainingRun::run() {
   init_or_resume();
-  peak_ = run_peak(opts_, *backend_);
+  peak_ = run_peak(plan_.opts, *backend_);
   log_banner();
   last_step_done_ = start_step_;
   try {
     for (int step = start_step_; step < total_steps_; step++) {
       if (should_stop(comms_.host)) return stop();
-      if (val_loader_ && step % opts_.val_every == 0 && validate(step, /*at_end=*/false)) break;  // early stopping
-      if (opts_.sample_every > 0 && step > start_step_ && step % opts_.sample_every == 0) {
+      if (val_loader_ && step % plan_.opts.val_every == 0 && validate(step, /*at_end=*/false)) break;  // early stopping
+      if (plan_.opts.sample_every > 0 && step > start_step_ && step % plan_.opts.sample_every == 0) {
         sample(step);
         if (should_stop(comms_.host)) return stop();  // a signal during the sample: no further step
       }
@@ -367,7 +364,7 @@ int TrainingRun::run() {
       train_step(step);
       profile_window(step, false);
       last_step_done_ = step + 1;
-      const bool periodic = opts_.checkpoint_every > 0 && last_step_done_ % opts_.checkpoint_every == 0;
+      const bool periodic = plan_.opts.checkpoint_every > 0 && last_step_done_ % plan_.opts.checkpoint_every == 0;
       if ((periodic || is_milestone_step(last_step_done_)) && last_step_done_ < total_steps_)
         save_checkpoint(last_step_done_);
     }

@@ -104,34 +104,28 @@ class TrainingRun {
     return saved_step_ == step || (resumed_here_ && step == start_step_);
   }
   void sample(int step);
-  bool is_milestone_step(int step) const { return opts_.milestone_every > 0 && step % opts_.milestone_every == 0; }
+  bool is_milestone_step(int step) const {
+    return plan_.opts.milestone_every > 0 && step % plan_.opts.milestone_every == 0;
+  }
   void save_checkpoint(int step);
   int finish();
   std::vector<float> final_weights();
   int stop();
 
   const RunPlan& plan_;
-  const TrainOptions& opts_;   // plan_.opts
   const DistContext& dist_;
   const bool main_rank_;
   TrainLogger& log_;
   std::unique_ptr<Backend> backend_;
-  const GPT2Config& cfg_;      // plan_.cfg
   const RunDropout dropout_;   // the rates in effect and where they come from
-  const BatchShape& shape_;    // plan_.shape
-  const ParamLayout& layout_;  // plan_.layout
   Communicators comms_;
   RunAssembly parts_;          // DataParallel, the model, AdamW
-  DataParallel& dp_;
-  GPT2& model_;
-  AdamW& optimizer_;
   DataLoader train_loader_;
   std::unique_ptr<DataLoader> val_loader_;
   int64_t steps_per_epoch_ = 0;
   int total_steps_ = 0;
   std::string length_why_;  // what total_steps_ comes from (--max-steps, --epochs)
   std::string attention_;   // the banner's attention kernel and why ("" on the CPU)
-  const AdamWHyper hyper_;
   LrSchedule schedule_;
   std::string schedule_source_ = "from the flags";
   std::unique_ptr<Tokenizer> tokenizer_;

@@ -37,22 +37,18 @@ size_t ZeroStaging::bytes() const {
   return n;
 }
 
-void ZeroStaging::unit_begin(int unit) {
-  backend_.zero(buffers_[unit < 0 ? kRestBuffer : buffer_of(unit)]);
-}
-
-// Where tensor t (layer l) sits in its unit's packed buffer: the plan's packing.
-Tensor ZeroStaging::grad(int t, int l) {
-  if (t == kWte) return Tensor{};
-  const bool per_layer = ParamLayout::is_per_layer(t);
-  const int u = per_layer ? l : plan_.rest_unit();
-  const size_t global = per_layer ? layout_.layer_offset(t, l) : layout_.offset[t];
-  const size_t n = per_layer ? layout_.layer_numel(t) : layout_.numel[t];
-  return buffers_[buffer_of(u)].slice(plan_.unit(u).packed_position(global), n);
-}
-
-void ZeroStaging::unit_done(int unit) {
-  if (on_done_) on_done_(unit);
+ParamGrads ZeroStaging::begin_unit(int l) {
+  const int u = l < 0 ? plan_.rest_unit() : l;
+  Tensor buffer = buffers_[buffer_of(u)];
+  backend_.zero(buffer);
+  ParamGrads g;
+  for (int t = 0; t < kNumParamTensors; t++) {
+    if (t == kWte || ParamLayout::is_per_layer(t) != (l >= 0)) continue;
+    const size_t global = l >= 0 ? layout_.layer_offset(t, l) : layout_.offset[t];
+    const size_t n = l >= 0 ? layout_.layer_numel(t) : layout_.numel[t];
+    g[t] = buffer.slice(plan_.unit(u).packed_position(global), n);
+  }
+  return g;
 }
 
 }  // namespace gpt2

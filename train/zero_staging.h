@@ -1,5 +1,5 @@
-// ZeRO-2's gradient staging, the sink a GradMode::kExternal model's backward
-// writes into in place of a full gradient buffer: one layer's unit buffer at a
+// ZeRO-2's gradient staging, what the backward writes into in place of a full
+// gradient buffer: one layer's unit buffer at a
 // time (two used alternately, layer l in buffer l % 2, when one's exchange may
 // still read it while the next layer's backward writes the other), and the
 // rest unit (wpe, lnfw, lnfb). Each buffer holds its unit packed as ZeroPlan
@@ -11,7 +11,6 @@
 #define TRAIN_ZERO_STAGING_H
 
 #include <array>
-#include <functional>
 
 #include "backend/backend.h"
 #include "distributed/zero_plan.h"
@@ -19,18 +18,20 @@
 
 namespace gpt2 {
 
-class ZeroStaging : public GradientSink {
+class ZeroStaging {
  public:
   // `layer_buffers`: 1, or 2 to alternate. Buffers are of the backend's
   // gradient type. `plan` must outlive the staging (DataParallel owns both).
   ZeroStaging(Backend& backend, const ZeroPlan& plan, const ParamLayout& layout, int layer_buffers);
   ZeroStaging(Backend&, ZeroPlan&&, const ParamLayout&, int) = delete;
-  ~ZeroStaging() override;
+  ~ZeroStaging();
   ZeroStaging(const ZeroStaging&) = delete;
   ZeroStaging& operator=(const ZeroStaging&) = delete;
 
-  // Runs as each layer unit (then -1, the rest) is final in the backward.
-  void set_on_unit_done(std::function<void(int unit)> on_done) { on_done_ = std::move(on_done); }
+  // Zeroes the buffer of layer l's unit (l = -1: the rest unit's) and returns
+  // the views of its tensors in the plan's packing, for the backward to add
+  // into. kWte stays empty: its chunks are made after the backward.
+  ParamGrads begin_unit(int l);
   // The packed send buffer of plan unit u (layer, rest or wte chunk), and
   // which buffer that is: layer buffer 0 or 1, or 2 for the rest.
   Tensor unit(int u) const;
@@ -38,19 +39,12 @@ class ZeroStaging : public GradientSink {
   static constexpr int kRestBuffer = 2;
   size_t bytes() const;
 
-  // GradientSink: zeroes a unit's buffer before the backward writes it;
-  // tensor views inside it (kWte: none, the caller's chunks); the callback.
-  void unit_begin(int unit) override;
-  Tensor grad(int t, int l) override;
-  void unit_done(int unit) override;
-
  private:
   Backend& backend_;
   const ZeroPlan& plan_;
   const ParamLayout layout_;
   const int layer_buffers_;
   std::array<Tensor, 3> buffers_;  // layer buffers 0, 1 (one when not alternating), the rest
-  std::function<void(int)> on_done_;
 };
 
 }  // namespace gpt2

@@ -71,7 +71,7 @@ std::string replaced_path(const std::string& path) {
   struct stat st;
   if (lstat(path.c_str(), &st) != 0 || !S_ISLNK(st.st_mode)) return path;
   char* real = realpath(path.c_str(), nullptr);
-  if (!real) return path;  // a dangling link: replaced by the file (as before)
+  if (!real) return path;  // a dangling link: the write replaces it with a regular file
   std::string r(real);
   std::free(real);
   return r;

@@ -44,6 +44,7 @@ int main(int argc, char** argv) {
     auto be = make_cpu_backend(threads);
     GPT2 m(*be, cfg, B, T);
     m.init_random(1);
+    Tensor grads = be->alloc(m.param_capacity(), BufferRole::kGrads);
     AdamW opt(*be, m.layout(), 0, m.num_parameters());
     AdamWHyper h;
     std::vector<int32_t> x(B * T), y(B * T);
@@ -54,12 +55,13 @@ int main(int argc, char** argv) {
     std::vector<double> times;
     for (int s = 0; s < warmup + steps; s++) {
       auto t0 = std::chrono::steady_clock::now();
-      m.zero_grad();
-      m.forward(x.data(), y.data(), B, T, true, 1.0f / (B * T));
-      m.backward(B, T);
-      be->sum_squares_into(clip, m.grads());  // the trainer's step: clip to norm 1 on the backend
+      be->zero(grads);
+      m.train_forward_deferred_loss(x.data(), y.data(), B, T, 1.0f / (B * T));
+      m.backward(grads);
+      m.collect_train_losses();
+      be->sum_squares_into(clip, grads);  // the trainer's step: clip to norm 1 on the backend
       be->clip_scale(clip, 1.0f);
-      opt.step(m.params(), m.grads(), 1e-4f, clip, s + 1, h);
+      opt.step(m.params(), grads, 1e-4f, clip, s + 1, h);
       be->synchronize();
       double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       if (s >= warmup) times.push_back(dt);

@@ -22,6 +22,7 @@
 
 #include "backend/cuda/cuda_backend.h"
 #include "model/gpt2.h"
+#include "test/model/train_helpers.h"
 #include "test/tiny_config.h"
 
 namespace gpt2 {
@@ -51,13 +52,13 @@ StepResult train_step(Backend& be, const DropoutRates& dropout = DropoutRates{})
   }
   inputs[3] = inputs[9];  // a repeated token: dwte rows accumulate
   StepResult r;
-  model.zero_grad();
-  r.loss = model.forward(inputs.data(), targets.data(), kB, kT, true, 1.0f / (kB * kT));
+  FlatGrads grads(be, model);
+  model.train_forward_deferred_loss(inputs.data(), targets.data(), kB, kT, 1.0f / (kB * kT));
   r.losses = model.losses();
-  model.backward(kB, kT);
+  r.loss = static_cast<float>(model.collect_train_losses().mean());
+  model.backward(grads.tensor());
   const ParamLayout& layout = model.layout();
-  r.grads.resize(layout.total);
-  be.download(r.grads.data(), model.grads().slice(0, layout.total));
+  r.grads = grads.download(layout.total);
   // AdamW, per tensor with the trainer's weight-decay rule.
   Tensor m = be.alloc(layout.total, BufferRole::kOptimizer);
   Tensor v = be.alloc(layout.total, BufferRole::kOptimizer);
@@ -65,7 +66,7 @@ StepResult train_step(Backend& be, const DropoutRates& dropout = DropoutRates{})
   be.zero(v);
   for (int t = 0; t < kNumParamTensors; t++) {
     const size_t off = layout.offset[t], n = layout.numel[t];
-    be.adamw_update(model.params().slice(off, n), Tensor{}, model.grads().slice(off, n),
+    be.adamw_update(model.params().slice(off, n), Tensor{}, grads.tensor().slice(off, n),
                     m.slice(off, n), v.slice(off, n), kLr, kBeta1, kBeta2, kEps,
                     ParamLayout::decays(t) ? kWd : 0.0f, 1.0f, 1);
   }

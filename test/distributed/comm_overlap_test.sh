@@ -15,7 +15,7 @@
 #      test/distributed/zero_cuda_emu_test.sh); ZeRO-2 and ZeRO-1 bitwise equal
 #      to ZeRO-0 (the emulated ring adds the same numbers in the same order);
 #      seed 7 runs with the tied wte gradient in 100-row chunks (3 chunks of
-#      the 256-row vocabulary, GPT2_ZERO2_WTE_CHUNK_ROWS), each exchanged while
+#      the 256-row vocabulary, GPT2_TEST_WTE_CHUNK_ROWS), each exchanged while
 #      the next is built, alternating between the two layer buffers;
 #   2. ZeRO-2 with 2 micro-batches per rank (a rest exchange in flight across
 #      the next micro-step's forward) vs 1 rank x 4 micro-batches; ZeRO-2 bf16
@@ -35,7 +35,7 @@ EMU=build/train_gpt2cu_emu
 . test/distributed/prologue.sh comm_overlap "$EMU"
 export GPT2_EMU_THREADS=1 GPT2_EMU_DEVICE_COUNT=2
 unset GPT2_EMU_STREAMS GPT2_EMU_STREAM_SEED GPT2_TEST_DROP_COMM_WAIT GPT2_TEST_DROP_REUSE_WAIT GPT2_DP_BUCKET_BYTES \
-  GPT2_ZERO2_SLICE_ELEMS GPT2_ZERO2_WTE_CHUNK_ROWS
+  GPT2_ZERO2_SLICE_ELEMS GPT2_TEST_WTE_CHUNK_ROWS
 
 NCCL_TEST=build/test/distributed/comm_nccl_test
 if [ -x "$NCCL_TEST" ]; then
@@ -65,7 +65,7 @@ run2() {
   local name=$1; shift
   timeout -k 10 60 mpirun --allow-run-as-root --oversubscribe -x GPT2_EMU_THREADS -x GPT2_EMU_DEVICE_COUNT \
     -x GPT2_EMU_STREAMS=deferred -x GPT2_EMU_STREAM_SEED="${SEED:-1}" -x GPT2_TEST_DROP_REUSE_WAIT="${DROP:-}" \
-    -x GPT2_DP_BUCKET_BYTES="${BUCKET:-26214400}" -x GPT2_ZERO2_WTE_CHUNK_ROWS="${CHUNK:-}" -np 2 "$EMU" "${common[@]}" "$@" \
+    -x GPT2_DP_BUCKET_BYTES="${BUCKET:-26214400}" -x GPT2_TEST_WTE_CHUNK_ROWS="${CHUNK:-}" -np 2 "$EMU" "${common[@]}" "$@" \
     --output-dir "$W/$name" --log-jsonl "$W/$name.jsonl" >"$W/$name.log" 2>&1
   rc=$?
 }

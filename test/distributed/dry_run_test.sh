@@ -21,7 +21,7 @@ cd "$(dirname "$0")/../.."
 EMU=build/train_gpt2cu_emu
 . test/distributed/prologue.sh dry_run "$EMU"
 export GPT2_EMU_THREADS=1
-unset GPT2_ZERO2_WTE_CHUNK_ROWS GPT2_ZERO2_SLICE_ELEMS
+unset GPT2_TEST_WTE_CHUNK_ROWS GPT2_ZERO2_SLICE_ELEMS
 /usr/bin/env python3 test/distributed/synthetic_shard.py "$W/train.bin" 20000 256
 
 common=(--model d4 --config n_embd=64,n_head=2,max_seq=64,vocab_size=256,padded_vocab_size=256 -B 2 -T 32

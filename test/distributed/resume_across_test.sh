@@ -33,7 +33,7 @@ cd "$(dirname "$0")/../.."
 EMU=build/train_gpt2cu_emu
 . test/distributed/prologue.sh resume_across "$EMU"
 export GPT2_EMU_THREADS=1 OMP_NUM_THREADS=1
-unset GPT2_ZERO2_WTE_CHUNK_ROWS GPT2_ZERO2_SLICE_ELEMS
+unset GPT2_TEST_WTE_CHUNK_ROWS GPT2_ZERO2_SLICE_ELEMS
 /usr/bin/env python3 test/distributed/synthetic_shard.py "$W/train.bin" 20000 256
 
 B=2 T=32

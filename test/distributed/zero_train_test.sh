@@ -76,7 +76,7 @@ done
 # default makes one chunk of this 512-row vocabulary): ZeRO-2 exchanges each
 # chunk on its own, stage 0 makes its gradient in the same chunks: bitwise.
 for z in 0 2; do
-  GPT2_ZERO2_WTE_CHUNK_ROWS=100 "${MPIRUN[@]}" -np 2 -x GPT2_ZERO2_WTE_CHUNK_ROWS ./train_gpt2cu "${common[@]}" \
+  GPT2_TEST_WTE_CHUNK_ROWS=100 "${MPIRUN[@]}" -np 2 -x GPT2_TEST_WTE_CHUNK_ROWS ./train_gpt2cu "${common[@]}" \
     --max-steps 10 --zero-stage $z --output-dir "$W/c$z" --log-jsonl "$W/c$z.jsonl" >"$W/c$z.log" 2>&1 ||
     { bad "mpirun -np 2 --zero-stage $z with 100-row wte chunks failed"; tail -n 20 "$W/c$z.log"; }
 done

@@ -11,7 +11,7 @@
 // bound covers; none is that close here. Under the Haswell, SkylakeX and Zen
 // sgemm kernels every checked quantity is within 4.2e-7.
 //
-// Dropout (issue 26): reference_dropout.bin is one training forward with
+// Dropout: reference_dropout.bin is one training forward with
 // dropout at HF's three sites (embedding, attention probabilities, both
 // projections before the residual add) and util/philox.h's masks, ported to
 // Python; given the same masks (checked here bit for bit against the C++
@@ -43,6 +43,7 @@
 #include "dataloader/shard.h"
 #include "model/gpt2.h"
 #include "model/model_file.h"
+#include "test/model/train_helpers.h"
 #include "util/checked_io.h"
 #include "util/philox.h"
 
@@ -192,11 +193,9 @@ TEST_F(TorchCompare, EveryParameterGradientMatches) {
   model.set_parameters(model_file_.params);
   ASSERT_EQ(model.num_parameters(), ref_.num_params);
   const size_t n = static_cast<size_t>(ref_.B) * ref_.T;
-  model.zero_grad();
-  model.forward(inputs_.data(), targets_.data(), ref_.B, ref_.T, true, 1.0f / n);
-  model.backward(ref_.B, ref_.T);
-  std::vector<float> g(model.num_parameters());
-  be->download(g.data(), model.grads());
+  FlatGrads grads(*be, model);
+  train_forward_backward(model, inputs_.data(), targets_.data(), ref_.B, ref_.T, 1.0f / n, grads);
+  const std::vector<float> g = grads.download(model.num_parameters());
   const ParamLayout& lay = model.layout();
   for (int t = 0; t < kNumParamTensors; t++) {
     const double err = rel_l2(g.data() + lay.offset[t], ref_.grads.data() + lay.offset[t], lay.numel[t]);
@@ -222,9 +221,11 @@ TEST_F(TorchCompare, MaskedLossAndGradientsMatchIgnoreIndex) {
   auto be = make_cpu_backend(0);
   GPT2 model(*be, model_file_.config, ref_.B, ref_.T);
   model.set_parameters(model_file_.params);
-  model.zero_grad();
-  const float loss = model.forward(inputs_.data(), targets.data(), ref_.B, ref_.T, true, 1.0f / supervised);
-  EXPECT_EQ(model.loss_count(), supervised);
+  FlatGrads grads(*be, model);
+  model.train_forward_deferred_loss(inputs_.data(), targets.data(), ref_.B, ref_.T, 1.0f / supervised);
+  const LossSum sum = model.collect_train_losses();
+  const float loss = static_cast<float>(sum.mean());
+  EXPECT_EQ(sum.count, supervised);
   std::printf("masked loss %.9f vs torch %.9f (%zu of %zu targets supervised)\n", loss, masked.loss, supervised,
               targets.size());
   EXPECT_LT(std::fabs(loss - masked.loss) / masked.loss, kRelTol);
@@ -235,9 +236,8 @@ TEST_F(TorchCompare, MaskedLossAndGradientsMatchIgnoreIndex) {
     if (targets[i] != kIgnoreTarget) continue;
     ASSERT_EQ(losses[i], 0.0f) << "position " << i;
   }
-  model.backward(ref_.B, ref_.T);
-  std::vector<float> g(model.num_parameters());
-  be->download(g.data(), model.grads());
+  model.backward(grads.tensor());
+  const std::vector<float> g = grads.download(model.num_parameters());
   const ParamLayout& lay = model.layout();
   for (int t = 0; t < kNumParamTensors; t++) {
     const double err = rel_l2(g.data() + lay.offset[t], masked.grads.data() + lay.offset[t], lay.numel[t]);
@@ -253,16 +253,17 @@ TEST_F(TorchCompare, AllTargetsIgnoredGivesExactlyZeroGradient) {
   auto be = make_cpu_backend(0);
   GPT2 model(*be, model_file_.config, ref_.B, ref_.T);
   model.set_parameters(model_file_.params);
-  model.zero_grad();
-  EXPECT_EQ(model.forward(inputs_.data(), none.data(), ref_.B, ref_.T, true, 1.0f), 0.0f);
-  EXPECT_EQ(model.loss_count(), 0u);
-  model.backward(ref_.B, ref_.T);
-  std::vector<float> g(model.num_parameters());
-  be->download(g.data(), model.grads());
+  FlatGrads grads(*be, model);
+  model.train_forward_deferred_loss(inputs_.data(), none.data(), ref_.B, ref_.T, 1.0f);
+  const LossSum sum = model.collect_train_losses();
+  EXPECT_EQ(sum.sum, 0.0);
+  EXPECT_EQ(sum.count, 0u);
+  model.backward(grads.tensor());
+  const std::vector<float> g = grads.download(model.num_parameters());
   for (size_t i = 0; i < g.size(); i++) ASSERT_EQ(g[i], 0.0f) << "gradient element " << i;
 }
 
-// One training step (prepare_backward, the loss as the mean over the B*T
+// One training step (a training forward, the loss as the mean over the B*T
 // targets): the loss, the logits and every parameter gradient. The fused
 // classifier turns a training forward's logits into dlogits, so the logits come
 // from a training forward without targets first (it drops too, with the same
@@ -275,18 +276,17 @@ struct Step {
 Step training_step(Backend& be, GPT2& model, const std::vector<int32_t>& inputs, const std::vector<int32_t>& targets,
                    int B, int T, int V) {
   Step s;
-  model.forward(inputs.data(), nullptr, B, T, true);
+  model.train_forward_deferred_loss(inputs.data(), nullptr, B, T, 0.0f);
   for (int b = 0; b < B; b++)
     for (int t = 0; t < T; t++) {
       std::vector<float> row = model.logits_at(b, t);
       EXPECT_EQ(row.size(), static_cast<size_t>(V));
       s.logits.insert(s.logits.end(), row.begin(), row.end());
     }
-  model.zero_grad();
-  s.loss = model.forward(inputs.data(), targets.data(), B, T, true, 1.0f / (static_cast<size_t>(B) * T));
-  model.backward(B, T);
-  s.grads.resize(model.num_parameters());
-  be.download(s.grads.data(), model.grads());
+  FlatGrads grads(be, model);
+  s.loss = train_forward_backward(model, inputs.data(), targets.data(), B, T, 1.0f / (static_cast<size_t>(B) * T),
+                                  grads);
+  s.grads = grads.download(model.num_parameters());
   return s;
 }
 

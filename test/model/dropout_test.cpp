@@ -15,6 +15,7 @@
 
 #include "backend/backend.h"
 #include "model/gpt2.h"
+#include "test/model/train_helpers.h"
 #include "test/tiny_config.h"
 #include "util/rng.h"
 
@@ -43,17 +44,19 @@ Step train_step(const DropoutRates& rates, const Batch& b, int B, int T, uint32_
                 int recompute = 0) {
   const GPT2Config cfg = small_config();
   auto be = make_cpu_backend(1);
-  GPT2 model(*be, cfg, B, T, GradMode::kFull, 0, recompute);
+  ModelOptions opts;
+  opts.recompute = recompute;
+  GPT2 model(*be, cfg, B, T, opts);
   model.init_random(7);
   model.set_dropout(rates, 2026);
   model.set_dropout_position(step, token0);
-  model.zero_grad();
+  FlatGrads grads(*be, model);
   Step r;
-  r.loss = model.forward(b.in.data(), b.tg.data(), B, T, true, 1.0f / (B * T));
+  model.train_forward_deferred_loss(b.in.data(), b.tg.data(), B, T, 1.0f / (B * T));
   r.losses = model.losses();
-  model.backward(B, T);
-  r.grads.resize(model.num_parameters());
-  be->download(r.grads.data(), model.grads().slice(0, model.num_parameters()));
+  r.loss = static_cast<float>(model.collect_train_losses().mean());
+  model.backward(grads.tensor());
+  r.grads = grads.download(model.num_parameters());
   return r;
 }
 
@@ -82,7 +85,8 @@ TEST(ModelDropout, EvaluationForwardsDoNotDrop) {
   const float plain = model.forward(b.in.data(), b.tg.data(), 2, 16);
   model.set_dropout(kRates, 2026);
   EXPECT_EQ(model.forward(b.in.data(), b.tg.data(), 2, 16), plain);
-  EXPECT_NE(model.forward(b.in.data(), b.tg.data(), 2, 16, true, 1.0f / 32), plain);
+  model.train_forward_deferred_loss(b.in.data(), b.tg.data(), 2, 16, 1.0f / 32);
+  EXPECT_NE(static_cast<float>(model.collect_train_losses().mean()), plain);
 }
 
 // d/de loss(theta + e d) at e = 0 against grad . d, the masks fixed by (step, token0).
@@ -99,28 +103,31 @@ TEST(ModelDropout, BackwardIsTheDerivativeWithTheSameMasks) {
   Rng rng(5);
   std::vector<float> dir(theta.size());
   for (auto& x : dir) x = static_cast<float>(rng.normal() * 0.01);
-  model.zero_grad();
-  model.forward(b.in.data(), b.tg.data(), B, T, true, 1.0f / (B * T));
-  model.backward(B, T);
-  std::vector<float> g(model.num_parameters());
-  be->download(g.data(), model.grads().slice(0, g.size()));
+  std::vector<float> g;
+  {
+    FlatGrads grads(*be, model);
+    train_forward_backward(model, b.in.data(), b.tg.data(), B, T, 1.0f / (B * T), grads);
+    g = grads.download(model.num_parameters());
+  }
   double gd = 0;
   for (size_t i = 0; i < g.size(); i++) gd += double(g[i]) * dir[i];
   auto loss_at = [&](double e) {
     std::vector<float> p(theta.size());
     for (size_t i = 0; i < p.size(); i++) p[i] = static_cast<float>(theta[i] + e * dir[i]);
     model.set_parameters(p);
-    return double(model.forward(b.in.data(), b.tg.data(), B, T, true, 1.0f / (B * T)));
+    model.train_forward_deferred_loss(b.in.data(), b.tg.data(), B, T, 1.0f / (B * T));
+    return double(static_cast<float>(model.collect_train_losses().mean()));
   };
   const double e = 0.05, fd = (loss_at(e) - loss_at(-e)) / (2 * e);
   EXPECT_NEAR(fd, gd, 2e-3 * std::fabs(gd) + 1e-5) << "finite difference " << fd << " vs grad.d " << gd;
   // the same check without the backward's masks would be far off: the masked gradient differs
   model.set_parameters(theta);
   model.set_dropout(DropoutRates{}, 2026);
-  model.zero_grad();
-  model.forward(b.in.data(), b.tg.data(), B, T, true, 1.0f / (B * T));
-  model.backward(B, T);
-  be->download(g.data(), model.grads().slice(0, g.size()));
+  {
+    FlatGrads grads(*be, model);
+    train_forward_backward(model, b.in.data(), b.tg.data(), B, T, 1.0f / (B * T), grads);
+    g = grads.download(model.num_parameters());
+  }
   double gd_plain = 0;
   for (size_t i = 0; i < g.size(); i++) gd_plain += double(g[i]) * dir[i];
   EXPECT_GT(std::fabs(gd_plain - gd), 20 * (2e-3 * std::fabs(gd) + 1e-5));

@@ -13,6 +13,7 @@
 
 #include "backend/backend.h"
 #include "model/gpt2.h"
+#include "test/model/train_helpers.h"
 #include "test/tiny_config.h"
 #include "util/rng.h"
 
@@ -31,20 +32,20 @@ StepResult two_micro_steps(int recompute) {
   const GPT2Config cfg = small_config();
   const int B = 2, T = 16;
   auto be = make_cpu_backend(1);
-  GPT2 model(*be, cfg, B, T, GradMode::kFull, 0, recompute);
+  ModelOptions opts;
+  opts.recompute = recompute;
+  GPT2 model(*be, cfg, B, T, opts);
   model.init_random(7);
+  FlatGrads grads(*be, model);
   Rng rng(11);
   std::vector<int32_t> in(B * T), tg(B * T);
   StepResult r;
-  model.zero_grad();
   for (int micro = 0; micro < 2; micro++) {  // the shared GELU buffer is rewritten between micro-steps
     for (auto& x : in) x = static_cast<int32_t>(rng.below(cfg.vocab_size));
     for (auto& x : tg) x = static_cast<int32_t>(rng.below(cfg.vocab_size));
-    r.loss += model.forward(in.data(), tg.data(), B, T, true, 1.0f / (2 * B * T));
-    model.backward(B, T);
+    r.loss += train_forward_backward(model, in.data(), tg.data(), B, T, 1.0f / (2 * B * T), grads);
   }
-  r.grads.resize(model.num_parameters());
-  be->download(r.grads.data(), model.grads().slice(0, model.num_parameters()));
+  r.grads = grads.download(model.num_parameters());
   r.activation_bytes = model.activation_bytes();
   return r;
 }
@@ -74,8 +75,11 @@ TEST(Recompute, LayernormRecomputeGivesBitwiseTheSameGradients) {
 
 TEST(Recompute, RefusesUnknownLevels) {
   auto be = make_cpu_backend(1);
-  EXPECT_THROW(GPT2(*be, small_config(), 1, 8, GradMode::kFull, 0, 3), std::runtime_error);
-  EXPECT_THROW(GPT2(*be, small_config(), 1, 8, GradMode::kFull, 0, -1), std::runtime_error);
+  for (int level : {3, -1}) {
+    ModelOptions opts;
+    opts.recompute = level;
+    EXPECT_THROW(GPT2(*be, small_config(), 1, 8, opts), std::runtime_error);
+  }
 }
 
 }  // namespace

@@ -19,6 +19,7 @@
 #include "backend/backend.h"
 #include "distributed/comm.h"
 #include "model/gpt2.h"
+#include "test/model/train_helpers.h"
 #include "test/tiny_config.h"
 #include "train/data_parallel.h"
 
@@ -87,11 +88,11 @@ double one_step(Backend& be, DataParallel& dp, GPT2& model) {
     targets[i] = (i * 11 + 5) % 32;
   }
   dp.begin_step();
-  model.zero_grad();
-  model.forward(inputs.data(), targets.data(), B, T, true, 1.0f / (B * T));
-  dp.backward(model, B, T);
-  dp.reduce_gradients(model);
-  dp.queue_grad_clip(model, 1.0f);
+  model.train_forward_deferred_loss(inputs.data(), targets.data(), B, T, 1.0f / (B * T));
+  dp.backward(model);
+  model.collect_train_losses();
+  dp.reduce_gradients();
+  dp.queue_grad_clip(1.0f);
   const double norm = dp.grad_norm();
   dp.gather_params(model);
   return norm;
@@ -106,7 +107,7 @@ TEST_P(DataParallelRouting, BuffersAndTheNormGoOverTheBufferCommunicator) {
   const GPT2Config cfg = tiny_config();
   const ParamLayout layout = ParamLayout::for_config(cfg);
   DataParallel dp(*be, buffers, layout, stage);
-  GPT2 model(*be, cfg, 2, 8, dp.grad_mode(), dp.param_capacity());
+  GPT2 model(*be, cfg, 2, 8, dp.model_options(0));
   model.init_random(7);
   EXPECT_GT(one_step(*be, dp, model), 0.0);
 
@@ -172,18 +173,22 @@ TEST(DataParallel, StagedGradientsEqualTheFullBufferBitwise) {
   EXPECT_EQ(layout.wte_chunk_rows(), 160u);  // a layer buffer of C=16 holds 205 rows: capped at Vp
   std::unique_ptr<Backend> be = make_cpu_backend(2);
   constexpr int B = 2, T = 8;
-  for (const char* rows : {"", "7"}) {
-    SCOPED_TRACE(std::string("GPT2_ZERO2_WTE_CHUNK_ROWS=") + rows);
-    if (*rows) setenv("GPT2_ZERO2_WTE_CHUNK_ROWS", rows, 1);
-    const ParamLayout chunked = ParamLayout::for_config(cfg);  // the layout reads the chunk rows
-    GPT2 full(*be, cfg, B, T);  // its wte gradient is made in the same chunks
+  for (size_t rows : {0, 7}) {
+    SCOPED_TRACE("wte chunk rows " + std::to_string(rows));
+    const ParamLayout chunked = ParamLayout::for_config(cfg, rows);
+    ModelOptions full_opts;
+    full_opts.wte_chunk_rows = rows;  // its wte gradient is made in the same chunks
+    GPT2 full(*be, cfg, B, T, full_opts);
     full.init_random(11);
+    FlatGrads full_grads(*be, full);
     const ZeroPlan plan(zero_tensor_specs(chunked), 1);
-    GPT2 staged(*be, cfg, B, T, GradMode::kExternal);
+    ModelOptions staged_opts = full_opts;
+    staged_opts.keep_dlogits = true;
+    GPT2 staged(*be, cfg, B, T, staged_opts);
     ZeroStaging staging(*be, plan, chunked, 2);  // the layer buffers alternate (the overlapped stage 2)
     staged.set_parameters(full.get_parameters());
     EXPECT_EQ(staged.layout().num_wte_chunks(), plan.num_chunk_units());
-    EXPECT_EQ(plan.num_chunk_units(), *rows ? 23 : 1);
+    EXPECT_EQ(plan.num_chunk_units(), rows ? 23 : 1);
     std::vector<float> assembled(layout.total, 0.0f);
     auto take = [&](int unit) {  // adds the unit's packed buffer into its flat places
       Tensor g = staging.unit(unit);
@@ -194,26 +199,31 @@ TEST(DataParallel, StagedGradientsEqualTheFullBufferBitwise) {
       for (const ElemRange& r : plan.unit(unit).ranges)
         for (size_t e = r.begin; e < r.end; e++) assembled[e] += host[k++];
     };
-    full.zero_grad();
     for (int micro = 0; micro < 2; micro++) {
       std::vector<int32_t> inputs(B * T), targets(B * T);
       for (int i = 0; i < B * T; i++) {
         inputs[i] = (i * 37 + 3 + micro) % 157;
         targets[i] = (i * 11 + 5 * micro) % 157;
       }
-      for (GPT2* m : {&full, &staged}) m->forward(inputs.data(), targets.data(), B, T, true, 0.25f);
-      full.backward(B, T);
-      staging.set_on_unit_done([&](int layer) {
-        if (layer >= 0) take(layer);
-      });
-      staged.backward(B, T, &staging);
+      for (GPT2* m : {&full, &staged}) {
+        m->train_forward_deferred_loss(inputs.data(), targets.data(), B, T, 0.25f);
+        m->collect_train_losses();
+      }
+      full.backward(full_grads.tensor());
+      // DataParallel's synchronous stage 2, piece by piece.
+      const ParamGrads rest = staging.begin_unit(-1);
+      staged.backward_head(rest);
+      for (int l = cfg.num_layers - 1; l >= 0; l--) {
+        staged.backward_layer(l, staging.begin_unit(l));
+        take(l);
+      }
+      staged.backward_embeddings(rest);
       take(plan.rest_unit());
       for (int k = 0; k < plan.num_chunk_units(); k++) {
         staged.wte_grad_chunk(k, staging.unit(plan.first_chunk_unit() + k));
         take(plan.first_chunk_unit() + k);
       }
-      std::vector<float> want(layout.total);
-      be->download(want.data(), full.grads().slice(0, layout.total));
+      const std::vector<float> want = full_grads.download(layout.total);
       // The first micro-step: the same numbers added in the same order. The
       // second: the full buffer accumulates in place, the staged units are
       // added here afterwards, so the sum agrees to the rounding of additions:
@@ -228,7 +238,6 @@ TEST(DataParallel, StagedGradientsEqualTheFullBufferBitwise) {
         else ASSERT_NEAR(assembled[e], want[e], 1e-6f * (1.0f + std::fabs(want[e]))) << "gradient element " << e;
       }
     }
-    unsetenv("GPT2_ZERO2_WTE_CHUNK_ROWS");
   }
 }
 

@@ -1,4 +1,4 @@
-// --memory-check's measurement and comparison (issue 25, item 4), from the
+// --memory-check's measurement and comparison, from the
 // texts the kernel's files hold, and the plan it compares against; on a GPU,
 // the comparison with the free memory its backend reports.
 #include <gtest/gtest.h>
@@ -95,9 +95,9 @@ TEST(MemoryCheck, RefusesWarnsOrIsOff) {
     EXPECT_NE(std::string(e.what()).find("not enough memory: this run needs"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("--memory-check warn (or off) to run anyway"), std::string::npos);
   }
-  plan.opts.memory_check = "warn";
+  o.memory_check = "warn";
   EXPECT_NO_THROW(check_host_memory(plan, dist));
-  plan.opts.memory_check = "on";
+  o.memory_check = "on";
   setenv("GPT2_TEST_AVAILABLE_MEMORY", std::to_string(need).c_str(), 1);
   EXPECT_NO_THROW(check_host_memory(plan, dist));
   dist.local_world = 2;  // two ranks of this node need twice as much
@@ -158,7 +158,7 @@ TEST(MemoryCheck, DeviceCheckRefusesWarnsOrIsOff) {
 }
 
 // A backend of host memory (the CPU backend, which has no device memory) is
-// held against the host's budget, as before the GPU check existed.
+// held against the host's budget.
 TEST(MemoryCheck, RunOnTheCpuBackendChecksHostMemory) {
   TrainOptions o;
   o.device = Device::kCpu;
@@ -176,14 +176,14 @@ TEST(MemoryCheck, RunOnTheCpuBackendChecksHostMemory) {
   } catch (const std::runtime_error& e) {
     EXPECT_EQ(std::string(e.what()).rfind("not enough memory: this run needs", 0), 0u) << e.what();
   }
-  plan.opts.memory_check = "off";
+  o.memory_check = "off";
   EXPECT_NO_THROW(check_run_memory(plan, dist, *cpu));
   unsetenv("GPT2_TEST_AVAILABLE_MEMORY");
 }
 
 }  // namespace
 // --dry-run plans the run training would make: --init-from FILE is the model
-// (it used to plan the default --model d12), and the plan's T is capped to it.
+// (not the default --model d12), and the plan's T is capped to it.
 TEST(MemoryPlan, InitFromNamesTheModelPlanned) {
   const TempDir dir("memory_plan");
   const GPT2Config cfg = tiny_gpt2_config(2, 2, 32, 16, 64);

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "test/temp_dir.h"
@@ -38,14 +39,14 @@ TEST(Options, DefaultsAndValues) {
                           "--config", "n_embd=96", "--zero-stage", "2", "-o", "out"});
   EXPECT_EQ(o.batch_size, 8);
   EXPECT_EQ(o.seq_len, 128);
-  EXPECT_FLOAT_EQ(o.lr, 1e-3f);
+  EXPECT_FLOAT_EQ(o.schedule.max_lr, 1e-3f);
   EXPECT_TRUE(o.no_shuffle);
   EXPECT_EQ(o.model, "d6");
   EXPECT_EQ(o.config_overrides, "n_embd=96");
   EXPECT_EQ(o.zero_stage, 2);
   EXPECT_EQ(o.output_dir, "out");
   EXPECT_EQ(o.grad_clip, 1.0f);      // untouched default
-  EXPECT_EQ(o.lr_schedule, "cosine");
+  EXPECT_EQ(o.schedule.kind, LrScheduleKind::kCosine);
   EXPECT_EQ(o.gelu_fusion, "on");
   EXPECT_EQ(parse({"--gelu-fusion", "off"}).gelu_fusion, "off");
 }
@@ -147,8 +148,8 @@ TEST(GradAccum, DividesExactlyAndNeverOverflows) {
   }
 }
 
-// Issue 25, item 9: flags that were silently ignored or replaced, and values
-// found bad only at start-up (exit 1), are errors of the command line (exit 2).
+// Flags that would be silently ignored or replaced, and values found bad only
+// at start-up, are errors of the command line (exit 2).
 TEST(Options, IgnoredOrReplacedFlagsAreUsageErrors) {
   EXPECT_EQ(error_of({"--checkpoint-every", "5"}),
             "--checkpoint-every needs --output-dir (where checkpoints are written; without it none is)");
@@ -175,7 +176,7 @@ TEST(Options, MemoryCheck) {
   EXPECT_NE(error_of({"--memory-check", "no"}).find("one of on, warn, off"), std::string::npos);
 }
 
-// Issue 26: --epochs, --keep-best, early stopping, --resume [PATH] / --resume-from PATH.
+// --epochs, --keep-best, early stopping, --resume [PATH] / --resume-from PATH.
 TEST(Options, EpochsKeepBestAndEarlyStopping) {
   TrainOptions o = parse({"--epochs", "2.5", "--keep-best", "-o", "out", "--early-stopping-patience", "3",
                           "--early-stopping-threshold", "0.01"});
@@ -243,7 +244,7 @@ std::string shown(const TrainOptions& o, const std::string& flag) {
   return "(not described)";
 }
 
-// Issue 26, item 1: --dropout P sets the three rates, K=P items those named;
+// --dropout P sets the three rates, K=P items those named;
 // the rest stay the model's (-1 here, resolved by run_dropout).
 TEST(Options, DropoutSetsAllOrTheNamedRates) {
   TrainOptions o = parse({});
@@ -298,7 +299,7 @@ TEST(Options, BadDropoutIsAnErrorNamingTheFlagAndThePart) {
 // The rates a run trains with: --dropout's, the others the model's (an HF
 // directory's config.json, GPT2Config's 0.1 where a key is absent; 0 for a
 // preset or an llm.c model file), and the banner's account of them.
-// Issue 24's flags: values, and the errors naming the flag.
+// The pretraining flags: values, and the errors naming the flag.
 TEST(Options, PretrainingFlags) {
   TrainOptions o = parse({"--overfit-batch", "--milestone-every", "100", "-o", "out"});
   EXPECT_TRUE(o.overfit_batch);
@@ -335,34 +336,40 @@ TEST(Options, PretrainingFlags) {
   EXPECT_NE(error_of({"--generate", "--eval-hellaswag", "h"}).find("does not apply to --generate"), std::string::npos);
 }
 
+// run_dropout of the options these flags give, for their --model.
+RunDropout dropout_of(std::vector<std::string> flags) {
+  const TrainOptions o = parse(std::move(flags));
+  return run_dropout(o, o.model);
+}
+
 TEST(RunDropout, FlagsOverTheModelsRates) {
   const std::string hf = temp_dir("run_dropout");
   write_text_file_atomic(hf + "/config.json", R"({"model_type": "gpt2", "resid_pdrop": 0.2, "attn_pdrop": 0})");
   TrainOptions o = parse({"--model", hf});
-  RunDropout d = run_dropout(o);
+  RunDropout d = run_dropout(o, o.model);
   EXPECT_EQ(d.rates.embd, 0.1f);  // absent: GPT2Config's default
   EXPECT_EQ(d.rates.resid, 0.2f);
   EXPECT_EQ(d.rates.attn, 0.0f);
   EXPECT_EQ(d.described, "embd 0.1, resid 0.2, attn 0 (from " + hf + "/config.json)");
-  d = run_dropout(parse({"--model", hf, "--dropout", "attn=0.3"}));
+  d = dropout_of({"--model", hf, "--dropout", "attn=0.3"});
   EXPECT_EQ(d.rates.attn, 0.3f);
   EXPECT_EQ(d.rates.resid, 0.2f);
   EXPECT_EQ(d.described, "embd 0.1, resid 0.2, attn 0.3 (attn: --dropout; embd, resid: from " + hf + "/config.json)");
-  d = run_dropout(parse({"--model", hf, "--dropout", "0"}));
+  d = dropout_of({"--model", hf, "--dropout", "0"});
   EXPECT_FALSE(d.rates.any());
   EXPECT_EQ(d.described, "embd 0, resid 0, attn 0 (--dropout)");
-  d = run_dropout(parse({"--model", "d2"}));
+  d = dropout_of({"--model", "d2"});
   EXPECT_FALSE(d.rates.any());
   EXPECT_EQ(d.described, "embd 0, resid 0, attn 0 (none in a random init; --dropout sets them)");
-  d = run_dropout(parse({"--model", "d2", "--dropout", "resid=0.1"}));
+  d = dropout_of({"--model", "d2", "--dropout", "resid=0.1"});
   EXPECT_EQ(d.rates.resid, 0.1f);
   EXPECT_EQ(d.described, "embd 0, resid 0.1, attn 0 (resid: --dropout; embd, attn: none in a random init)");
   write_text_file_atomic(hf + "/model.bin", "not read: a model file has no rates");
-  EXPECT_EQ(run_dropout(parse({"--model", hf + "/model.bin"})).described,
+  EXPECT_EQ(dropout_of({"--model", hf + "/model.bin"}).described,
             "embd 0, resid 0, attn 0 (none in an llm.c model file; --dropout sets them)");
   write_text_file_atomic(hf + "/config.json", R"({"model_type": "gpt2", "embd_pdrop": 1.0})");
   try {
-    run_dropout(parse({"--model", hf}));
+    dropout_of({"--model", hf});
     ADD_FAILURE() << "embd_pdrop 1.0 accepted";
   } catch (const std::runtime_error& e) {
     EXPECT_EQ(std::string(e.what()), hf + "/config.json: 'embd_pdrop' must be a number in [0, 1) (got 1.0)");
