@@ -258,59 +258,50 @@ void GPT2::check_batch(const int32_t* inputs, const int32_t* targets, int B, int
   }
 }
 
-void GPT2::forward_logits(const int32_t* inputs, const int32_t* targets, int B, int T, bool training) {
+void GPT2::begin_forward(const int32_t* inputs, const int32_t* targets, int B, int T, bool training,
+                         float dloss_scale) {
   check_batch(inputs, targets, B, T);
   if (training && forward_only_) throw std::runtime_error("forward: a forward-only model cannot train");
+  const size_t Nmax = static_cast<size_t>(B_) * T_;
+  if (training && targets && (slot_rows_.size() + 1) * Nmax > loss_slots_.numel)
+    throw std::runtime_error("forward: more training forwards than reserve_train_losses(" +
+                             std::to_string(loss_slots_.numel / Nmax) + ") before collect_train_losses()");
   cur_B_ = B;
   cur_T_ = T;
   dlogits_ready_ = false;
   tied_ready_ = false;
+  training_ = training;
+  dloss_scale_ = dloss_scale;
+  has_targets_ = targets != nullptr;
+  loss_ = LossSum{};
+  last_losses_ = Tensor{};
   const size_t N = static_cast<size_t>(B) * T;
   backend_.upload_tokens(acts_.tokens.slice(0, N), inputs);
+  batch_supervised_ = 0;
+  if (targets) {
+    backend_.upload_tokens(acts_.targets.slice(0, N), targets);
+    for (size_t i = 0; i < N; i++) batch_supervised_ += targets[i] != kIgnoreTarget;
+  }
   dropping_ = training && dropout_.any();
-  forward_layers();
-  // lm_head is tied to wte: logits = lnf @ wte^T over the padded vocabulary.
-  backend_.matmul_forward(acts_.logits.slice(0, N * cfg_.padded_vocab_size), acts_.lnf.slice(0, N * cfg_.channels),
-                          param(kWte), Tensor{}, N, cfg_.channels, cfg_.padded_vocab_size);
-  if (targets) backend_.upload_tokens(acts_.targets.slice(0, N), targets);
+}
+
+void GPT2::forward_own_parameters() {
+  const int L = cfg_.num_layers;
+  forward_embeddings(param_views(0));
+  for (int l = 0; l < L; l++) forward_layer(l, param_views(l), param_views(std::min(l + 1, L - 1)));
+  forward_head(param_views(0));
 }
 
 float GPT2::forward(const int32_t* inputs, const int32_t* targets, int B, int T) {
-  forward_logits(inputs, targets, B, T, false);
-  loss_ = LossSum{};
-  last_losses_ = Tensor{};
-  if (!targets) return 0.0f;
-  const size_t N = static_cast<size_t>(B) * T;
-  last_losses_ = acts_.losses.slice(0, N);
-  backend_.classifier_forward_backward(acts_.logits.slice(0, N * cfg_.padded_vocab_size), last_losses_,
-                                       acts_.targets.slice(0, N), N, cfg_.vocab_size, cfg_.padded_vocab_size, 0.0f);
-  const std::vector<float> token_loss = losses();
-  // Ignored targets have loss exactly 0; the mean is over the others (PyTorch's
-  // ignore_index semantics; 0 when every target is ignored, where PyTorch gives NaN).
-  for (size_t i = 0; i < N; i++) {
-    loss_.sum += token_loss[i];
-    loss_.count += targets[i] != kIgnoreTarget;
-  }
+  begin_forward(inputs, targets, B, T, false, 0.0f);
+  forward_own_parameters();
   return static_cast<float>(loss_.mean());
 }
 
 void GPT2::train_forward_deferred_loss(const int32_t* inputs, const int32_t* targets, int B, int T,
                                        float dloss_scale) {
-  const size_t slot = slot_rows_.size(), Nmax = static_cast<size_t>(B_) * T_;
-  if (targets && (slot + 1) * Nmax > loss_slots_.numel)
-    throw std::runtime_error("forward: more training forwards than reserve_train_losses(" +
-                             std::to_string(loss_slots_.numel / Nmax) + ") before collect_train_losses()");
-  forward_logits(inputs, targets, B, T, true);
-  last_losses_ = Tensor{};
-  if (!targets) return;
-  const size_t N = static_cast<size_t>(B) * T;
-  last_losses_ = loss_slots_.slice(slot * Nmax, N);
-  backend_.classifier_forward_backward(acts_.logits.slice(0, N * cfg_.padded_vocab_size), last_losses_,
-                                       acts_.targets.slice(0, N), N, cfg_.vocab_size, cfg_.padded_vocab_size,
-                                       dloss_scale);
-  slot_rows_.push_back(N);
-  for (size_t i = 0; i < N; i++) slot_count_ += targets[i] != kIgnoreTarget;
-  dlogits_ready_ = true;
+  begin_forward(inputs, targets, B, T, true, dloss_scale);
+  forward_own_parameters();
 }
 
 void GPT2::set_dropout(const DropoutRates& rates, uint64_t seed) {
@@ -345,59 +336,79 @@ Tensor GPT2::dropped_gradient(Tensor dres, Tensor scratch, int layer, DropoutMas
   return scratch;
 }
 
-// On the uploaded tokens of the current batch. Each residual add runs with the
-// layernorm that reads its sum (ln2; the next layer's ln1, or lnf after the last).
-void GPT2::forward_layers() {
-  const int B = cur_B_, T = cur_T_;
-  const int C = cfg_.channels, L = cfg_.num_layers, NH = cfg_.num_heads;
+// Per-layer activation slices use the allocated (max) stride so one buffer
+// serves any smaller batch. Each residual add runs with the layernorm that
+// reads its sum (ln2; the next layer's ln1, or lnf after the last).
+GPT2::Norm GPT2::ln1_of(int l, const ParamTensors& p) const {
+  const int C = cfg_.channels;
+  return Norm{at_layer(acts_.ln1, recompute_ln_ ? 0 : l, C), at_layer(acts_.ln1_mean, l, 1),
+              at_layer(acts_.ln1_rstd, l, 1), p[kLn1w], p[kLn1b]};
+}
+
+void GPT2::forward_embeddings(const ParamTensors& p) {
+  const int B = cur_B_, T = cur_T_, C = cfg_.channels;
+  const size_t N = static_cast<size_t>(B) * T;
+  Tensor encoded = acts_.encoded.slice(0, N * C);
+  backend_.encoder_forward(encoded, acts_.tokens.slice(0, N), p[kWte], p[kWpe], B, T, C);
+  drop(encoded, 0, DropoutMask::kEmbedding, dropout_.embd, C);
+  const Norm first = ln1_of(0, p);
+  backend_.layernorm_forward(first.out, first.mean, first.rstd, encoded, first.w, first.b, N, C);
+}
+
+void GPT2::forward_layer(int l, const ParamTensors& p, const ParamTensors& next) {
+  const ProfileRange range(backend_, "forward layer " + std::to_string(l));
+  const int B = cur_B_, T = cur_T_, C = cfg_.channels, L = cfg_.num_layers, NH = cfg_.num_heads;
   const size_t N = static_cast<size_t>(B) * T;
   Backend& be = backend_;
   Activations& a = acts_;
-  // Per-layer activation slices use the allocated (max) stride so one buffer
-  // serves any smaller batch.
-  auto layer = [&](const Tensor& t, int l, size_t per_row) { return at_layer(t, l, per_row); };
-  auto pl = [&](int t, int l) { return layout_.view(params_, t, l); };
   const size_t saved_stride = be.attention_saved_numel(B_, T_, NH);
-  const size_t saved_numel = be.attention_saved_numel(B, T, NH);
-  struct Norm {
-    Tensor out, mean, rstd, w, b;
-  };
-  auto ln1_of = [&](int l) {
-    return Norm{layer(a.ln1, recompute_ln_ ? 0 : l, C), layer(a.ln1_mean, l, 1), layer(a.ln1_rstd, l, 1),
-                pl(kLn1w, l), pl(kLn1b, l)};
-  };
-  const Norm final_norm{a.lnf.slice(0, N * C), a.lnf_mean.slice(0, N), a.lnf_rstd.slice(0, N), param(kLnfw),
-                        param(kLnfb)};
+  Tensor residual = l == 0 ? a.encoded.slice(0, N * C) : at_layer(a.residual3, l - 1, C);
+  const int ln_l = recompute_ln_ ? 0 : l;
+  Tensor ln1 = at_layer(a.ln1, ln_l, C);
+  Tensor qkv = at_layer(a.qkv, l, 3 * C), atty = at_layer(a.atty, l, C);
+  Tensor saved = a.att_saved.slice(l * saved_stride, be.attention_saved_numel(B, T, NH));
+  Tensor attproj = a.attproj.slice(0, N * C), residual2 = at_layer(a.residual2, l, C);
+  Tensor ln2 = at_layer(a.ln2, ln_l, C), ln2_mean = at_layer(a.ln2_mean, l, 1), ln2_rstd = at_layer(a.ln2_rstd, l, 1);
+  Tensor fch = at_layer(a.fch, l, 4 * C), fch_gelu = at_layer(a.fch_gelu, recompute_gelu_ ? 0 : l, 4 * C);
+  Tensor fcproj = a.fcproj.slice(0, N * C), residual3 = at_layer(a.residual3, l, C);
+  const Norm out = l + 1 < L ? ln1_of(l + 1, next)
+                             : Norm{a.lnf.slice(0, N * C), a.lnf_mean.slice(0, N), a.lnf_rstd.slice(0, N),
+                                    next[kLnfw], next[kLnfb]};
 
-  be.encoder_forward(a.encoded.slice(0, N * C), a.tokens.slice(0, N), param(kWte), param(kWpe), B, T, C);
-  drop(a.encoded.slice(0, N * C), 0, DropoutMask::kEmbedding, dropout_.embd, C);
-  const Norm first = ln1_of(0);
-  be.layernorm_forward(first.out, first.mean, first.rstd, a.encoded.slice(0, N * C), first.w, first.b, N, C);
-  for (int l = 0; l < L; l++) {
-    const ProfileRange range(be, "forward layer " + std::to_string(l));
-    Tensor residual = l == 0 ? a.encoded.slice(0, N * C) : layer(a.residual3, l - 1, C);
-    const int ln_l = recompute_ln_ ? 0 : l;
-    Tensor ln1 = layer(a.ln1, ln_l, C);
-    Tensor qkv = layer(a.qkv, l, 3 * C), atty = layer(a.atty, l, C);
-    Tensor saved = a.att_saved.slice(l * saved_stride, saved_numel);
-    Tensor attproj = a.attproj.slice(0, N * C), residual2 = layer(a.residual2, l, C);
-    Tensor ln2 = layer(a.ln2, ln_l, C), ln2_mean = layer(a.ln2_mean, l, 1), ln2_rstd = layer(a.ln2_rstd, l, 1);
-    Tensor fch = layer(a.fch, l, 4 * C), fch_gelu = layer(a.fch_gelu, recompute_gelu_ ? 0 : l, 4 * C);
-    Tensor fcproj = a.fcproj.slice(0, N * C), residual3 = layer(a.residual3, l, C);
-    const Norm next = l + 1 < L ? ln1_of(l + 1) : final_norm;
+  be.matmul_forward(qkv, ln1, p[kQkvw], p[kQkvb], N, C, 3 * C);
+  be.attention_forward(atty, saved, qkv, B, T, C, NH, mask_of(l, DropoutMask::kAttentionProbs, dropout_.attn));
+  be.matmul_forward(attproj, atty, p[kAttprojw], p[kAttprojb], N, C, C);
+  drop(attproj, l, DropoutMask::kAttentionProj, dropout_.resid, C);
+  be.residual_layernorm_forward(residual2, ln2, ln2_mean, ln2_rstd, residual, attproj, p[kLn2w], p[kLn2b], N, C);
+  be.matmul_gelu_forward(fch_gelu, fch, ln2, p[kFcw], p[kFcb], N, C, 4 * C);
+  be.matmul_forward(fcproj, fch_gelu, p[kFcprojw], p[kFcprojb], N, 4 * C, C);
+  drop(fcproj, l, DropoutMask::kMlpProj, dropout_.resid, C);
+  be.residual_layernorm_forward(residual3, out.out, out.mean, out.rstd, residual2, fcproj, out.w, out.b, N, C);
+}
 
-    be.matmul_forward(qkv, ln1, pl(kQkvw, l), pl(kQkvb, l), N, C, 3 * C);
-    be.attention_forward(atty, saved, qkv, B, T, C, NH, mask_of(l, DropoutMask::kAttentionProbs, dropout_.attn));
-    be.matmul_forward(attproj, atty, pl(kAttprojw, l), pl(kAttprojb, l), N, C, C);
-    drop(attproj, l, DropoutMask::kAttentionProj, dropout_.resid, C);
-    be.residual_layernorm_forward(residual2, ln2, ln2_mean, ln2_rstd, residual, attproj, pl(kLn2w, l),
-                                  pl(kLn2b, l), N, C);
-    be.matmul_gelu_forward(fch_gelu, fch, ln2, pl(kFcw, l), pl(kFcb, l), N, C, 4 * C);
-    be.matmul_forward(fcproj, fch_gelu, pl(kFcprojw, l), pl(kFcprojb, l), N, 4 * C, C);
-    drop(fcproj, l, DropoutMask::kMlpProj, dropout_.resid, C);
-    be.residual_layernorm_forward(residual3, next.out, next.mean, next.rstd, residual2, fcproj, next.w, next.b, N,
-                                  C);
+// lm_head is tied to wte: logits = lnf @ wte^T over the padded vocabulary.
+// With targets, the fused classifier: an evaluation's losses are summed on the
+// host now; a training forward's stay in their slot, and dlogits replace the logits.
+void GPT2::forward_head(const ParamTensors& p) {
+  const size_t N = static_cast<size_t>(cur_B_) * cur_T_, Nmax = static_cast<size_t>(B_) * T_;
+  const int C = cfg_.channels, V = cfg_.vocab_size, Vp = cfg_.padded_vocab_size;
+  Tensor logits = acts_.logits.slice(0, N * Vp);
+  backend_.matmul_forward(logits, acts_.lnf.slice(0, N * C), p[kWte], Tensor{}, N, C, Vp);
+  if (!has_targets_) return;
+  const size_t slot = slot_rows_.size();
+  last_losses_ = training_ ? loss_slots_.slice(slot * Nmax, N) : acts_.losses.slice(0, N);
+  backend_.classifier_forward_backward(logits, last_losses_, acts_.targets.slice(0, N), N, V, Vp,
+                                       training_ ? dloss_scale_ : 0.0f);
+  if (training_) {
+    slot_rows_.push_back(N);
+    slot_count_ += batch_supervised_;
+    dlogits_ready_ = true;
+    return;
   }
+  // Ignored targets have loss exactly 0; the mean is over the others (PyTorch's
+  // ignore_index semantics; 0 when every target is ignored, where PyTorch gives NaN).
+  for (float x : losses()) loss_.sum += x;
+  loss_.count = batch_supervised_;
 }
 
 void GPT2::reserve_train_losses(int forwards) {
@@ -442,7 +453,7 @@ Tensor GPT2::at_layer(const Tensor& t, int l, size_t per_row) const {
 // gradient's lm_head part in its vocabulary chunks (the chunks ZeRO-2 stages:
 // same GEMMs, same bits); then dlogits are dead and the scratch carved from
 // their buffer is free.
-void GPT2::backward_head(const ParamGrads& g) {
+void GPT2::backward_head(const ParamTensors& p, const ParamTensors& g) {
   if (forward_only_) throw std::runtime_error("backward: a forward-only model");
   if (!dlogits_ready_)
     throw std::runtime_error("backward: the last forward was not a training forward with targets, or its backward ran");
@@ -453,22 +464,21 @@ void GPT2::backward_head(const ParamGrads& g) {
   Backend& be = backend_;
   Activations& a = acts_;
   be.matmul_backward(a.dln.slice(0, N * C), Tensor{}, Tensor{}, a.logits.slice(0, N * cfg_.padded_vocab_size),
-                     a.lnf.slice(0, N * C), param(kWte), N, C, cfg_.padded_vocab_size);
+                     a.lnf.slice(0, N * C), p[kWte], N, C, cfg_.padded_vocab_size);
   if (!g[kWte].empty())
     for (int k = 0; k < layout_.num_wte_chunks(); k++) wte_chunk_parts(k, wte_chunk_of(g[kWte], k), true, false);
   be.zero(a.dresidual.slice(0, N * C));
   be.layernorm_backward(a.dresidual.slice(0, N * C), g[kLnfw], g[kLnfb], a.dln.slice(0, N * C),
-                        at_layer(a.residual3, cfg_.num_layers - 1, C), param(kLnfw), a.lnf_mean.slice(0, N),
+                        at_layer(a.residual3, cfg_.num_layers - 1, C), p[kLnfw], a.lnf_mean.slice(0, N),
                         a.lnf_rstd.slice(0, N), N, C);
 }
 
-void GPT2::backward_layer(int l, const ParamGrads& g) {
+void GPT2::backward_layer(int l, const ParamTensors& p, const ParamTensors& g) {
   const ProfileRange range(backend_, "backward layer " + std::to_string(l));
   const int B = cur_B_, T = cur_T_, C = cfg_.channels, NH = cfg_.num_heads;
   const size_t N = static_cast<size_t>(B) * T;
   Backend& be = backend_;
   Activations& a = acts_;
-  auto pl = [&](int t) { return layout_.view(params_, t, l); };
   Tensor dresidual = a.dresidual.slice(0, N * C), dln = a.dln.slice(0, N * C), datty = a.datty.slice(0, N * C);
   Tensor dqkv = a.dqkv.slice(0, N * 3 * C), dfch = a.dfch.slice(0, N * 4 * C);
   Tensor residual = l == 0 ? a.encoded.slice(0, N * C) : at_layer(a.residual3, l - 1, C);
@@ -488,23 +498,23 @@ void GPT2::backward_layer(int l, const ParamGrads& g) {
   if (recompute_gelu_) be.gelu_forward(fch_gelu, fch, N * 4 * C);
   // With dropout on the projection, its gradient is the residual's through the same mask (in dln, free here).
   Tensor dfcproj = dropped_gradient(dresidual, dln, l, DropoutMask::kMlpProj, dropout_.resid, C);
-  be.matmul_gelu_backward(dfch, g[kFcprojw], g[kFcprojb], dfcproj, fch_gelu, pl(kFcprojw), fch, N, 4 * C, C);
+  be.matmul_gelu_backward(dfch, g[kFcprojw], g[kFcprojb], dfcproj, fch_gelu, p[kFcprojw], fch, N, 4 * C, C);
   if (recompute_ln_)  // --recompute 2: ln2 again, bitwise the forward's (mean and rstd rewritten unchanged)
-    be.layernorm_forward(ln2, ln2_mean, ln2_rstd, residual2, pl(kLn2w), pl(kLn2b), N, C);
-  be.matmul_backward(dln, g[kFcw], g[kFcb], dfch, ln2, pl(kFcw), N, C, 4 * C);
-  be.layernorm_backward(dresidual, g[kLn2w], g[kLn2b], dln, residual2, pl(kLn2w), ln2_mean, ln2_rstd, N, C);
+    be.layernorm_forward(ln2, ln2_mean, ln2_rstd, residual2, p[kLn2w], p[kLn2b], N, C);
+  be.matmul_backward(dln, g[kFcw], g[kFcb], dfch, ln2, p[kFcw], N, C, 4 * C);
+  be.layernorm_backward(dresidual, g[kLn2w], g[kLn2b], dln, residual2, p[kLn2w], ln2_mean, ln2_rstd, N, C);
   // residual2 = residual + attproj (dln is free again: layernorm_backward consumed it)
   Tensor dattproj = dropped_gradient(dresidual, dln, l, DropoutMask::kAttentionProj, dropout_.resid, C);
-  be.matmul_backward(datty, g[kAttprojw], g[kAttprojb], dattproj, at_layer(a.atty, l, C), pl(kAttprojw), N, C, C);
+  be.matmul_backward(datty, g[kAttprojw], g[kAttprojb], dattproj, at_layer(a.atty, l, C), p[kAttprojw], N, C, C);
   be.attention_backward(dqkv, a.att_scratch, datty, at_layer(a.atty, l, C), at_layer(a.qkv, l, 3 * C), saved, B, T,
                         C, NH, mask_of(l, DropoutMask::kAttentionProbs, dropout_.attn));
-  if (recompute_ln_) be.layernorm_forward(ln1, ln1_mean, ln1_rstd, residual, pl(kLn1w), pl(kLn1b), N, C);
-  be.matmul_backward(dln, g[kQkvw], g[kQkvb], dqkv, ln1, pl(kQkvw), N, C, 3 * C);
-  be.layernorm_backward(dresidual, g[kLn1w], g[kLn1b], dln, residual, pl(kLn1w), ln1_mean, ln1_rstd, N, C);
+  if (recompute_ln_) be.layernorm_forward(ln1, ln1_mean, ln1_rstd, residual, p[kLn1w], p[kLn1b], N, C);
+  be.matmul_backward(dln, g[kQkvw], g[kQkvb], dqkv, ln1, p[kQkvw], N, C, 3 * C);
+  be.layernorm_backward(dresidual, g[kLn1w], g[kLn1b], dln, residual, p[kLn1w], ln1_mean, ln1_rstd, N, C);
 }
 
 // encoded = dropout(wte + wpe): wpe's gradient, then the tied gradient's embedding part.
-void GPT2::backward_embeddings(const ParamGrads& g) {
+void GPT2::backward_embeddings(const ParamTensors& g) {
   const int C = cfg_.channels;
   const size_t N = static_cast<size_t>(cur_B_) * cur_T_;
   Tensor dresidual = acts_.dresidual.slice(0, N * C);
@@ -516,8 +526,8 @@ void GPT2::backward_embeddings(const ParamGrads& g) {
 }
 
 void GPT2::backward(Tensor flat_grads) {
-  backward_head(layout_.views(flat_grads, 0));
-  for (int l = cfg_.num_layers - 1; l >= 0; l--) backward_layer(l, layout_.views(flat_grads, l));
+  backward_head(param_views(0), layout_.views(flat_grads, 0));
+  for (int l = cfg_.num_layers - 1; l >= 0; l--) backward_layer(l, param_views(l), layout_.views(flat_grads, l));
   backward_embeddings(layout_.views(flat_grads, 0));
 }
 

@@ -22,10 +22,11 @@ enum ParamTensor : int {
   kNumParamTensors
 };
 
-// Gradient views a backward piece adds into (+=), indexed by ParamTensor: the
-// caller's memory (a flat buffer laid out like the parameters, or ZeRO-2's
-// per-layer staging). Each piece reads only the entries it names.
-using ParamGrads = std::array<Tensor, kNumParamTensors>;
+// One tensor per ParamTensor, a layer's where stacked: the parameter views a
+// forward or backward piece reads, or the gradient views a backward piece adds
+// into (+=). The caller's memory (a flat buffer laid out like the parameters,
+// ZeRO-2's per-layer staging); each piece reads only the entries it names.
+using ParamTensors = std::array<Tensor, kNumParamTensors>;
 
 // Sizes and offsets of the 16 parameter tensors inside one flat buffer.
 struct ParamLayout {
@@ -59,8 +60,8 @@ struct ParamLayout {
     return is_per_layer(t) ? flat.slice(layer_offset(t, l), layer_numel(t)) : flat.slice(offset[t], numel[t]);
   }
   // Every tensor's view of `flat`, the stacked ones at layer l.
-  ParamGrads views(Tensor flat, int l) const {
-    ParamGrads g;
+  ParamTensors views(Tensor flat, int l) const {
+    ParamTensors g;
     for (int t = 0; t < kNumParamTensors; t++) g[t] = view(flat, t, l);
     return g;
   }
@@ -143,6 +144,8 @@ class GPT2 {
   Tensor params() const { return params_; }  // param_capacity() elements
   size_t param_capacity() const { return params_.numel; }
   Tensor param(int t) const { return params_.slice(layout_.offset[t], layout_.numel[t]); }
+  // The model's own parameters as views, the stacked tensors at layer l.
+  ParamTensors param_views(int l) const { return layout_.views(params_, l); }
   size_t activation_bytes() const { return activation_bytes_; }
 
   // GPT-2 init: N(0, 0.02), residual projections (attprojw, fcprojw) scaled by
@@ -151,6 +154,20 @@ class GPT2 {
   void set_parameters(const std::vector<float>& host);  // layout_.total floats
   std::vector<float> get_parameters() const;
 
+  // The forward in pieces over parameter views p, in this order (forward() and
+  // train_forward_deferred_loss() run them on the model's own parameters):
+  //   begin_forward(...)         checks and uploads the batch; training: dropout
+  //                              applies, and with targets dlogits scaled by
+  //                              dloss_scale replace the logits
+  //   forward_embeddings(p)      p[kWte], p[kWpe]; layer 0's p[kLn1w], p[kLn1b]
+  //   forward_layer(l, p, next)  l = 0 .. L-1: layer l's tensors, and the norm
+  //                              after it: next's ln1 (layer l+1's views), or
+  //                              next[kLnfw], next[kLnfb] after the last layer
+  //   forward_head(p)            p[kWte]: the logits, then the loss
+  void begin_forward(const int32_t* inputs, const int32_t* targets, int B, int T, bool training, float dloss_scale);
+  void forward_embeddings(const ParamTensors& p);
+  void forward_layer(int l, const ParamTensors& p, const ParamTensors& next);
+  void forward_head(const ParamTensors& p);
   // Evaluation forward over inputs[B*T] (B <= max_batch, T <= max_seq). With
   // targets, returns the mean per-token loss over targets that are not
   // kIgnoreTarget (backend/backend.h: no loss, no gradient; 0 if all are);
@@ -178,15 +195,17 @@ class GPT2 {
   void set_dropout_position(uint32_t step, uint64_t token0);
 
   // The backward of the last training forward (with targets), in pieces a
-  // schedule runs in this order, each adding into the caller's gradients:
-  //   backward_head(g)        lm_head and the final layernorm: g[kLnfw], g[kLnfb];
-  //                           g[kWte] gets the tied gradient's lm_head part
-  //   backward_layer(l, g)    l = L-1 down to 0: layer l's twelve tensors
-  //   backward_embeddings(g)  g[kWpe]; g[kWte] gets the embedding part
+  // schedule runs in this order, each reading parameter views p and adding
+  // into the caller's gradients g:
+  //   backward_head(p, g)       lm_head and the final layernorm (p[kWte],
+  //                             p[kLnfw]): g[kLnfw], g[kLnfb]; g[kWte] gets the
+  //                             tied gradient's lm_head part
+  //   backward_layer(l, p, g)   l = L-1 down to 0: layer l's twelve tensors
+  //   backward_embeddings(g)    g[kWpe]; g[kWte] gets the embedding part
   // An empty g[kWte] leaves the tied gradient to wte_grad_chunk (keep_dlogits).
-  void backward_head(const ParamGrads& g);
-  void backward_layer(int l, const ParamGrads& g);
-  void backward_embeddings(const ParamGrads& g);
+  void backward_head(const ParamTensors& p, const ParamTensors& g);
+  void backward_layer(int l, const ParamTensors& p, const ParamTensors& g);
+  void backward_embeddings(const ParamTensors& g);
   // All three into one flat buffer laid out like the parameters.
   void backward(Tensor flat_grads);
   // keep_dlogits, after backward_embeddings and before the next forward:
@@ -201,15 +220,18 @@ class GPT2 {
 
  private:
   void check_batch(const int32_t* inputs, const int32_t* targets, int B, int T) const;
-  // Uploads the batch and runs the layers and lm_head (logits).
-  void forward_logits(const int32_t* inputs, const int32_t* targets, int B, int T, bool training);
+  void forward_own_parameters();  // the forward's pieces on params_
+  // A layernorm's output, statistics and parameters.
+  struct Norm {
+    Tensor out, mean, rstd, w, b;
+  };
+  Norm ln1_of(int l, const ParamTensors& p) const;  // layer l's ln1, weights from p
   // The mask of layer l's site: rate p when this forward drops, else 0 (no dropout).
   DropoutMask mask_of(int layer, DropoutMask::Site site, float p) const;
   // In place on x (rows of C): the mask of layer l's site when this forward drops there.
   void drop(Tensor x, int layer, DropoutMask::Site site, float p, int C);
   // A dropped projection's gradient: `dres` if not dropped there, else it through the mask into `scratch`.
   Tensor dropped_gradient(Tensor dres, Tensor scratch, int layer, DropoutMask::Site site, float p, int C);
-  void forward_layers();
   void allocate_activations(bool forward_only);
   // Rows of wte chunk k of the tied gradient: the lm_head part (dlogits^T lnf)
   // and/or the embedding part (the scatter of dresidual), into dst.
@@ -224,6 +246,10 @@ class GPT2 {
   int cur_B_ = 0, cur_T_ = 0;  // the batch the activations hold (0: no forward yet)
   bool dlogits_ready_ = false;  // the logits buffer holds dlogits no backward has read yet
   bool tied_ready_ = false;     // a backward has run since the last forward (wte_grad_chunk)
+  bool training_ = false;       // the current forward is a training forward
+  float dloss_scale_ = 0.0f;    // its dlogits' scale
+  bool has_targets_ = false;    // the current forward has targets
+  size_t batch_supervised_ = 0;  // its targets that are not ignored
   LossSum loss_;                // of the last evaluation forward
   Tensor loss_slots_;           // training forwards' per-token losses: slots of B_*T_ elements
   Tensor last_losses_;          // the last forward's per-token losses (a slot or acts_.losses)

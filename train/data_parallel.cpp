@@ -140,10 +140,10 @@ void DataParallel::backward(GPT2& model, bool last_micro_step) {
   const bool buckets = buckets_apply(last_micro_step);
   if (overlap_stage2_)
     for (int slot = 0; slot < static_cast<int>(pending_.size()); slot++) retire(slot);
-  const ParamGrads rest = stage_ == 2 ? staging_->begin_unit(-1) : layout_.views(grads_, 0);
-  model.backward_head(rest);
+  const ParamTensors rest = stage_ == 2 ? staging_->begin_unit(-1) : layout_.views(grads_, 0);
+  model.backward_head(model.param_views(0), rest);
   for (int l = layout_.num_layers - 1; l >= 0; l--) {
-    model.backward_layer(l, stage_ == 2 ? staging_->begin_unit(l) : layout_.views(grads_, l));
+    model.backward_layer(l, model.param_views(l), stage_ == 2 ? staging_->begin_unit(l) : layout_.views(grads_, l));
     if (stage_ == 2) exchange_layer(l);
     else if (buckets) issue_bucket(l);
   }

@@ -37,11 +37,11 @@ size_t ZeroStaging::bytes() const {
   return n;
 }
 
-ParamGrads ZeroStaging::begin_unit(int l) {
+ParamTensors ZeroStaging::begin_unit(int l) {
   const int u = l < 0 ? plan_.rest_unit() : l;
   Tensor buffer = buffers_[buffer_of(u)];
   backend_.zero(buffer);
-  ParamGrads g;
+  ParamTensors g;
   for (int t = 0; t < kNumParamTensors; t++) {
     if (t == kWte || ParamLayout::is_per_layer(t) != (l >= 0)) continue;
     const size_t global = l >= 0 ? layout_.layer_offset(t, l) : layout_.offset[t];

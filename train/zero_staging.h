@@ -31,7 +31,7 @@ class ZeroStaging {
   // Zeroes the buffer of layer l's unit (l = -1: the rest unit's) and returns
   // the views of its tensors in the plan's packing, for the backward to add
   // into. kWte stays empty: its chunks are made after the backward.
-  ParamGrads begin_unit(int l);
+  ParamTensors begin_unit(int l);
   // The packed send buffer of plan unit u (layer, rest or wte chunk), and
   // which buffer that is: layer buffer 0 or 1, or 2 for the rest.
   Tensor unit(int u) const;

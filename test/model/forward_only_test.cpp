@@ -37,7 +37,7 @@ TEST(ForwardOnlyModel, SameForwardWithoutBackwardScratch) {
   EXPECT_EQ(eval.logits_at(1, T - 1), train.logits_at(1, T - 1));
   EXPECT_LT(eval.activation_bytes(), train.activation_bytes());
   EXPECT_THROW(eval.train_forward_deferred_loss(in.data(), tg.data(), B, T, 1.0f), std::runtime_error);
-  EXPECT_THROW(eval.backward_head(ParamGrads{}), std::runtime_error);
+  EXPECT_THROW(eval.backward_head(eval.param_views(0), ParamTensors{}), std::runtime_error);
   EXPECT_THROW(eval.wte_grad_chunk(0, Tensor{}), std::runtime_error);
 }
 
@@ -61,9 +61,9 @@ TEST(TrainingModel, BackwardOnlyOfItsTrainingForward) {
   // Without keep_dlogits the backward's scratch overwrites dlogits: the tied
   // gradient must be made in the backward, not left for wte_grad_chunk.
   model.train_forward_deferred_loss(in.data(), tg.data(), B, T, 1.0f / (B * T));
-  ParamGrads no_wte = model.layout().views(grads.tensor(), 0);
+  ParamTensors no_wte = model.layout().views(grads.tensor(), 0);
   no_wte[kWte] = Tensor{};
-  EXPECT_THROW(model.backward_head(no_wte), std::runtime_error);
+  EXPECT_THROW(model.backward_head(model.param_views(0), no_wte), std::runtime_error);
   EXPECT_NO_THROW(model.backward(grads.tensor()));  // the refused call spent nothing
   EXPECT_THROW(model.wte_grad_chunk(0, Tensor{}), std::runtime_error);  // not a keep_dlogits model
   // A training forward beyond the reserved loss slots is refused before it

@@ -211,10 +211,10 @@ TEST(DataParallel, StagedGradientsEqualTheFullBufferBitwise) {
       }
       full.backward(full_grads.tensor());
       // DataParallel's synchronous stage 2, piece by piece.
-      const ParamGrads rest = staging.begin_unit(-1);
-      staged.backward_head(rest);
+      const ParamTensors rest = staging.begin_unit(-1);
+      staged.backward_head(staged.param_views(0), rest);
       for (int l = cfg.num_layers - 1; l >= 0; l--) {
-        staged.backward_layer(l, staging.begin_unit(l));
+        staged.backward_layer(l, staged.param_views(l), staging.begin_unit(l));
         take(l);
       }
       staged.backward_embeddings(rest);
