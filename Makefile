@@ -6,6 +6,7 @@
 #   make test         build and run every test; ends with "N passed, N failed"
 #   make bench        training-step benchmark (CPU backend vs PyTorch)
 #   make bench-*      per-area benchmarks (tokenizer, dist, emu)
+#   make profile-cpu  per-op profile of a CPU training step (dev/cpu/profile_cpu_step.cpp)
 #   make vocab        fetch + verify the GPT-2 vocabulary (scripts/get_gpt2_vocab.sh)
 
 .DEFAULT_GOAL := all
@@ -61,8 +62,9 @@ CLEAN_EXTRA   :=
 
 # Prerequisites expand as a rule is read, so a module comes after those whose
 # variables its rules name: the CUDA backend (backend/cuda/) after emu/ and
-# backend/, the trainer after the CUDA backend.
-MODULES := $(filter-out train/module.mk,$(sort $(wildcard */module.mk))) backend/cuda/module.mk train/module.mk
+# backend/, the trainer after the CUDA backend, the dev/ tools after the trainer.
+MODULES := $(filter-out train/module.mk dev/module.mk,$(sort $(wildcard */module.mk))) backend/cuda/module.mk \
+           train/module.mk dev/module.mk
 include $(MODULES)
 
 all: $(BINS)
