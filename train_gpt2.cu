@@ -18,6 +18,7 @@
 #include "train/generation.h"
 #include "train/memory_plan.h"
 #include "train/options.h"
+#include "train/path_guard.h"
 #include "train/trainer.h"
 
 int main(int argc, char** argv) {
@@ -30,6 +31,13 @@ int main(int argc, char** argv) {
   }
   // --dry-run: arithmetic on the configuration, before MPI or any device.
   if (!opts.dry_run_worlds.empty()) return gpt2::run_memory_plan(opts);
+  // A run never writes over what it reads: checked before any work.
+  try {
+    gpt2::check_outputs_spare_inputs(opts);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 2;
+  }
   // Record preemption signals from the very start: a SIGUSR1 during MPI
   // start-up must not kill the process before it can checkpoint.
   gpt2::install_stop_handlers({SIGUSR1, SIGTERM});

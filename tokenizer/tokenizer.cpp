@@ -585,9 +585,13 @@ Tokenizer Tokenizer::from_parsed(const std::vector<std::pair<std::string, uint64
   return Tokenizer(std::move(impl));
 }
 
+std::string Tokenizer::default_dir() {
+  const char* env = std::getenv("GPT2_VOCAB_DIR");
+  return env && *env ? env : "data/gpt2";
+}
+
 Tokenizer Tokenizer::from_default_location() {
-  std::string dir = "data/gpt2";
-  if (const char* env = std::getenv("GPT2_VOCAB_DIR"); env && *env) dir = env;
+  const std::string dir = default_dir();
   const std::string enc = dir + "/encoder.json", bpe = dir + "/vocab.bpe";
   if (!std::ifstream(enc) || !std::ifstream(bpe)) {
     throw std::runtime_error(enc + ": GPT-2 vocabulary not found (run `make vocab` or "

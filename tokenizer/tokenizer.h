@@ -25,6 +25,7 @@ class Tokenizer {
   static Tokenizer from_files(const std::string& encoder_json, const std::string& vocab_bpe);
   // Looks in $GPT2_VOCAB_DIR, then data/gpt2/ (the cache scripts/get_gpt2_vocab.sh fills).
   static Tokenizer from_default_location();
+  static std::string default_dir();  // where from_default_location looks
   // From already parsed files (parse_encoder_json / parse_vocab_bpe); names are for messages.
   static Tokenizer from_parsed(const std::vector<std::pair<std::string, uint64_t>>& encoder_entries,
                                const std::vector<std::pair<std::string, std::string>>& merges,

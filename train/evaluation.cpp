@@ -300,6 +300,7 @@ HellaSwagExample parse_example(const std::string& line, const std::string& where
     throw std::runtime_error(where + ": \"endings\" must be a list of 4 strings");
   if (!j.contains("label")) throw std::runtime_error(where + ": no \"label\"");
   HellaSwagExample ex;
+  ex.where = where;
   ex.context = tok.encode(j["ctx"].get<std::string>());
   for (int i = 0; i < 4; i++) {
     if (!j["endings"][i].is_string()) throw std::runtime_error(where + ": \"endings\" must be a list of 4 strings");
@@ -317,9 +318,6 @@ HellaSwagExample parse_example(const std::string& line, const std::string& where
 void fill_hellaswag_row(const HellaSwagExample& ex, int ending, int T, int32_t pad, int32_t* inputs,
                         int32_t* targets) {
   const std::vector<uint32_t>& end = ex.endings[ending];
-  if (end.size() > static_cast<size_t>(T))
-    throw std::runtime_error("--eval-hellaswag: an ending of " + std::to_string(end.size()) +
-                             " tokens does not fit the context of " + std::to_string(T));
   // the newest context tokens that fit: inputs hold row[0, len - 1)
   const size_t keep = std::min(ex.context.size(), static_cast<size_t>(T) + 1 - end.size());
   std::vector<uint32_t> row(ex.context.end() - static_cast<std::ptrdiff_t>(keep), ex.context.end());
@@ -330,6 +328,53 @@ void fill_hellaswag_row(const HellaSwagExample& ex, int ending, int T, int32_t p
     // position i predicts row[i + 1]: scored where that is an ending token
     targets[i] = in && static_cast<size_t>(i) + 1 >= keep ? static_cast<int32_t>(row[i + 1]) : kIgnoreTarget;
   }
+}
+
+// Each ending is scored in one row of T positions.
+void check_endings_fit(const std::vector<HellaSwagExample>& examples, int T) {
+  for (const HellaSwagExample& ex : examples)
+    for (int i = 0; i < 4; i++)
+      if (ex.endings[i].size() > static_cast<size_t>(T))
+        throw std::runtime_error(ex.where + ": ending " + std::to_string(i) + " has " +
+                                 std::to_string(ex.endings[i].size()) + " tokens, more than the context of " +
+                                 std::to_string(T) + " (-T) scores");
+}
+
+// 52 bits of an example's tokens and label, in two 26-bit halves: summed over
+// up to 2^20 ranks they stay exact in a double.
+std::array<double, 2> example_digest(const HellaSwagExample& ex) {
+  uint64_t h = 1469598103934665603ULL;  // FNV-1a
+  const auto mix = [&](uint64_t v) { h = (h ^ v) * 1099511628211ULL; };
+  const auto tokens = [&](const std::vector<uint32_t>& t) {
+    mix(t.size());
+    for (uint32_t x : t) mix(x);
+  };
+  tokens(ex.context);
+  for (const auto& e : ex.endings) tokens(e);
+  mix(static_cast<uint64_t>(ex.label));
+  return {static_cast<double>(h & 0x3FFFFFF), static_cast<double>((h >> 26) & 0x3FFFFFF)};
+}
+
+// Ranks holding other examples would sum rows that are not the same rows.
+void check_ranks_agree(const std::vector<HellaSwagExample>& examples, int rank, int world, const RankSum& sum) {
+  if (world == 1) return;
+  std::vector<double> count{static_cast<double>(examples.size())};
+  sum(count);
+  const std::string file =
+      examples.empty() ? "--eval-hellaswag" : examples.front().where.substr(0, examples.front().where.rfind(':'));
+  if (count[0] != static_cast<double>(world) * static_cast<double>(examples.size()))
+    throw std::runtime_error(file + ": rank " +
+                             std::to_string(rank) + " reads " + std::to_string(examples.size()) +
+                             " HellaSwag examples, another rank a different number (a different --eval-hellaswag file?)");
+  std::vector<double> digests;
+  for (const HellaSwagExample& ex : examples)
+    for (double d : example_digest(ex)) digests.push_back(d);
+  const std::vector<double> mine = digests;
+  sum(digests);
+  for (size_t i = 0; i < mine.size(); i++)
+    if (digests[i] != static_cast<double>(world) * mine[i])
+      throw std::runtime_error(examples[i / 2].where + ": this HellaSwag example differs between the ranks (rank " +
+                               std::to_string(rank) + " reads another file or version of --eval-hellaswag?)");
 }
 
 }  // namespace
@@ -362,6 +407,8 @@ std::vector<HellaSwagExample> read_hellaswag_for(const TrainOptions& opts) {
 
 HellaSwagResult evaluate_hellaswag(GPT2& model, int B, int T, const std::vector<HellaSwagExample>& examples,
                                    int rank, int world, const RankSum& sum) {
+  check_endings_fit(examples, T);
+  check_ranks_agree(examples, rank, world, sum);
   const size_t rows = examples.size() * 4;
   const int32_t pad = static_cast<int32_t>(model.config().vocab_size) - 1;
   std::vector<double> loss(rows, 0.0);  // each row's summed loss, from the rank that ran it

@@ -94,6 +94,7 @@ struct HellaSwagExample {
   std::vector<uint32_t> context;
   std::array<std::vector<uint32_t>, 4> endings;
   int label = 0;
+  std::string where;  // FILE:LINE, for errors
 };
 
 // The official JSONL: per line "ctx", "endings" (4 strings) and "label" (0-3,
@@ -112,7 +113,9 @@ std::vector<HellaSwagExample> read_hellaswag_for(const TrainOptions& opts);
 
 // Every example's 4 rows, B per forward; forward k runs on rank k % world, so
 // each row is computed in the same batch at any world size; the per-row sums
-// are exchanged once: every rank gets 1 rank's result.
+// are exchanged once: every rank gets 1 rank's result. First every ending must
+// fit T and every rank must hold the same examples (ranks reading different
+// files): else an error naming FILE:LINE.
 HellaSwagResult evaluate_hellaswag(GPT2& model, int B, int T, const std::vector<HellaSwagExample>& examples,
                                    int rank, int world, const RankSum& sum);
 

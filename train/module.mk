@@ -84,7 +84,8 @@ TEST_SCRIPTS += test/e2e/resume_test.sh test/e2e/trainer_cli_test.sh test/e2e/cu
                 test/e2e/resume_semantics_test.sh test/e2e/eval_generate_test.sh test/e2e/sft_train_test.sh \
                 test/e2e/output_safety_test.sh test/e2e/stop_signal_test.sh test/e2e/eval_checkpoints_test.sh \
                 test/e2e/dropout_train_test.sh test/e2e/pretraining_test.sh \
-                test/e2e/spike_guard_test.sh test/e2e/hellaswag_test.sh test/e2e/attention_choice_test.sh
+                test/e2e/spike_guard_test.sh test/e2e/hellaswag_test.sh test/e2e/attention_choice_test.sh \
+                test/e2e/inputs_sacred_test.sh
 TEST_PREREQS += train_gpt2cu $(TRAINER_EMU)
 # Multi-rank training on the CUDA backend through the NCCL communicator (emulated:
 # one device per rank), ZeRO 0/1/2, fp32 and bf16, against one rank and the CPU

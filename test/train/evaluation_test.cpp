@@ -1,9 +1,12 @@
 // The strided sliding-window evaluation (train/evaluation.h) against Hugging
-// Face's loop run literally, one window per forward at its own length.
+// Face's loop run literally, one window per forward at its own length; and
+// HellaSwag's refusals, each naming FILE:LINE.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <memory>
+#include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "backend/backend.h"
@@ -180,6 +183,67 @@ TEST(EvalSlidingWindows, TwoRanksSumToTheOneRankResultBitwise) {
   for (size_t i = 0; i < rounds[0].size(); i++)
     for (size_t j = 0; j < rounds[0][i].size(); j++) total += rounds[0][i][j] + rounds[1][i][j];
   EXPECT_EQ(total, one.nll_sum);
+}
+
+std::vector<HellaSwagExample> hellaswag_examples(int n) {
+  std::vector<HellaSwagExample> out(static_cast<size_t>(n));
+  for (int e = 0; e < n; e++) {
+    HellaSwagExample& ex = out[static_cast<size_t>(e)];
+    ex.context = random_tokens(5, 100 + e);
+    for (int i = 0; i < 4; i++) ex.endings[i] = random_tokens(3, 200 + 4 * e + i);
+    ex.label = e % 4;
+    ex.where = "hs.jsonl:" + std::to_string(e + 1);
+  }
+  return out;
+}
+
+// The message of what `f` throws ("" when it does not).
+template <class F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(HellaSwag, AnEndingLongerThanTheContextIsNamedByFileAndLine) {
+  auto be = make_cpu_backend(1);
+  GPT2 model(*be, tiny_config(), 2, kT);
+  model.init_random(9);
+  std::vector<HellaSwagExample> examples = hellaswag_examples(3);
+  examples[2].endings[1] = random_tokens(kT + 1, 7);
+  const RankSum alone = [](std::vector<double>&) {};
+  EXPECT_EQ(error_of([&] { evaluate_hellaswag(model, 2, kT, examples, 0, 1, alone); }),
+            "hs.jsonl:3: ending 1 has 17 tokens, more than the context of 16 (-T) scores");
+  examples[2].endings[1].resize(kT);  // fits
+  EXPECT_EQ(evaluate_hellaswag(model, 2, kT, examples, 0, 1, alone).n, 3u);
+}
+
+// Rank 0 of 2, the other rank's sums stood in for: its examples differ at line
+// 2, or it holds one example more.
+TEST(HellaSwag, RanksHoldingOtherExamplesAreNamedByFileAndLine) {
+  auto be = make_cpu_backend(1);
+  GPT2 model(*be, tiny_config(), 2, kT);
+  model.init_random(9);
+  const std::vector<HellaSwagExample> examples = hellaswag_examples(3);
+  int call = 0;
+  const RankSum other_line_2 = [&](std::vector<double>& v) {
+    for (size_t i = 0; i < v.size(); i++) v[i] += v[i] + (call == 1 && i / 2 == 1 ? 1.0 : 0.0);
+    call++;
+  };
+  EXPECT_EQ(error_of([&] { evaluate_hellaswag(model, 2, kT, examples, 0, 2, other_line_2); }),
+            "hs.jsonl:2: this HellaSwag example differs between the ranks (rank 0 reads another file or version of "
+            "--eval-hellaswag?)");
+  const RankSum one_more = [](std::vector<double>& v) { v[0] += v[0] + 1.0; };
+  EXPECT_EQ(error_of([&] { evaluate_hellaswag(model, 2, kT, examples, 0, 2, one_more); }),
+            "hs.jsonl: rank 0 reads 3 HellaSwag examples, another rank a different number (a different "
+            "--eval-hellaswag file?)");
+  const RankSum same = [](std::vector<double>& v) {
+    for (double& x : v) x += x;
+  };
+  EXPECT_EQ(evaluate_hellaswag(model, 2, kT, examples, 0, 2, same).n, 3u);
 }
 
 }  // namespace

@@ -1,0 +1,160 @@
+#include "train/path_guard.h"
+
+#include <sys/stat.h>
+
+#include <cstring>
+#include <exception>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "dataloader/dataloader.h"
+#include "tokenizer/tokenizer.h"
+#include "train/run_plan.h"
+
+namespace gpt2 {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+struct FileId {
+  dev_t dev;
+  ino_t ino;
+  bool operator==(const FileId& o) const { return dev == o.dev && ino == o.ino; }
+};
+
+// What the path names after following links; none when it does not exist.
+std::optional<FileId> file_id(const std::string& path) {
+  struct stat st;
+  if (path.empty() || stat(path.c_str(), &st) != 0) return std::nullopt;
+  return FileId{st.st_dev, st.st_ino};
+}
+
+struct Input {
+  std::string flag, path;
+  FileId id;
+};
+
+// A directory stands for the files in it (an HF checkpoint, a checkpoint
+// directory); anything else for itself.
+void add_input(std::vector<Input>* in, const std::string& flag, const std::string& path) {
+  std::error_code ec;
+  if (fs::is_directory(path, ec)) {
+    for (const fs::directory_entry& e : fs::directory_iterator(path, ec))
+      if (const auto id = file_id(e.path().string())) in->push_back({flag, e.path().string(), *id});
+    return;
+  }
+  if (const auto id = file_id(path)) in->push_back({flag, path, *id});
+}
+
+// Shards the pattern names; one that names nothing is the loader's error to report.
+void add_shards(std::vector<Input>* in, const std::string& flag, const std::string& pattern) {
+  std::vector<std::string> shards;
+  try {
+    shards = expand_shard_pattern(pattern);
+  } catch (const std::exception&) {
+    return;
+  }
+  for (const std::string& s : shards) add_input(in, flag, s);
+}
+
+std::vector<Input> inputs_of(const TrainOptions& o) {
+  std::vector<Input> in;
+  if (!names_preset(o.model)) add_input(&in, "--model", o.model);
+  if (!o.init_from.empty()) add_input(&in, "--init-from", o.init_from);
+  const bool training = !o.eval_only && !o.generate;
+  if (training) add_shards(&in, "--train-data", o.train_data);
+  if (o.eval_only || (training && o.val_every > 0)) add_shards(&in, "--val-data", o.val_data);
+  if (!o.eval_hellaswag.empty()) add_input(&in, "--eval-hellaswag", o.eval_hellaswag);
+  if (!o.prompt_file.empty() && o.prompt_file != "-") add_input(&in, "--prompt-file", o.prompt_file);
+  const std::string vocab = Tokenizer::default_dir();
+  for (const char* name : {"/encoder.json", "/vocab.bpe"}) add_input(&in, "the GPT-2 vocabulary", vocab + name);
+  return in;
+}
+
+// A directory the run writes into, and whether a file name there is one it writes.
+struct OutputDir {
+  std::string flag, path;
+  bool (*writes)(const std::string& name);
+};
+
+bool starts_with(const std::string& s, const char* prefix) { return s.rfind(prefix, 0) == 0; }
+
+// train/checkpoint.h's files: models, state files, markers, milestone tags, the lock.
+bool checkpoint_writes(const std::string& name) {
+  return name == "model.bin" || name == ".lock" || starts_with(name, "model_") || starts_with(name, "state_") ||
+         starts_with(name, "DONE_") || starts_with(name, "MILESTONE_");
+}
+
+// model/hf_checkpoint.cpp's export: the config, the weights, a shard index.
+bool hf_export_writes(const std::string& name) {
+  return name == "config.json" || starts_with(name, "model.safetensors");
+}
+
+std::vector<OutputDir> output_dirs_of(const TrainOptions& o) {
+  std::vector<OutputDir> out;
+  if (o.eval_only || o.generate) return out;
+  if (!o.output_dir.empty()) out.push_back({"--output-dir", o.output_dir, checkpoint_writes});
+  if (!o.save_hf.empty()) out.push_back({"--save-hf", o.save_hf, hf_export_writes});
+  return out;
+}
+
+struct OutputFile {
+  std::string flag, path;
+};
+
+std::vector<OutputFile> output_files_of(const TrainOptions& o) {
+  std::vector<OutputFile> out;
+  if (o.eval_only && !o.eval_json.empty() && o.eval_json != "-") out.push_back({"--eval-json", o.eval_json});
+  if (!o.log_jsonl.empty()) out.push_back({"--log-jsonl", o.log_jsonl});
+  return out;
+}
+
+std::string parent_of(const std::string& path) {
+  const std::string parent = fs::path(path).parent_path().string();
+  return parent.empty() ? "." : parent;
+}
+
+// The output directory that `path` would be written in and whose files that name is.
+const OutputDir* written_by(const std::vector<OutputDir>& dirs, const std::string& path) {
+  const auto parent = file_id(parent_of(path));
+  if (!parent) return nullptr;
+  const std::string name = fs::path(path).filename().string();
+  for (const OutputDir& d : dirs)
+    if (file_id(d.path) == parent && d.writes(name)) return &d;
+  return nullptr;
+}
+
+[[noreturn]] void collision(const std::string& what) {
+  throw UsageError(what + ": a run never writes over what it reads or manages; choose another path");
+}
+
+}  // namespace
+
+void check_outputs_spare_inputs(const TrainOptions& o) {
+  const std::vector<Input> inputs = inputs_of(o);
+  const std::vector<OutputDir> dirs = output_dirs_of(o);
+  const std::vector<OutputFile> files = output_files_of(o);
+  for (size_t i = 0; i < files.size(); i++) {
+    const OutputFile& f = files[i];
+    const auto id = file_id(f.path);
+    for (const Input& in : inputs)
+      if (id == in.id)
+        collision(f.flag + " " + f.path + " is " + (in.path == f.path ? "" : in.path + ", ") + "a file " + in.flag +
+                  " reads");
+    if (const OutputDir* d = written_by(dirs, f.path))
+      collision(f.flag + " " + f.path + " is a file " + d->flag + " " + d->path + " writes");
+    std::error_code ec;
+    if (id && !fs::is_regular_file(f.path, ec)) continue;  // a device such as /dev/null takes both
+    for (size_t j = 0; j < i; j++)
+      if ((id && id == file_id(files[j].path)) || fs::absolute(f.path) == fs::absolute(files[j].path))
+        collision(f.flag + " and " + files[j].flag + " name the same file, " + f.path);
+  }
+  for (const Input& in : inputs)
+    if (const OutputDir* d = written_by(dirs, in.path))
+      collision(in.flag + "'s " + in.path + " lies in " + d->flag + " " + d->path + ", which writes a file of that name");
+}
+
+}  // namespace gpt2
