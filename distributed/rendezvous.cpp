@@ -61,6 +61,8 @@ namespace {
 using rdzv::Deadline;
 
 constexpr char kMagic[8] = {'G', 'P', 'T', '2', 'R', 'D', 'V', '1'};
+// rank 0's payload (a communicator id) or its error message
+constexpr uint32_t kMaxReplyText = 1u << 16;
 
 // Fixed-size, so one read decides; strings are NUL-padded.
 struct Hello {
@@ -261,6 +263,13 @@ RendezvousResult join(const RendezvousSpec& spec, const RendezvousRequest& req) 
   if (!transfer(conn.get(), &h, sizeof h, deadline, true) || !transfer(conn.get(), head, sizeof head, deadline, false))
     fail("rank 0 did not answer within " + rdzv::seconds_text(req.timeout_s) +
          " s (it may be waiting for other ranks, or be another program)");
+  // Checked before anything is allocated: whatever answers on the port cannot
+  // make this rank reserve more than a reply of rank 0's can hold.
+  const size_t host_text_most = static_cast<size_t>(req.world) * (sizeof h.host + 1);
+  if (head[0] > 1 || head[1] > kMaxReplyText || head[2] > host_text_most)
+    fail("what answers on the port is not rank 0 of this program (a reply header of status " +
+         std::to_string(head[0]) + ", " + std::to_string(head[1]) + " + " + std::to_string(head[2]) +
+         " bytes; at most 1, " + std::to_string(kMaxReplyText) + " + " + std::to_string(host_text_most) + ")");
   std::string a(head[1], '\0'), b(head[2], '\0');
   if (!transfer(conn.get(), &a[0], a.size(), deadline, false) || !transfer(conn.get(), &b[0], b.size(), deadline, false))
     fail("the connection to rank 0 broke during the reply");

@@ -55,8 +55,14 @@ bool exists(const std::string& path) {
   return stat(path.c_str(), &st) == 0;
 }
 
-// key=value lines; an absent file gives an empty map.
+// key=value lines; an absent file gives an empty map. A file larger than any
+// rank writes (a payload and a few short fields) is not read at all.
 Fields read_fields(const std::string& path) {
+  constexpr off_t kMostBytes = 1 << 20;
+  struct stat st {};
+  if (stat(path.c_str(), &st) == 0 && st.st_size > kMostBytes)
+    throw std::runtime_error(path + ": " + std::to_string(st.st_size) + " bytes, more than a rendezvous file holds (" +
+                             std::to_string(kMostBytes) + "): not written by a rank of this program");
   Fields f;
   std::ifstream in(path);
   std::string line;

@@ -247,6 +247,45 @@ TEST(Rendezvous, StaleFilesOfAnEarlierJob) {
   EXPECT_TRUE(has(out[0], "it is of job 'job0', this is job 'job1'")) << out[0];
 }
 
+// Another program on the port, answering every connection with 0xFF bytes:
+// the joining rank refuses the reply header at once, allocating nothing for it.
+TEST(Rendezvous, AHostileAnswerIsRefusedBeforeAnyAllocation) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
+  listen(fd, 4);
+  socklen_t len = sizeof a;
+  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  const int port = ntohs(a.sin_port);
+  std::thread hostile([fd] {
+    const int conn = accept(fd, nullptr, nullptr);
+    if (conn < 0) return;
+    const std::string ff(4096, '\xff');
+    send(conn, ff.data(), ff.size(), MSG_NOSIGNAL);
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    close(conn);
+  });
+  double secs = 0;
+  const auto out = run_all(parse_rendezvous("tcp", "127.0.0.1", port), {request(1, 2, 5)}, &secs);
+  hostile.join();
+  close(fd);
+  EXPECT_TRUE(has(out[0], "rank 1/2 (host1): rendezvous at tcp 127.0.0.1:" + std::to_string(port) +
+                              ": what answers on the port is not rank 0 of this program (a reply header of status "
+                              "4294967295, 4294967295 + 4294967295 bytes; at most 1, 65536 + 130)"))
+      << out[0];
+  EXPECT_LT(secs, 3);
+}
+
+// A rendezvous file no rank wrote, too large to be one, is refused unread.
+TEST(Rendezvous, AnOversizedRendezvousFileIsNotRead) {
+  TempDir dir("rdzv_test");
+  std::ofstream(dir.path() + "/rank0") << std::string((1 << 20) + 1, 'x');
+  const auto out = run_all(parse_rendezvous("file:" + dir.path(), "", 0), {request(1, 2, 1)});
+  EXPECT_TRUE(has(out[0], dir.path() + "/rank0: 1048577 bytes, more than a rendezvous file holds (1048576)")) << out[0];
+}
+
 TEST(Rendezvous, SpecsParse) {
   EXPECT_EQ(parse_rendezvous("", "m", 5).describe(), "tcp m:5");
   EXPECT_EQ(parse_rendezvous("tcp:10.0.0.1:29500", "m", 5).describe(), "tcp 10.0.0.1:29500");
