@@ -53,6 +53,9 @@ int main(int argc, char** argv) {
     launch.timeout_s = opts.comm_timeout > 0 ? opts.comm_timeout : gpt2::kDefaultCommTimeoutSeconds;
     launch.device_ranks = opts.device != gpt2::Device::kCpu;
     runtime = std::make_unique<gpt2::DistRuntime>(&argc, &argv, launch);
+  } catch (const gpt2::StopRequested& e) {  // during the rendezvous: nothing to save
+    std::fprintf(stderr, "error: %s while waiting for the other ranks\n", e.what());
+    return gpt2::stopped_exit_code(e.signum);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return 1;

@@ -17,10 +17,13 @@
 #include <cerrno>
 #include <chrono>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <stdexcept>
 #include <thread>
+#include <utility>
 
+#include "distributed/preempt.h"
 #include "distributed/rendezvous_internal.h"
 
 namespace gpt2 {
@@ -41,6 +44,25 @@ std::string seconds_text(double s) {
   return text;
 }
 
+Waiting::Waiting(const RendezvousRequest& req, std::string where)
+    : req_(req),
+      where_(std::move(where)),
+      start_(std::chrono::steady_clock::now()),
+      next_note_(start_ + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                              std::chrono::duration<double>(req.progress_every_s))) {}
+
+void Waiting::check(const std::string& waiting_for) {
+  if (const int s = local_stop_signal()) throw StopRequested(s);
+  const auto now = std::chrono::steady_clock::now();
+  if (now < next_note_) return;
+  const double waited = std::chrono::duration<double>(now - start_).count();
+  std::fprintf(stderr, "%s%s: waiting for %s (%.0f s of %s s)\n", req_.prefix.c_str(), where_.c_str(),
+               waiting_for.c_str(), waited, seconds_text(req_.timeout_s).c_str());
+  std::fflush(stderr);
+  next_note_ = now + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                         std::chrono::duration<double>(req_.progress_every_s));
+}
+
 std::string encode_hosts(const std::vector<std::string>& hosts) {
   std::string out;
   for (const std::string& h : hosts) out += h + '\n';
@@ -59,6 +81,8 @@ std::vector<std::string> decode_hosts(const std::string& text) {
 namespace {
 
 using rdzv::Deadline;
+using rdzv::kWaitSliceMs;
+using rdzv::Waiting;
 
 constexpr char kMagic[8] = {'G', 'P', 'T', '2', 'R', 'D', 'V', '1'};
 // rank 0's payload (a communicator id) or its error message
@@ -97,13 +121,17 @@ class Fd {
   int fd_;
 };
 
-// Reads or writes exactly n bytes before the deadline; false on EOF, error or time.
-bool transfer(int fd, void* buf, size_t n, const Deadline& deadline, bool writing) {
+// Reads or writes exactly n bytes before the deadline; false on EOF, error or
+// time. With `waiting`, a stop signal ends it (StopRequested).
+bool transfer(int fd, void* buf, size_t n, const Deadline& deadline, bool writing, Waiting* waiting = nullptr,
+              const std::string& waiting_for = "") {
   char* p = static_cast<char*>(buf);
   while (n > 0) {
+    if (waiting) waiting->check(waiting_for);
     pollfd pfd{fd, static_cast<short>(writing ? POLLOUT : POLLIN), 0};
-    const int ready = poll(&pfd, 1, deadline.left_ms());
+    const int ready = poll(&pfd, 1, std::min(deadline.left_ms(), kWaitSliceMs));
     if (ready < 0 && errno == EINTR) continue;
+    if (ready == 0 && deadline.left_ms() > 0) continue;
     if (ready <= 0) return false;
     const ssize_t got = writing ? send(fd, p, n, MSG_NOSIGNAL) : recv(fd, p, n, 0);
     if (got < 0 && (errno == EINTR || errno == EAGAIN)) continue;
@@ -163,16 +191,21 @@ RendezvousResult serve(const RendezvousSpec& spec, const RendezvousRequest& req)
   seen[0] = true;
   int joined = 1;
   std::string problem;
+  const auto missing = [&] {
+    std::string m;
+    for (int r = 0; r < req.world; ++r)
+      if (!seen[static_cast<size_t>(r)]) m += (m.empty() ? "" : ", ") + std::to_string(r);
+    return "rank(s) " + m + " of " + std::to_string(req.world);
+  };
+  Waiting waiting(req, where);
   while (joined < req.world && problem.empty()) {
+    waiting.check(missing());
     pollfd pfd{listener.get(), POLLIN, 0};
-    const int ready = poll(&pfd, 1, deadline.left_ms());
+    const int ready = poll(&pfd, 1, std::min(deadline.left_ms(), kWaitSliceMs));
     if (ready < 0 && errno == EINTR) continue;
+    if (ready == 0 && deadline.left_ms() > 0) continue;
     if (ready <= 0) {
-      std::string missing;
-      for (int r = 0; r < req.world; ++r)
-        if (!seen[static_cast<size_t>(r)]) missing += (missing.empty() ? "" : ", ") + std::to_string(r);
-      problem = "rank(s) " + missing + " of " + std::to_string(req.world) + " never came within " +
-                rdzv::seconds_text(req.timeout_s) + " s";
+      problem = missing() + " never came within " + rdzv::seconds_text(req.timeout_s) + " s";
       break;
     }
     Fd conn(accept4(listener.get(), nullptr, nullptr, SOCK_CLOEXEC));
@@ -239,9 +272,16 @@ RendezvousResult join(const RendezvousSpec& spec, const RendezvousRequest& req) 
   const int g = getaddrinfo(spec.host.c_str(), std::to_string(spec.port).c_str(), &hints, &found);
   if (g != 0) fail("cannot resolve the address '" + spec.host + "': " + gai_strerror(g));
   const Deadline deadline(req.timeout_s);
+  Waiting waiting(req, where);
   Fd conn;
   std::string last;
   while (conn.get() < 0) {
+    try {
+      waiting.check("rank 0");
+    } catch (...) {
+      freeaddrinfo(found);
+      throw;
+    }
     for (const addrinfo* ai = found; ai != nullptr && conn.get() < 0; ai = ai->ai_next)
       last = try_connect(ai, deadline, &conn);
     if (conn.get() >= 0) break;
@@ -260,7 +300,8 @@ RendezvousResult join(const RendezvousSpec& spec, const RendezvousRequest& req) 
   copy_text(h.job, sizeof h.job, req.job_id);
   copy_text(h.host, sizeof h.host, req.host);
   uint32_t head[3] = {};
-  if (!transfer(conn.get(), &h, sizeof h, deadline, true) || !transfer(conn.get(), head, sizeof head, deadline, false))
+  if (!transfer(conn.get(), &h, sizeof h, deadline, true) ||
+      !transfer(conn.get(), head, sizeof head, deadline, false, &waiting, "rank 0's answer (rank 0 waits for the others)"))
     fail("rank 0 did not answer within " + rdzv::seconds_text(req.timeout_s) +
          " s (it may be waiting for other ranks, or be another program)");
   // Checked before anything is allocated: whatever answers on the port cannot

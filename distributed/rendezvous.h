@@ -8,7 +8,10 @@
 // Every failure is a std::runtime_error within the timeout, starting with the
 // rank prefix and naming the address or path: rank 0 never comes, an address
 // that does not resolve or answer, a port in use, two processes claiming one
-// rank, world sizes that disagree, a file left by an earlier job.
+// rank, world sizes that disagree, a file left by an earlier job. A stop signal
+// (distributed/preempt.h) ends every wait within a fraction of a second with
+// StopRequested, the rank's own rendezvous files removed; a rank still waiting
+// says every progress_every_s what it waits for.
 #ifndef DISTRIBUTED_RENDEZVOUS_H
 #define DISTRIBUTED_RENDEZVOUS_H
 
@@ -38,6 +41,7 @@ struct RendezvousRequest {
   std::string host;     // this process's host name, for messages
   std::string prefix;   // "rank R/W (host): "
   double timeout_s = 300;
+  double progress_every_s = 30;
 };
 
 struct RendezvousResult {

@@ -26,6 +26,7 @@
 #include <stdexcept>
 #include <thread>
 
+#include "distributed/preempt.h"
 #include "distributed/rendezvous_internal.h"
 
 namespace gpt2 {
@@ -136,12 +137,24 @@ RendezvousResult as_rank0(const std::string& dir, const RendezvousRequest& req) 
   if (std::rename(tmp.c_str(), rank0.c_str()) != 0) fail("cannot write " + rank0 + ": " + std::strerror(errno));
 
   const Deadline deadline(req.timeout_s);
+  Waiting waiting(req, "rendezvous at file " + dir);
+  const std::string go = dir + "/go";
+  const auto wait_a_little = [&](const std::string& waiting_for) {
+    try {
+      waiting.check(waiting_for);
+    } catch (const StopRequested&) {  // no file of this rank outlives it
+      std::remove(go.c_str());
+      std::remove(rank0.c_str());
+      throw;
+    }
+    sleep_a_little();
+  };
   std::vector<std::string> hosts(static_cast<size_t>(req.world));
   hosts[0] = req.host;
   std::string problem;
   for (int r = 1; r < req.world && problem.empty(); ++r) {
     const std::string path = dir + "/rank" + std::to_string(r);
-    while (!exists(path) && deadline.left_ms() > 0) sleep_a_little();
+    while (!exists(path) && deadline.left_ms() > 0) wait_a_little("rank " + std::to_string(r) + " (" + path + ")");
     if (!exists(path)) {
       std::string missing;
       for (int m = r; m < req.world; ++m)
@@ -161,13 +174,13 @@ RendezvousResult as_rank0(const std::string& dir, const RendezvousRequest& req) 
   }
   Fields verdict{{"nonce", nonce}, {"status", problem.empty() ? "ok" : "error"}, {"message", problem}};
   verdict["hosts"] = hex(encode_hosts(hosts));
-  const std::string go = dir + "/go";
   const std::string go_tmp = write_temp(go, verdict, req.prefix);
   std::rename(go_tmp.c_str(), go.c_str());
   // The others remove their claims once they read go; then rank0 and go go too.
   const Deadline cleanup(problem.empty() ? std::max(5.0, deadline.left_ms() / 1000.0) : 3.0);
   for (int r = 1; r < req.world; ++r)
-    while (exists(dir + "/rank" + std::to_string(r)) && cleanup.left_ms() > 0) sleep_a_little();
+    while (exists(dir + "/rank" + std::to_string(r)) && cleanup.left_ms() > 0)
+      wait_a_little("rank " + std::to_string(r) + " to read " + go);
   std::remove(go.c_str());
   std::remove(rank0.c_str());
   if (!problem.empty()) {
@@ -181,8 +194,12 @@ RendezvousResult as_other(const std::string& dir, const RendezvousRequest& req) 
   const std::string where = "rendezvous at file " + dir + ": ";
   const auto fail = [&](const std::string& what) { throw std::runtime_error(req.prefix + where + what); };
   const Deadline deadline(req.timeout_s);
+  Waiting waiting(req, "rendezvous at file " + dir);
   const std::string rank0 = dir + "/rank0";
-  while (!exists(rank0) && deadline.left_ms() > 0) sleep_a_little();
+  while (!exists(rank0) && deadline.left_ms() > 0) {
+    waiting.check("rank 0 (" + rank0 + ")");
+    sleep_a_little();
+  }
   if (!exists(rank0))
     fail("rank 0 never came: no " + rank0 + " within " + seconds_text(req.timeout_s) + " s");
   const Fields announce = read_fields(rank0);
@@ -215,6 +232,12 @@ RendezvousResult as_other(const std::string& dir, const RendezvousRequest& req) 
   while (deadline.left_ms() > 0) {
     verdict = read_fields(go);
     if (verdict.count("nonce") && verdict.at("nonce") == nonce) break;
+    try {
+      waiting.check("rank 0's verdict (" + go + ")");
+    } catch (const StopRequested&) {  // no file of this rank outlives it
+      std::remove(path.c_str());
+      throw;
+    }
     sleep_a_little();
   }
   std::remove(path.c_str());

@@ -23,6 +23,23 @@ class Deadline {
 };
 
 std::string seconds_text(double s);
+
+// The longest a wait sleeps or polls between its checks.
+constexpr int kWaitSliceMs = 200;
+
+// A wait of a rendezvous: check() throws StopRequested once a stop signal is
+// recorded, and every progress_every_s prints to stderr what the rank waits for.
+class Waiting {
+ public:
+  Waiting(const RendezvousRequest& req, std::string where);
+  void check(const std::string& waiting_for);
+
+ private:
+  const RendezvousRequest& req_;
+  const std::string where_;
+  const std::chrono::steady_clock::time_point start_;
+  std::chrono::steady_clock::time_point next_note_;
+};
 // Host names one per line, and back.
 std::string encode_hosts(const std::vector<std::string>& hosts);
 std::vector<std::string> decode_hosts(const std::string& text);

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <csignal>
 #include <fstream>
 #include <functional>
 #include <string>
@@ -16,6 +17,7 @@
 #include <vector>
 
 #include "distributed/env_launch.h"
+#include "distributed/preempt.h"
 #include "distributed/rendezvous.h"
 #include "test/temp_dir.h"
 
@@ -284,6 +286,44 @@ TEST(Rendezvous, AnOversizedRendezvousFileIsNotRead) {
   std::ofstream(dir.path() + "/rank0") << std::string((1 << 20) + 1, 'x');
   const auto out = run_all(parse_rendezvous("file:" + dir.path(), "", 0), {request(1, 2, 1)});
   EXPECT_TRUE(has(out[0], dir.path() + "/rank0: 1048577 bytes, more than a rendezvous file holds (1048576)")) << out[0];
+}
+
+// A stop signal ends every wait within a fraction of a second (rank 0 waiting
+// for the others, a rank waiting for rank 0), and no file of the stopped rank
+// is left for the next job to take as stale.
+TEST(Rendezvous, AStopSignalEndsTheWaitAndLeavesNoFile) {
+  TempDir dir("rdzv_test");
+  for (const RendezvousSpec& spec : both_transports(dir)) {
+    for (int rank : {0, 1}) {
+      clear_stop_signal();
+      std::thread signal([] {
+        std::this_thread::sleep_for(std::chrono::milliseconds(300));
+        request_stop(SIGTERM);
+      });
+      double secs = 0;
+      const auto out = run_all(spec, {request(rank, 2, 20)}, &secs);
+      signal.join();
+      clear_stop_signal();
+      EXPECT_EQ(out[0], "error: stop requested by signal " + std::to_string(SIGTERM)) << spec.describe() << " rank " << rank;
+      EXPECT_LT(secs, 2) << spec.describe() << " rank " << rank;
+      EXPECT_FALSE(std::ifstream(dir.path() + "/r/rank" + std::to_string(rank)).good()) << spec.describe();
+    }
+  }
+}
+
+// A rank still waiting says what for, every progress_every_s.
+TEST(Rendezvous, AWaitingRankSaysWhatItWaitsFor) {
+  TempDir dir("rdzv_test");
+  for (const RendezvousSpec& spec : both_transports(dir)) {
+    RendezvousRequest r0 = request(0, 3, 0.7), r1 = request(1, 3, 0.7);
+    r0.progress_every_s = r1.progress_every_s = 0.2;
+    testing::internal::CaptureStderr();
+    run_all(spec, {r0, r1});
+    const std::string notes = testing::internal::GetCapturedStderr();
+    EXPECT_TRUE(has(notes, "rank 0/3 (host0): rendezvous at " + spec.describe() + ": waiting for ")) << notes;
+    EXPECT_TRUE(has(notes, "rank(s) 2 of 3") || has(notes, "rank 2 (")) << notes;
+    EXPECT_TRUE(has(notes, " s of 0.7 s)")) << notes;
+  }
 }
 
 TEST(Rendezvous, SpecsParse) {
