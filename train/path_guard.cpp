@@ -37,16 +37,23 @@ struct Input {
   FileId id;
 };
 
-// A directory stands for the files in it (an HF checkpoint, a checkpoint
-// directory); anything else for itself.
+// A directory stands for the regular files in it (an HF checkpoint, a
+// checkpoint directory); anything else for itself, and it must be a regular
+// file: reading a FIFO or a device would wait on whatever writes it, with no
+// signal noticed (the one stream a run reads is --prompt-file -).
 void add_input(std::vector<Input>* in, const std::string& flag, const std::string& path) {
   std::error_code ec;
   if (fs::is_directory(path, ec)) {
     for (const fs::directory_entry& e : fs::directory_iterator(path, ec))
-      if (const auto id = file_id(e.path().string())) in->push_back({flag, e.path().string(), *id});
+      if (fs::is_regular_file(e.path(), ec))
+        if (const auto id = file_id(e.path().string())) in->push_back({flag, e.path().string(), *id});
     return;
   }
-  if (const auto id = file_id(path)) in->push_back({flag, path, *id});
+  const auto id = file_id(path);
+  if (!id) return;  // a missing input is the reader's error to report
+  if (!fs::is_regular_file(path, ec))
+    throw UsageError(flag + " " + path + " is not a regular file (a FIFO, a device or a socket): give a file");
+  in->push_back({flag, path, *id});
 }
 
 // Shards the pattern names; one that names nothing is the loader's error to report.

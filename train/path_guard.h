@@ -5,6 +5,7 @@
 // GPT-2 vocabulary), by device and inode after resolving links, so a link or a
 // second name for the same file cannot slip through. A collision is a usage
 // error (exit 2) naming both flags: a run never writes over what it reads.
+// An input that is no regular file (a FIFO, a device) is refused the same way.
 #ifndef TRAIN_PATH_GUARD_H
 #define TRAIN_PATH_GUARD_H
 
@@ -12,7 +13,8 @@
 
 namespace gpt2 {
 
-// Throws UsageError naming the output, the input and their flags.
+// Throws UsageError naming the output, the input and their flags, or the
+// input that is no regular file.
 void check_outputs_spare_inputs(const TrainOptions& o);
 
 }  // namespace gpt2

@@ -12,6 +12,8 @@
 #   4. --log-jsonl OUT/model_00000002.bin or OUT/.lock with --output-dir OUT;
 #   5. --eval-json and --log-jsonl naming one file;
 #   6. --save-hf naming the --model HF directory;
+#   7. an input that is no regular file (--eval-hellaswag on a FIFO nobody
+#      writes: reading it would block in open() with no signal noticed);
 # and runs whose outputs are elsewhere go ahead (exit 0).
 set -u
 cd "$(dirname "$0")/../.."
@@ -80,6 +82,11 @@ refused "--eval-json and --log-jsonl naming one file" "name the same file" -- \
 # --- 6. --save-hf over the --model directory ----------------------------------------------------------
 refused "--save-hf naming the --model HF directory" "lies in --save-hf $W/hf" "$W/hf/config.json" -- \
   "$BIN" "${common[@]}" --model "$W/hf" --max-steps 1 --save-hf "$W/hf"
+
+# --- 7. an input that is no regular file -------------------------------------------------------------
+mkfifo "$W/fifo"
+refused "--eval-hellaswag naming a FIFO" "--eval-hellaswag $W/fifo is not a regular file" -- \
+  "$BIN" "${evaluate[@]}" --model "$MODEL" --eval-hellaswag "$W/fifo"
 
 # --- outputs elsewhere go ahead ------------------------------------------------------------------------
 "${ONE[@]}" "$BIN" "${evaluate[@]}" --model "$MODEL" --eval-json "$W/eval.json" --log-jsonl "$W/eval.jsonl" \
