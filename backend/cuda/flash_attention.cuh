@@ -52,12 +52,12 @@ inline bool flash_packed(int C, int NH, const T* a, const T* b, const T* c) {
   return C / NH == flash_mma::kHead && C % kPack<T> == 0 && aligned16(a) && aligned16(b) && aligned16(c);
 }
 
-// grid (query or key blocks, B*NH): gridDim.y is limited to 65535 heads.
-inline dim3 flash_grid(int B, int T_, int NH) {
+// grid (query or key blocks of `rows`, B*NH): gridDim.y is limited to 65535 heads.
+inline dim3 flash_grid(int B, int T_, int NH, int rows) {
   if (static_cast<long long>(B) * NH > 65535)
     throw std::runtime_error("flash attention: B*NH = " + std::to_string(static_cast<long long>(B) * NH) +
                              " exceeds gridDim.y (65535)");
-  return dim3(ceil_div(T_, flash_mma::kTile), B * NH);
+  return dim3(ceil_div(T_, rows), B * NH);
 }
 
 // Calls f(Ops{}) with the tile operations for storage T (fp32: tf32 or 3xTF32).
@@ -89,11 +89,11 @@ template <class T>
 void flash_attention_forward(T* out, float* lse, const T* qkv, int B, int T_, int C, int NH, bool tf32,
                              const DropoutMask& drop, cudaStream_t stream) {
   const float scale = 1.0f / sqrtf(static_cast<float>(C / NH));
-  const dim3 grid = flash_grid(B, T_, NH);
   const bool packed = flash_packed<T>(C, NH, qkv, out, qkv);
   with_flash_ops<T>(tf32, [&](auto ops) {
     with_dropout(drop, [&](auto dropping) {
       auto kernel = flash_forward_mma_kernel<decltype(ops), decltype(dropping)::value>;
+      const dim3 grid = flash_grid(B, T_, NH, flash_mma::forward_rows<decltype(ops)>());
       const size_t smem = flash_mma::forward_smem<decltype(ops)>();
       flash_allow_smem(kernel, smem);
       LAUNCH_KERNEL(kernel, grid, flash_mma::kThreads, smem, stream, out, lse, qkv, T_, C, NH, scale, packed, drop);
@@ -107,7 +107,7 @@ template <class T>
 void flash_attention_backward(T* dqkv, float* scratch, const T* dout, const T* out, const T* qkv, const float* lse,
                               int B, int T_, int C, int NH, bool tf32, const DropoutMask& drop, cudaStream_t stream) {
   const float scale = 1.0f / sqrtf(static_cast<float>(C / NH));
-  const dim3 grid = flash_grid(B, T_, NH);
+  const dim3 grid = flash_grid(B, T_, NH, flash_mma::kTile);
   const bool packed = flash_packed<T>(C, NH, qkv, dout, dqkv) && aligned16(out);
   const size_t rows = static_cast<size_t>(B) * NH * T_, heads = static_cast<size_t>(B) * NH;
   LAUNCH_KERNEL(flash_backward_dsum_kernel<T>, static_cast<unsigned>(ceil_div(rows, size_t{16})), 128, 0, stream,

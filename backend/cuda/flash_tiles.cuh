@@ -8,20 +8,27 @@
 //                      dropped small*small term is ~2^-22 relative; the
 //                      corrections summed apart): fp32 accuracy on tensor
 //                      cores, --tf32 off.
-// A warp owns 16 rows of a 64 x 64 product; its fp32 accumulators are 8 C
-// fragments (Acc: c[n] is n8 tile n, backend/cuda/mma.cuh's C/D layout), the
-// same for every type, so masks and the softmax are written once.
+// A warp's product covers G groups of 16 rows (group i at rows r0 + 16 i) and N8
+// n8 tiles of columns; its fp32 accumulators are C fragments (float[G][N8][4]:
+// [i][n] is group i, n8 tile n; backend/cuda/mma.cuh's C/D layout), the same for
+// every type, so masks and the softmax are written once. Each B fragment read
+// from shared memory serves all G groups: with A in registers, the shared reads
+// per FLOP fall as 1 / G. Acc is one group's 64 columns.
 //
 // Members (tiles in shared memory are [64][kLd] row-major):
-//   load_rows(a, tile, r0)         A fragments of rows r0..r0+15 (all 64 k)
-//   mma_rows_n(acc, a, tile)       acc += A tile^T        (tile holds B^T: [n][k])
-//   mma_rows_n(acc, a_tile, r0, tile)   the same, A read from a_tile per k step
-//   mma_c_rows_k(acc, c, tile)     acc += round(c) tile   (c: C fragments used as
-//                                  the A operand in registers; tile is B: [k][n])
-//   put_ds(sdS, ds, row0)          dS^T's rows row0.. (C fragments) to shared, rounded
-//                                  as mma_c_rows_k rounds them
-//   mma_ds(acc, sdS, row0, sK)     acc += dS K for query rows row0.. (dS^T in sdS)
-//   store_rows(dst, ...)           scaled C fragments to global rows t0.. (< T_, d < hs)
+//   load_rows(a, tile, r0)              A fragments of G groups of rows (all 64 k)
+//   mma_rows_n(acc, a, tile, n0)        acc += A tile^T, tile's rows n0.. (B^T: [n][k])
+//   mma_rows_n(acc, a_tile, r0, tile, n0)   the same, A read from a_tile per k step
+//   mma_c_rows_k(acc, c, tile)          acc += round(c) tile (c: C fragments used as
+//                                       the A operand in registers; tile is B: [k][n])
+//   put_t(x, c, r0, c0)                 C fragments (P^T, dS^T) to shared, rounded as
+//                                       operands
+//   mma_t_rows_k(acc, x, r0, tile, n0)  acc += X tile for put_t's rows r0.. (tile: [k][n])
+//   mma_ds(acc, sdS, row0, sK, n0)      acc += dS K, query rows row0.. (dS^T in sdS), K's columns n0..
+//   stage_c(tile, c, r0, c0, scale)     scale * C fragments in the storage type, for
+//                                       store_tile
+//   store_rows(dst, ...)                one group's scaled C fragments to global rows
+//                                       t0.. (< T_, d < hs)
 //
 // Bank conflicts (32 banks of 4 bytes; docs/kernels.md has the profile):
 //   bf16: 144-byte rows, every ldmatrix's 8 rows in 8 distinct 16-byte groups.
@@ -32,10 +39,11 @@
 //         step slot t <- key 2t, slot t+4 <- key 2t+1. Then a C fragment's
 //         (row g, cols 2t, 2t+1) is the A fragment as it stands (no shuffles),
 //         and B's loads (rows 2t, 2t+1, column g) hit banks 8t + g (+4): distinct.
-//         dS^T is stored unpadded with columns XOR-swizzled by a Gray code of the
-//         row, (row ^ row>>1) & 3 in column bits 3-4: the float2 stores of C
-//         fragments (rows g, cols 2t) and the A loads (rows 2t, column g) are
-//         both conflict-free.
+//         P^T and dS^T are stored unpadded with columns XOR-swizzled by a Gray
+//         code of the row, (row ^ row>>1) & 3 in column bits 3-4: the float2
+//         stores of C fragments (rows g, cols 2t), the float2 A loads of their
+//         rows (mma_t_rows_k) and the A loads of dS (rows 2t, column g) are all
+//         conflict-free.
 #ifndef BACKEND_CUDA_FLASH_TILES_CUH
 #define BACKEND_CUDA_FLASH_TILES_CUH
 
@@ -58,7 +66,7 @@ namespace flash_mma {
 using bf16 = __nv_bfloat16;
 constexpr int kTile = 64;  // query rows per block, keys per tile
 constexpr int kHead = 64;  // head dimension in shared memory (hs <= kHead, zero padded)
-constexpr int kWarps = 4;  // 16 rows each
+constexpr int kWarps = 4;
 constexpr int kThreads = kWarps * 32;
 using Acc = float[8][4];  // a warp's 16 x 64 fp32 accumulators: 8 n8 C fragments
 
@@ -83,6 +91,25 @@ __device__ inline void stage_tile(T* dst, int ld, const T* src, int row, int t0,
   }
 }
 
+// The block's [64][ld] staging tile to rows [t0, t0+64) of one head's slice
+// (dst + t*row + d), rows < T_ and d < hs: 16-byte stores when packed, else scalars.
+template <class T>
+__device__ inline void store_tile(T* dst, size_t row, int t0, int T_, int hs, bool packed, const T* stage, int ld) {
+  if (packed) {
+    constexpr int kPer = 16 / static_cast<int>(sizeof(T)), kChunks = kHead / kPer;
+    for (int i = threadIdx.x; i < kTile * kChunks; i += kThreads) {
+      const int r = i / kChunks, c = (i % kChunks) * kPer;
+      if (t0 + r < T_)
+        *reinterpret_cast<int4*>(dst + size_t(t0 + r) * row + c) = *reinterpret_cast<const int4*>(stage + r * ld + c);
+    }
+    return;
+  }
+  for (int i = threadIdx.x; i < kTile * hs; i += kThreads) {
+    const int r = i / hs, d = i % hs;
+    if (t0 + r < T_) dst[size_t(t0 + r) * row + d] = stage[r * ld + d];
+  }
+}
+
 // Sum (max) over the 4 lanes of a quad: the lanes that hold one row of a C fragment.
 __device__ inline float quad_sum(float v) {
   v += __shfl_xor_sync(0xffffffffu, v, 1);
@@ -91,6 +118,19 @@ __device__ inline float quad_sum(float v) {
 __device__ inline float quad_max(float v) {
   v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
   return fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 2));
+}
+
+// f(row, column, x, y) for each pair of adjacent elements of a lane's C fragments
+// (group i: rows r0 + 16 i + g and + 8; columns c0 + 8 n + 2 t and + 1).
+template <int G, int N8, class F>
+__device__ inline void for_each_pair(const float (&c)[G][N8][4], int r0, int c0, F&& f) {
+  const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  FLASH_TILES_UNROLL
+  for (int i = 0; i < G; i++)
+    FLASH_TILES_UNROLL
+    for (int n = 0; n < N8; n++)
+      FLASH_TILES_UNROLL
+      for (int r = 0; r < 2; r++) f(r0 + 16 * i + g + 8 * r, c0 + n * 8 + 2 * t, c[i][n][r + r], c[i][n][r + r + 1]);
 }
 
 // The softmax runs in base 2: exp(x) = exp2(x log2 e), and exp2f is one ex2
@@ -108,6 +148,9 @@ struct Bf16Ops {
   using T = bf16;
   static constexpr int kLd = kHead + 8;  // 144-byte rows
   using Rows = uint32_t[4][4];           // A fragments of 16 rows: four k16 steps
+  // Row groups of 16 per warp in the forward: two halve the K/V fragment reads per FLOP
+  // (registers: Q 32, S 64, O 64).
+  static constexpr int kForwardGroups = 2;
 
   // ldmatrix addresses: lane i = lane/8 names the 8x8 matrix, j = lane%8 its row.
   // A: rows r0..r0+15, k0..k0+15 of a row-major tile.
@@ -149,72 +192,101 @@ struct Bf16Ops {
     a[3] = mma::pack_bf16(c[n + 1][2], c[n + 1][3]);
   }
 
-  __device__ static void load_rows(Rows& a, const T* tile, int r0) {
+  // G groups of 16 rows, group i at rows r0 + 16 i.
+  template <int G>
+  __device__ static void load_rows(Rows (&a)[G], const T* tile, int r0) {
     FLASH_TILES_UNROLL
-    for (int kk = 0; kk < 4; kk++) load_a(a[kk], tile, r0, kk * 16);
-  }
-  __device__ static void mma_rows_n(Acc& acc, const Rows& a, const T* tile) {
-    FLASH_TILES_UNROLL
-    for (int kk = 0; kk < 4; kk++)
+    for (int i = 0; i < G; i++)
       FLASH_TILES_UNROLL
-      for (int nb = 0; nb < 4; nb++) {
+      for (int kk = 0; kk < 4; kk++) load_a(a[i][kk], tile, r0 + 16 * i, kk * 16);
+  }
+  // acc (G groups of N8 n8 tiles) += A B, B^T rows ([n][k]) n0.. of tile. Each B
+  // fragment is loaded once and used by every group.
+  template <int G, int N8>
+  __device__ static void mma_rows_n(float (&acc)[G][N8][4], const Rows (&a)[G], const T* tile, int n0 = 0) {
+    FLASH_TILES_UNROLL
+    for (int nb = 0; nb < N8 / 2; nb++)
+      FLASH_TILES_UNROLL
+      for (int kk = 0; kk < 4; kk++) {
         uint32_t b[4];
-        load_b_from_rows_n(b, tile, nb * 16, kk * 16);
-        mma_pair(acc[nb + nb], acc[nb + nb + 1], a[kk], b);  // n8 tiles 2nb, 2nb+1
+        load_b_from_rows_n(b, tile, n0 + nb * 16, kk * 16);
+        FLASH_TILES_UNROLL
+        for (int i = 0; i < G; i++) mma_pair(acc[i][nb + nb], acc[i][nb + nb + 1], a[i][kk], b);  // n8 tiles 2nb, 2nb+1
       }
   }
-  // A read one k step at a time: 16 registers fewer than resident fragments, 4 ldmatrix more.
-  __device__ static void mma_rows_n(Acc& acc, const T* a_tile, int r0, const T* tile) {
+  // acc (G x N8) += A B with both operands from shared memory, one k16 step at a time:
+  // A = rows r0 + 16 i of a_tile (kATransposed: stored [k][m], read by ldmatrix.trans),
+  // B = tile's columns n0.. (kBRowsK: stored [k][n]; else B^T rows [n][k]).
+  template <bool kATransposed, bool kBRowsK, int G, int N8>
+  __device__ static void mma_shared(float (&acc)[G][N8][4], const T* a_tile, int r0, const T* tile, int n0) {
     FLASH_TILES_UNROLL
     for (int kk = 0; kk < 4; kk++) {
-      uint32_t a[4];
-      load_a(a, a_tile, r0, kk * 16);
+      uint32_t a[G][4];
       FLASH_TILES_UNROLL
-      for (int nb = 0; nb < 4; nb++) {
+      for (int i = 0; i < G; i++)
+        if constexpr (kATransposed)
+          load_a_transposed(a[i], a_tile, kk * 16, r0 + 16 * i);
+        else
+          load_a(a[i], a_tile, r0 + 16 * i, kk * 16);
+      FLASH_TILES_UNROLL
+      for (int nb = 0; nb < N8 / 2; nb++) {
         uint32_t b[4];
-        load_b_from_rows_n(b, tile, nb * 16, kk * 16);
-        mma_pair(acc[nb + nb], acc[nb + nb + 1], a, b);
+        if constexpr (kBRowsK)
+          load_b_from_rows_k(b, tile, kk * 16, n0 + nb * 16);
+        else
+          load_b_from_rows_n(b, tile, n0 + nb * 16, kk * 16);
+        FLASH_TILES_UNROLL
+        for (int i = 0; i < G; i++) mma_pair(acc[i][nb + nb], acc[i][nb + nb + 1], a[i], b);
       }
     }
   }
-  __device__ static void mma_c_rows_k(Acc& acc, const Acc& c, const T* tile) {
+  // A read one k step at a time (rows r0 + 16 i of a_tile): no registers held across tiles.
+  template <int G, int N8>
+  __device__ static void mma_rows_n(float (&acc)[G][N8][4], const T* a_tile, int r0, const T* tile, int n0 = 0) {
+    mma_shared<false, false>(acc, a_tile, r0, tile, n0);
+  }
+  template <int G>
+  __device__ static void mma_c_rows_k(Acc (&acc)[G], const Acc (&c)[G], const T* tile) {
+    uint32_t a[G][4][4];  // every k step's A first: c's fp32 registers are free before the products
     FLASH_TILES_UNROLL
-    for (int kk = 0; kk < 4; kk++) {
-      uint32_t a[4];
-      c_to_a(a, c, kk);
+    for (int i = 0; i < G; i++)
       FLASH_TILES_UNROLL
-      for (int nb = 0; nb < 4; nb++) {
+      for (int kk = 0; kk < 4; kk++) c_to_a(a[i][kk], c[i], kk);
+    FLASH_TILES_UNROLL
+    for (int nb = 0; nb < 4; nb++)
+      FLASH_TILES_UNROLL
+      for (int kk = 0; kk < 4; kk++) {
         uint32_t b[4];
         load_b_from_rows_k(b, tile, kk * 16, nb * 16);
-        mma_pair(acc[nb + nb], acc[nb + nb + 1], a, b);
+        FLASH_TILES_UNROLL
+        for (int i = 0; i < G; i++) mma_pair(acc[i][nb + nb], acc[i][nb + nb + 1], a[i][kk], b);
       }
-    }
   }
-  __device__ static void put_ds(T* sdS, const Acc& ds, int row0) {
-    const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-    FLASH_TILES_UNROLL
-    for (int kk = 0; kk < 4; kk++) {
-      uint32_t a[4];
-      c_to_a(a, ds, kk);
-      const int at = (row0 + g) * kLd + kk * 16 + 2 * t, at8 = at + 8 * kLd;
-      *reinterpret_cast<uint32_t*>(sdS + at) = a[0];
-      *reinterpret_cast<uint32_t*>(sdS + at8) = a[1];
-      *reinterpret_cast<uint32_t*>(sdS + at + 8) = a[2];
-      *reinterpret_cast<uint32_t*>(sdS + at8 + 8) = a[3];
-    }
+  // C fragments (group i: rows r0 + 16 i + g, +8; columns c0 + 8 n + 2 t) to a
+  // row-major [64][kLd] tile, rounded to bf16 pairs as the operands they become.
+  template <int G, int N8>
+  __device__ static void put_t(T* tile, const float (&c)[G][N8][4], int r0, int c0) {
+    for_each_pair(c, r0, c0, [&](int row, int col, float x, float y) {
+      *reinterpret_cast<uint32_t*>(tile + row * kLd + col) = mma::pack_bf16(x, y);
+    });
   }
-  __device__ static void mma_ds(Acc& acc, const T* sdS, int row0, const T* sK) {
-    FLASH_TILES_UNROLL
-    for (int kk = 0; kk < 4; kk++) {
-      uint32_t a[4];
-      load_a_transposed(a, sdS, kk * 16, row0);
-      FLASH_TILES_UNROLL
-      for (int nb = 0; nb < 4; nb++) {
-        uint32_t b[4];
-        load_b_from_rows_k(b, sK, kk * 16, nb * 16);
-        mma_pair(acc[nb + nb], acc[nb + nb + 1], a, b);
-      }
-    }
+  // acc (G x N8) += X B: A = rows r0 + 16 i of x (put_t's tile, k = its 64 columns),
+  // B = tile ([k][n]) columns n0..
+  template <int G, int N8>
+  __device__ static void mma_t_rows_k(float (&acc)[G][N8][4], const T* x, int r0, const T* tile, int n0) {
+    mma_shared<false, true>(acc, x, r0, tile, n0);
+  }
+  // scale * C fragments, rounded once to bf16, into a [64][kLd] staging tile (store_tile writes it out).
+  template <int G, int N8>
+  __device__ static void stage_c(T* tile, const float (&c)[G][N8][4], int r0, int c0, float scale) {
+    for_each_pair(c, r0, c0, [&](int row, int col, float x, float y) {
+      *reinterpret_cast<__nv_bfloat162*>(tile + row * kLd + col) = __floats2bfloat162_rn(x * scale, y * scale);
+    });
+  }
+  // acc (G x N8) += dS K: query rows row0 + 16 i (dS read transposed from dS^T), K's columns n0..
+  template <int G, int N8>
+  __device__ static void mma_ds(float (&acc)[G][N8][4], const T* sdS, int row0, const T* sK, int n0) {
+    mma_shared<true, true>(acc, sdS, row0, sK, n0);
   }
   // Through this warp's 16 rows of `stage` (a [16][kLd] tile), then 16-byte
   // global stores when packed (hs == kHead), else hs scalars per row.
@@ -252,6 +324,9 @@ struct Tf32Ops {
   using T = float;
   static constexpr int kLd = kHead + 4;  // 272-byte rows: 17 16-byte groups
   using Rows = uint32_t[8][4];           // raw fp32 bits of A fragments: eight k8 steps, rounded at use
+  // One row group per warp: Q's fragments are twice bf16's and 3xTF32 keeps a second
+  // accumulator set, so two groups would not fit in registers.
+  static constexpr int kForwardGroups = 1;
 
   // One operand register as the tensor core takes it: big (and small = the rest).
   struct A {
@@ -318,77 +393,145 @@ struct Tf32Ops {
     const T* p = tile + at;
     return prep_b(__float_as_uint(p[0]), __float_as_uint(p[kLd]));
   }
-  // n8 tiles 2nb, 2nb+1 += a B^T rows.
-  __device__ static void mma_pair_n(Acc& acc, Acc& corr, int nb, const A& a, const T* tile, int k0) {
-    uint32_t b[4];
-    load_b_from_rows_n(b, tile, nb * 16, k0);
-    mma(acc[nb + nb], corr[nb + nb], a, prep_b(b[0], b[1]));
-    mma(acc[nb + nb + 1], corr[nb + nb + 1], a, prep_b(b[2], b[3]));
+  // n8 tiles 2nb, 2nb+1 of every group += its A times B^T rows n0 + 16 nb.. (B loaded once).
+  template <int G, int N8>
+  __device__ static void mma_pair_n(float (&acc)[G][N8][4], float (&corr)[G][N8][4], int nb, const A (&a)[G],
+                                    const T* tile, int n0, int k0) {
+    uint32_t raw[4];
+    load_b_from_rows_n(raw, tile, n0 + nb * 16, k0);
+    const B b0 = prep_b(raw[0], raw[1]), b1 = prep_b(raw[2], raw[3]);
+    FLASH_TILES_UNROLL
+    for (int i = 0; i < G; i++) {
+      mma(acc[i][nb + nb], corr[i][nb + nb], a[i], b0);
+      mma(acc[i][nb + nb + 1], corr[i][nb + nb + 1], a[i], b1);
+    }
+  }
+  template <int G, int N8>
+  __device__ static void finish(float (&acc)[G][N8][4], const float (&corr)[G][N8][4]) {
+    if constexpr (kSplit)
+      FLASH_TILES_UNROLL
+      for (int i = 0; i < G; i++)
+        FLASH_TILES_UNROLL
+        for (int n = 0; n < N8; n++)
+          FLASH_TILES_UNROLL
+          for (int e = 0; e < 4; e++) acc[i][n][e] += corr[i][n][e];
   }
 
-  __device__ static void load_rows(Rows& a, const T* tile, int r0) {
+  template <int G>
+  __device__ static void load_rows(Rows (&a)[G], const T* tile, int r0) {
     FLASH_TILES_UNROLL
-    for (int ks = 0; ks < 8; ks++) load_a(a[ks], tile, r0, ks * 8);
+    for (int i = 0; i < G; i++)
+      FLASH_TILES_UNROLL
+      for (int ks = 0; ks < 8; ks++) load_a(a[i][ks], tile, r0 + 16 * i, ks * 8);
   }
-  __device__ static void mma_rows_n(Acc& acc, const Rows& a, const T* tile) {
-    Acc corr = {};
+  template <int G, int N8>
+  __device__ static void mma_rows_n(float (&acc)[G][N8][4], const Rows (&a)[G], const T* tile, int n0 = 0) {
+    float corr[G][N8][4] = {};
     FLASH_TILES_UNROLL
     for (int ks = 0; ks < 8; ks++) {
-      const A ap = prep_a(a[ks][0], a[ks][1], a[ks][2], a[ks][3]);
+      A ap[G];
       FLASH_TILES_UNROLL
-      for (int nb = 0; nb < 4; nb++) mma_pair_n(acc, corr, nb, ap, tile, ks * 8);
+      for (int i = 0; i < G; i++) ap[i] = prep_a(a[i][ks][0], a[i][ks][1], a[i][ks][2], a[i][ks][3]);
+      FLASH_TILES_UNROLL
+      for (int nb = 0; nb < N8 / 2; nb++) mma_pair_n(acc, corr, nb, ap, tile, n0, ks * 8);
     }
     finish(acc, corr);
   }
-  __device__ static void mma_rows_n(Acc& acc, const T* a_tile, int r0, const T* tile) {
-    Acc corr = {};
+  template <int G, int N8>
+  __device__ static void mma_rows_n(float (&acc)[G][N8][4], const T* a_tile, int r0, const T* tile, int n0 = 0) {
+    float corr[G][N8][4] = {};
     FLASH_TILES_UNROLL
     for (int ks = 0; ks < 8; ks++) {
-      uint32_t raw[4];
-      load_a(raw, a_tile, r0, ks * 8);
-      const A ap = prep_a(raw[0], raw[1], raw[2], raw[3]);
+      A ap[G];
       FLASH_TILES_UNROLL
-      for (int nb = 0; nb < 4; nb++) mma_pair_n(acc, corr, nb, ap, tile, ks * 8);
+      for (int i = 0; i < G; i++) {
+        uint32_t raw[4];
+        load_a(raw, a_tile, r0 + 16 * i, ks * 8);
+        ap[i] = prep_a(raw[0], raw[1], raw[2], raw[3]);
+      }
+      FLASH_TILES_UNROLL
+      for (int nb = 0; nb < N8 / 2; nb++) mma_pair_n(acc, corr, nb, ap, tile, n0, ks * 8);
     }
     finish(acc, corr);
+  }
+  // One permuted k8 step ks of every group's A against B = tile ([k][n]) columns n0..
+  // (each B fragment loaded once for all groups).
+  template <int G, int N8>
+  __device__ static void mma_step_rows_k(float (&acc)[G][N8][4], float (&corr)[G][N8][4], const A (&ap)[G],
+                                         const T* tile, int ks, int n0) {
+    FLASH_TILES_UNROLL
+    for (int nn = 0; nn < N8; nn++) {
+      const B b = load_b_from_rows_k(tile, ks * 8, n0 + nn * 8);
+      FLASH_TILES_UNROLL
+      for (int i = 0; i < G; i++) mma(acc[i][nn], corr[i][nn], ap[i], b);
+    }
   }
   // k8 step ks = C's n8 tile ks in the permuted order: slot t <- col 2t, slot t+4 <- col 2t+1.
-  __device__ static void mma_c_rows_k(Acc& acc, const Acc& c, const T* tile) {
-    Acc corr = {};
+  template <int G>
+  __device__ static void mma_c_rows_k(Acc (&acc)[G], const Acc (&c)[G], const T* tile) {
+    Acc corr[G] = {};
     FLASH_TILES_UNROLL
     for (int ks = 0; ks < 8; ks++) {
-      const A ap = prep_a(__float_as_uint(c[ks][0]), __float_as_uint(c[ks][2]), __float_as_uint(c[ks][1]),
-                          __float_as_uint(c[ks][3]));
+      A ap[G];
       FLASH_TILES_UNROLL
-      for (int nn = 0; nn < 8; nn++) mma(acc[nn], corr[nn], ap, load_b_from_rows_k(tile, ks * 8, nn * 8));
+      for (int i = 0; i < G; i++)
+        ap[i] = prep_a(__float_as_uint(c[i][ks][0]), __float_as_uint(c[i][ks][2]), __float_as_uint(c[i][ks][1]),
+                       __float_as_uint(c[i][ks][3]));
+      mma_step_rows_k(acc, corr, ap, tile, ks, 0);
     }
     finish(acc, corr);
   }
-  // dS^T [key][query], unpadded, columns swizzled by the key's Gray code (see the opening).
+  // P^T and dS^T [key][query], unpadded, columns swizzled by the key's Gray code (see the opening).
   __device__ static int swizzled(int key, int col) { return key * kHead + (col ^ (((key ^ (key >> 1)) & 3) << 3)); }
-  __device__ static void put_ds(T* sdS, const Acc& ds, int row0) {
-    const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-    FLASH_TILES_UNROLL
-    for (int n = 0; n < 8; n++)
-      FLASH_TILES_UNROLL
-      for (int r = 0; r < 2; r++) {
-        const int key = row0 + g + 8 * r, e = r + r;
-        *reinterpret_cast<float2*>(sdS + swizzled(key, n * 8 + 2 * t)) =
-            make_float2(rounded(ds[n][e]), rounded(ds[n][e + 1]));
-      }
+  // C fragments (group i: rows r0 + 16 i + g, +8; columns c0 + 8 n + 2 t), rounded as operands.
+  template <int G, int N8>
+  __device__ static void put_t(T* x, const float (&c)[G][N8][4], int r0, int c0) {
+    for_each_pair(c, r0, c0, [&](int row, int col, float u, float v) {
+      *reinterpret_cast<float2*>(x + swizzled(row, col)) = make_float2(rounded(u), rounded(v));
+    });
   }
-  __device__ static void mma_ds(Acc& acc, const T* sdS, int row0, const T* sK) {
+  // acc (G x N8) += X B: A = rows r0 + 16 i of put_t's x in the permuted k order (slot t
+  // <- column 2t, t+4 <- 2t+1: one float2 per row), B = tile ([k][n]) columns n0..
+  template <int G, int N8>
+  __device__ static void mma_t_rows_k(float (&acc)[G][N8][4], const T* x, int r0, const T* tile, int n0) {
     const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-    Acc corr = {};
+    float corr[G][N8][4] = {};
+    FLASH_TILES_UNROLL
+    for (int ks = 0; ks < 8; ks++) {
+      A ap[G];
+      FLASH_TILES_UNROLL
+      for (int i = 0; i < G; i++) {
+        const int key = r0 + 16 * i + g, col = ks * 8 + 2 * t;
+        const float2 lo = *reinterpret_cast<const float2*>(x + swizzled(key, col));
+        const float2 hi = *reinterpret_cast<const float2*>(x + swizzled(key + 8, col));
+        ap[i] = prep_a(__float_as_uint(lo.x), __float_as_uint(hi.x), __float_as_uint(lo.y), __float_as_uint(hi.y));
+      }
+      mma_step_rows_k(acc, corr, ap, tile, ks, n0);
+    }
+    finish(acc, corr);
+  }
+  // scale * C fragments into a [64][kLd] staging tile (store_tile writes it out).
+  template <int G, int N8>
+  __device__ static void stage_c(T* tile, const float (&c)[G][N8][4], int r0, int c0, float scale) {
+    for_each_pair(c, r0, c0, [&](int row, int col, float x, float y) {
+      *reinterpret_cast<float2*>(tile + row * kLd + col) = make_float2(x * scale, y * scale);
+    });
+  }
+  template <int G, int N8>
+  __device__ static void mma_ds(float (&acc)[G][N8][4], const T* sdS, int row0, const T* sK, int n0) {
+    const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+    float corr[G][N8][4] = {};
     FLASH_TILES_UNROLL
     for (int ks = 0; ks < 8; ks++) {
       const int key = ks * 8 + 2 * t;  // slots t, t+4: keys 2t, 2t+1 (as B's rows below)
-      const A ap = prep_a(__float_as_uint(sdS[swizzled(key, row0 + g)]),
-                          __float_as_uint(sdS[swizzled(key, row0 + g + 8)]),
-                          __float_as_uint(sdS[swizzled(key + 1, row0 + g)]),
-                          __float_as_uint(sdS[swizzled(key + 1, row0 + g + 8)]));
+      A ap[G];
       FLASH_TILES_UNROLL
-      for (int nn = 0; nn < 8; nn++) mma(acc[nn], corr[nn], ap, load_b_from_rows_k(sK, ks * 8, nn * 8));
+      for (int i = 0; i < G; i++) {
+        const int q = row0 + 16 * i + g;
+        ap[i] = prep_a(__float_as_uint(sdS[swizzled(key, q)]), __float_as_uint(sdS[swizzled(key, q + 8)]),
+                       __float_as_uint(sdS[swizzled(key + 1, q)]), __float_as_uint(sdS[swizzled(key + 1, q + 8)]));
+      }
+      mma_step_rows_k(acc, corr, ap, sK, ks, n0);
     }
     finish(acc, corr);
   }

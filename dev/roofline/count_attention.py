@@ -4,8 +4,9 @@
 dev/roofline/roofline.py prices attention from this file. For the forward and the
 backward kernel (backend/cuda/flash_mma.cuh, Bf16Ops, no dropout) it records:
 
-  * tensor-core FLOPs: the mma.sync instructions one warp issues per tile pair
-    (counted from the PTX) x 4 warps x 4096 FLOPs per m16n8k16;
+  * tensor-core FLOPs: the mma.sync instructions the warps issue, counted from
+    the PTX, x 4096 FLOPs per m16n8k16, per 64x64 tile pair (a forward block holds
+    128 query rows, two 64-row tiles; the backward's blocks hold 64 keys);
   * shared-memory wavefronts and global sectors: the emulator profile's counts
     (build/profile/kernels.jsonl, `make profile-cuda`) for one head at T = 1024,
     divided by that head's tile pairs (136), so the per-block prologue and
@@ -454,11 +455,12 @@ def _block_worker(job):
     return simulate_block(_WORKER[key], bx, nt, pv)
 
 
-def simulate(ptx_path, kern, pattern, T, C, NH, scale, params, jobs):
+def simulate(ptx_path, kern, pattern, T, C, NH, scale, params, block_rows, jobs):
     """Every block of one head: {'blocks', 'pairs', 'loop', 'outside' (Counters of (class, opcode)), 'unknown'}."""
     nt = (T + TILE - 1) // TILE
+    nb = (T + block_rows - 1) // block_rows
     pv = {(nm, 0): v for nm, v in zip(kern.params, params(T, C, NH, scale))}
-    work = [(ptx_path, pattern, bx, nt, pv) for bx in range(nt)]
+    work = [(ptx_path, pattern, bx, nb, pv) for bx in range(nb)]
     if jobs > 1:
         import multiprocessing
         with multiprocessing.Pool(jobs) as pool:
@@ -470,7 +472,7 @@ def simulate(ptx_path, kern, pattern, T, C, NH, scale, params, jobs):
         loop_c.update(lc)
         out_c.update(oc)
         unknown.update(un)
-    return {"blocks": nt, "pairs": nt * (nt + 1) // 2, "loop": loop_c, "outside": out_c,
+    return {"blocks": nb, "pairs": nt * (nt + 1) // 2, "loop": loop_c, "outside": out_c,
             "unknown_branches": dict(unknown)}
 
 
@@ -489,13 +491,17 @@ def backward_params(T, C, NH, scale):
     return [0x100000000, 0x200000000, 0x300000000, 0x400000000, 0x500000000, T, C, NH, scale, 1, 0]
 
 
+# block_rows: query rows (forward) or keys (backward) per block (flash_mma.cuh:
+# forward_rows<Bf16Ops>() and kTile). diagonal_skip: products per diagonal tile pair
+# that the kernel leaves out because they are all masked (the backward's warp with
+# keys 32..63 against queries 0..31 skips its S^T and dP^T: 2 products x 1/4).
 KERNELS = {
     "forward": {"entry": r"flash_forward_mma_kernelINS0_9flash_mma7Bf16OpsELb0E", "params": forward_params,
                 "profile_op": "attention_forward", "profile_kernel": "flash_forward_mma_kernel",
-                "products": 2},
+                "products": 2, "block_rows": 128, "diagonal_skip": 0.0},
     "backward": {"entry": r"flash_backward_mma_kernelINS0_9flash_mma7Bf16OpsELb0E", "params": backward_params,
                  "profile_op": "attention_backward", "profile_kernel": "flash_backward_mma_kernel",
-                 "products": 5},
+                 "products": 5, "block_rows": TILE, "diagonal_skip": 0.5},
 }
 
 
@@ -532,7 +538,7 @@ def main(argv):
            "tile": TILE, "classes": CLASSES, "kernels": {}}
     for key, spec in KERNELS.items():
         kern = Kernel(ptx, spec["entry"])
-        sim = simulate(ptx_path, kern, spec["entry"], T, C, NH, scale, spec["params"], a.jobs)
+        sim = simulate(ptx_path, kern, spec["entry"], T, C, NH, scale, spec["params"], spec["block_rows"], a.jobs)
         loop, outside = by_class(sim["loop"]), by_class(sim["outside"])
         prof = [r for r in rows if r["op"] == spec["profile_op"] and spec["profile_kernel"] in r["kernel"]
                 and r.get("dtype") == "bf16"]
@@ -548,13 +554,14 @@ def main(argv):
         pairs, blocks = sim["pairs"], sim["blocks"]
         mma_total = loop["mma"] + outside["mma"]
         flops_pair = mma_total * MMA_FLOPS / pairs
-        expect = spec["products"] * 2 * TILE ** 3
+        nt = (T + TILE - 1) // TILE
+        expect = (spec["products"] * pairs - spec["diagonal_skip"] * nt) * 2 * TILE ** 3 / pairs
         if abs(flops_pair - expect) > 0.5:
-            raise SystemExit("count_attention: %s has %.0f FLOPs per tile pair, %d products give %d" %
+            raise SystemExit("count_attention: %s has %.0f FLOPs per tile pair, %d products give %.0f" %
                              (key, flops_pair, spec["products"], expect))
         out["kernels"][key] = {
             "entry": kern.name,
-            "tile_pairs": pairs, "blocks": blocks,
+            "tile_pairs": pairs, "blocks": blocks, "block_rows": spec["block_rows"],
             "flops_per_pair": flops_pair,
             "shared_wavefronts_per_pair": round(p["shared_wavefronts"] / profile_pairs, 2),
             "global_sectors_per_pair": round(p["global_sectors"] / profile_pairs, 2),

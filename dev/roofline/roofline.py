@@ -420,7 +420,12 @@ def step_ops(c):
         add("gelu_forward" + tag, 0, 2 * 4 * E * s, group="gelu_forward")
 
     nt = (T + 63) // 64
-    pairs, blocks = B * NH * nt * (nt + 1) // 2, B * NH * nt  # visited 64x64 tiles (causal), blocks of 64 rows
+    pairs = B * NH * nt * (nt + 1) // 2  # visited 64x64 tiles (causal)
+
+    def blocks(kind):  # blocks of a flash call: block_rows query rows (forward) or keys (backward) each
+        rows = c.counts["kernels"][kind].get("block_rows", 64)
+        return B * NH * ((T + rows - 1) // rows)
+
     counted = c.attention == "flash" and bf16 and c.counts is not None
     gemm_full = 2 * B * NH * T * T * hs  # one full T x T batched GEMM
     S = B * NH * T * T
@@ -431,8 +436,8 @@ def step_ops(c):
         if c.attention == "flash":
             nbytes = 3 * E * s + E * s + lse  # q, k, v read once (tile re-reads hit L2), out, lse
             if counted:
-                ops.append(CountedAttention("flash_forward", c.counts["kernels"]["forward"], pairs, blocks, nbytes,
-                                            "flash_forward"))
+                ops.append(CountedAttention("flash_forward", c.counts["kernels"]["forward"], pairs, blocks("forward"),
+                                            nbytes, "flash_forward"))
             else:  # fp32 storage (tf32 kernels, not counted): the tensor-core FLOPs alone, a lower bound
                 add("flash_forward", pairs * 2 * 2 * 64 ** 3, nbytes, PEAK_TF32, 1.0, 1.0)
             return
@@ -458,8 +463,8 @@ def step_ops(c):
             acc = B * NH * nt * 64 * 64 * 4
             nbytes = 3 * E * s + E * s + 2 * lse + 3 * E * s + 2 * acc
             if counted:
-                ops.append(CountedAttention("flash_backward", c.counts["kernels"]["backward"], pairs, blocks, nbytes,
-                                            "flash_backward"))
+                ops.append(CountedAttention("flash_backward", c.counts["kernels"]["backward"], pairs,
+                                            blocks("backward"), nbytes, "flash_backward"))
             else:
                 add("flash_backward", pairs * 5 * 2 * 64 ** 3, nbytes, PEAK_TF32, 1.0, 1.0)
             return
