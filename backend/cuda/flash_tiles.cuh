@@ -267,7 +267,7 @@ struct Bf16Ops {
   template <int G, int N8>
   __device__ static void put_t(T* tile, const float (&c)[G][N8][4], int r0, int c0) {
     for_each_pair(c, r0, c0, [&](int row, int col, float x, float y) {
-      *reinterpret_cast<uint32_t*>(tile + row * kLd + col) = mma::pack_bf16(x, y);
+      *reinterpret_cast<uint32_t*>(tile + (row * kLd + col)) = mma::pack_bf16(x, y);
     });
   }
   // acc (G x N8) += X B: A = rows r0 + 16 i of x (put_t's tile, k = its 64 columns),
@@ -280,7 +280,7 @@ struct Bf16Ops {
   template <int G, int N8>
   __device__ static void stage_c(T* tile, const float (&c)[G][N8][4], int r0, int c0, float scale) {
     for_each_pair(c, r0, c0, [&](int row, int col, float x, float y) {
-      *reinterpret_cast<__nv_bfloat162*>(tile + row * kLd + col) = __floats2bfloat162_rn(x * scale, y * scale);
+      *reinterpret_cast<__nv_bfloat162*>(tile + (row * kLd + col)) = __floats2bfloat162_rn(x * scale, y * scale);
     });
   }
   // acc (G x N8) += dS K: query rows row0 + 16 i (dS read transposed from dS^T), K's columns n0..
@@ -514,7 +514,7 @@ struct Tf32Ops {
   template <int G, int N8>
   __device__ static void stage_c(T* tile, const float (&c)[G][N8][4], int r0, int c0, float scale) {
     for_each_pair(c, r0, c0, [&](int row, int col, float x, float y) {
-      *reinterpret_cast<float2*>(tile + row * kLd + col) = make_float2(x * scale, y * scale);
+      *reinterpret_cast<float2*>(tile + (row * kLd + col)) = make_float2(x * scale, y * scale);
     });
   }
   template <int G, int N8>
