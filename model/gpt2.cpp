@@ -96,7 +96,6 @@ GPT2::GPT2(Backend& backend, const GPT2Config& cfg, int B, int T, const ModelOpt
   owned_.push_back(params_);
   backend_.zero(params_);  // padding stays zero forever
   allocate_activations(opts.forward_only);
-  if (!forward_only_) reserve_train_losses(1);
 }
 
 GPT2::~GPT2() {
@@ -263,6 +262,7 @@ void GPT2::begin_forward(const int32_t* inputs, const int32_t* targets, int B, i
   check_batch(inputs, targets, B, T);
   if (training && forward_only_) throw std::runtime_error("forward: a forward-only model cannot train");
   const size_t Nmax = static_cast<size_t>(B_) * T_;
+  if (training && targets && loss_slots_.empty()) reserve_train_losses(1);  // one slot unless reserved ahead
   if (training && targets && (slot_rows_.size() + 1) * Nmax > loss_slots_.numel)
     throw std::runtime_error("forward: more training forwards than reserve_train_losses(" +
                              std::to_string(loss_slots_.numel / Nmax) + ") before collect_train_losses()");

@@ -181,7 +181,7 @@ class GPT2 {
   // whole step) for the backward. Its per-token losses stay on the device, so
   // a step waits for the host once, not per forward: collect_train_losses()
   // adds up every training forward's since the last collect, each forward's
-  // fp64 sum in order. Up to reserve_train_losses(k) forwards (1 by default).
+  // fp64 sum in order. Up to reserve_train_losses(k) forwards (1 when none were reserved).
   void train_forward_deferred_loss(const int32_t* inputs, const int32_t* targets, int B, int T, float dloss_scale);
   LossSum collect_train_losses();
   void reserve_train_losses(int forwards);
