@@ -198,16 +198,23 @@ TEST(Rendezvous, UnreachableAddresses) {
   EXPECT_LT(secs, 4);
 }
 
-TEST(Rendezvous, PortInUse) {
+// A socket listening on a port the system picks, on `address`; *port is that port.
+int listening_socket(uint32_t address, int* port) {
   const int fd = socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in a{};
   a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_ANY);
+  a.sin_addr.s_addr = htonl(address);
   bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
-  listen(fd, 1);
+  listen(fd, 4);
   socklen_t len = sizeof a;
   getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  const int port = ntohs(a.sin_port);
+  *port = ntohs(a.sin_port);
+  return fd;
+}
+
+TEST(Rendezvous, PortInUse) {
+  int port = 0;
+  const int fd = listening_socket(INADDR_ANY, &port);
   const auto out = run_all(parse_rendezvous("tcp", "127.0.0.1", port), {request(0, 2, 1)});
   close(fd);
   EXPECT_TRUE(has(out[0], "rank 0/2 (host0): rendezvous at tcp 127.0.0.1:" + std::to_string(port) +
@@ -252,15 +259,8 @@ TEST(Rendezvous, StaleFilesOfAnEarlierJob) {
 // Another program on the port, answering every connection with 0xFF bytes:
 // the joining rank refuses the reply header at once, allocating nothing for it.
 TEST(Rendezvous, AHostileAnswerIsRefusedBeforeAnyAllocation) {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
-  listen(fd, 4);
-  socklen_t len = sizeof a;
-  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  const int port = ntohs(a.sin_port);
+  int port = 0;
+  const int fd = listening_socket(INADDR_LOOPBACK, &port);
   std::thread hostile([fd] {
     const int conn = accept(fd, nullptr, nullptr);
     if (conn < 0) return;
