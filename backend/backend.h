@@ -100,6 +100,88 @@ struct Tensor {
 // A target id that contributes neither loss nor gradient (classifier_forward_backward).
 constexpr int32_t kIgnoreTarget = -1;
 
+// The ops' arguments (the ops and their formulas are in class Backend below).
+// Tensors a default-constructed struct leaves out are empty: the ops that
+// accept an empty tensor say so.
+struct EncoderForwardArgs {
+  Tensor out, tokens, wte, wpe;
+  int B = 0, T = 0, C = 0;
+};
+struct EncoderBackwardArgs {
+  Tensor dwte, dwpe, dout, tokens;
+  int B = 0, T = 0, C = 0;
+};
+struct TiedEmbeddingRowsArgs {
+  Tensor dwte_rows, dlogits, lnf, dembed, tokens;
+  int N = 0, C = 0, Vp = 0, v0 = 0;
+};
+struct LayernormForwardArgs {
+  Tensor out, mean, rstd, inp, w, b;
+  int N = 0, C = 0;
+};
+struct LayernormBackwardArgs {
+  Tensor dinp, dw, db, dout, inp, w, mean, rstd;
+  int N = 0, C = 0;
+};
+struct MatmulForwardArgs {
+  Tensor out, inp, w, bias;
+  int N = 0, C = 0, OC = 0;
+};
+struct MatmulBackwardArgs {
+  Tensor dinp, dw, dbias, dout, inp, w;
+  int N = 0, C = 0, OC = 0;
+};
+struct MatmulGeluForwardArgs {
+  Tensor out, pre, inp, w, bias;
+  int N = 0, C = 0, OC = 0;
+};
+struct MatmulGeluBackwardArgs {
+  Tensor dinp, dw, dbias, dout, inp, w, gelu_inp;
+  int N = 0, C = 0, OC = 0;
+};
+struct AttentionForwardArgs {
+  Tensor out, saved, qkv;
+  int B = 0, T = 0, C = 0, NH = 0;
+  DropoutMask drop;
+};
+struct AttentionBackwardArgs {
+  Tensor dqkv, scratch, dout, out, qkv, saved;
+  int B = 0, T = 0, C = 0, NH = 0;
+  DropoutMask drop;
+};
+struct GeluForwardArgs {
+  Tensor out, inp;
+  size_t n = 0;
+};
+struct GeluBackwardArgs {
+  Tensor dinp, inp, dout;
+  size_t n = 0;
+};
+struct ResidualForwardArgs {
+  Tensor out, a, b;
+  size_t n = 0;
+};
+struct ResidualLayernormForwardArgs {
+  Tensor residual, out, mean, rstd, a, b, w, bias;
+  int N = 0, C = 0;
+};
+struct DropoutArgs {
+  Tensor out, inp;
+  DropoutMask m;
+  int N = 0, C = 0;
+};
+struct ClassifierArgs {
+  Tensor logits, losses, targets;
+  int N = 0, V = 0, Vp = 0;
+  float dloss = 0.0f;
+};
+struct AdamWArgs {
+  Tensor params, master, grads, m, v;
+  float lr = 0.0f, beta1 = 0.0f, beta2 = 0.0f, eps = 0.0f, weight_decay = 0.0f;
+  float grad_scale = 1.0f;
+  int t = 0;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -127,13 +209,16 @@ class Backend {
   virtual DeviceMemory device_memory() const { return DeviceMemory{}; }
 
   // ---- forward / backward ops ----------------------------------------------
+  // Each op takes one argument struct (declared below the class) whose fields
+  // are named at the call site, `be.gelu_backward({.dinp = d, .inp = x, .dout
+  // = d, .n = n})`, so two tensors of one shape cannot trade places unseen.
+  // Outputs come first, then inputs, then the shape.
+
   // out[b,t,:] = wte[tokens[b,t],:] + wpe[t,:]
-  virtual void encoder_forward(Tensor out, Tensor tokens, Tensor wte, Tensor wpe,
-                               int B, int T, int C) = 0;
+  virtual void encoder_forward(const EncoderForwardArgs& args) = 0;
   // dwte[tokens[b,t],:] += dout[b,t,:];  dwpe[t,:] += dout[b,t,:]
   // (dwte empty: dwpe only; ZeRO-2 builds dwte with tied_embedding_backward_rows)
-  virtual void encoder_backward(Tensor dwte, Tensor dwpe, Tensor dout, Tensor tokens,
-                                int B, int T, int C) = 0;
+  virtual void encoder_backward(const EncoderBackwardArgs& args) = 0;
   // Rows [v0, v0 + R) of the tied wte/lm_head gradient, R = dwte_rows.numel / C:
   //   dwte_rows[v-v0,:] += sum_n dlogits[n,v] * lnf[n,:]       (matmul_backward's dw)
   //   then dwte_rows[v-v0,:] += dembed[n,:] for each n with tokens[n] == v
@@ -141,46 +226,31 @@ class Backend {
   // by encoder_backward's dwte. dlogits is [N,Vp], lnf and dembed [N,C]. Either
   // part may be left out (dlogits and lnf empty, or dembed empty) and run later:
   // the same additions in the same order.
-  virtual void tied_embedding_backward_rows(Tensor dwte_rows, Tensor dlogits, Tensor lnf,
-                                            Tensor dembed, Tensor tokens, int N, int C,
-                                            int Vp, int v0) = 0;
+  virtual void tied_embedding_backward_rows(const TiedEmbeddingRowsArgs& args) = 0;
 
   // out = (inp - mean) * rstd * w + b, eps 1e-5; saves mean[N], rstd[N] (kStats:
   // fp32 tensors, so a bf16 backend keeps the statistics unrounded)
-  virtual void layernorm_forward(Tensor out, Tensor mean, Tensor rstd, Tensor inp,
-                                 Tensor w, Tensor b, int N, int C) = 0;
+  virtual void layernorm_forward(const LayernormForwardArgs& args) = 0;
   // dinp += ..., dw += ..., db += ...
-  virtual void layernorm_backward(Tensor dinp, Tensor dw, Tensor db, Tensor dout,
-                                  Tensor inp, Tensor w, Tensor mean, Tensor rstd,
-                                  int N, int C) = 0;
+  virtual void layernorm_backward(const LayernormBackwardArgs& args) = 0;
 
   // out[N,OC] = inp[N,C] @ w[OC,C]^T (+ bias[OC] when bias is not empty)
-  virtual void matmul_forward(Tensor out, Tensor inp, Tensor w, Tensor bias,
-                              int N, int C, int OC) = 0;
+  virtual void matmul_forward(const MatmulForwardArgs& args) = 0;
   // dinp[N,C] = dout @ w  (overwritten);  dw[OC,C] += dout^T @ inp (when dw
   // is not empty); dbias[OC] += sum_rows(dout) when dbias is not empty
-  virtual void matmul_backward(Tensor dinp, Tensor dw, Tensor dbias, Tensor dout,
-                               Tensor inp, Tensor w, int N, int C, int OC) = 0;
+  virtual void matmul_backward(const MatmulBackwardArgs& args) = 0;
 
   // The fc layer and its GELU in one call: pre[N,OC] = inp @ w^T (+ bias), out =
   // gelu(pre). A backend may take GELU of the product before pre is rounded to
   // its storage type (the CUDA backend's cuBLASLt epilogue), so in bf16 `out`
   // can differ from gelu_forward(pre) by one rounding (and by the last bits of
   // another GELU implementation). The default is those two ops.
-  virtual void matmul_gelu_forward(Tensor out, Tensor pre, Tensor inp, Tensor w, Tensor bias, int N, int C,
-                                   int OC) {
-    matmul_forward(pre, inp, w, bias, N, C, OC);
-    gelu_forward(out, pre, static_cast<size_t>(N) * OC);
-  }
+  virtual void matmul_gelu_forward(const MatmulGeluForwardArgs& args);
   // matmul_backward of the layer after a GELU (fcproj), with dinp multiplied by
   // gelu'(gelu_inp): dinp[N,C] = (dout @ w) * gelu'(gelu_inp), gelu_inp [N,C]
   // the GELU's input; dw, dbias as matmul_backward. A backend may apply gelu'
   // before rounding the product. The default is matmul_backward + gelu_backward.
-  virtual void matmul_gelu_backward(Tensor dinp, Tensor dw, Tensor dbias, Tensor dout, Tensor inp, Tensor w,
-                                    Tensor gelu_inp, int N, int C, int OC) {
-    matmul_backward(dinp, dw, dbias, dout, inp, w, N, C, OC);
-    gelu_backward(dinp, gelu_inp, dinp, static_cast<size_t>(N) * C);
-  }
+  virtual void matmul_gelu_backward(const MatmulGeluBackwardArgs& args);
 
   // Causal multi-head self-attention. qkv[B,T,3C] holds q|k|v, heads of size C/NH.
   // out[B,T,C] = softmax(q k^T / sqrt(hs), causal) v.  `saved` is a buffer of
@@ -195,34 +265,28 @@ class Backend {
   // Z again: dP = (dout v^T) o Z, dS = P o (dP - D) with D = rowsum(dout o out)
   // as without dropout, dv = (P o Z)^T dout.
   virtual size_t attention_saved_numel(int B, int T, int NH) const = 0;
-  virtual void attention_forward(Tensor out, Tensor saved, Tensor qkv,
-                                 int B, int T, int C, int NH, const DropoutMask& drop) = 0;
+  virtual void attention_forward(const AttentionForwardArgs& args) = 0;
   // dqkv = ... (overwritten).  `scratch` has attention_scratch_numel() elements;
   // `out` is what attention_forward wrote for this qkv (a backend may take
   // D = rowsum(dout * out) from it, as FlashAttention-2 does, or ignore it);
   // `drop` is the forward's.
   virtual size_t attention_scratch_numel(int B, int T, int NH) const = 0;
-  virtual void attention_backward(Tensor dqkv, Tensor scratch, Tensor dout, Tensor out, Tensor qkv,
-                                  Tensor saved, int B, int T, int C, int NH, const DropoutMask& drop) = 0;
+  virtual void attention_backward(const AttentionBackwardArgs& args) = 0;
 
   // GELU, tanh approximation: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
-  virtual void gelu_forward(Tensor out, Tensor inp, size_t n) = 0;
+  virtual void gelu_forward(const GeluForwardArgs& args) = 0;
   // dinp = gelu'(inp) * dout (overwritten; dinp may alias dout)
-  virtual void gelu_backward(Tensor dinp, Tensor inp, Tensor dout, size_t n) = 0;
+  virtual void gelu_backward(const GeluBackwardArgs& args) = 0;
 
   // out = a + b (out may alias a)
-  virtual void residual_forward(Tensor out, Tensor a, Tensor b, size_t n) = 0;
+  virtual void residual_forward(const ResidualForwardArgs& args) = 0;
   // residual[N,C] = a + b, then out = layernorm(residual) with mean, rstd, w,
   // bias as layernorm_forward: the residual stream's add and the next
   // layernorm in one call (residual may alias a). The normalisation reads the
   // stored sum, so the results are those of the two ops (on the CUDA backend to
   // the bit when a and b are 16-byte aligned like the other views, as the
   // model's are: backend/cuda/layernorm.cuh). Default: the two ops.
-  virtual void residual_layernorm_forward(Tensor residual, Tensor out, Tensor mean, Tensor rstd, Tensor a, Tensor b,
-                                          Tensor w, Tensor bias, int N, int C) {
-    residual_forward(residual, a, b, static_cast<size_t>(N) * C);
-    layernorm_forward(out, mean, rstd, residual, w, bias, N, C);
-  }
+  virtual void residual_layernorm_forward(const ResidualLayernormForwardArgs& args);
 
   // Inverted dropout of an [N, C] tensor whose row r is global token m.token0 + r:
   //   out[r, c] = inp[r, c] * (m.keep(m.token0 + r, c) ? 1 / (1 - m.p) : 0)   (=)
@@ -230,7 +294,7 @@ class Backend {
   // column), the scale m.keep_scale() in fp32 and one rounding of the product;
   // out may alias inp. The backward is the same call on the gradient (the mask
   // is drawn again, nothing is stored). A dropped NaN or Inf stays NaN, as x * 0.
-  virtual void dropout(Tensor out, Tensor inp, const DropoutMask& m, int N, int C) = 0;
+  virtual void dropout(const DropoutArgs& args) = 0;
 
   // Fused classifier: for each of the N rows of logits[N,Vp] (only the first V
   // columns are real; the padded ones never affect anything):
@@ -242,8 +306,7 @@ class Backend {
   // padding): its loss is exactly 0 and, with dloss != 0, its whole row of
   // dlogits is exactly 0. Other targets outside [0, V) are an error the caller
   // has already excluded.
-  virtual void classifier_forward_backward(Tensor logits, Tensor losses, Tensor targets,
-                                           int N, int V, int Vp, float dloss) = 0;
+  virtual void classifier_forward_backward(const ClassifierArgs& args) = 0;
 
   // ---- optimizer ------------------------------------------------------------
   // Sum of squares of g (accumulated in fp64 on the CPU backend), returned to the host.
@@ -257,9 +320,7 @@ class Backend {
   //   params -= lr * (mhat / (sqrt(vhat) + eps) + weight_decay * params)
   // `master` is an fp32 copy of params kept by backends whose params are lower
   // precision; empty on the CPU backend.
-  virtual void adamw_update(Tensor params, Tensor master, Tensor grads, Tensor m, Tensor v,
-                            float lr, float beta1, float beta2, float eps,
-                            float weight_decay, float grad_scale, int t) = 0;
+  virtual void adamw_update(const AdamWArgs& args) = 0;
 
   // ---- gradient clipping that stays on the device ----------------------------
   // `clip` is a kScalar64 tensor of 2 elements. The norm and the clip scale are
@@ -277,15 +338,10 @@ class Backend {
   virtual void clip_scale(Tensor clip, float max_norm) = 0;
   virtual void download64(double* dst, Tensor src) = 0;  // src.numel kScalar64 elements
   virtual void read_clip(double* dst, Tensor clip) { download64(dst, clip.slice(0, 2)); }
-  // Default: the scale read back, then adamw_update (a host wait; the CUDA
-  // backend reads clip[1] in the kernel instead).
-  virtual void adamw_update_clipped(Tensor params, Tensor master, Tensor grads, Tensor m, Tensor v, float lr,
-                                    float beta1, float beta2, float eps, float weight_decay, Tensor clip, int t) {
-    double state[2];
-    download64(state, clip.slice(0, 2));
-    if (std::isnan(state[1])) return;
-    adamw_update(params, master, grads, m, v, lr, beta1, beta2, eps, weight_decay, static_cast<float>(state[1]), t);
-  }
+  // adamw_update with args.grad_scale replaced by clip[1]. Default: the scale
+  // read back, then adamw_update (a host wait; the CUDA backend reads clip[1]
+  // in the kernel instead).
+  virtual void adamw_update_clipped(const AdamWArgs& args, Tensor clip);
 };
 
 // The gradient scale of clipping to max_norm from the fp64 sum of squares: NaN
@@ -298,6 +354,45 @@ inline double clip_scale_value(double sum_squares, float max_norm) {
   if (!std::isfinite(norm)) return std::numeric_limits<double>::quiet_NaN();
   if (max_norm > 0.0f && norm > max_norm) return static_cast<float>(max_norm / norm);
   return 1.0;
+}
+
+// The compound ops' defaults: their parts, in order.
+inline void Backend::matmul_gelu_forward(const MatmulGeluForwardArgs& args) {
+  matmul_forward(
+      {.out = args.pre, .inp = args.inp, .w = args.w, .bias = args.bias, .N = args.N, .C = args.C, .OC = args.OC});
+  gelu_forward({.out = args.out, .inp = args.pre, .n = static_cast<size_t>(args.N) * args.OC});
+}
+inline void Backend::matmul_gelu_backward(const MatmulGeluBackwardArgs& args) {
+  matmul_backward({.dinp = args.dinp,
+                   .dw = args.dw,
+                   .dbias = args.dbias,
+                   .dout = args.dout,
+                   .inp = args.inp,
+                   .w = args.w,
+                   .N = args.N,
+                   .C = args.C,
+                   .OC = args.OC});
+  gelu_backward(
+      {.dinp = args.dinp, .inp = args.gelu_inp, .dout = args.dinp, .n = static_cast<size_t>(args.N) * args.C});
+}
+inline void Backend::residual_layernorm_forward(const ResidualLayernormForwardArgs& args) {
+  residual_forward({.out = args.residual, .a = args.a, .b = args.b, .n = static_cast<size_t>(args.N) * args.C});
+  layernorm_forward({.out = args.out,
+                     .mean = args.mean,
+                     .rstd = args.rstd,
+                     .inp = args.residual,
+                     .w = args.w,
+                     .b = args.bias,
+                     .N = args.N,
+                     .C = args.C});
+}
+inline void Backend::adamw_update_clipped(const AdamWArgs& args, Tensor clip) {
+  double state[2];
+  download64(state, clip.slice(0, 2));
+  if (std::isnan(state[1])) return;
+  AdamWArgs scaled = args;
+  scaled.grad_scale = static_cast<float>(state[1]);
+  adamw_update(scaled);
 }
 
 // Factories. `threads` <= 0 means "use the OpenMP default".

@@ -30,6 +30,8 @@ $(BACKEND_OPS_TEST): $(BACKEND_OPS_TEST_OBJS) $(BACKEND_CPU_LIB)
 	$(CXX) $(LDFLAGS) $^ -o $@ -lgtest $(BACKEND_CPU_LDLIBS)
 
 TESTS += $(BACKEND_OPS_TEST)
+# Every call of an op names its arguments (no positional brace lists).
+TEST_SCRIPTS += test/backend/named_args_test.sh
 
 # GEMM threading comparison (OpenBLAS pool vs OpenMP split) at d12 shapes.
 BENCH_GEMM := $(BUILD)/dev/cpu/bench_gemm

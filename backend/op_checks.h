@@ -28,32 +28,23 @@ class OpChecks {
   }
   void dims(const char* op, std::initializer_list<long> dims) const;
 
-  // One per op of backend.h; `x` is out (forward) or dout (backward).
-  void encoder(const char* op, const Tensor& x, const Tensor& tokens, const Tensor& wte, const Tensor& wpe, int B,
-               int T, int C) const;
-  void layernorm_forward(const Tensor& out, const Tensor& mean, const Tensor& rstd, const Tensor& inp,
-                         const Tensor& w, const Tensor& b, int N, int C) const;
-  void layernorm_backward(const Tensor& dinp, const Tensor& dw, const Tensor& db, const Tensor& dout,
-                          const Tensor& inp, const Tensor& w, const Tensor& mean, const Tensor& rstd, int N,
-                          int C) const;
-  void tied_embedding_rows(const Tensor& dwte_rows, const Tensor& dlogits, const Tensor& lnf, const Tensor& dembed,
-                           const Tensor& tokens, int N, int C, int Vp, int v0) const;
-  void matmul_forward(const Tensor& out, const Tensor& inp, const Tensor& w, const Tensor& bias, int N, int C,
-                      int OC) const;
-  void matmul_backward(const Tensor& dinp, const Tensor& dw, const Tensor& dbias, const Tensor& dout,
-                       const Tensor& inp, const Tensor& w, int N, int C, int OC) const;
-  void attention_forward(const Tensor& out, const Tensor& saved, size_t saved_numel, const Tensor& qkv, int B,
-                         int T, int C, int NH, const DropoutMask& drop) const;
-  void attention_backward(const Tensor& dqkv, const Tensor& scratch, size_t scratch_numel, const Tensor& dout,
-                          const Tensor& out, const Tensor& qkv, const Tensor& saved, size_t saved_numel, int B,
-                          int T, int C, int NH, const DropoutMask& drop) const;
-  void gelu_forward(const Tensor& out, const Tensor& inp, size_t n) const;
-  void gelu_backward(const Tensor& dinp, const Tensor& inp, const Tensor& dout, size_t n) const;
-  void residual_forward(const Tensor& out, const Tensor& a, const Tensor& b, size_t n) const;
-  void dropout(const Tensor& out, const Tensor& inp, const DropoutMask& m, int N, int C) const;
-  void classifier(const Tensor& logits, const Tensor& losses, const Tensor& targets, int N, int V, int Vp) const;
-  void adamw(const Tensor& params, const Tensor& master, const Tensor& grads, const Tensor& m, const Tensor& v,
-             int t) const;
+  // One per op of backend.h; attention takes the backend's own saved and
+  // scratch sizes.
+  void encoder_forward(const EncoderForwardArgs& args) const;
+  void encoder_backward(const EncoderBackwardArgs& args) const;
+  void layernorm_forward(const LayernormForwardArgs& args) const;
+  void layernorm_backward(const LayernormBackwardArgs& args) const;
+  void tied_embedding_rows(const TiedEmbeddingRowsArgs& args) const;
+  void matmul_forward(const MatmulForwardArgs& args) const;
+  void matmul_backward(const MatmulBackwardArgs& args) const;
+  void attention_forward(const AttentionForwardArgs& args, size_t saved_numel) const;
+  void attention_backward(const AttentionBackwardArgs& args, size_t scratch_numel, size_t saved_numel) const;
+  void gelu_forward(const GeluForwardArgs& args) const;
+  void gelu_backward(const GeluBackwardArgs& args) const;
+  void residual_forward(const ResidualForwardArgs& args) const;
+  void dropout(const DropoutArgs& args) const;
+  void classifier(const ClassifierArgs& args) const;
+  void adamw(const AdamWArgs& args) const;
 
  private:
   std::string backend_;

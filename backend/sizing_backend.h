@@ -48,40 +48,26 @@ class SizingBackend final : public Backend {
   void upload_tokens(Tensor, const int32_t*) override {}
   void copy(Tensor, Tensor) override {}
 
-  void encoder_forward(Tensor, Tensor, Tensor, Tensor, int, int, int) override { no_op("encoder_forward"); }
-  void encoder_backward(Tensor, Tensor, Tensor, Tensor, int, int, int) override { no_op("encoder_backward"); }
-  void tied_embedding_backward_rows(Tensor, Tensor, Tensor, Tensor, Tensor, int, int, int, int) override {
-    no_op("tied_embedding_backward_rows");
-  }
-  void layernorm_forward(Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, int, int) override {
-    no_op("layernorm_forward");
-  }
-  void layernorm_backward(Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, int, int) override {
-    no_op("layernorm_backward");
-  }
-  void matmul_forward(Tensor, Tensor, Tensor, Tensor, int, int, int) override { no_op("matmul_forward"); }
-  void matmul_backward(Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, int, int, int) override {
-    no_op("matmul_backward");
-  }
+  void encoder_forward(const EncoderForwardArgs&) override { no_op("encoder_forward"); }
+  void encoder_backward(const EncoderBackwardArgs&) override { no_op("encoder_backward"); }
+  void tied_embedding_backward_rows(const TiedEmbeddingRowsArgs&) override { no_op("tied_embedding_backward_rows"); }
+  void layernorm_forward(const LayernormForwardArgs&) override { no_op("layernorm_forward"); }
+  void layernorm_backward(const LayernormBackwardArgs&) override { no_op("layernorm_backward"); }
+  void matmul_forward(const MatmulForwardArgs&) override { no_op("matmul_forward"); }
+  void matmul_backward(const MatmulBackwardArgs&) override { no_op("matmul_backward"); }
   size_t attention_saved_numel(int B, int T, int NH) const override { return sizes_.attention_saved_numel(B, T, NH); }
-  void attention_forward(Tensor, Tensor, Tensor, int, int, int, int, const DropoutMask&) override { no_op("attention_forward"); }
+  void attention_forward(const AttentionForwardArgs&) override { no_op("attention_forward"); }
   size_t attention_scratch_numel(int B, int T, int NH) const override {
     return sizes_.attention_scratch_numel(B, T, NH);
   }
-  void attention_backward(Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, int, int, int, int, const DropoutMask&) override {
-    no_op("attention_backward");
-  }
-  void gelu_forward(Tensor, Tensor, size_t) override { no_op("gelu_forward"); }
-  void gelu_backward(Tensor, Tensor, Tensor, size_t) override { no_op("gelu_backward"); }
-  void residual_forward(Tensor, Tensor, Tensor, size_t) override { no_op("residual_forward"); }
-  void dropout(Tensor, Tensor, const DropoutMask&, int, int) override { no_op("dropout"); }
-  void classifier_forward_backward(Tensor, Tensor, Tensor, int, int, int, float) override {
-    no_op("classifier_forward_backward");
-  }
+  void attention_backward(const AttentionBackwardArgs&) override { no_op("attention_backward"); }
+  void gelu_forward(const GeluForwardArgs&) override { no_op("gelu_forward"); }
+  void gelu_backward(const GeluBackwardArgs&) override { no_op("gelu_backward"); }
+  void residual_forward(const ResidualForwardArgs&) override { no_op("residual_forward"); }
+  void dropout(const DropoutArgs&) override { no_op("dropout"); }
+  void classifier_forward_backward(const ClassifierArgs&) override { no_op("classifier_forward_backward"); }
   double sum_squares(Tensor) override { no_op("sum_squares"); }
-  void adamw_update(Tensor, Tensor, Tensor, Tensor, Tensor, float, float, float, float, float, float, int) override {
-    no_op("adamw_update");
-  }
+  void adamw_update(const AdamWArgs&) override { no_op("adamw_update"); }
   void sum_squares_into(Tensor, Tensor) override { no_op("sum_squares_into"); }
   void clip_scale(Tensor, float) override { no_op("clip_scale"); }
   void download64(double* dst, Tensor src) override;

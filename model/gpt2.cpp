@@ -216,11 +216,13 @@ void GPT2::wte_chunk_parts(int k, Tensor dst, bool lm_head, bool embedding) {
   const int Vp = cfg_.padded_vocab_size;
   // dlogits (the logits buffer after the fused classifier), lnf's output, and
   // at the end of the backward the embedding's gradient in dresidual.
-  backend_.tied_embedding_backward_rows(dst, lm_head ? acts_.logits.slice(0, N * Vp) : Tensor{},
-                                        lm_head ? acts_.lnf.slice(0, N * C) : Tensor{},
-                                        embedding ? acts_.dresidual.slice(0, N * C) : Tensor{},
-                                        acts_.tokens.slice(0, N), static_cast<int>(N), static_cast<int>(C), Vp,
-                                        static_cast<int>(layout_.wte_chunk_row0(k)));
+  backend_.tied_embedding_backward_rows({.dwte_rows = dst,
+                                         .dlogits = lm_head ? acts_.logits.slice(0, N * Vp) : Tensor{},
+                                         .lnf = lm_head ? acts_.lnf.slice(0, N * C) : Tensor{},
+                                         .dembed = embedding ? acts_.dresidual.slice(0, N * C) : Tensor{},
+                                         .tokens = acts_.tokens.slice(0, N), .N = static_cast<int>(N),
+                                         .C = static_cast<int>(C), .Vp = Vp,
+                                         .v0 = static_cast<int>(layout_.wte_chunk_row0(k))});
 }
 
 Tensor GPT2::wte_chunk_of(const Tensor& wte_grad, int k) const {
@@ -332,7 +334,8 @@ void GPT2::drop(Tensor x, int layer, DropoutMask::Site site, float p, int C) {
 
 Tensor GPT2::dropped_gradient(Tensor dres, Tensor scratch, int layer, DropoutMask::Site site, float p, int C) {
   if (!dropping_ || p == 0.0f) return dres;
-  backend_.dropout(scratch, dres, mask_of(layer, site, p), static_cast<int>(dres.numel / C), C);
+  backend_.dropout({.out = scratch, .inp = dres, .m = mask_of(layer, site, p), .N = static_cast<int>(dres.numel / C),
+                    .C = C});
   return scratch;
 }
 
@@ -348,17 +351,21 @@ GPT2::Norm GPT2::ln1_of(int l, const ParamTensors& p) const {
 void GPT2::forward_embeddings(const ParamTensors& p) {
   const int B = cur_B_, T = cur_T_, C = cfg_.channels;
   const size_t N = static_cast<size_t>(B) * T;
+  const int rows = static_cast<int>(N);  // the ops' N
   Tensor encoded = acts_.encoded.slice(0, N * C);
-  backend_.encoder_forward(encoded, acts_.tokens.slice(0, N), p[kWte], p[kWpe], B, T, C);
+  backend_.encoder_forward({.out = encoded, .tokens = acts_.tokens.slice(0, N), .wte = p[kWte], .wpe = p[kWpe], .B = B,
+                            .T = T, .C = C});
   drop(encoded, 0, DropoutMask::kEmbedding, dropout_.embd, C);
   const Norm first = ln1_of(0, p);
-  backend_.layernorm_forward(first.out, first.mean, first.rstd, encoded, first.w, first.b, N, C);
+  backend_.layernorm_forward({.out = first.out, .mean = first.mean, .rstd = first.rstd, .inp = encoded, .w = first.w,
+                              .b = first.b, .N = rows, .C = C});
 }
 
 void GPT2::forward_layer(int l, const ParamTensors& p, const ParamTensors& next) {
   const ProfileRange range(backend_, "forward layer " + std::to_string(l));
   const int B = cur_B_, T = cur_T_, C = cfg_.channels, L = cfg_.num_layers, NH = cfg_.num_heads;
   const size_t N = static_cast<size_t>(B) * T;
+  const int rows = static_cast<int>(N);  // the ops' N
   Backend& be = backend_;
   Activations& a = acts_;
   const size_t saved_stride = be.attention_saved_numel(B_, T_, NH);
@@ -375,15 +382,20 @@ void GPT2::forward_layer(int l, const ParamTensors& p, const ParamTensors& next)
                              : Norm{a.lnf.slice(0, N * C), a.lnf_mean.slice(0, N), a.lnf_rstd.slice(0, N),
                                     next[kLnfw], next[kLnfb]};
 
-  be.matmul_forward(qkv, ln1, p[kQkvw], p[kQkvb], N, C, 3 * C);
-  be.attention_forward(atty, saved, qkv, B, T, C, NH, mask_of(l, DropoutMask::kAttentionProbs, dropout_.attn));
-  be.matmul_forward(attproj, atty, p[kAttprojw], p[kAttprojb], N, C, C);
+  be.matmul_forward({.out = qkv, .inp = ln1, .w = p[kQkvw], .bias = p[kQkvb], .N = rows, .C = C, .OC = 3 * C});
+  be.attention_forward({.out = atty, .saved = saved, .qkv = qkv, .B = B, .T = T, .C = C, .NH = NH,
+                        .drop = mask_of(l, DropoutMask::kAttentionProbs, dropout_.attn)});
+  be.matmul_forward({.out = attproj, .inp = atty, .w = p[kAttprojw], .bias = p[kAttprojb], .N = rows, .C = C, .OC = C});
   drop(attproj, l, DropoutMask::kAttentionProj, dropout_.resid, C);
-  be.residual_layernorm_forward(residual2, ln2, ln2_mean, ln2_rstd, residual, attproj, p[kLn2w], p[kLn2b], N, C);
-  be.matmul_gelu_forward(fch_gelu, fch, ln2, p[kFcw], p[kFcb], N, C, 4 * C);
-  be.matmul_forward(fcproj, fch_gelu, p[kFcprojw], p[kFcprojb], N, 4 * C, C);
+  be.residual_layernorm_forward({.residual = residual2, .out = ln2, .mean = ln2_mean, .rstd = ln2_rstd, .a = residual,
+                                 .b = attproj, .w = p[kLn2w], .bias = p[kLn2b], .N = rows, .C = C});
+  be.matmul_gelu_forward({.out = fch_gelu, .pre = fch, .inp = ln2, .w = p[kFcw], .bias = p[kFcb], .N = rows, .C = C,
+                          .OC = 4 * C});
+  be.matmul_forward({.out = fcproj, .inp = fch_gelu, .w = p[kFcprojw], .bias = p[kFcprojb], .N = rows, .C = 4 * C,
+                     .OC = C});
   drop(fcproj, l, DropoutMask::kMlpProj, dropout_.resid, C);
-  be.residual_layernorm_forward(residual3, out.out, out.mean, out.rstd, residual2, fcproj, out.w, out.b, N, C);
+  be.residual_layernorm_forward({.residual = residual3, .out = out.out, .mean = out.mean, .rstd = out.rstd,
+                                 .a = residual2, .b = fcproj, .w = out.w, .bias = out.b, .N = rows, .C = C});
 }
 
 // lm_head is tied to wte: logits = lnf @ wte^T over the padded vocabulary.
@@ -391,14 +403,15 @@ void GPT2::forward_layer(int l, const ParamTensors& p, const ParamTensors& next)
 // host now; a training forward's stay in their slot, and dlogits replace the logits.
 void GPT2::forward_head(const ParamTensors& p) {
   const size_t N = static_cast<size_t>(cur_B_) * cur_T_, Nmax = static_cast<size_t>(B_) * T_;
+  const int rows = static_cast<int>(N);  // the ops' N
   const int C = cfg_.channels, V = cfg_.vocab_size, Vp = cfg_.padded_vocab_size;
   Tensor logits = acts_.logits.slice(0, N * Vp);
-  backend_.matmul_forward(logits, acts_.lnf.slice(0, N * C), p[kWte], Tensor{}, N, C, Vp);
+  backend_.matmul_forward({.out = logits, .inp = acts_.lnf.slice(0, N * C), .w = p[kWte], .N = rows, .C = C, .OC = Vp});
   if (!has_targets_) return;
   const size_t slot = slot_rows_.size();
   last_losses_ = training_ ? loss_slots_.slice(slot * Nmax, N) : acts_.losses.slice(0, N);
-  backend_.classifier_forward_backward(logits, last_losses_, acts_.targets.slice(0, N), N, V, Vp,
-                                       training_ ? dloss_scale_ : 0.0f);
+  backend_.classifier_forward_backward({.logits = logits, .losses = last_losses_, .targets = acts_.targets.slice(0, N),
+                                        .N = rows, .V = V, .Vp = Vp, .dloss = training_ ? dloss_scale_ : 0.0f});
   if (training_) {
     slot_rows_.push_back(N);
     slot_count_ += batch_supervised_;
@@ -460,23 +473,26 @@ void GPT2::backward_head(const ParamTensors& p, const ParamTensors& g) {
   if (g[kWte].empty() && !keep_dlogits_)  // its dlogits die in the backward's scratch
     throw std::runtime_error("backward: the tied wte gradient must be given unless the model keeps dlogits");
   dlogits_ready_ = false;
-  const size_t N = static_cast<size_t>(cur_B_) * cur_T_, C = cfg_.channels;
+  const size_t N = static_cast<size_t>(cur_B_) * cur_T_;
+  const int rows = static_cast<int>(N), C = cfg_.channels;  // rows: the ops' N
   Backend& be = backend_;
   Activations& a = acts_;
-  be.matmul_backward(a.dln.slice(0, N * C), Tensor{}, Tensor{}, a.logits.slice(0, N * cfg_.padded_vocab_size),
-                     a.lnf.slice(0, N * C), p[kWte], N, C, cfg_.padded_vocab_size);
+  be.matmul_backward({.dinp = a.dln.slice(0, N * C), .dout = a.logits.slice(0, N * cfg_.padded_vocab_size),
+                      .inp = a.lnf.slice(0, N * C), .w = p[kWte], .N = rows, .C = C, .OC = cfg_.padded_vocab_size});
   if (!g[kWte].empty())
     for (int k = 0; k < layout_.num_wte_chunks(); k++) wte_chunk_parts(k, wte_chunk_of(g[kWte], k), true, false);
   be.zero(a.dresidual.slice(0, N * C));
-  be.layernorm_backward(a.dresidual.slice(0, N * C), g[kLnfw], g[kLnfb], a.dln.slice(0, N * C),
-                        at_layer(a.residual3, cfg_.num_layers - 1, C), p[kLnfw], a.lnf_mean.slice(0, N),
-                        a.lnf_rstd.slice(0, N), N, C);
+  be.layernorm_backward({.dinp = a.dresidual.slice(0, N * C), .dw = g[kLnfw], .db = g[kLnfb],
+                         .dout = a.dln.slice(0, N * C), .inp = at_layer(a.residual3, cfg_.num_layers - 1, C),
+                         .w = p[kLnfw], .mean = a.lnf_mean.slice(0, N), .rstd = a.lnf_rstd.slice(0, N), .N = rows,
+                         .C = C});
 }
 
 void GPT2::backward_layer(int l, const ParamTensors& p, const ParamTensors& g) {
   const ProfileRange range(backend_, "backward layer " + std::to_string(l));
   const int B = cur_B_, T = cur_T_, C = cfg_.channels, NH = cfg_.num_heads;
   const size_t N = static_cast<size_t>(B) * T;
+  const int rows = static_cast<int>(N);  // the ops' N
   Backend& be = backend_;
   Activations& a = acts_;
   Tensor dresidual = a.dresidual.slice(0, N * C), dln = a.dln.slice(0, N * C), datty = a.datty.slice(0, N * C);
@@ -495,22 +511,31 @@ void GPT2::backward_layer(int l, const ParamTensors& p, const ParamTensors& g) {
   // forward's where that ran the kernel too (the CPU backend, --gelu-fusion off);
   // after the GEMM epilogue's GELU, within its last bits (fp32: another GELU
   // formula) or a rounding (bf16: GELU of the unrounded fch).
-  if (recompute_gelu_) be.gelu_forward(fch_gelu, fch, N * 4 * C);
+  if (recompute_gelu_) be.gelu_forward({.out = fch_gelu, .inp = fch, .n = N * 4 * C});
   // With dropout on the projection, its gradient is the residual's through the same mask (in dln, free here).
   Tensor dfcproj = dropped_gradient(dresidual, dln, l, DropoutMask::kMlpProj, dropout_.resid, C);
-  be.matmul_gelu_backward(dfch, g[kFcprojw], g[kFcprojb], dfcproj, fch_gelu, p[kFcprojw], fch, N, 4 * C, C);
+  be.matmul_gelu_backward({.dinp = dfch, .dw = g[kFcprojw], .dbias = g[kFcprojb], .dout = dfcproj, .inp = fch_gelu,
+                           .w = p[kFcprojw], .gelu_inp = fch, .N = rows, .C = 4 * C, .OC = C});
   if (recompute_ln_)  // --recompute 2: ln2 again, bitwise the forward's (mean and rstd rewritten unchanged)
-    be.layernorm_forward(ln2, ln2_mean, ln2_rstd, residual2, p[kLn2w], p[kLn2b], N, C);
-  be.matmul_backward(dln, g[kFcw], g[kFcb], dfch, ln2, p[kFcw], N, C, 4 * C);
-  be.layernorm_backward(dresidual, g[kLn2w], g[kLn2b], dln, residual2, p[kLn2w], ln2_mean, ln2_rstd, N, C);
+    be.layernorm_forward({.out = ln2, .mean = ln2_mean, .rstd = ln2_rstd, .inp = residual2, .w = p[kLn2w],
+                          .b = p[kLn2b], .N = rows, .C = C});
+  be.matmul_backward({.dinp = dln, .dw = g[kFcw], .dbias = g[kFcb], .dout = dfch, .inp = ln2, .w = p[kFcw], .N = rows,
+                      .C = C, .OC = 4 * C});
+  be.layernorm_backward({.dinp = dresidual, .dw = g[kLn2w], .db = g[kLn2b], .dout = dln, .inp = residual2,
+                         .w = p[kLn2w], .mean = ln2_mean, .rstd = ln2_rstd, .N = rows, .C = C});
   // residual2 = residual + attproj (dln is free again: layernorm_backward consumed it)
   Tensor dattproj = dropped_gradient(dresidual, dln, l, DropoutMask::kAttentionProj, dropout_.resid, C);
-  be.matmul_backward(datty, g[kAttprojw], g[kAttprojb], dattproj, at_layer(a.atty, l, C), p[kAttprojw], N, C, C);
-  be.attention_backward(dqkv, a.att_scratch, datty, at_layer(a.atty, l, C), at_layer(a.qkv, l, 3 * C), saved, B, T,
-                        C, NH, mask_of(l, DropoutMask::kAttentionProbs, dropout_.attn));
-  if (recompute_ln_) be.layernorm_forward(ln1, ln1_mean, ln1_rstd, residual, p[kLn1w], p[kLn1b], N, C);
-  be.matmul_backward(dln, g[kQkvw], g[kQkvb], dqkv, ln1, p[kQkvw], N, C, 3 * C);
-  be.layernorm_backward(dresidual, g[kLn1w], g[kLn1b], dln, residual, p[kLn1w], ln1_mean, ln1_rstd, N, C);
+  be.matmul_backward({.dinp = datty, .dw = g[kAttprojw], .dbias = g[kAttprojb], .dout = dattproj,
+                      .inp = at_layer(a.atty, l, C), .w = p[kAttprojw], .N = rows, .C = C, .OC = C});
+  be.attention_backward({.dqkv = dqkv, .scratch = a.att_scratch, .dout = datty, .out = at_layer(a.atty, l, C),
+                         .qkv = at_layer(a.qkv, l, 3 * C), .saved = saved, .B = B, .T = T, .C = C, .NH = NH,
+                         .drop = mask_of(l, DropoutMask::kAttentionProbs, dropout_.attn)});
+  if (recompute_ln_) be.layernorm_forward({.out = ln1, .mean = ln1_mean, .rstd = ln1_rstd, .inp = residual,
+                                           .w = p[kLn1w], .b = p[kLn1b], .N = rows, .C = C});
+  be.matmul_backward({.dinp = dln, .dw = g[kQkvw], .dbias = g[kQkvb], .dout = dqkv, .inp = ln1, .w = p[kQkvw], .N = rows,
+                      .C = C, .OC = 3 * C});
+  be.layernorm_backward({.dinp = dresidual, .dw = g[kLn1w], .db = g[kLn1b], .dout = dln, .inp = residual, .w = p[kLn1w],
+                         .mean = ln1_mean, .rstd = ln1_rstd, .N = rows, .C = C});
 }
 
 // encoded = dropout(wte + wpe): wpe's gradient, then the tied gradient's embedding part.
@@ -519,7 +544,8 @@ void GPT2::backward_embeddings(const ParamTensors& g) {
   const size_t N = static_cast<size_t>(cur_B_) * cur_T_;
   Tensor dresidual = acts_.dresidual.slice(0, N * C);
   drop(dresidual, 0, DropoutMask::kEmbedding, dropout_.embd, C);
-  backend_.encoder_backward(Tensor{}, g[kWpe], dresidual, acts_.tokens.slice(0, N), cur_B_, cur_T_, C);
+  backend_.encoder_backward({.dwpe = g[kWpe], .dout = dresidual, .tokens = acts_.tokens.slice(0, N), .B = cur_B_,
+                             .T = cur_T_, .C = C});
   if (!g[kWte].empty())
     for (int k = 0; k < layout_.num_wte_chunks(); k++) wte_chunk_parts(k, wte_chunk_of(g[kWte], k), false, true);
   tied_ready_ = true;

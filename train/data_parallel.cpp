@@ -310,7 +310,7 @@ void DataParallel::add_received(const UnitExchange& ex, const Tensor& recv, size
     if (p_lo >= p_hi) continue;
     const size_t n = p_hi - p_lo;
     Tensor dst = shard_grads_.slice(piece.shard_offset + (p_lo - piece.pack_offset), n);
-    backend_.residual_forward(dst, dst, recv.slice(p_lo - lo, n), n);
+    backend_.residual_forward({.out = dst, .a = dst, .b = recv.slice(p_lo - lo, n), .n = n});
   }
 }
 

@@ -42,9 +42,11 @@ void AdamW::step(Tensor params, Tensor shard_grads, float lr, Tensor clip, int t
     if (lo >= hi) continue;
     const size_t n = hi - lo, rel = lo - begin_;
     const float wd = ParamLayout::decays(k) ? h.weight_decay : 0.0f;
-    backend_.adamw_update_clipped(params.slice(lo, n), master_.empty() ? Tensor{} : master_.slice(rel, n),
-                                  shard_grads.slice(rel, n), m_.slice(rel, n), v_.slice(rel, n), lr, h.beta1,
-                                  h.beta2, h.eps, wd, clip, t);
+    backend_.adamw_update_clipped({.params = params.slice(lo, n),
+                                   .master = master_.empty() ? Tensor{} : master_.slice(rel, n),
+                                   .grads = shard_grads.slice(rel, n), .m = m_.slice(rel, n), .v = v_.slice(rel, n),
+                                   .lr = lr, .beta1 = h.beta1, .beta2 = h.beta2, .eps = h.eps, .weight_decay = wd,
+                                   .t = t}, clip);
   }
 }
 

@@ -25,6 +25,7 @@ namespace {
 constexpr size_t kAlign = 64;
 
 float* f32(Tensor t) { return static_cast<float*>(t.ptr); }
+float* or_null(Tensor t) { return t.empty() ? nullptr : f32(t); }  // optional outputs and bias
 const int32_t* i32(Tensor t) { return static_cast<const int32_t*>(t.ptr); }
 
 // Ids in [0, limit); `allowed` (e.g. kIgnoreTarget) is accepted too when given.
@@ -98,121 +99,111 @@ class CpuBackend final : public Backend {
     copy_bytes(dst.ptr, src.ptr, dst.bytes());
   }
 
-  void encoder_forward(Tensor out, Tensor tokens, Tensor wte, Tensor wpe, int B, int T,
-                       int C) override {
-    const char* op = "encoder_forward";
-    checks_.encoder(op, out, tokens, wte, wpe, B, T, C);
-    check_ids(i32(tokens), sz(B, T), static_cast<long>(wte.numel / C), op, "tokens");
-    cpu::encoder_forward<float>(ex_, f32(out), i32(tokens), f32(wte), f32(wpe), B, T, C);
+  void encoder_forward(const EncoderForwardArgs& args) override {
+    checks_.encoder_forward(args);
+    const int B = args.B, T = args.T, C = args.C;
+    check_ids(i32(args.tokens), sz(B, T), static_cast<long>(args.wte.numel / C), "encoder_forward", "tokens");
+    cpu::encoder_forward<float>(ex_, f32(args.out), i32(args.tokens), f32(args.wte), f32(args.wpe), B, T, C);
   }
-  void encoder_backward(Tensor dwte, Tensor dwpe, Tensor dout, Tensor tokens, int B, int T,
-                        int C) override {
-    const char* op = "encoder_backward";
-    checks_.encoder(op, dout, tokens, dwte, dwpe, B, T, C);
-    if (!dwte.empty()) check_ids(i32(tokens), sz(B, T), static_cast<long>(dwte.numel / C), op, "tokens");
-    cpu::encoder_backward<float>(ex_, dwte.empty() ? nullptr : f32(dwte), f32(dwpe), f32(dout), i32(tokens), B,
-                                 T, C);
+  void encoder_backward(const EncoderBackwardArgs& args) override {
+    checks_.encoder_backward(args);
+    const int B = args.B, T = args.T, C = args.C;
+    if (!args.dwte.empty())
+      check_ids(i32(args.tokens), sz(B, T), static_cast<long>(args.dwte.numel / C), "encoder_backward", "tokens");
+    cpu::encoder_backward<float>(ex_, args.dwte.empty() ? nullptr : f32(args.dwte), f32(args.dwpe), f32(args.dout),
+                                 i32(args.tokens), B, T, C);
   }
   // The rows of matmul_backward's dw GEMM (dlogits' columns v0.. with leading
   // dimension Vp), then the embedding's scatter: each element sees the same
   // dot product and the same additions as the whole-table ops.
-  void tied_embedding_backward_rows(Tensor dwte_rows, Tensor dlogits, Tensor lnf, Tensor dembed, Tensor tokens,
-                                    int N, int C, int Vp, int v0) override {
-    checks_.tied_embedding_rows(dwte_rows, dlogits, lnf, dembed, tokens, N, C, Vp, v0);
-    const int rows = static_cast<int>(dwte_rows.numel / static_cast<size_t>(C));
-    if (!dlogits.empty())
-      cpu::gemm<float>(ex_, true, false, rows, C, N, 1.0f, f32(dlogits) + v0, Vp, f32(lnf), C, 1.0f,
-                       f32(dwte_rows), C);
-    if (!dembed.empty())
-      cpu::embedding_backward_rows<float>(ex_, f32(dwte_rows), f32(dembed), i32(tokens), N, C, v0, rows);
+  void tied_embedding_backward_rows(const TiedEmbeddingRowsArgs& args) override {
+    checks_.tied_embedding_rows(args);
+    const int N = args.N, C = args.C, v0 = args.v0;
+    const int rows = static_cast<int>(args.dwte_rows.numel / static_cast<size_t>(C));
+    if (!args.dlogits.empty())
+      cpu::gemm<float>(ex_, true, false, rows, C, N, 1.0f, f32(args.dlogits) + v0, args.Vp, f32(args.lnf), C, 1.0f,
+                       f32(args.dwte_rows), C);
+    if (!args.dembed.empty())
+      cpu::embedding_backward_rows<float>(ex_, f32(args.dwte_rows), f32(args.dembed), i32(args.tokens), N, C, v0,
+                                          rows);
   }
 
-  void layernorm_forward(Tensor out, Tensor mean, Tensor rstd, Tensor inp, Tensor w, Tensor b,
-                         int N, int C) override {
-    checks_.layernorm_forward(out, mean, rstd, inp, w, b, N, C);
-    cpu::layernorm_forward<float>(ex_, f32(out), f32(mean), f32(rstd), f32(inp), f32(w), f32(b),
-                                  N, C);
+  void layernorm_forward(const LayernormForwardArgs& args) override {
+    checks_.layernorm_forward(args);
+    cpu::layernorm_forward<float>(ex_, f32(args.out), f32(args.mean), f32(args.rstd), f32(args.inp), f32(args.w),
+                                  f32(args.b), args.N, args.C);
   }
-  void layernorm_backward(Tensor dinp, Tensor dw, Tensor db, Tensor dout, Tensor inp, Tensor w,
-                          Tensor mean, Tensor rstd, int N, int C) override {
-    checks_.layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, N, C);
-    cpu::layernorm_backward<float>(ex_, f32(dinp), f32(dw), f32(db), f32(dout), f32(inp), f32(w),
-                                   f32(mean), f32(rstd), N, C);
+  void layernorm_backward(const LayernormBackwardArgs& args) override {
+    checks_.layernorm_backward(args);
+    cpu::layernorm_backward<float>(ex_, f32(args.dinp), f32(args.dw), f32(args.db), f32(args.dout), f32(args.inp),
+                                   f32(args.w), f32(args.mean), f32(args.rstd), args.N, args.C);
   }
 
-  void matmul_forward(Tensor out, Tensor inp, Tensor w, Tensor bias, int N, int C,
-                      int OC) override {
-    checks_.matmul_forward(out, inp, w, bias, N, C, OC);
-    cpu::matmul_forward<float>(ex_, f32(out), f32(inp), f32(w), bias.empty() ? nullptr : f32(bias),
-                               N, C, OC);
+  void matmul_forward(const MatmulForwardArgs& args) override {
+    checks_.matmul_forward(args);
+    cpu::matmul_forward<float>(ex_, f32(args.out), f32(args.inp), f32(args.w), or_null(args.bias), args.N, args.C,
+                               args.OC);
   }
-  void matmul_backward(Tensor dinp, Tensor dw, Tensor dbias, Tensor dout, Tensor inp, Tensor w,
-                       int N, int C, int OC) override {
-    checks_.matmul_backward(dinp, dw, dbias, dout, inp, w, N, C, OC);
-    cpu::matmul_backward<float>(ex_, f32(dinp), dw.empty() ? nullptr : f32(dw), dbias.empty() ? nullptr : f32(dbias),
-                                f32(dout), f32(inp), f32(w), N, C, OC);
+  void matmul_backward(const MatmulBackwardArgs& args) override {
+    checks_.matmul_backward(args);
+    cpu::matmul_backward<float>(ex_, f32(args.dinp), or_null(args.dw), or_null(args.dbias), f32(args.dout),
+                                f32(args.inp), f32(args.w), args.N, args.C, args.OC);
   }
 
   size_t attention_saved_numel(int B, int T, int NH) const override {
     return cpu::attention_saved_numel(B, T, NH);
   }
-  void attention_forward(Tensor out, Tensor saved, Tensor qkv, int B, int T, int C, int NH,
-                         const DropoutMask& drop) override {
-    checks_.attention_forward(out, saved, cpu::attention_saved_numel(B, T, NH), qkv, B, T, C, NH, drop);
-    cpu::attention_forward<float>(ex_, f32(out), f32(saved), f32(qkv), B, T, C, NH, drop);
+  void attention_forward(const AttentionForwardArgs& args) override {
+    checks_.attention_forward(args, cpu::attention_saved_numel(args.B, args.T, args.NH));
+    cpu::attention_forward<float>(ex_, f32(args.out), f32(args.saved), f32(args.qkv), args.B, args.T, args.C, args.NH,
+                                  args.drop);
   }
   size_t attention_scratch_numel(int B, int T, int NH) const override {
     return cpu::attention_scratch_numel(ex_, T);
   }
-  void attention_backward(Tensor dqkv, Tensor scratch, Tensor dout, Tensor out, Tensor qkv, Tensor saved,
-                          int B, int T, int C, int NH, const DropoutMask& drop) override {
+  void attention_backward(const AttentionBackwardArgs& args) override {
     // out is not needed: D = rowsum(P dP) from the recomputed probabilities
-    checks_.attention_backward(dqkv, scratch, cpu::attention_scratch_numel(ex_, T), dout, out, qkv, saved,
-                               cpu::attention_saved_numel(B, T, NH), B, T, C, NH, drop);
-    cpu::attention_backward<float>(ex_, f32(dqkv), f32(scratch), f32(dout), f32(qkv), f32(saved),
-                                   B, T, C, NH, drop);
+    checks_.attention_backward(args, cpu::attention_scratch_numel(ex_, args.T),
+                               cpu::attention_saved_numel(args.B, args.T, args.NH));
+    cpu::attention_backward<float>(ex_, f32(args.dqkv), f32(args.scratch), f32(args.dout), f32(args.qkv),
+                                   f32(args.saved), args.B, args.T, args.C, args.NH, args.drop);
   }
 
-  void gelu_forward(Tensor out, Tensor inp, size_t n) override {
-    checks_.gelu_forward(out, inp, n);
-    cpu::gelu_forward<float>(ex_, f32(out), f32(inp), n);
+  void gelu_forward(const GeluForwardArgs& args) override {
+    checks_.gelu_forward(args);
+    cpu::gelu_forward<float>(ex_, f32(args.out), f32(args.inp), args.n);
   }
-  void gelu_backward(Tensor dinp, Tensor inp, Tensor dout, size_t n) override {
-    checks_.gelu_backward(dinp, inp, dout, n);
-    cpu::gelu_backward<float>(ex_, f32(dinp), f32(inp), f32(dout), n);
+  void gelu_backward(const GeluBackwardArgs& args) override {
+    checks_.gelu_backward(args);
+    cpu::gelu_backward<float>(ex_, f32(args.dinp), f32(args.inp), f32(args.dout), args.n);
   }
-  void residual_forward(Tensor out, Tensor a, Tensor b, size_t n) override {
-    checks_.residual_forward(out, a, b, n);
-    cpu::residual_forward<float>(ex_, f32(out), f32(a), f32(b), n);
-  }
-
-  void dropout(Tensor out, Tensor inp, const DropoutMask& m, int N, int C) override {
-    checks_.dropout(out, inp, m, N, C);
-    cpu::dropout<float>(ex_, f32(out), f32(inp), m, N, C);
+  void residual_forward(const ResidualForwardArgs& args) override {
+    checks_.residual_forward(args);
+    cpu::residual_forward<float>(ex_, f32(args.out), f32(args.a), f32(args.b), args.n);
   }
 
-  void classifier_forward_backward(Tensor logits, Tensor losses, Tensor targets, int N, int V,
-                                   int Vp, float dloss) override {
-    const char* op = "classifier_forward_backward";
-    checks_.classifier(logits, losses, targets, N, V, Vp);
-    check_ids(i32(targets), sz(N), V, op, "targets", &kIgnoreTarget);
-    cpu::classifier_forward_backward<float>(ex_, f32(logits), f32(losses), i32(targets), N, V, Vp,
-                                            dloss);
+  void dropout(const DropoutArgs& args) override {
+    checks_.dropout(args);
+    cpu::dropout<float>(ex_, f32(args.out), f32(args.inp), args.m, args.N, args.C);
+  }
+
+  void classifier_forward_backward(const ClassifierArgs& args) override {
+    checks_.classifier(args);
+    check_ids(i32(args.targets), sz(args.N), args.V, "classifier_forward_backward", "targets", &kIgnoreTarget);
+    cpu::classifier_forward_backward<float>(ex_, f32(args.logits), f32(args.losses), i32(args.targets), args.N,
+                                            args.V, args.Vp, args.dloss);
   }
 
   double sum_squares(Tensor g) override {
     checks_.need_x(g, g.numel, "sum_squares", "g");
     return cpu::sum_squares<float>(ex_, f32(g), g.numel);
   }
-  void adamw_update(Tensor params, Tensor master, Tensor grads, Tensor m, Tensor v, float lr,
-                    float beta1, float beta2, float eps, float weight_decay, float grad_scale,
-                    int t) override {
-    if (!master.empty())
+  void adamw_update(const AdamWArgs& args) override {
+    if (!args.master.empty())
       checks_.fail("adamw_update", "master weights are not used by the fp32 CPU backend (pass an empty Tensor)");
-    checks_.adamw(params, master, grads, m, v, t);
-    const size_t n = params.numel;
-    cpu::adamw_update<float>(ex_, f32(params), f32(grads), f32(m), f32(v), n, lr, beta1, beta2,
-                             eps, weight_decay, grad_scale, t);
+    checks_.adamw(args);
+    cpu::adamw_update<float>(ex_, f32(args.params), f32(args.grads), f32(args.m), f32(args.v), args.params.numel,
+                             args.lr, args.beta1, args.beta2, args.eps, args.weight_decay, args.grad_scale, args.t);
   }
   void sum_squares_into(Tensor clip, Tensor g) override {
     checks_.need(clip, 2, "sum_squares_into", "clip", 8);

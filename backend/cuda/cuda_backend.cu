@@ -55,9 +55,12 @@ template <class T>
 T* as(Tensor t) {
   return static_cast<T*>(t.ptr);
 }
+// Optional outputs and bias: null when left empty.
+template <class T>
+T* or_null(Tensor t) {
+  return t.empty() ? nullptr : as<T>(t);
+}
 const int* i32(Tensor t) { return static_cast<const int*>(t.ptr); }
-
-
 
 // CUDA_LAUNCH_BLOCKING=1, the CUDA debugging convention: also synchronise after every op.
 bool launch_blocking_env() {
@@ -226,115 +229,113 @@ class CudaBackend final : public Backend {
   // Every op checks its tensors (element counts and sizes), then runs the
   // kernels for the storage type: dispatch() calls f with a float or a
   // __nv_bfloat16 tag.
-  void encoder_forward(Tensor out, Tensor tokens, Tensor wte, Tensor wpe, int B, int T,
-                       int C) override {
-    checks_.encoder("encoder_forward", out, tokens, wte, wpe, B, T, C);
+  void encoder_forward(const EncoderForwardArgs& args) override {
+    checks_.encoder_forward(args);
     dispatch("encoder_forward", [&](auto tag) {
       using X = decltype(tag);
-      kern::encoder_forward<X>(as<X>(out), i32(tokens), as<X>(wte), as<X>(wpe), B, T, C,
-                               rows(wte, C), stream_);
+      kern::encoder_forward<X>(as<X>(args.out), i32(args.tokens), as<X>(args.wte), as<X>(args.wpe), args.B, args.T,
+                               args.C, rows(args.wte, args.C), stream_);
     });
   }
-  void encoder_backward(Tensor dwte, Tensor dwpe, Tensor dout, Tensor tokens, int B, int T,
-                        int C) override {
-    checks_.encoder("encoder_backward", dout, tokens, dwte, dwpe, B, T, C);
+  void encoder_backward(const EncoderBackwardArgs& args) override {
+    checks_.encoder_backward(args);
+    const Tensor dwte = args.dwte;
+    const int C = args.C;
     float* shadow = bf16_ && !dwte.empty() ? workspace(static_cast<size_t>(rows(dwte, C)) * C) : nullptr;
     dispatch("encoder_backward", [&](auto tag) {
       using X = decltype(tag);
-      kern::encoder_backward<X>(dwte.empty() ? nullptr : as<X>(dwte), as<X>(dwpe), shadow, as<X>(dout),
-                                i32(tokens), B, T, C, rows(dwte, C), stream_);
+      kern::encoder_backward<X>(dwte.empty() ? nullptr : as<X>(dwte), as<X>(args.dwpe), shadow, as<X>(args.dout),
+                                i32(args.tokens), args.B, args.T, C, rows(dwte, C), stream_);
     });
   }
   // matmul_backward's dw GEMM on dlogits' columns [v0, v0 + rows) (a submatrix:
   // same leading dimension Vp), then the embedding scatter over that window;
   // the bf16 shadow is rows*C floats, not the whole table's.
-  void tied_embedding_backward_rows(Tensor dwte_rows, Tensor dlogits, Tensor lnf, Tensor dembed, Tensor tokens,
-                                    int N, int C, int Vp, int v0) override {
-    checks_.tied_embedding_rows(dwte_rows, dlogits, lnf, dembed, tokens, N, C, Vp, v0);
-    const int R = rows(dwte_rows, C);
-    float* shadow = bf16_ && !dembed.empty() ? workspace(static_cast<size_t>(R) * C) : nullptr;
+  void tied_embedding_backward_rows(const TiedEmbeddingRowsArgs& args) override {
+    checks_.tied_embedding_rows(args);
+    const int N = args.N, C = args.C, R = rows(args.dwte_rows, C);
+    float* shadow = bf16_ && !args.dembed.empty() ? workspace(static_cast<size_t>(R) * C) : nullptr;
     dispatch("tied_embedding_backward_rows", [&](auto tag) {
       using X = decltype(tag);
-      if (!dlogits.empty())
-        kern::matmul_backward_weight_rows<X>(blas_, as<X>(dwte_rows), as<X>(dlogits) + v0, as<X>(lnf), N, C, Vp, R);
-      if (!dembed.empty())
-        kern::embedding_backward_rows<X>(as<X>(dwte_rows), shadow, as<X>(dembed), i32(tokens),
-                                         static_cast<size_t>(N), C, v0, R, stream_);
+      if (!args.dlogits.empty())
+        kern::matmul_backward_weight_rows<X>(blas_, as<X>(args.dwte_rows), as<X>(args.dlogits) + args.v0,
+                                             as<X>(args.lnf), N, C, args.Vp, R);
+      if (!args.dembed.empty())
+        kern::embedding_backward_rows<X>(as<X>(args.dwte_rows), shadow, as<X>(args.dembed), i32(args.tokens),
+                                         static_cast<size_t>(N), C, args.v0, R, stream_);
     });
   }
 
-  void layernorm_forward(Tensor out, Tensor mean, Tensor rstd, Tensor inp, Tensor w, Tensor b,
-                         int N, int C) override {
-    checks_.layernorm_forward(out, mean, rstd, inp, w, b, N, C);
+  void layernorm_forward(const LayernormForwardArgs& args) override {
+    checks_.layernorm_forward(args);
     dispatch("layernorm_forward", [&](auto tag) {
       using X = decltype(tag);
-      kern::layernorm_forward<X>(as<X>(out), as<float>(mean), as<float>(rstd), as<X>(inp), as<X>(w),
-                                 as<X>(b), N, C, stream_);
+      kern::layernorm_forward<X>(as<X>(args.out), as<float>(args.mean), as<float>(args.rstd), as<X>(args.inp),
+                                 as<X>(args.w), as<X>(args.b), args.N, args.C, stream_);
     });
   }
-  void layernorm_backward(Tensor dinp, Tensor dw, Tensor db, Tensor dout, Tensor inp, Tensor w,
-                          Tensor mean, Tensor rstd, int N, int C) override {
-    checks_.layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, N, C);
-    float* scratch = workspace(kern::layernorm_backward_scratch_floats(N, C));
+  void layernorm_backward(const LayernormBackwardArgs& args) override {
+    checks_.layernorm_backward(args);
+    float* scratch = workspace(kern::layernorm_backward_scratch_floats(args.N, args.C));
     dispatch("layernorm_backward", [&](auto tag) {
       using X = decltype(tag);
-      kern::layernorm_backward<X>(as<X>(dinp), as<X>(dw), as<X>(db), scratch, as<X>(dout),
-                                  as<X>(inp), as<X>(w), as<float>(mean), as<float>(rstd), N, C, stream_);
+      kern::layernorm_backward<X>(as<X>(args.dinp), as<X>(args.dw), as<X>(args.db), scratch, as<X>(args.dout),
+                                  as<X>(args.inp), as<X>(args.w), as<float>(args.mean), as<float>(args.rstd), args.N,
+                                  args.C, stream_);
     });
   }
 
-  void residual_layernorm_forward(Tensor residual, Tensor out, Tensor mean, Tensor rstd, Tensor a, Tensor b,
-                                  Tensor w, Tensor bias, int N, int C) override {
-    checks_.residual_forward(residual, a, b, static_cast<size_t>(N) * C);
-    checks_.layernorm_forward(out, mean, rstd, residual, w, bias, N, C);
+  void residual_layernorm_forward(const ResidualLayernormForwardArgs& args) override {
+    const int N = args.N, C = args.C;
+    checks_.residual_forward({.out = args.residual, .a = args.a, .b = args.b, .n = static_cast<size_t>(N) * C});
+    checks_.layernorm_forward({.out = args.out, .mean = args.mean, .rstd = args.rstd, .inp = args.residual,
+                               .w = args.w, .b = args.bias, .N = N, .C = C});
     dispatch("residual_layernorm_forward", [&](auto tag) {
       using X = decltype(tag);
-      kern::residual_layernorm_forward<X>(as<X>(residual), as<X>(out), as<float>(mean), as<float>(rstd), as<X>(a),
-                                          as<X>(b), as<X>(w), as<X>(bias), N, C, stream_);
+      kern::residual_layernorm_forward<X>(as<X>(args.residual), as<X>(args.out), as<float>(args.mean),
+                                          as<float>(args.rstd), as<X>(args.a), as<X>(args.b), as<X>(args.w),
+                                          as<X>(args.bias), N, C, stream_);
     });
   }
 
-  void matmul_forward(Tensor out, Tensor inp, Tensor w, Tensor bias, int N, int C,
-                      int OC) override {
-    checks_.matmul_forward(out, inp, w, bias, N, C, OC);
+  void matmul_forward(const MatmulForwardArgs& args) override {
+    checks_.matmul_forward(args);
     dispatch("matmul_forward", [&](auto tag) {
       using X = decltype(tag);
-      kern::matmul_forward<X>(blas_, as<X>(out), as<X>(inp), as<X>(w),
-                              bias.empty() ? nullptr : as<X>(bias), N, C, OC);
+      kern::matmul_forward<X>(blas_, as<X>(args.out), as<X>(args.inp), as<X>(args.w), or_null<X>(args.bias), args.N,
+                              args.C, args.OC);
     });
   }
-  void matmul_backward(Tensor dinp, Tensor dw, Tensor dbias, Tensor dout, Tensor inp, Tensor w,
-                       int N, int C, int OC) override {
-    checks_.matmul_backward(dinp, dw, dbias, dout, inp, w, N, C, OC);
-    float* scratch = dbias.empty() ? nullptr : workspace(kern::matmul_backward_scratch_floats(N, OC));
+  void matmul_backward(const MatmulBackwardArgs& args) override {
+    checks_.matmul_backward(args);
+    float* scratch = args.dbias.empty() ? nullptr : workspace(kern::matmul_backward_scratch_floats(args.N, args.OC));
     dispatch("matmul_backward", [&](auto tag) {
       using X = decltype(tag);
-      kern::matmul_backward<X>(blas_, as<X>(dinp), dw.empty() ? nullptr : as<X>(dw),
-                               dbias.empty() ? nullptr : as<X>(dbias), scratch, as<X>(dout),
-                               as<X>(inp), as<X>(w), N, C, OC);
+      kern::matmul_backward<X>(blas_, as<X>(args.dinp), or_null<X>(args.dw), or_null<X>(args.dbias), scratch,
+                               as<X>(args.dout), as<X>(args.inp), as<X>(args.w), args.N, args.C, args.OC);
     });
   }
 
-  void matmul_gelu_forward(Tensor out, Tensor pre, Tensor inp, Tensor w, Tensor bias, int N, int C,
-                           int OC) override {
-    checks_.matmul_forward(pre, inp, w, bias, N, C, OC);
-    checks_.gelu_forward(out, pre, static_cast<size_t>(N) * OC);
+  void matmul_gelu_forward(const MatmulGeluForwardArgs& args) override {
+    const int N = args.N, C = args.C, OC = args.OC;
+    checks_.matmul_forward({.out = args.pre, .inp = args.inp, .w = args.w, .bias = args.bias, .N = N, .C = C, .OC = OC});
+    checks_.gelu_forward({.out = args.out, .inp = args.pre, .n = static_cast<size_t>(N) * OC});
     dispatch("matmul_gelu_forward", [&](auto tag) {
       using X = decltype(tag);
-      kern::matmul_gelu_forward<X>(blas_, as<X>(out), as<X>(pre), as<X>(inp), as<X>(w),
-                                   bias.empty() ? nullptr : as<X>(bias), N, C, OC);
+      kern::matmul_gelu_forward<X>(blas_, as<X>(args.out), as<X>(args.pre), as<X>(args.inp), as<X>(args.w),
+                                   or_null<X>(args.bias), N, C, OC);
     });
   }
-  void matmul_gelu_backward(Tensor dinp, Tensor dw, Tensor dbias, Tensor dout, Tensor inp, Tensor w,
-                            Tensor gelu_inp, int N, int C, int OC) override {
-    checks_.matmul_backward(dinp, dw, dbias, dout, inp, w, N, C, OC);
-    checks_.gelu_backward(dinp, gelu_inp, dinp, static_cast<size_t>(N) * C);
-    float* scratch = dbias.empty() ? nullptr : workspace(kern::matmul_backward_scratch_floats(N, OC));
+  void matmul_gelu_backward(const MatmulGeluBackwardArgs& args) override {
+    const int N = args.N, C = args.C, OC = args.OC;
+    checks_.matmul_backward({.dinp = args.dinp, .dw = args.dw, .dbias = args.dbias, .dout = args.dout,
+                             .inp = args.inp, .w = args.w, .N = N, .C = C, .OC = OC});
+    checks_.gelu_backward({.dinp = args.dinp, .inp = args.gelu_inp, .dout = args.dinp, .n = static_cast<size_t>(N) * C});
+    float* scratch = args.dbias.empty() ? nullptr : workspace(kern::matmul_backward_scratch_floats(N, OC));
     dispatch("matmul_gelu_backward", [&](auto tag) {
       using X = decltype(tag);
-      kern::matmul_gelu_backward<X>(blas_, as<X>(dinp), dw.empty() ? nullptr : as<X>(dw),
-                                    dbias.empty() ? nullptr : as<X>(dbias), scratch, as<X>(dout),
-                                    as<X>(inp), as<X>(w), as<X>(gelu_inp), N, C, OC);
+      kern::matmul_gelu_backward<X>(blas_, as<X>(args.dinp), or_null<X>(args.dw), or_null<X>(args.dbias), scratch,
+                                    as<X>(args.dout), as<X>(args.inp), as<X>(args.w), as<X>(args.gelu_inp), N, C, OC);
     });
   }
 
@@ -344,20 +345,22 @@ class CudaBackend final : public Backend {
   size_t attention_scratch_numel(int B, int T, int NH) const override {
     return attention_scratch_numel_for(attention_, storage_bytes_, B, T, NH);
   }
-  void attention_forward(Tensor out, Tensor saved, Tensor qkv, int B, int T, int C, int NH,
-                         const DropoutMask& drop) override {
-    checks_.attention_forward(out, saved, attention_saved_numel(B, T, NH), qkv, B, T, C, NH, drop);
-    if (cudnn_serves("attention_forward", B, T, C, NH, drop, {out.ptr, saved.ptr, qkv.ptr})) {
+  void attention_forward(const AttentionForwardArgs& args) override {
+    const int B = args.B, T = args.T, C = args.C, NH = args.NH;
+    const DropoutMask& drop = args.drop;
+    checks_.attention_forward(args, attention_saved_numel(B, T, NH));
+    if (cudnn_serves("attention_forward", B, T, C, NH, drop, {args.out.ptr, args.saved.ptr, args.qkv.ptr})) {
       dispatch("attention_forward", [&](auto) {
-        cudnn_->forward(out.ptr, static_cast<float*>(saved.ptr), qkv.ptr, B, T, NH, C / NH);
+        cudnn_->forward(args.out.ptr, static_cast<float*>(args.saved.ptr), args.qkv.ptr, B, T, NH, C / NH);
       });
       return;
     }
     if (attention_ != CudaAttention::kClassic) {
-      float* lse = flash_lse(saved, C, NH, "attention_forward");
+      float* lse = flash_lse(args.saved, C, NH, "attention_forward");
       dispatch("attention_forward", [&](auto tag) {
         using X = decltype(tag);
-        kern::flash_attention_forward<X>(as<X>(out), lse, as<X>(qkv), B, T, C, NH, blas_.tf32, drop, stream_);
+        kern::flash_attention_forward<X>(as<X>(args.out), lse, as<X>(args.qkv), B, T, C, NH, blas_.tf32, drop,
+                                         stream_);
       });
       return;
     }
@@ -366,25 +369,29 @@ class CudaBackend final : public Backend {
                                 : kern::attention_forward_workspace_floats<float>(B, T, C, NH, dropping));
     dispatch("attention_forward", [&](auto tag) {
       using X = decltype(tag);
-      kern::attention_forward<X>(blas_.blas, as<X>(out), as<X>(saved), ws, as<X>(qkv), B, T, C, NH, drop, stream_);
+      kern::attention_forward<X>(blas_.blas, as<X>(args.out), as<X>(args.saved), ws, as<X>(args.qkv), B, T, C, NH,
+                                 drop, stream_);
     });
   }
-  void attention_backward(Tensor dqkv, Tensor scratch, Tensor dout, Tensor out, Tensor qkv, Tensor saved,
-                          int B, int T, int C, int NH, const DropoutMask& drop) override {
-    checks_.attention_backward(dqkv, scratch, attention_scratch_numel(B, T, NH), dout, out, qkv, saved,
-                               attention_saved_numel(B, T, NH), B, T, C, NH, drop);
-    if (cudnn_serves("attention_backward", B, T, C, NH, drop, {dqkv.ptr, dout.ptr, out.ptr, qkv.ptr, saved.ptr})) {
+  void attention_backward(const AttentionBackwardArgs& args) override {
+    const int B = args.B, T = args.T, C = args.C, NH = args.NH;
+    const DropoutMask& drop = args.drop;
+    checks_.attention_backward(args, attention_scratch_numel(B, T, NH), attention_saved_numel(B, T, NH));
+    if (cudnn_serves("attention_backward", B, T, C, NH, drop,
+                     {args.dqkv.ptr, args.dout.ptr, args.out.ptr, args.qkv.ptr, args.saved.ptr})) {
       dispatch("attention_backward", [&](auto) {
-        cudnn_->backward(dqkv.ptr, dout.ptr, out.ptr, qkv.ptr, static_cast<const float*>(saved.ptr), B, T, NH, C / NH);
+        cudnn_->backward(args.dqkv.ptr, args.dout.ptr, args.out.ptr, args.qkv.ptr,
+                         static_cast<const float*>(args.saved.ptr), B, T, NH, C / NH);
       });
       return;
     }
     if (attention_ != CudaAttention::kClassic) {
-      const float* lse = flash_lse(saved, C, NH, "attention_backward");
+      const float* lse = flash_lse(args.saved, C, NH, "attention_backward");
       dispatch("attention_backward", [&](auto tag) {
         using X = decltype(tag);
-        kern::flash_attention_backward<X>(as<X>(dqkv), as<float>(scratch), as<X>(dout), as<X>(out), as<X>(qkv),
-                                          lse, B, T, C, NH, blas_.tf32, drop, stream_);
+        kern::flash_attention_backward<X>(as<X>(args.dqkv), as<float>(args.scratch), as<X>(args.dout),
+                                          as<X>(args.out), as<X>(args.qkv), lse, B, T, C, NH, blas_.tf32, drop,
+                                          stream_);
       });
       return;
     }
@@ -393,51 +400,50 @@ class CudaBackend final : public Backend {
                                 : kern::attention_backward_workspace_floats<float>(B, T, C, NH, dropping));
     dispatch("attention_backward", [&](auto tag) {
       using X = decltype(tag);
-      kern::attention_backward<X>(blas_.blas, as<X>(dqkv), as<float>(scratch), ws, as<X>(dout), as<X>(qkv),
-                                  as<X>(saved), B, T, C, NH, drop, stream_);
+      kern::attention_backward<X>(blas_.blas, as<X>(args.dqkv), as<float>(args.scratch), ws, as<X>(args.dout),
+                                  as<X>(args.qkv), as<X>(args.saved), B, T, C, NH, drop, stream_);
     });
   }
 
-  void gelu_forward(Tensor out, Tensor inp, size_t n) override {
-    if (n == 0) return;
-    checks_.gelu_forward(out, inp, n);
+  void gelu_forward(const GeluForwardArgs& args) override {
+    if (args.n == 0) return;
+    checks_.gelu_forward(args);
     dispatch("gelu_forward", [&](auto tag) {
       using X = decltype(tag);
-      kern::gelu_forward<X>(as<X>(out), as<X>(inp), n, stream_);
+      kern::gelu_forward<X>(as<X>(args.out), as<X>(args.inp), args.n, stream_);
     });
   }
-  void gelu_backward(Tensor dinp, Tensor inp, Tensor dout, size_t n) override {
-    if (n == 0) return;
-    checks_.gelu_backward(dinp, inp, dout, n);
+  void gelu_backward(const GeluBackwardArgs& args) override {
+    if (args.n == 0) return;
+    checks_.gelu_backward(args);
     dispatch("gelu_backward", [&](auto tag) {
       using X = decltype(tag);
-      kern::gelu_backward<X>(as<X>(dinp), as<X>(inp), as<X>(dout), n, stream_);
+      kern::gelu_backward<X>(as<X>(args.dinp), as<X>(args.inp), as<X>(args.dout), args.n, stream_);
     });
   }
-  void residual_forward(Tensor out, Tensor a, Tensor b, size_t n) override {
-    if (n == 0) return;
-    checks_.residual_forward(out, a, b, n);
+  void residual_forward(const ResidualForwardArgs& args) override {
+    if (args.n == 0) return;
+    checks_.residual_forward(args);
     dispatch("residual_forward", [&](auto tag) {
       using X = decltype(tag);
-      kern::residual_forward<X>(as<X>(out), as<X>(a), as<X>(b), n, stream_);
+      kern::residual_forward<X>(as<X>(args.out), as<X>(args.a), as<X>(args.b), args.n, stream_);
     });
   }
 
-  void dropout(Tensor out, Tensor inp, const DropoutMask& m, int N, int C) override {
-    checks_.dropout(out, inp, m, N, C);
+  void dropout(const DropoutArgs& args) override {
+    checks_.dropout(args);
     dispatch("dropout", [&](auto tag) {
       using X = decltype(tag);
-      kern::dropout<X>(as<X>(out), as<X>(inp), m, N, C, stream_);
+      kern::dropout<X>(as<X>(args.out), as<X>(args.inp), args.m, args.N, args.C, stream_);
     });
   }
 
-  void classifier_forward_backward(Tensor logits, Tensor losses, Tensor targets, int N, int V,
-                                   int Vp, float dloss) override {
-    checks_.classifier(logits, losses, targets, N, V, Vp);
+  void classifier_forward_backward(const ClassifierArgs& args) override {
+    checks_.classifier(args);
     dispatch("classifier_forward_backward", [&](auto tag) {
       using X = decltype(tag);
-      kern::classifier_forward_backward<X>(as<X>(logits), as<float>(losses), i32(targets), N, V, Vp,
-                                           dloss, stream_);
+      kern::classifier_forward_backward<X>(as<X>(args.logits), as<float>(args.losses), i32(args.targets), args.N,
+                                           args.V, args.Vp, args.dloss, stream_);
     });
   }
 
@@ -490,16 +496,11 @@ class CudaBackend final : public Backend {
     CUDA_CHECK(cudaMemcpyAsync(dst, src.ptr, src.numel * sizeof(double), cudaMemcpyDeviceToHost, stream_));
     CUDA_CHECK(cudaStreamSynchronize(stream_));
   }
-  void adamw_update_clipped(Tensor params, Tensor master, Tensor grads, Tensor m, Tensor v, float lr, float beta1,
-                            float beta2, float eps, float weight_decay, Tensor clip, int t) override {
+  void adamw_update_clipped(const AdamWArgs& args, Tensor clip) override {
     need(clip, 2, "adamw_update_clipped", "clip", 8);
-    adamw(params, master, grads, m, v, lr, beta1, beta2, eps, weight_decay, 1.0f, as<double>(clip), t);
+    adamw(args, as<double>(clip));
   }
-  void adamw_update(Tensor params, Tensor master, Tensor grads, Tensor m, Tensor v, float lr,
-                    float beta1, float beta2, float eps, float weight_decay, float grad_scale,
-                    int t) override {
-    adamw(params, master, grads, m, v, lr, beta1, beta2, eps, weight_decay, grad_scale, nullptr, t);
-  }
+  void adamw_update(const AdamWArgs& args) override { adamw(args, nullptr); }
 
  private:
   static int rows(const Tensor& table, int C) { return static_cast<int>(table.numel / C); }
@@ -642,17 +643,16 @@ class CudaBackend final : public Backend {
   }
 
   // clip: null, or the device's clip state whose [1] replaces grad_scale (global_norm.cuh)
-  void adamw(Tensor params, Tensor master, Tensor grads, Tensor m, Tensor v, float lr, float beta1, float beta2,
-             float eps, float weight_decay, float grad_scale, const double* clip, int t) {
-    checks_.adamw(params, master, grads, m, v, t);
-    const size_t n = params.numel;
+  void adamw(const AdamWArgs& args, const double* clip) {
+    checks_.adamw(args);
+    const size_t n = args.params.numel;
     if (n == 0) return;
-    const kern::AdamWScalars s =
-        kern::adamw_scalars(lr, beta1, beta2, eps, weight_decay, grad_scale, t);
+    const kern::AdamWScalars s = kern::adamw_scalars(args.lr, args.beta1, args.beta2, args.eps, args.weight_decay,
+                                                     clip ? 1.0f : args.grad_scale, args.t);
     dispatch("adamw_update", [&](auto tag) {
       using X = decltype(tag);
-      kern::adamw_update<X>(as<X>(params), master.empty() ? nullptr : as<float>(master),
-                            as<X>(grads), as<float>(m), as<float>(v), n, s, clip, stream_);
+      kern::adamw_update<X>(as<X>(args.params), args.master.empty() ? nullptr : as<float>(args.master),
+                            as<X>(args.grads), as<float>(args.m), as<float>(args.v), n, s, clip, stream_);
     });
   }
 

@@ -49,87 +49,80 @@ void TimingBackend::copy(Tensor dst, Tensor src) {
 
 // ---- forward / backward ---------------------------------------------------------------------
 
-void TimingBackend::encoder_forward(Tensor out, Tensor tokens, Tensor wte, Tensor wpe, int B, int T, int C) {
-  const double NC = double(B) * T * C;  // read a wte row and a wpe row, write out
-  timed("encoder_forward", 0, 3 * NC * kF32, [&] { inner_.encoder_forward(out, tokens, wte, wpe, B, T, C); });
+void TimingBackend::encoder_forward(const EncoderForwardArgs& args) {
+  const double NC = double(args.B) * args.T * args.C;  // read a wte row and a wpe row, write out
+  timed("encoder_forward", 0, 3 * NC * kF32, [&] { inner_.encoder_forward(args); });
 }
 
-void TimingBackend::encoder_backward(Tensor dwte, Tensor dwpe, Tensor dout, Tensor tokens, int B, int T, int C) {
-  const double NC = double(B) * T * C, TC = double(T) * C;  // dwte rows read + written per token
-  const double bytes = (NC + (dwte.empty() ? 0 : 2 * NC) + 2 * TC) * kF32;
-  timed("encoder_backward", 0, bytes, [&] { inner_.encoder_backward(dwte, dwpe, dout, tokens, B, T, C); });
+void TimingBackend::encoder_backward(const EncoderBackwardArgs& args) {
+  // dwte rows read + written per token
+  const double NC = double(args.B) * args.T * args.C, TC = double(args.T) * args.C;
+  const double bytes = (NC + (args.dwte.empty() ? 0 : 2 * NC) + 2 * TC) * kF32;
+  timed("encoder_backward", 0, bytes, [&] { inner_.encoder_backward(args); });
 }
 
-void TimingBackend::tied_embedding_backward_rows(Tensor dwte_rows, Tensor dlogits, Tensor lnf, Tensor dembed,
-                                                 Tensor tokens, int N, int C, int Vp, int v0) {
-  const double R = d(dwte_rows.numel) / C, NC = double(N) * C;
-  const double flops = dlogits.empty() ? 0 : 2 * NC * R;
-  const double bytes = ((dlogits.empty() ? 0 : N * R + NC) + (dembed.empty() ? 0 : NC) + 2 * R * C) * kF32;
-  timed("tied_embedding_backward_rows", flops, bytes,
-        [&] { inner_.tied_embedding_backward_rows(dwte_rows, dlogits, lnf, dembed, tokens, N, C, Vp, v0); });
+void TimingBackend::tied_embedding_backward_rows(const TiedEmbeddingRowsArgs& args) {
+  const double R = d(args.dwte_rows.numel) / args.C, NC = double(args.N) * args.C;
+  const double flops = args.dlogits.empty() ? 0 : 2 * NC * R;
+  const double bytes =
+      ((args.dlogits.empty() ? 0 : args.N * R + NC) + (args.dembed.empty() ? 0 : NC) + 2 * R * args.C) * kF32;
+  timed("tied_embedding_backward_rows", flops, bytes, [&] { inner_.tied_embedding_backward_rows(args); });
 }
 
-void TimingBackend::layernorm_forward(Tensor out, Tensor mean, Tensor rstd, Tensor inp, Tensor w, Tensor b, int N,
-                                      int C) {
-  const double bytes = (2.0 * N * C + 2.0 * N) * kF32;
-  timed("layernorm_forward", 0, bytes, [&] { inner_.layernorm_forward(out, mean, rstd, inp, w, b, N, C); });
+void TimingBackend::layernorm_forward(const LayernormForwardArgs& args) {
+  const double bytes = (2.0 * args.N * args.C + 2.0 * args.N) * kF32;
+  timed("layernorm_forward", 0, bytes, [&] { inner_.layernorm_forward(args); });
 }
 
-void TimingBackend::layernorm_backward(Tensor dinp, Tensor dw, Tensor db, Tensor dout, Tensor inp, Tensor w,
-                                       Tensor mean, Tensor rstd, int N, int C) {
-  const double bytes = (4.0 * N * C + 2.0 * N) * kF32;  // read dout, inp, dinp; write dinp
-  timed("layernorm_backward", 0, bytes,
-        [&] { inner_.layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, N, C); });
+void TimingBackend::layernorm_backward(const LayernormBackwardArgs& args) {
+  const double bytes = (4.0 * args.N * args.C + 2.0 * args.N) * kF32;  // read dout, inp, dinp; write dinp
+  timed("layernorm_backward", 0, bytes, [&] { inner_.layernorm_backward(args); });
 }
 
-void TimingBackend::matmul_forward(Tensor out, Tensor inp, Tensor w, Tensor bias, int N, int C, int OC) {
+void TimingBackend::matmul_forward(const MatmulForwardArgs& args) {
+  const double N = args.N, C = args.C, OC = args.OC;
   const double flops = 2.0 * N * C * OC;
-  const double bytes = (double(N) * C + double(OC) * C + double(N) * OC + (bias.empty() ? 0 : OC)) * kF32;
-  timed("matmul_forward", flops, bytes, [&] { inner_.matmul_forward(out, inp, w, bias, N, C, OC); });
+  const double bytes = (N * C + OC * C + N * OC + (args.bias.empty() ? 0 : OC)) * kF32;
+  timed("matmul_forward", flops, bytes, [&] { inner_.matmul_forward(args); });
 }
 
-void TimingBackend::matmul_backward(Tensor dinp, Tensor dw, Tensor dbias, Tensor dout, Tensor inp, Tensor w, int N,
-                                    int C, int OC) {
-  const double NC = double(N) * C, NOC = double(N) * OC, WC = double(OC) * C;
+void TimingBackend::matmul_backward(const MatmulBackwardArgs& args) {
+  const double NC = double(args.N) * args.C, NOC = double(args.N) * args.OC, WC = double(args.OC) * args.C;
   // dinp = dout @ w; dw += dout^T @ inp (read + write dw); dbias += column sums
-  const double flops = 2 * NC * OC * (dw.empty() ? 1 : 2);
-  const double bytes = (NOC + WC + NC + (dw.empty() ? 0 : NOC + NC + 2 * WC) + (dbias.empty() ? 0 : 2.0 * OC)) * kF32;
-  timed("matmul_backward", flops, bytes, [&] { inner_.matmul_backward(dinp, dw, dbias, dout, inp, w, N, C, OC); });
+  const double flops = 2 * NC * args.OC * (args.dw.empty() ? 1 : 2);
+  const double bytes =
+      (NOC + WC + NC + (args.dw.empty() ? 0 : NOC + NC + 2 * WC) + (args.dbias.empty() ? 0 : 2.0 * args.OC)) * kF32;
+  timed("matmul_backward", flops, bytes, [&] { inner_.matmul_backward(args); });
 }
 
-void TimingBackend::attention_forward(Tensor out, Tensor saved, Tensor qkv, int B, int T, int C, int NH,
-                                      const DropoutMask& drop) {
-  const double flops = 4 * causal_pairs(B, T, NH) * (C / NH);  // S = Q K^T, O = P V
-  const double bytes = (4.0 * B * T * C + double(B) * NH * T) * kF32;
-  timed("attention_forward", flops, bytes, [&] { inner_.attention_forward(out, saved, qkv, B, T, C, NH, drop); });
+void TimingBackend::attention_forward(const AttentionForwardArgs& args) {
+  const double flops = 4 * causal_pairs(args.B, args.T, args.NH) * (args.C / args.NH);  // S = Q K^T, O = P V
+  const double bytes = (4.0 * args.B * args.T * args.C + double(args.B) * args.NH * args.T) * kF32;
+  timed("attention_forward", flops, bytes, [&] { inner_.attention_forward(args); });
 }
 
-void TimingBackend::attention_backward(Tensor dqkv, Tensor scratch, Tensor dout, Tensor out, Tensor qkv, Tensor saved,
-                                       int B, int T, int C, int NH, const DropoutMask& drop) {
-  const double flops = 10 * causal_pairs(B, T, NH) * (C / NH);  // S again, dP, dQ, dK, dV
-  const double bytes = (7.0 * B * T * C + double(B) * NH * T) * kF32;
-  timed("attention_backward", flops, bytes,
-        [&] { inner_.attention_backward(dqkv, scratch, dout, out, qkv, saved, B, T, C, NH, drop); });
+void TimingBackend::attention_backward(const AttentionBackwardArgs& args) {
+  const double flops = 10 * causal_pairs(args.B, args.T, args.NH) * (args.C / args.NH);  // S again, dP, dQ, dK, dV
+  const double bytes = (7.0 * args.B * args.T * args.C + double(args.B) * args.NH * args.T) * kF32;
+  timed("attention_backward", flops, bytes, [&] { inner_.attention_backward(args); });
 }
 
-void TimingBackend::gelu_forward(Tensor out, Tensor inp, size_t n) {
-  timed("gelu_forward", 0, 2 * d(n) * kF32, [&] { inner_.gelu_forward(out, inp, n); });
+void TimingBackend::gelu_forward(const GeluForwardArgs& args) {
+  timed("gelu_forward", 0, 2 * d(args.n) * kF32, [&] { inner_.gelu_forward(args); });
 }
-void TimingBackend::gelu_backward(Tensor dinp, Tensor inp, Tensor dout, size_t n) {
-  timed("gelu_backward", 0, 3 * d(n) * kF32, [&] { inner_.gelu_backward(dinp, inp, dout, n); });
+void TimingBackend::gelu_backward(const GeluBackwardArgs& args) {
+  timed("gelu_backward", 0, 3 * d(args.n) * kF32, [&] { inner_.gelu_backward(args); });
 }
-void TimingBackend::residual_forward(Tensor out, Tensor a, Tensor b, size_t n) {
-  timed("residual_forward", 0, 3 * d(n) * kF32, [&] { inner_.residual_forward(out, a, b, n); });
+void TimingBackend::residual_forward(const ResidualForwardArgs& args) {
+  timed("residual_forward", 0, 3 * d(args.n) * kF32, [&] { inner_.residual_forward(args); });
 }
-void TimingBackend::dropout(Tensor out, Tensor inp, const DropoutMask& m, int N, int C) {
-  timed("dropout", 0, 2.0 * N * C * kF32, [&] { inner_.dropout(out, inp, m, N, C); });
+void TimingBackend::dropout(const DropoutArgs& args) {
+  timed("dropout", 0, 2.0 * args.N * args.C * kF32, [&] { inner_.dropout(args); });
 }
 
-void TimingBackend::classifier_forward_backward(Tensor logits, Tensor losses, Tensor targets, int N, int V, int Vp,
-                                                float dloss) {
-  const double bytes = 2.0 * N * Vp * kF32;  // the logits read and overwritten with dlogits
-  timed("classifier_forward_backward", 0, bytes,
-        [&] { inner_.classifier_forward_backward(logits, losses, targets, N, V, Vp, dloss); });
+void TimingBackend::classifier_forward_backward(const ClassifierArgs& args) {
+  const double bytes = 2.0 * args.N * args.Vp * kF32;  // the logits read and overwritten with dlogits
+  timed("classifier_forward_backward", 0, bytes, [&] { inner_.classifier_forward_backward(args); });
 }
 
 // ---- optimizer ------------------------------------------------------------------------------
@@ -140,12 +133,9 @@ double TimingBackend::sum_squares(Tensor g) {
   return r;
 }
 
-void TimingBackend::adamw_update(Tensor params, Tensor master, Tensor grads, Tensor m, Tensor v, float lr,
-                                 float beta1, float beta2, float eps, float weight_decay, float grad_scale, int t) {
-  const double bytes = 7 * d(params.numel) * kF32;  // read p, g, m, v; write p, m, v
-  timed("adamw_update", 0, bytes, [&] {
-    inner_.adamw_update(params, master, grads, m, v, lr, beta1, beta2, eps, weight_decay, grad_scale, t);
-  });
+void TimingBackend::adamw_update(const AdamWArgs& args) {
+  const double bytes = 7 * d(args.params.numel) * kF32;  // read p, g, m, v; write p, m, v
+  timed("adamw_update", 0, bytes, [&] { inner_.adamw_update(args); });
 }
 
 void TimingBackend::sum_squares_into(Tensor clip, Tensor g) {

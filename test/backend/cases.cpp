@@ -42,7 +42,8 @@ class LayernormForward : public OpCase {
   std::string op() const override { return "layernorm_forward"; }
   std::string params() const override { return join({{"N", N_}, {"C", C_}}, constant_ ? "constant_rows" : ""); }
   void run(Ctx& c) override {
-    c.be.layernorm_forward(c.out[0], c.out[1], c.out[2], c.in[0], c.in[1], c.in[2], N_, C_);
+    c.be.layernorm_forward({.out = c.out[0], .mean = c.out[1], .rstd = c.out[2], .inp = c.in[0], .w = c.in[1],
+                            .b = c.in[2], .N = N_, .C = C_});
   }
   std::vector<DVec> reference() const override {
     DVec mean, rstd;
@@ -82,8 +83,8 @@ class LayernormBackward : public OpCase {
   std::string op() const override { return "layernorm_backward"; }
   std::string params() const override { return join({{"N", N_}, {"C", C_}}); }
   void run(Ctx& c) override {
-    c.be.layernorm_backward(c.out[0], c.out[1], c.out[2], c.in[0], c.in[1], c.in[2], c.in[3],
-                            c.in[4], N_, C_);
+    c.be.layernorm_backward({.dinp = c.out[0], .dw = c.out[1], .db = c.out[2], .dout = c.in[0], .inp = c.in[1],
+                             .w = c.in[2], .mean = c.in[3], .rstd = c.in[4], .N = N_, .C = C_});
   }
   std::vector<DVec> reference() const override {
     const Vec &dout = inputs[0].data, &x = inputs[1].data, &w = inputs[2].data;
@@ -136,7 +137,8 @@ class MatmulForward : public OpCase {
     return join({{"N", N_}, {"C", C_}, {"OC", OC_}}, bias_ ? "bias" : "nobias");
   }
   void run(Ctx& c) override {
-    c.be.matmul_forward(c.out[0], c.in[0], c.in[1], bias_ ? c.in[2] : Tensor{}, N_, C_, OC_);
+    c.be.matmul_forward({.out = c.out[0], .inp = c.in[0], .w = c.in[1], .bias = bias_ ? c.in[2] : Tensor{}, .N = N_,
+                         .C = C_, .OC = OC_});
   }
   std::vector<DVec> reference() const override {
     return {linear_ref(inputs[0].data, inputs[1].data, bias_ ? &inputs[2].data : nullptr, N_, C_, OC_)};
@@ -168,8 +170,8 @@ class MatmulBackward : public OpCase {
     return join({{"N", N_}, {"C", C_}, {"OC", OC_}}, bias_ ? "bias" : "nobias");
   }
   void run(Ctx& c) override {
-    c.be.matmul_backward(c.out[0], c.out[1], bias_ ? c.out[2] : Tensor{}, c.in[0], c.in[1],
-                         c.in[2], N_, C_, OC_);
+    c.be.matmul_backward({.dinp = c.out[0], .dw = c.out[1], .dbias = bias_ ? c.out[2] : Tensor{}, .dout = c.in[0],
+                          .inp = c.in[1], .w = c.in[2], .N = N_, .C = C_, .OC = OC_});
   }
   std::vector<DVec> reference() const override {
     DVec dinp, dw = to_d(outputs[1].data), db = bias_ ? to_d(outputs[2].data) : DVec();
@@ -214,7 +216,7 @@ class GeluForward : public OpCase {
   }
   std::string op() const override { return "gelu_forward"; }
   std::string params() const override { return join({{"n", long(n_)}}, specials_ ? "specials" : ""); }
-  void run(Ctx& c) override { c.be.gelu_forward(c.out[0], c.in[0], n_); }
+  void run(Ctx& c) override { c.be.gelu_forward({.out = c.out[0], .inp = c.in[0], .n = n_}); }
   std::vector<DVec> reference() const override {
     DVec out(n_);
     for (size_t i = 0; i < n_; i++) out[i] = gelu_ref(inputs[0].data[i]);
@@ -244,9 +246,9 @@ class GeluBackward : public OpCase {
   void run(Ctx& c) override {
     if (in_place_) {  // dinp aliases dout, as the model calls it
       c.be.copy(c.out[0], c.in[1]);
-      c.be.gelu_backward(c.out[0], c.in[0], c.out[0], n_);
+      c.be.gelu_backward({.dinp = c.out[0], .inp = c.in[0], .dout = c.out[0], .n = n_});
     } else {
-      c.be.gelu_backward(c.out[0], c.in[0], c.in[1], n_);
+      c.be.gelu_backward({.dinp = c.out[0], .inp = c.in[0], .dout = c.in[1], .n = n_});
     }
   }
   std::vector<DVec> reference() const override {
@@ -295,9 +297,9 @@ class ResidualForward : public OpCase {
   void run(Ctx& c) override {
     if (in_place_) {  // out aliases a
       c.be.copy(c.out[0], c.in[0]);
-      c.be.residual_forward(c.out[0], c.out[0], c.in[1], n_);
+      c.be.residual_forward({.out = c.out[0], .a = c.out[0], .b = c.in[1], .n = n_});
     } else {
-      c.be.residual_forward(c.out[0], c.in[0], c.in[1], n_);
+      c.be.residual_forward({.out = c.out[0], .a = c.in[0], .b = c.in[1], .n = n_});
     }
   }
   std::vector<DVec> reference() const override {
@@ -347,7 +349,8 @@ class Classifier : public OpCase {
     return join({{"N", N_}, {"V", V_}, {"Vp", Vp_}}, s.str().c_str());
   }
   void run(Ctx& c) override {
-    c.be.classifier_forward_backward(c.out[0], c.out[1], c.tok[0], N_, V_, Vp_, dloss_);
+    c.be.classifier_forward_backward({.logits = c.out[0], .losses = c.out[1], .targets = c.tok[0], .N = N_, .V = V_,
+                                      .Vp = Vp_, .dloss = dloss_});
   }
   std::vector<DVec> reference() const override {
     const Vec& l = outputs[0].data;
@@ -415,7 +418,8 @@ class AdamW : public OpCase {
     return join({{"n", long(n_)}, {"t", t_}}, s.str().c_str());
   }
   void run(Ctx& c) override {
-    c.be.adamw_update(c.out[0], Tensor{}, c.in[0], c.out[1], c.out[2], kLr, kB1, kB2, kEps, wd_, gs_, t_);
+    c.be.adamw_update({.params = c.out[0], .grads = c.in[0], .m = c.out[1], .v = c.out[2], .lr = kLr, .beta1 = kB1,
+                       .beta2 = kB2, .eps = kEps, .weight_decay = wd_, .grad_scale = gs_, .t = t_});
   }
   std::vector<DVec> reference() const override {
     DVec p = to_d(outputs[0].data), m = to_d(outputs[1].data), v = to_d(outputs[2].data);

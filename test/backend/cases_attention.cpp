@@ -77,7 +77,8 @@ class AttentionForward : public OpCase {
   void prepare(Ctx& c) override {
     saved_ = c.temp(c.be.attention_saved_numel(B_, T_, NH_), BufferRole::kActivations);
   }
-  void run(Ctx& c) override { c.be.attention_forward(c.out[0], saved_, c.in[0], B_, T_, C_, NH_, drop_); }
+  void run(Ctx& c) override { c.be.attention_forward({.out = c.out[0], .saved = saved_, .qkv = c.in[0], .B = B_,
+                                                      .T = T_, .C = C_, .NH = NH_, .drop = drop_}); }
   std::vector<DVec> reference() const override {
     AttentionRef r{B_, T_, C_, NH_, inputs[0].data, drop_};
     const int hs = C_ / NH_;
@@ -158,10 +159,12 @@ class AttentionBackward : public OpCase {
     saved_ = c.temp(c.be.attention_saved_numel(B_, T_, NH_), BufferRole::kActivations);
     out_ = c.temp(size_t(B_) * T_ * C_, BufferRole::kActivations);
     scratch_ = c.temp(c.be.attention_scratch_numel(B_, T_, NH_), BufferRole::kScratch);
-    c.be.attention_forward(out_, saved_, c.in[1], B_, T_, C_, NH_, drop_);
+    c.be.attention_forward({.out = out_, .saved = saved_, .qkv = c.in[1], .B = B_, .T = T_, .C = C_, .NH = NH_,
+                            .drop = drop_});
   }
   void run(Ctx& c) override {
-    c.be.attention_backward(c.out[0], scratch_, c.in[0], out_, c.in[1], saved_, B_, T_, C_, NH_, drop_);
+    c.be.attention_backward({.dqkv = c.out[0], .scratch = scratch_, .dout = c.in[0], .out = out_, .qkv = c.in[1],
+                             .saved = saved_, .B = B_, .T = T_, .C = C_, .NH = NH_, .drop = drop_});
   }
   // With dropout: dP = (dout v^T) o Z, dS = P (dP - D), dv = (P o Z)^T dout.
   std::vector<DVec> reference() const override {

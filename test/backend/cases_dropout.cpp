@@ -32,9 +32,9 @@ class Dropout : public OpCase {
   void run(Ctx& c) override {
     if (in_place_) {
       c.be.copy(c.out[0], c.in[0]);
-      c.be.dropout(c.out[0], c.out[0], mask_, N_, C_);
+      c.be.dropout({.out = c.out[0], .inp = c.out[0], .m = mask_, .N = N_, .C = C_});
     } else {
-      c.be.dropout(c.out[0], c.in[0], mask_, N_, C_);
+      c.be.dropout({.out = c.out[0], .inp = c.in[0], .m = mask_, .N = N_, .C = C_});
     }
   }
   std::vector<DVec> reference() const override {

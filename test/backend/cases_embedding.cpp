@@ -24,7 +24,8 @@ class EncoderForward : public OpCase {
   }
   std::string op() const override { return "encoder_forward"; }
   std::string params() const override { return join({{"B", B_}, {"T", T_}, {"C", C_}, {"V", V_}}); }
-  void run(Ctx& c) override { c.be.encoder_forward(c.out[0], c.tok[0], c.in[0], c.in[1], B_, T_, C_); }
+  void run(Ctx& c) override { c.be.encoder_forward({.out = c.out[0], .tokens = c.tok[0], .wte = c.in[0], .wpe = c.in[1],
+                                                    .B = B_, .T = T_, .C = C_}); }
   std::vector<DVec> reference() const override {
     DVec out(size_t(B_) * T_ * C_);
     for (int b = 0; b < B_; b++)
@@ -56,7 +57,8 @@ class EncoderBackward : public OpCase {
   std::string op() const override { return "encoder_backward"; }
   std::string params() const override { return join({{"B", B_}, {"T", T_}, {"C", C_}, {"V", V_}}); }
   void run(Ctx& c) override {
-    c.be.encoder_backward(c.out[0], c.out[1], c.in[0], c.tok[0], B_, T_, C_);
+    c.be.encoder_backward({.dwte = c.out[0], .dwpe = c.out[1], .dout = c.in[0], .tokens = c.tok[0], .B = B_, .T = T_,
+                           .C = C_});
   }
   std::vector<DVec> reference() const override {
     DVec dwte = to_d(outputs[0].data), dwpe = to_d(outputs[1].data);
@@ -103,8 +105,9 @@ class TiedEmbeddingRows : public OpCase {
   }
   void run(Ctx& c) override {
     const bool lm = parts_ != kEmbeddingOnly, emb = parts_ != kLmHeadOnly;
-    c.be.tied_embedding_backward_rows(c.out[0], lm ? c.in[0] : Tensor{}, lm ? c.in[1] : Tensor{},
-                                      emb ? c.in[2] : Tensor{}, c.tok[0], N_, C_, Vp_, v0_);
+    c.be.tied_embedding_backward_rows({.dwte_rows = c.out[0], .dlogits = lm ? c.in[0] : Tensor{},
+                                       .lnf = lm ? c.in[1] : Tensor{}, .dembed = emb ? c.in[2] : Tensor{},
+                                       .tokens = c.tok[0], .N = N_, .C = C_, .Vp = Vp_, .v0 = v0_});
   }
   std::vector<DVec> reference() const override { return {updated(false)}; }
   // sgemm onto the old rows (N products + the old value), then the scatter's

@@ -45,7 +45,8 @@ class MatmulGeluForward : public OpCase {
   std::string op() const override { return "matmul_gelu_forward"; }
   std::string params() const override { return join({{"N", N_}, {"C", C_}, {"OC", OC_}}, bias_ ? "bias" : "nobias"); }
   void run(Ctx& c) override {
-    c.be.matmul_gelu_forward(c.out[0], c.out[1], c.in[0], c.in[1], bias_ ? c.in[2] : Tensor{}, N_, C_, OC_);
+    c.be.matmul_gelu_forward({.out = c.out[0], .pre = c.out[1], .inp = c.in[0], .w = c.in[1],
+                              .bias = bias_ ? c.in[2] : Tensor{}, .N = N_, .C = C_, .OC = OC_});
   }
   std::vector<DVec> reference() const override {
     const DVec pre = linear_ref(inputs[0].data, inputs[1].data, bias_ ? &inputs[2].data : nullptr, N_, C_, OC_);
@@ -83,8 +84,8 @@ class MatmulGeluBackward : public OpCase {
   std::string op() const override { return "matmul_gelu_backward"; }
   std::string params() const override { return join({{"N", N_}, {"C", C_}, {"OC", OC_}}, bias_ ? "bias" : "nobias"); }
   void run(Ctx& c) override {
-    c.be.matmul_gelu_backward(c.out[0], c.out[1], bias_ ? c.out[2] : Tensor{}, c.in[0], c.in[1], c.in[2], c.in[3],
-                              N_, C_, OC_);
+    c.be.matmul_gelu_backward({.dinp = c.out[0], .dw = c.out[1], .dbias = bias_ ? c.out[2] : Tensor{}, .dout = c.in[0],
+                               .inp = c.in[1], .w = c.in[2], .gelu_inp = c.in[3], .N = N_, .C = C_, .OC = OC_});
   }
   std::vector<DVec> reference() const override {
     DVec dinp, dw = to_d(outputs[1].data), db = bias_ ? to_d(outputs[2].data) : DVec();
@@ -134,7 +135,8 @@ class ResidualLayernormForward : public OpCase {
       c.be.copy(c.out[0], c.in[0]);
       a = c.out[0];
     }
-    c.be.residual_layernorm_forward(c.out[0], c.out[1], c.out[2], c.out[3], a, c.in[1], c.in[2], c.in[3], N_, C_);
+    c.be.residual_layernorm_forward({.residual = c.out[0], .out = c.out[1], .mean = c.out[2], .rstd = c.out[3], .a = a,
+                                     .b = c.in[1], .w = c.in[2], .bias = c.in[3], .N = N_, .C = C_});
   }
   std::vector<DVec> reference() const override {
     const Vec &a = inputs[0].data, &b = inputs[1].data, &w = inputs[2].data, &bias = inputs[3].data;

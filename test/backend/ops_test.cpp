@@ -164,21 +164,23 @@ TEST(Errors, BadArgumentsThrowNamingTheOp) {
   const int32_t bad[2] = {1, 4};
   be->upload_tokens(tok, bad);
   try {
-    be->encoder_forward(out, tok, wte, wpe, 1, 2, 8);
+    be->encoder_forward({.out = out, .tokens = tok, .wte = wte, .wpe = wpe, .B = 1, .T = 2, .C = 8});
     ADD_FAILURE() << "out-of-range token accepted";
   } catch (const std::runtime_error& e) {
     EXPECT_NE(std::string(e.what()).find("encoder_forward"), std::string::npos) << e.what();
   }
   // Output too small for the shape.
-  EXPECT_THROW(be->matmul_forward(out, out, wte, Tensor{}, 4, 8, 4), std::runtime_error);
+  EXPECT_THROW(be->matmul_forward({.out = out, .inp = out, .w = wte, .N = 4, .C = 8, .OC = 4}), std::runtime_error);
   // C not divisible by NH.
   Tensor qkv = be->alloc(2 * 3 * 8, BufferRole::kActivations);
   Tensor saved = be->alloc(64, BufferRole::kActivations);
-  EXPECT_THROW(be->attention_forward(out, saved, qkv, 1, 2, 8, 3, DropoutMask{}), std::runtime_error);
+  EXPECT_THROW(be->attention_forward({.out = out, .saved = saved, .qkv = qkv, .B = 1, .T = 2, .C = 8, .NH = 3,
+                                      .drop = DropoutMask{}}), std::runtime_error);
   // Target outside [0, V).
   Tensor logits = be->alloc(2 * 8, BufferRole::kActivations);
   Tensor losses = be->alloc(2, BufferRole::kStats);
-  EXPECT_THROW(be->classifier_forward_backward(logits, losses, tok, 2, 4, 8, 1.0f),
+  EXPECT_THROW(be->classifier_forward_backward({.logits = logits, .losses = losses, .targets = tok, .N = 2, .V = 4,
+                                                .Vp = 8, .dloss = 1.0f}),
                std::runtime_error);
   for (Tensor t : {wte, wpe, out, tok, qkv, saved, logits, losses}) be->free(t);
 }

@@ -66,154 +66,157 @@ void CheckedBackend::check(const std::string& op, const std::string& shp, const 
   last = std::move(rec);
 }
 
-void CheckedBackend::encoder_forward(Tensor out, Tensor tokens, Tensor wte, Tensor wpe, int B, int T, int C) {
-  const auto ref = bf16ref::encoder_forward(tokens_of(tokens), get(wte), get(wpe), B, T, C);
-  inner_.encoder_forward(out, tokens, wte, wpe, B, T, C);
-  check("encoder_forward", shape({{"B", B}, {"T", T}, {"C", C}}), {out}, ref);
+void CheckedBackend::encoder_forward(const EncoderForwardArgs& args) {
+  const auto ref =
+      bf16ref::encoder_forward(tokens_of(args.tokens), get(args.wte), get(args.wpe), args.B, args.T, args.C);
+  inner_.encoder_forward(args);
+  check("encoder_forward", shape({{"B", args.B}, {"T", args.T}, {"C", args.C}}), {args.out}, ref);
 }
 
-void CheckedBackend::encoder_backward(Tensor dwte, Tensor dwpe, Tensor dout, Tensor tokens, int B, int T, int C) {
-  const auto ref = bf16ref::encoder_backward(get(dwte), get(dwpe), get(dout), tokens_of(tokens), B, T, C);
-  inner_.encoder_backward(dwte, dwpe, dout, tokens, B, T, C);
-  check("encoder_backward", shape({{"B", B}, {"T", T}, {"C", C}}), {dwte, dwpe}, ref);
+void CheckedBackend::encoder_backward(const EncoderBackwardArgs& args) {
+  const auto ref = bf16ref::encoder_backward(get(args.dwte), get(args.dwpe), get(args.dout), tokens_of(args.tokens),
+                                             args.B, args.T, args.C);
+  inner_.encoder_backward(args);
+  check("encoder_backward", shape({{"B", args.B}, {"T", args.T}, {"C", args.C}}), {args.dwte, args.dwpe}, ref);
 }
 
-void CheckedBackend::tied_embedding_backward_rows(Tensor dwte_rows, Tensor dlogits, Tensor lnf, Tensor dembed,
-                                                  Tensor tokens, int N, int C, int Vp, int v0) {
-  const int R = static_cast<int>(dwte_rows.numel / static_cast<size_t>(C));
-  const std::string shp = shape({{"N", N}, {"C", C}, {"Vp", Vp}, {"v0", v0}, {"rows", R}});
-  if (!dlogits.empty()) {
-    const std::vector<float> dl = get(dlogits);
-    std::vector<float> cols(static_cast<size_t>(N) * R);
-    for (int n = 0; n < N; n++)
-      for (int r = 0; r < R; r++) cols[size_t(n) * R + r] = dl[size_t(n) * Vp + v0 + r];
-    const auto ref = bf16ref::matmul_backward(get(dwte_rows), nullptr, cols, get(lnf),
-                                              std::vector<float>(size_t(R) * C, 0.0f), N, C, R);
-    inner_.tied_embedding_backward_rows(dwte_rows, dlogits, lnf, Tensor{}, tokens, N, C, Vp, v0);
-    check("tied_embedding_backward_rows", shp, {dwte_rows}, {ref[1]});
+void CheckedBackend::tied_embedding_backward_rows(const TiedEmbeddingRowsArgs& args) {
+  const int R = static_cast<int>(args.dwte_rows.numel / static_cast<size_t>(args.C));
+  const std::string shp = shape({{"N", args.N}, {"C", args.C}, {"Vp", args.Vp}, {"v0", args.v0}, {"rows", R}});
+  if (!args.dlogits.empty()) {
+    const std::vector<float> dl = get(args.dlogits);
+    std::vector<float> cols(static_cast<size_t>(args.N) * R);
+    for (int n = 0; n < args.N; n++)
+      for (int r = 0; r < R; r++) cols[size_t(n) * R + r] = dl[size_t(n) * args.Vp + args.v0 + r];
+    const auto ref = bf16ref::matmul_backward(get(args.dwte_rows), nullptr, cols, get(args.lnf),
+                                              std::vector<float>(size_t(R) * args.C, 0.0f), args.N, args.C, R);
+    TiedEmbeddingRowsArgs lm_head_part = args;
+    lm_head_part.dembed = Tensor{};
+    inner_.tied_embedding_backward_rows(lm_head_part);
+    check("tied_embedding_backward_rows", shp, {args.dwte_rows}, {ref[1]});
   }
-  if (!dembed.empty()) {
-    std::vector<int32_t> window = tokens_of(tokens);  // ids outside the window are skipped (-1)
-    for (int32_t& t : window) t = t >= v0 && t < v0 + R ? t - v0 : -1;
-    const auto ref = bf16ref::encoder_backward(get(dwte_rows), std::vector<float>(size_t(N) * C, 0.0f), get(dembed),
-                                               window, 1, N, C);
-    inner_.tied_embedding_backward_rows(dwte_rows, Tensor{}, Tensor{}, dembed, tokens, N, C, Vp, v0);
-    check("tied_embedding_backward_rows", shp, {dwte_rows}, {ref[0]});
+  if (!args.dembed.empty()) {
+    std::vector<int32_t> window = tokens_of(args.tokens);  // ids outside the window are skipped (-1)
+    for (int32_t& t : window) t = t >= args.v0 && t < args.v0 + R ? t - args.v0 : -1;
+    const auto ref = bf16ref::encoder_backward(get(args.dwte_rows), std::vector<float>(size_t(args.N) * args.C, 0.0f),
+                                               get(args.dembed), window, 1, args.N, args.C);
+    TiedEmbeddingRowsArgs embedding_part = args;
+    embedding_part.dlogits = embedding_part.lnf = Tensor{};
+    inner_.tied_embedding_backward_rows(embedding_part);
+    check("tied_embedding_backward_rows", shp, {args.dwte_rows}, {ref[0]});
   }
 }
 
-void CheckedBackend::layernorm_forward(Tensor out, Tensor mean, Tensor rstd, Tensor inp, Tensor w, Tensor b, int N,
-                                       int C) {
-  const auto ref = bf16ref::layernorm_forward(get(inp), get(w), get(b), N, C);
-  inner_.layernorm_forward(out, mean, rstd, inp, w, b, N, C);
-  check("layernorm_forward", shape({{"N", N}, {"C", C}}), {out, mean, rstd}, ref);
+void CheckedBackend::layernorm_forward(const LayernormForwardArgs& args) {
+  const auto ref = bf16ref::layernorm_forward(get(args.inp), get(args.w), get(args.b), args.N, args.C);
+  inner_.layernorm_forward(args);
+  check("layernorm_forward", shape({{"N", args.N}, {"C", args.C}}), {args.out, args.mean, args.rstd}, ref);
 }
 
-void CheckedBackend::layernorm_backward(Tensor dinp, Tensor dw, Tensor db, Tensor dout, Tensor inp, Tensor w,
-                                        Tensor mean, Tensor rstd, int N, int C) {
-  const auto ref = bf16ref::layernorm_backward(get(dinp), get(dw), get(db), get(dout), get(inp), get(w),
-                                               get(mean), get(rstd), N, C);
-  inner_.layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, N, C);
-  check("layernorm_backward", shape({{"N", N}, {"C", C}}), {dinp, dw, db}, ref);
+void CheckedBackend::layernorm_backward(const LayernormBackwardArgs& args) {
+  const auto ref =
+      bf16ref::layernorm_backward(get(args.dinp), get(args.dw), get(args.db), get(args.dout), get(args.inp),
+                                  get(args.w), get(args.mean), get(args.rstd), args.N, args.C);
+  inner_.layernorm_backward(args);
+  check("layernorm_backward", shape({{"N", args.N}, {"C", args.C}}), {args.dinp, args.dw, args.db}, ref);
 }
 
 // The sum against residual_forward's reference, then the layernorm against its
 // reference on the stored sum (what the kernel normalises).
-void CheckedBackend::residual_layernorm_forward(Tensor residual, Tensor out, Tensor mean, Tensor rstd, Tensor a,
-                                                Tensor b, Tensor w, Tensor bias, int N, int C) {
-  auto sum = bf16ref::residual_forward(get(a), get(b));  // before the call: residual may alias a
+void CheckedBackend::residual_layernorm_forward(const ResidualLayernormForwardArgs& args) {
+  auto sum = bf16ref::residual_forward(get(args.a), get(args.b));  // before the call: residual may alias a
   sum[0].name = "residual";
-  inner_.residual_layernorm_forward(residual, out, mean, rstd, a, b, w, bias, N, C);
-  const std::string shp = shape({{"N", N}, {"C", C}});
-  check("residual_layernorm_forward", shp, {residual}, sum);
-  check("residual_layernorm_forward", shp, {out, mean, rstd},
-        bf16ref::layernorm_forward(get(residual), get(w), get(bias), N, C));
+  inner_.residual_layernorm_forward(args);
+  const std::string shp = shape({{"N", args.N}, {"C", args.C}});
+  check("residual_layernorm_forward", shp, {args.residual}, sum);
+  check("residual_layernorm_forward", shp, {args.out, args.mean, args.rstd},
+        bf16ref::layernorm_forward(get(args.residual), get(args.w), get(args.bias), args.N, args.C));
 }
 
-void CheckedBackend::matmul_forward(Tensor out, Tensor inp, Tensor w, Tensor bias, int N, int C, int OC) {
-  const std::vector<float> b = get(bias);
-  const auto ref = bf16ref::matmul_forward(get(inp), get(w), bias.empty() ? nullptr : &b, N, C, OC, separate_bias_);
-  inner_.matmul_forward(out, inp, w, bias, N, C, OC);
-  check("matmul_forward", shape({{"N", N}, {"C", C}, {"OC", OC}}), {out}, ref);
+void CheckedBackend::matmul_forward(const MatmulForwardArgs& args) {
+  const std::vector<float> b = get(args.bias);
+  const auto ref = bf16ref::matmul_forward(get(args.inp), get(args.w), args.bias.empty() ? nullptr : &b, args.N, args.C,
+                                           args.OC, separate_bias_);
+  inner_.matmul_forward(args);
+  check("matmul_forward", shape({{"N", args.N}, {"C", args.C}, {"OC", args.OC}}), {args.out}, ref);
 }
 
-void CheckedBackend::matmul_backward(Tensor dinp, Tensor dw, Tensor dbias, Tensor dout, Tensor inp, Tensor w, int N,
-                                     int C, int OC) {
-  const std::vector<float> db = get(dbias);
+void CheckedBackend::matmul_backward(const MatmulBackwardArgs& args) {
+  const std::vector<float> db = get(args.dbias);
   // dw empty (the lm_head's dinp alone): reference against zeros, dw not checked.
-  const std::vector<float> dw_old = dw.empty() ? std::vector<float>(size_t(OC) * C, 0.0f) : get(dw);
-  auto ref = bf16ref::matmul_backward(dw_old, dbias.empty() ? nullptr : &db, get(dout), get(inp), get(w), N, C, OC);
-  inner_.matmul_backward(dinp, dw, dbias, dout, inp, w, N, C, OC);
-  std::vector<Tensor> outs = {dinp};
-  if (dw.empty()) ref.erase(ref.begin() + 1);
-  else outs.push_back(dw);
-  if (!dbias.empty()) outs.push_back(dbias);
-  check("matmul_backward", shape({{"N", N}, {"C", C}, {"OC", OC}}), outs, ref);
+  const std::vector<float> dw_old = args.dw.empty() ? std::vector<float>(size_t(args.OC) * args.C, 0.0f) : get(args.dw);
+  auto ref = bf16ref::matmul_backward(dw_old, args.dbias.empty() ? nullptr : &db, get(args.dout), get(args.inp),
+                                      get(args.w), args.N, args.C, args.OC);
+  inner_.matmul_backward(args);
+  std::vector<Tensor> outs = {args.dinp};
+  if (args.dw.empty())
+    ref.erase(ref.begin() + 1);
+  else
+    outs.push_back(args.dw);
+  if (!args.dbias.empty()) outs.push_back(args.dbias);
+  check("matmul_backward", shape({{"N", args.N}, {"C", args.C}, {"OC", args.OC}}), outs, ref);
 }
 
-void CheckedBackend::matmul_gelu_forward(Tensor out, Tensor pre, Tensor inp, Tensor w, Tensor bias, int N, int C,
-                                         int OC) {
-  const std::vector<float> b = get(bias);
-  const auto ref =
-      bf16ref::matmul_gelu_forward(get(inp), get(w), bias.empty() ? nullptr : &b, N, C, OC, separate_bias_);
-  inner_.matmul_gelu_forward(out, pre, inp, w, bias, N, C, OC);
-  check("matmul_gelu_forward", shape({{"N", N}, {"C", C}, {"OC", OC}}), {out, pre}, ref);
+void CheckedBackend::matmul_gelu_forward(const MatmulGeluForwardArgs& args) {
+  const std::vector<float> b = get(args.bias);
+  const auto ref = bf16ref::matmul_gelu_forward(get(args.inp), get(args.w), args.bias.empty() ? nullptr : &b, args.N,
+                                                args.C, args.OC, separate_bias_);
+  inner_.matmul_gelu_forward(args);
+  check("matmul_gelu_forward", shape({{"N", args.N}, {"C", args.C}, {"OC", args.OC}}), {args.out, args.pre}, ref);
 }
 
-void CheckedBackend::matmul_gelu_backward(Tensor dinp, Tensor dw, Tensor dbias, Tensor dout, Tensor inp, Tensor w,
-                                          Tensor gelu_inp, int N, int C, int OC) {
-  const std::vector<float> db = get(dbias);
-  auto ref = bf16ref::matmul_gelu_backward(get(dw), dbias.empty() ? nullptr : &db, get(dout), get(inp), get(w),
-                                           get(gelu_inp), N, C, OC);
-  inner_.matmul_gelu_backward(dinp, dw, dbias, dout, inp, w, gelu_inp, N, C, OC);
-  std::vector<Tensor> outs = {dinp, dw};
-  if (!dbias.empty()) outs.push_back(dbias);
-  check("matmul_gelu_backward", shape({{"N", N}, {"C", C}, {"OC", OC}}), outs, ref);
+void CheckedBackend::matmul_gelu_backward(const MatmulGeluBackwardArgs& args) {
+  const std::vector<float> db = get(args.dbias);
+  auto ref = bf16ref::matmul_gelu_backward(get(args.dw), args.dbias.empty() ? nullptr : &db, get(args.dout),
+                                           get(args.inp), get(args.w), get(args.gelu_inp), args.N, args.C, args.OC);
+  inner_.matmul_gelu_backward(args);
+  std::vector<Tensor> outs = {args.dinp, args.dw};
+  if (!args.dbias.empty()) outs.push_back(args.dbias);
+  check("matmul_gelu_backward", shape({{"N", args.N}, {"C", args.C}, {"OC", args.OC}}), outs, ref);
 }
 
-void CheckedBackend::attention_forward(Tensor out, Tensor saved, Tensor qkv, int B, int T, int C, int NH,
-                                       const DropoutMask& drop) {
-  const auto ref = bf16ref::attention_forward(get(qkv), B, T, C, NH, drop, attention);
-  inner_.attention_forward(out, saved, qkv, B, T, C, NH, drop);
-  check("attention_forward", shape({{"B", B}, {"T", T}, {"C", C}, {"NH", NH}}), {out}, ref);
+void CheckedBackend::attention_forward(const AttentionForwardArgs& args) {
+  const auto ref = bf16ref::attention_forward(get(args.qkv), args.B, args.T, args.C, args.NH, args.drop, attention);
+  inner_.attention_forward(args);
+  check("attention_forward", shape({{"B", args.B}, {"T", args.T}, {"C", args.C}, {"NH", args.NH}}), {args.out}, ref);
 }
 
-void CheckedBackend::attention_backward(Tensor dqkv, Tensor scratch, Tensor dout, Tensor out, Tensor qkv,
-                                        Tensor saved, int B, int T, int C, int NH, const DropoutMask& drop) {
-  const auto ref = bf16ref::attention_backward(get(dout), get(out), get(qkv), B, T, C, NH, drop, attention);
-  inner_.attention_backward(dqkv, scratch, dout, out, qkv, saved, B, T, C, NH, drop);
-  check("attention_backward", shape({{"B", B}, {"T", T}, {"C", C}, {"NH", NH}}), {dqkv}, ref);
+void CheckedBackend::attention_backward(const AttentionBackwardArgs& args) {
+  const auto ref = bf16ref::attention_backward(get(args.dout), get(args.out), get(args.qkv), args.B, args.T, args.C,
+                                               args.NH, args.drop, attention);
+  inner_.attention_backward(args);
+  check("attention_backward", shape({{"B", args.B}, {"T", args.T}, {"C", args.C}, {"NH", args.NH}}), {args.dqkv}, ref);
 }
 
-void CheckedBackend::gelu_forward(Tensor out, Tensor inp, size_t n) {
-  const auto ref = bf16ref::gelu_forward(get(inp));
-  inner_.gelu_forward(out, inp, n);
-  check("gelu_forward", shape({{"n", long(n)}}), {out}, ref);
+void CheckedBackend::gelu_forward(const GeluForwardArgs& args) {
+  const auto ref = bf16ref::gelu_forward(get(args.inp));
+  inner_.gelu_forward(args);
+  check("gelu_forward", shape({{"n", long(args.n)}}), {args.out}, ref);
 }
 
-void CheckedBackend::gelu_backward(Tensor dinp, Tensor inp, Tensor dout, size_t n) {
-  const auto ref = bf16ref::gelu_backward(get(inp), get(dout));  // before the call: dinp may alias dout
-  inner_.gelu_backward(dinp, inp, dout, n);
-  check("gelu_backward", shape({{"n", long(n)}}), {dinp}, ref);
+void CheckedBackend::gelu_backward(const GeluBackwardArgs& args) {
+  const auto ref = bf16ref::gelu_backward(get(args.inp), get(args.dout));  // before the call: dinp may alias dout
+  inner_.gelu_backward(args);
+  check("gelu_backward", shape({{"n", long(args.n)}}), {args.dinp}, ref);
 }
 
-void CheckedBackend::residual_forward(Tensor out, Tensor a, Tensor b, size_t n) {
-  const auto ref = bf16ref::residual_forward(get(a), get(b));  // out may alias a
-  inner_.residual_forward(out, a, b, n);
-  check("residual_forward", shape({{"n", long(n)}}), {out}, ref);
+void CheckedBackend::residual_forward(const ResidualForwardArgs& args) {
+  const auto ref = bf16ref::residual_forward(get(args.a), get(args.b));  // out may alias a
+  inner_.residual_forward(args);
+  check("residual_forward", shape({{"n", long(args.n)}}), {args.out}, ref);
 }
 
-void CheckedBackend::dropout(Tensor out, Tensor inp, const DropoutMask& m, int N, int C) {
-  const auto ref = bf16ref::dropout(get(inp), m, N, C);  // out may alias inp
-  inner_.dropout(out, inp, m, N, C);
-  check("dropout", shape({{"N", N}, {"C", C}, {"p", long(m.p * 1000)}}), {out}, ref);
+void CheckedBackend::dropout(const DropoutArgs& args) {
+  const auto ref = bf16ref::dropout(get(args.inp), args.m, args.N, args.C);  // out may alias inp
+  inner_.dropout(args);
+  check("dropout", shape({{"N", args.N}, {"C", args.C}, {"p", long(args.m.p * 1000)}}), {args.out}, ref);
 }
 
-void CheckedBackend::classifier_forward_backward(Tensor logits, Tensor losses, Tensor targets, int N, int V, int Vp,
-                                                 float dloss) {
-  const auto ref = bf16ref::classifier(get(logits), tokens_of(targets), N, V, Vp, dloss);
-  inner_.classifier_forward_backward(logits, losses, targets, N, V, Vp, dloss);
-  check("classifier_forward_backward", shape({{"N", N}, {"V", V}, {"Vp", Vp}}), {logits, losses}, ref);
+void CheckedBackend::classifier_forward_backward(const ClassifierArgs& args) {
+  const auto ref = bf16ref::classifier(get(args.logits), tokens_of(args.targets), args.N, args.V, args.Vp, args.dloss);
+  inner_.classifier_forward_backward(args);
+  check("classifier_forward_backward", shape({{"N", args.N}, {"V", args.V}, {"Vp", args.Vp}}),
+        {args.logits, args.losses}, ref);
 }
 
 }  // namespace bf16ref

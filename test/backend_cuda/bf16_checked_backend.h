@@ -57,53 +57,38 @@ class CheckedBackend : public Backend {
   void copy(Tensor dst, Tensor src) override { inner_.copy(dst, src); }
   void synchronize() override { inner_.synchronize(); }
 
-  void encoder_forward(Tensor out, Tensor tokens, Tensor wte, Tensor wpe, int B, int T, int C) override;
-  void encoder_backward(Tensor dwte, Tensor dwpe, Tensor dout, Tensor tokens, int B, int T, int C) override;
+  void encoder_forward(const EncoderForwardArgs& args) override;
+  void encoder_backward(const EncoderBackwardArgs& args) override;
   // Checked part by part (the op's contract: the same additions either way):
   // the lm_head part as matmul_backward's dw on dlogits' columns of the
   // window, then the embedding part as encoder_backward's dwte over it.
-  void tied_embedding_backward_rows(Tensor dwte_rows, Tensor dlogits, Tensor lnf, Tensor dembed, Tensor tokens, int N,
-                                    int C, int Vp, int v0) override;
-  void layernorm_forward(Tensor out, Tensor mean, Tensor rstd, Tensor inp, Tensor w, Tensor b, int N,
-                         int C) override;
-  void layernorm_backward(Tensor dinp, Tensor dw, Tensor db, Tensor dout, Tensor inp, Tensor w, Tensor mean,
-                          Tensor rstd, int N, int C) override;
-  void matmul_forward(Tensor out, Tensor inp, Tensor w, Tensor bias, int N, int C, int OC) override;
-  void matmul_backward(Tensor dinp, Tensor dw, Tensor dbias, Tensor dout, Tensor inp, Tensor w, int N, int C,
-                       int OC) override;
-  void residual_layernorm_forward(Tensor residual, Tensor out, Tensor mean, Tensor rstd, Tensor a, Tensor b, Tensor w,
-                                  Tensor bias, int N, int C) override;
-  void matmul_gelu_forward(Tensor out, Tensor pre, Tensor inp, Tensor w, Tensor bias, int N, int C, int OC) override;
-  void matmul_gelu_backward(Tensor dinp, Tensor dw, Tensor dbias, Tensor dout, Tensor inp, Tensor w, Tensor gelu_inp,
-                            int N, int C, int OC) override;
+  void tied_embedding_backward_rows(const TiedEmbeddingRowsArgs& args) override;
+  void layernorm_forward(const LayernormForwardArgs& args) override;
+  void layernorm_backward(const LayernormBackwardArgs& args) override;
+  void matmul_forward(const MatmulForwardArgs& args) override;
+  void matmul_backward(const MatmulBackwardArgs& args) override;
+  void residual_layernorm_forward(const ResidualLayernormForwardArgs& args) override;
+  void matmul_gelu_forward(const MatmulGeluForwardArgs& args) override;
+  void matmul_gelu_backward(const MatmulGeluBackwardArgs& args) override;
   size_t attention_saved_numel(int B, int T, int NH) const override {
     return inner_.attention_saved_numel(B, T, NH);
   }
-  void attention_forward(Tensor out, Tensor saved, Tensor qkv, int B, int T, int C, int NH,
-                         const DropoutMask& drop) override;
+  void attention_forward(const AttentionForwardArgs& args) override;
   size_t attention_scratch_numel(int B, int T, int NH) const override {
     return inner_.attention_scratch_numel(B, T, NH);
   }
-  void attention_backward(Tensor dqkv, Tensor scratch, Tensor dout, Tensor out, Tensor qkv, Tensor saved, int B,
-                          int T, int C, int NH, const DropoutMask& drop) override;
-  void gelu_forward(Tensor out, Tensor inp, size_t n) override;
-  void gelu_backward(Tensor dinp, Tensor inp, Tensor dout, size_t n) override;
-  void residual_forward(Tensor out, Tensor a, Tensor b, size_t n) override;
-  void dropout(Tensor out, Tensor inp, const DropoutMask& m, int N, int C) override;
-  void classifier_forward_backward(Tensor logits, Tensor losses, Tensor targets, int N, int V, int Vp,
-                                   float dloss) override;
+  void attention_backward(const AttentionBackwardArgs& args) override;
+  void gelu_forward(const GeluForwardArgs& args) override;
+  void gelu_backward(const GeluBackwardArgs& args) override;
+  void residual_forward(const ResidualForwardArgs& args) override;
+  void dropout(const DropoutArgs& args) override;
+  void classifier_forward_backward(const ClassifierArgs& args) override;
   double sum_squares(Tensor g) override { return inner_.sum_squares(g); }
   void sum_squares_into(Tensor clip, Tensor g) override { inner_.sum_squares_into(clip, g); }
   void clip_scale(Tensor clip, float max_norm) override { inner_.clip_scale(clip, max_norm); }
   void download64(double* dst, Tensor src) override { inner_.download64(dst, src); }
-  void adamw_update_clipped(Tensor params, Tensor master, Tensor grads, Tensor m, Tensor v, float lr, float beta1,
-                            float beta2, float eps, float weight_decay, Tensor clip, int t) override {
-    inner_.adamw_update_clipped(params, master, grads, m, v, lr, beta1, beta2, eps, weight_decay, clip, t);
-  }
-  void adamw_update(Tensor params, Tensor master, Tensor grads, Tensor m, Tensor v, float lr, float beta1,
-                    float beta2, float eps, float weight_decay, float grad_scale, int t) override {
-    inner_.adamw_update(params, master, grads, m, v, lr, beta1, beta2, eps, weight_decay, grad_scale, t);
-  }
+  void adamw_update_clipped(const AdamWArgs& args, Tensor clip) override { inner_.adamw_update_clipped(args, clip); }
+  void adamw_update(const AdamWArgs& args) override { inner_.adamw_update(args); }
 
  private:
   std::vector<float> get(Tensor t);

@@ -266,7 +266,8 @@ TEST(CudaBf16, BuffersAndConversions) {
   // fp32 moments are required; bf16 ones are a caller bug.
   Tensor p = cuda->alloc(4, BufferRole::kParams), g = cuda->alloc(4, BufferRole::kGrads);
   Tensor m = cuda->alloc(4, BufferRole::kOptimizer), v16 = cuda->alloc(4, BufferRole::kActivations);
-  EXPECT_THROW(cuda->adamw_update(p, Tensor{}, g, m, v16, 1e-3f, 0.9f, 0.95f, 1e-8f, 0, 1, 1),
+  EXPECT_THROW(cuda->adamw_update({.params = p, .grads = g, .m = m, .v = v16, .lr = 1e-3f, .beta1 = 0.9f,
+                                   .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0, .grad_scale = 1, .t = 1}),
                std::runtime_error);
   EXPECT_THROW(cuda->copy(p, m), std::runtime_error);  // element sizes differ
   for (Tensor t : {p, g, m, v16}) cuda->free(t);
@@ -312,8 +313,10 @@ TEST(CudaBf16, AdamWWithMasterWeights) {
     be->upload(is_cpu ? cv : dv, zeros.data());
   }
   for (int t = 1; t <= 3; t++) {
-    cpu->adamw_update(cp, Tensor{}, cg, cm, cv, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.5f, t);
-    cuda->adamw_update(dp, master, dg, dm, dv, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.5f, t);
+    cpu->adamw_update({.params = cp, .grads = cg, .m = cm, .v = cv, .lr = 1e-2f, .beta1 = 0.9f, .beta2 = 0.95f,
+                       .eps = 1e-8f, .weight_decay = 0.1f, .grad_scale = 0.5f, .t = t});
+    cuda->adamw_update({.params = dp, .master = master, .grads = dg, .m = dm, .v = dv, .lr = 1e-2f, .beta1 = 0.9f,
+                        .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f, .grad_scale = 0.5f, .t = t});
   }
   std::vector<float> want(n), got_master(n), got_params(n);
   cpu->download(want.data(), cp);
@@ -364,9 +367,10 @@ Bf16Step bf16_step(Backend& be, const std::vector<float>& init, bool with_master
   if (with_master) be.upload(master, init.data());
   for (int t = 0; t < kNumParamTensors; t++) {
     const size_t off = layout.offset[t], n = layout.numel[t];
-    be.adamw_update(model.params().slice(off, n), with_master ? master.slice(off, n) : Tensor{},
-                    grads.tensor().slice(off, n), m.slice(off, n), v.slice(off, n), 1e-3f, 0.9f,
-                    0.95f, 1e-8f, ParamLayout::decays(t) ? 0.1f : 0.0f, 1.0f, 1);
+    be.adamw_update({.params = model.params().slice(off, n), .master = with_master ? master.slice(off, n) : Tensor{},
+                     .grads = grads.tensor().slice(off, n), .m = m.slice(off, n), .v = v.slice(off, n), .lr = 1e-3f,
+                     .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = ParamLayout::decays(t) ? 0.1f : 0.0f,
+                     .grad_scale = 1.0f, .t = 1});
   }
   r.params_after = model.get_parameters();
   if (with_master) {

@@ -112,10 +112,12 @@ TEST(DeviceClip, ClippedUpdateEqualsTheFloatScaleBitwise) {
     be->read_clip(state, with_clip.clip);
     ASSERT_LT(state[1], 1.0) << b.name << ": the case must clip";
     for (int t = 1; t <= 2; t++) {
-      be->adamw_update_clipped(with_clip.p, with_clip.master, with_clip.g, with_clip.m, with_clip.v, kLr, kB1, kB2,
-                               kEps, kWd, with_clip.clip, t);
-      be->adamw_update(with_float.p, with_float.master, with_float.g, with_float.m, with_float.v, kLr, kB1, kB2,
-                       kEps, kWd, static_cast<float>(state[1]), t);
+      be->adamw_update_clipped({.params = with_clip.p, .master = with_clip.master, .grads = with_clip.g,
+                                .m = with_clip.m, .v = with_clip.v, .lr = kLr, .beta1 = kB1, .beta2 = kB2, .eps = kEps,
+                                .weight_decay = kWd, .t = t}, with_clip.clip);
+      be->adamw_update({.params = with_float.p, .master = with_float.master, .grads = with_float.g, .m = with_float.m,
+                        .v = with_float.v, .lr = kLr, .beta1 = kB1, .beta2 = kB2, .eps = kEps, .weight_decay = kWd,
+                        .grad_scale = static_cast<float>(state[1]), .t = t});
     }
     const auto got = with_clip.all(), want = with_float.all();
     for (size_t k = 0; k < got.size(); k++) EXPECT_TRUE(same_bits(got[k], want[k])) << b.name << " array " << k;
@@ -132,7 +134,8 @@ TEST(DeviceClip, NonFiniteGradientSkipsTheUpdate) {
     const auto before = s.all();
     be->sum_squares_into(s.clip, s.g);
     be->clip_scale(s.clip, 1.0f);
-    be->adamw_update_clipped(s.p, s.master, s.g, s.m, s.v, kLr, kB1, kB2, kEps, kWd, s.clip, 1);
+    be->adamw_update_clipped({.params = s.p, .master = s.master, .grads = s.g, .m = s.m, .v = s.v, .lr = kLr,
+                              .beta1 = kB1, .beta2 = kB2, .eps = kEps, .weight_decay = kWd, .t = 1}, s.clip);
     double state[2];
     be->read_clip(state, s.clip);
     EXPECT_TRUE(std::isnan(state[0]) && std::isnan(state[1])) << b.name;
@@ -154,7 +157,7 @@ TEST(DeviceClip, ReadClipReturnsTheLastClipScale) {
     OptState s(*be, n, b.master, grads);
     be->sum_squares_into(s.clip, s.g);
     be->clip_scale(s.clip, 1.0f);
-    be->residual_forward(s.g, s.g, s.g, n);  // exact doubling
+    be->residual_forward({.out = s.g, .a = s.g, .b = s.g, .n = n});  // exact doubling
     be->sum_squares_into(s.clip, s.g);
     double got[2];
     be->read_clip(got, s.clip);

@@ -68,8 +68,9 @@ Result run(Backend& be, const Shape& s, const std::vector<float>& qkv, const std
   be.upload(tg, nan.data());
   Result r;
   try {
-    be.attention_forward(to, ts, tq, s.B, s.T, s.C, s.NH, drop);
-    be.attention_backward(tg, tx, td, to, tq, ts, s.B, s.T, s.C, s.NH, drop);
+    be.attention_forward({.out = to, .saved = ts, .qkv = tq, .B = s.B, .T = s.T, .C = s.C, .NH = s.NH, .drop = drop});
+    be.attention_backward({.dqkv = tg, .scratch = tx, .dout = td, .out = to, .qkv = tq, .saved = ts, .B = s.B, .T = s.T,
+                           .C = s.C, .NH = s.NH, .drop = drop});
     r.out.resize(n), r.dqkv.resize(3 * n);
     be.download(r.out.data(), to);
     be.download(r.dqkv.data(), tg);
@@ -126,7 +127,8 @@ TEST(CudnnAttention, SavedStatisticsAreTheFlashKernelsLogSumExp) {
     Tensor tq = be->alloc(3 * n, BufferRole::kActivations), to = be->alloc(n, BufferRole::kActivations);
     Tensor ts = be->alloc(be->attention_saved_numel(s.B, s.T, s.NH), BufferRole::kActivations);
     be->upload(tq, qkv.data());
-    be->attention_forward(to, ts, tq, s.B, s.T, s.C, s.NH, DropoutMask{});
+    be->attention_forward({.out = to, .saved = ts, .qkv = tq, .B = s.B, .T = s.T, .C = s.C, .NH = s.NH,
+                           .drop = DropoutMask{}});
     std::vector<float> raw(ts.numel);
     lse[i].resize(size_t(s.B) * s.NH * s.T);
     // saved holds fp32 words in a bf16-typed buffer: read its bytes

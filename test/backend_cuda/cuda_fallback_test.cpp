@@ -165,14 +165,15 @@ GeluRun gelu_run(bool epilogue) {
     cuda->download(host.data(), t);
     return host;
   };
-  cuda->matmul_gelu_forward(out, pre, inp, w, bias, N, C, OC);
-  cuda->gelu_forward(unfused, pre, size_t(N) * OC);
+  cuda->matmul_gelu_forward({.out = out, .pre = pre, .inp = inp, .w = w, .bias = bias, .N = N, .C = C, .OC = OC});
+  cuda->gelu_forward({.out = unfused, .inp = pre, .n = size_t(N) * OC});
   r.out = get(out), r.pre = get(pre), r.unfused_out = get(unfused);
   // fcproj's backward: [N,OC] GELU input pre, weight [C,OC], dinp [N,OC]
-  cuda->matmul_gelu_backward(out, dw, Tensor{}, dout, unfused, w, pre, N, OC, C);
+  cuda->matmul_gelu_backward({.dinp = out, .dw = dw, .dout = dout, .inp = unfused, .w = w, .gelu_inp = pre, .N = N,
+                              .C = OC, .OC = C});
   r.dinp = get(out);
-  cuda->matmul_backward(out, dw, Tensor{}, dout, unfused, w, N, OC, C);
-  cuda->gelu_backward(out, pre, out, size_t(N) * OC);
+  cuda->matmul_backward({.dinp = out, .dw = dw, .dout = dout, .inp = unfused, .w = w, .N = N, .C = OC, .OC = C});
+  cuda->gelu_backward({.dinp = out, .inp = pre, .dout = out, .n = size_t(N) * OC});
   r.unfused_dinp = get(out);
   for (Tensor t : {inp, w, bias, dout, out, pre, unfused, dw}) cuda->free(t);
   return r;
@@ -231,7 +232,7 @@ TEST(CudaLtFallback, MisalignedBiasTakesTheFallback) {
       cuda->upload(t_bias, bias.data());
       std::vector<float> stored_bias(OC), out(size_t(N) * OC);
       cuda->download(stored_bias.data(), t_bias);
-      cuda->matmul_forward(t_out, t_inp, t_w, t_bias, N, C, OC);
+      cuda->matmul_forward({.out = t_out, .inp = t_inp, .w = t_w, .bias = t_bias, .N = N, .C = C, .OC = OC});
       cuda->download(out.data(), t_out);
       for (int n = 0; n < N; n++)
         for (int o = 0; o < OC; o++) {

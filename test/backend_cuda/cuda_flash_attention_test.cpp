@@ -103,8 +103,10 @@ struct Call {
     const std::vector<float> nan_dqkv(dqkv.numel, std::numeric_limits<float>::quiet_NaN());
     be.upload(out, nan_out.data());
     be.upload(dqkv, nan_dqkv.data());
-    be.attention_forward(out, saved, qkv, s.B, s.T, s.C, s.NH, drop);
-    be.attention_backward(dqkv, scratch, dout, out, qkv, saved, s.B, s.T, s.C, s.NH, drop);
+    be.attention_forward({.out = out, .saved = saved, .qkv = qkv, .B = s.B, .T = s.T, .C = s.C, .NH = s.NH,
+                          .drop = drop});
+    be.attention_backward({.dqkv = dqkv, .scratch = scratch, .dout = dout, .out = out, .qkv = qkv, .saved = saved,
+                           .B = s.B, .T = s.T, .C = s.C, .NH = s.NH, .drop = drop});
     o->resize(out.numel);
     dq->resize(dqkv.numel);
     be.download(o->data(), out);
@@ -268,7 +270,9 @@ TEST(CudaFlashAttention, Tf32WithinTf32RoundoffOfCpuBackend) {
     EXPECT_LE(wf, 1.0) << s.str() << " out[" << at << "] " << out[at] << " vs cpu " << want_out[at];
     const double wb = worst_ratio(dq, want_dq, 4 * u * std::sqrt(double(s.T)), 4 * u, &at);
     EXPECT_LE(wb, 1.0) << s.str() << " dqkv[" << at << "] " << dq[at] << " vs cpu " << want_dq[at];
-    if (s.T > 1) EXPECT_FALSE(same_bits(dq, ex_dq)) << s.str() << ": --tf32 on gave the 3xTF32 bits";
+    if (s.T > 1) {
+      EXPECT_FALSE(same_bits(dq, ex_dq)) << s.str() << ": --tf32 on gave the 3xTF32 bits";
+    }
   }
 }
 

@@ -170,8 +170,8 @@ LinearResult run_linear(const CudaBackendOptions& options, int N, int C, int OC,
   Tensor dx = add(std::vector<float>(size_t(N) * C), BufferRole::kActivations);
   Tensor dwt = add(std::vector<float>(w.size(), 0.5f), BufferRole::kGrads);
   Tensor db = add(std::vector<float>(bias.size(), 0.25f), BufferRole::kGrads);
-  be->matmul_forward(y, x, wt, b, N, C, OC);
-  be->matmul_backward(dx, dwt, db, dy, x, wt, N, C, OC);
+  be->matmul_forward({.out = y, .inp = x, .w = wt, .bias = b, .N = N, .C = C, .OC = OC});
+  be->matmul_backward({.dinp = dx, .dw = dwt, .dbias = db, .dout = dy, .inp = x, .w = wt, .N = N, .C = C, .OC = OC});
   LinearResult r{fetch(y), fetch(dx), fetch(dwt), fetch(db)};
   for (Tensor t : owned) be->free(t);
   return r;

@@ -66,9 +66,9 @@ StepResult train_step(Backend& be, const DropoutRates& dropout = DropoutRates{})
   be.zero(v);
   for (int t = 0; t < kNumParamTensors; t++) {
     const size_t off = layout.offset[t], n = layout.numel[t];
-    be.adamw_update(model.params().slice(off, n), Tensor{}, grads.tensor().slice(off, n),
-                    m.slice(off, n), v.slice(off, n), kLr, kBeta1, kBeta2, kEps,
-                    ParamLayout::decays(t) ? kWd : 0.0f, 1.0f, 1);
+    be.adamw_update({.params = model.params().slice(off, n), .grads = grads.tensor().slice(off, n),
+                     .m = m.slice(off, n), .v = v.slice(off, n), .lr = kLr, .beta1 = kBeta1, .beta2 = kBeta2,
+                     .eps = kEps, .weight_decay = ParamLayout::decays(t) ? kWd : 0.0f, .grad_scale = 1.0f, .t = 1});
   }
   be.free(m);
   be.free(v);

@@ -147,7 +147,9 @@ TEST(CudaAdamW, MasterCopyGetsTheUpdate) {
     be.upload(tg, g.data());
     be.upload(tm, zeros.data());
     be.upload(tv, zeros.data());
-    for (int t = 1; t <= 3; t++) be.adamw_update(tp, master, tg, tm, tv, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.5f, t);
+    for (int t = 1; t <= 3; t++) be.adamw_update({.params = tp, .master = master, .grads = tg, .m = tm, .v = tv,
+                                                  .lr = 1e-2f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f,
+                                                  .weight_decay = 0.1f, .grad_scale = 0.5f, .t = t});
     std::vector<float> out(n), out_master(n);
     be.download(out.data(), tp);
     if (with_master) be.download(out_master.data(), master);
@@ -179,7 +181,7 @@ TEST(CudaEncoder, OutOfRangeTokenGivesNaNRow) {
   cuda->upload(wpe, p.data());
   const int32_t ids[3] = {2, V, -1};
   cuda->upload_tokens(tok, ids);
-  cuda->encoder_forward(out, tok, wte, wpe, B, T, C);
+  cuda->encoder_forward({.out = out, .tokens = tok, .wte = wte, .wpe = wpe, .B = B, .T = T, .C = C});
   std::vector<float> host(B * T * C);
   cuda->download(host.data(), out);
   for (int c = 0; c < C; c++) {
@@ -198,18 +200,22 @@ TEST(CudaBackend, RejectsBadArguments) {
   EXPECT_FALSE(cuda->is_host_memory());
   Tensor small = cuda->alloc(10, BufferRole::kActivations);
   Tensor big = cuda->alloc(100, BufferRole::kActivations);
-  EXPECT_THROW(cuda->layernorm_forward(small, small, small, big, big, big, 4, 5), std::runtime_error);
-  EXPECT_THROW(cuda->matmul_forward(big, big, big, Tensor{}, 0, 5, 5), std::runtime_error);
-  EXPECT_THROW(cuda->attention_forward(big, big, big, 1, 2, 5, 2, DropoutMask{}), std::runtime_error);  // C % NH
-  EXPECT_THROW(cuda->classifier_forward_backward(big, big, big, 2, 9, 8, 1.0f), std::runtime_error);
-  EXPECT_THROW(cuda->adamw_update(big, Tensor{}, big, big, big, 1, 0.9f, 0.9f, 1e-8f, 0, 1, 0),
+  EXPECT_THROW(cuda->layernorm_forward({.out = small, .mean = small, .rstd = small, .inp = big, .w = big, .b = big,
+                                        .N = 4, .C = 5}), std::runtime_error);
+  EXPECT_THROW(cuda->matmul_forward({.out = big, .inp = big, .w = big, .N = 0, .C = 5, .OC = 5}), std::runtime_error);
+  EXPECT_THROW(cuda->attention_forward({.out = big, .saved = big, .qkv = big, .B = 1, .T = 2, .C = 5, .NH = 2,
+                                        .drop = DropoutMask{}}), std::runtime_error);  // C % NH
+  EXPECT_THROW(cuda->classifier_forward_backward({.logits = big, .losses = big, .targets = big, .N = 2, .V = 9, .Vp = 8,
+                                                  .dloss = 1.0f}), std::runtime_error);
+  EXPECT_THROW(cuda->adamw_update({.params = big, .grads = big, .m = big, .v = big, .lr = 1, .beta1 = 0.9f,
+                                   .beta2 = 0.9f, .eps = 1e-8f, .weight_decay = 0, .grad_scale = 1, .t = 0}),
                std::runtime_error);
-  EXPECT_THROW(cuda->gelu_forward(big, Tensor{}, 5), std::runtime_error);     // empty input
+  EXPECT_THROW(cuda->gelu_forward({.out = big, .inp = Tensor{}, .n = 5}), std::runtime_error);     // empty input
   EXPECT_THROW(cuda->alloc(SIZE_MAX / 2, BufferRole::kScratch), std::runtime_error);  // overflow
   EXPECT_THROW(cuda->alloc(size_t{1} << 40, BufferRole::kScratch), std::runtime_error);  // 4 TiB
   Tensor wrong = big;
   wrong.elem_bytes = 2;
-  EXPECT_THROW(cuda->gelu_forward(big, wrong, 10), std::runtime_error);
+  EXPECT_THROW(cuda->gelu_forward({.out = big, .inp = wrong, .n = 10}), std::runtime_error);
   cuda->free(small);
   cuda->free(big);
 }

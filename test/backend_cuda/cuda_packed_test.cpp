@@ -106,27 +106,29 @@ TEST(CudaPacked, ElementwiseKernelsGiveTheScalarBits) {
   const auto x = randn(kN, 1, 3.0f), y = randn(kN, 2), z = randn(kN, 3, 0.01f);
   expect_packed_equals_scalar("gelu_forward", [&](Arrays& a) {
     Tensor out = a.add(y), in = a.add(x);
-    a.be().gelu_forward(out, in, kN);
+    a.be().gelu_forward({.out = out, .inp = in, .n = kN});
     return std::vector<Tensor>{out};
   });
   expect_packed_equals_scalar("gelu_backward", [&](Arrays& a) {
     Tensor dinp = a.add(z), in = a.add(x), dout = a.add(y);
-    a.be().gelu_backward(dinp, in, dout, kN);
-    a.be().gelu_backward(dout, in, dout, kN);  // in place
+    a.be().gelu_backward({.dinp = dinp, .inp = in, .dout = dout, .n = kN});
+    a.be().gelu_backward({.dinp = dout, .inp = in, .dout = dout, .n = kN});  // in place
     return std::vector<Tensor>{dinp, dout};
   });
   expect_packed_equals_scalar("residual_forward", [&](Arrays& a) {
     Tensor out = a.add(z), p = a.add(x), q = a.add(y);
-    a.be().residual_forward(out, p, q, kN);
-    a.be().residual_forward(p, p, q, kN);  // in place
+    a.be().residual_forward({.out = out, .a = p, .b = q, .n = kN});
+    a.be().residual_forward({.out = p, .a = p, .b = q, .n = kN});  // in place
     return std::vector<Tensor>{out, p, q};
   });
   expect_packed_equals_scalar("adamw_update", [&](Arrays& a) {
     Tensor p = a.add(x, BufferRole::kParams), g = a.add(y, BufferRole::kGrads);
     Tensor m = a.add(z, BufferRole::kOptimizer), v = a.add(abs_of(randn(kN, 4, 0.1f)), BufferRole::kOptimizer);
     Tensor master = a.add(x, BufferRole::kOptimizer);
-    a.be().adamw_update(p, Tensor{}, g, m, v, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.5f, 3);
-    a.be().adamw_update(p, master, g, m, v, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.5f, 4);
+    a.be().adamw_update({.params = p, .grads = g, .m = m, .v = v, .lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.95f,
+                         .eps = 1e-8f, .weight_decay = 0.1f, .grad_scale = 0.5f, .t = 3});
+    a.be().adamw_update({.params = p, .master = master, .grads = g, .m = m, .v = v, .lr = 1e-3f, .beta1 = 0.9f,
+                         .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f, .grad_scale = 0.5f, .t = 4});
     return std::vector<Tensor>{p, m, v, master};
   });
   const int B = 2, T = 5, C = 48, V = 11;
@@ -137,7 +139,7 @@ TEST(CudaPacked, ElementwiseKernelsGiveTheScalarBits) {
     const std::vector<int32_t> ids = {0, 3, 10, 3, 7, 1, 2, 10, 0, 5};
     Tensor tokens = a.be().alloc(ids.size(), BufferRole::kTokens);
     a.be().upload_tokens(tokens, ids.data());
-    a.be().encoder_forward(out, tokens, wte, wpe, B, T, C);
+    a.be().encoder_forward({.out = out, .tokens = tokens, .wte = wte, .wpe = wpe, .B = B, .T = T, .C = C});
     a.be().synchronize();
     a.be().free(tokens);
     return std::vector<Tensor>{out};
@@ -150,10 +152,11 @@ std::vector<std::vector<float>> layernorm_run(Backend& be, size_t offset, int N,
   Tensor inp = a.add(randn(size_t(N) * C, 11, 2.0f)), w = a.add(randn(C, 12)), b = a.add(randn(C, 13));
   Tensor out = a.add(std::vector<float>(size_t(N) * C)), mean = a.add(std::vector<float>(N), BufferRole::kStats);
   Tensor rstd = a.add(std::vector<float>(N), BufferRole::kStats);
-  be.layernorm_forward(out, mean, rstd, inp, w, b, N, C);
+  be.layernorm_forward({.out = out, .mean = mean, .rstd = rstd, .inp = inp, .w = w, .b = b, .N = N, .C = C});
   Tensor dinp = a.add(randn(size_t(N) * C, 14)), dw = a.add(randn(C, 15)), db = a.add(randn(C, 16));
   Tensor dout = a.add(randn(size_t(N) * C, 17));
-  be.layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, N, C);
+  be.layernorm_backward({.dinp = dinp, .dw = dw, .db = db, .dout = dout, .inp = inp, .w = w, .mean = mean, .rstd = rstd,
+                         .N = N, .C = C});
   return {a.get(out), a.get(mean), a.get(rstd), a.get(dinp), a.get(dw), a.get(db)};
 }
 
@@ -212,12 +215,14 @@ TEST(CudaPacked, ResidualLayernormGivesTheTwoOpsBits) {
         Tensor sum = in_place ? a : x.add(std::vector<float>(n)), out = x.add(std::vector<float>(n));
         const std::vector<float> rows(N);
         Tensor mean = x.add(rows, BufferRole::kStats), rstd = x.add(rows, BufferRole::kStats);
-        be->residual_layernorm_forward(sum, out, mean, rstd, a, b, w, bias, N, C);
+        be->residual_layernorm_forward({.residual = sum, .out = out, .mean = mean, .rstd = rstd, .a = a, .b = b, .w = w,
+                                        .bias = bias, .N = N, .C = C});
         const std::vector<std::vector<float>> fused = {x.get(sum), x.get(out), x.get(mean), x.get(rstd)};
         Tensor a2 = x.add(a_host), sum2 = x.add(std::vector<float>(n)), out2 = x.add(std::vector<float>(n));
         Tensor mean2 = x.add(rows, BufferRole::kStats), rstd2 = x.add(rows, BufferRole::kStats);
-        be->residual_forward(sum2, a2, b, n);
-        be->layernorm_forward(out2, mean2, rstd2, sum2, w, bias, N, C);
+        be->residual_forward({.out = sum2, .a = a2, .b = b, .n = n});
+        be->layernorm_forward({.out = out2, .mean = mean2, .rstd = rstd2, .inp = sum2, .w = w, .b = bias, .N = N,
+                               .C = C});
         const std::vector<std::vector<float>> two = {x.get(sum2), x.get(out2), x.get(mean2), x.get(rstd2)};
         for (size_t o = 0; o < fused.size(); o++)
           EXPECT_TRUE(same_bits(fused[o], two[o])) << (bf16 ? "bf16" : "fp32") << " offset " << offset
@@ -239,10 +244,11 @@ TEST(CudaLtCache, SecondCallReusesDescriptorsAndHeuristic) {
     Tensor inp = a.add(x), wt = a.add(w, BufferRole::kParams), bias1 = a.add(b1, BufferRole::kParams);
     Tensor bias2 = a.add(b2, BufferRole::kParams), out = a.add(std::vector<float>(size_t(N) * OC));
     const uint64_t matmuls0 = emu::cublaslt_counts().matmuls;
-    be->matmul_forward(out, inp, wt, bias1, N, C, OC);  // builds the plan
+    be->matmul_forward({.out = out, .inp = inp, .w = wt, .bias = bias1, .N = N, .C = C, .OC = OC});  // builds the plan
     const emu::CublasLtCounts before = emu::cublaslt_counts();
     if (before.matmuls == matmuls0) GTEST_SKIP() << "cuBLASLt refuses (GPT2_EMU_CUBLASLT)";
-    be->matmul_forward(out, inp, wt, bias2, N, C, OC);  // same problem, another bias
+    be->matmul_forward({.out = out, .inp = inp, .w = wt, .bias = bias2, .N = N, .C = C,
+                        .OC = OC});  // same problem, another bias
     const emu::CublasLtCounts after = emu::cublaslt_counts();
     EXPECT_EQ(after.heuristic, before.heuristic);
     EXPECT_EQ(after.matmul_descs, before.matmul_descs);
@@ -253,7 +259,7 @@ TEST(CudaLtCache, SecondCallReusesDescriptorsAndHeuristic) {
     const std::vector<float> xs = a.get(inp), ws = a.get(wt), bs = a.get(bias2);
     Tensor hin = h.add(xs), hw = h.add(ws), hb = h.add(bs);
     Tensor hout = h.add(std::vector<float>(size_t(N) * OC));
-    cpu->matmul_forward(hout, hin, hw, hb, N, C, OC);
+    cpu->matmul_forward({.out = hout, .inp = hin, .w = hw, .bias = hb, .N = N, .C = C, .OC = OC});
     const auto got = a.get(out), ref = h.get(hout);
     // Each side is within gamma(C+1) = (C+1) 2^-24 of sum |terms| of the truth, in any
     // summation order (the CPU's is OpenBLAS's per-CPU kernel), so 2 gamma apart; bf16
@@ -267,7 +273,8 @@ TEST(CudaLtCache, SecondCallReusesDescriptorsAndHeuristic) {
             << i;
       }
     // A new shape asks the heuristic once more.
-    be->matmul_forward(out.slice(0, size_t(N / 2) * OC), inp.slice(0, size_t(N / 2) * C), wt, bias1, N / 2, C, OC);
+    be->matmul_forward({.out = out.slice(0, size_t(N / 2) * OC), .inp = inp.slice(0, size_t(N / 2) * C), .w = wt,
+                        .bias = bias1, .N = N / 2, .C = C, .OC = OC});
     EXPECT_EQ(emu::cublaslt_counts().heuristic, after.heuristic + 1);
   }
 }
@@ -312,8 +319,8 @@ TEST(CudaLtCache, BiasAlignmentIsSeenByTheHeuristicAndMatmulRefusalFallsBack) {
       Tensor bias = shifted.add(b, BufferRole::kParams);
       ASSERT_EQ(reinterpret_cast<uintptr_t>(bias.ptr) % 32, 16u);
       const uint64_t before = emu::cublaslt_counts().matmuls;
-      be->matmul_forward(out, inp, wt, bias, N, C, OC);
-      be->matmul_forward(out, inp, wt, bias, N, C, OC);
+      be->matmul_forward({.out = out, .inp = inp, .w = wt, .bias = bias, .N = N, .C = C, .OC = OC});
+      be->matmul_forward({.out = out, .inp = inp, .w = wt, .bias = bias, .N = N, .C = C, .OC = OC});
       const uint64_t calls = emu::cublaslt_counts().matmuls - before;
       if (std::string(mode) == "strict") EXPECT_EQ(calls, 2u) << "the BIAS epilogue ran both times";
       else EXPECT_EQ(calls, 1u) << "refused once, then the fallback without asking again";
