@@ -1,7 +1,7 @@
-# model/ + util/: config, tensor table, forward/backward, llm.c model files,
+# model/ + model_io/ + util/: config, tensor table, forward/backward, llm.c model files,
 # Hugging Face GPT-2 checkpoints, checked I/O, RNG -> build/libmodel.a
-# (convert_main.cpp holds a main(): it is the converter program, not library code).
-MODEL_SRCS := $(filter-out model/convert_main.cpp,$(wildcard model/*.cpp)) $(wildcard util/*.cpp)
+# (model_io/convert_main.cpp holds a main(): it is the converter program, not library code).
+MODEL_SRCS := $(wildcard model/*.cpp) $(filter-out model_io/convert_main.cpp,$(wildcard model_io/*.cpp)) $(wildcard util/*.cpp)
 MODEL_LIB  := $(BUILD)/libmodel.a
 
 $(MODEL_LIB): $(MODEL_SRCS:%.cpp=$(BUILD)/%.o)
@@ -10,7 +10,7 @@ $(MODEL_LIB): $(MODEL_SRCS:%.cpp=$(BUILD)/%.o)
 
 # ./gpt2_convert: llm.c model file <-> Hugging Face directory. libmodel.a's
 # gpt2.o references the backend interface, hence the CPU backend library.
-gpt2_convert: $(BUILD)/model/convert_main.o $(MODEL_LIB) $(BACKEND_CPU_LIB)
+gpt2_convert: $(BUILD)/model_io/convert_main.o $(MODEL_LIB) $(BACKEND_CPU_LIB)
 	$(CXX) $(LDFLAGS) -o $@ $^ $(BACKEND_CPU_LDLIBS)
 BINS += gpt2_convert
 

@@ -187,7 +187,7 @@ void CheckpointDir::write_marker(uint64_t step, uint32_t world, uint32_t zero_st
 // multi-node run rank 0 would read world x that over the shared filesystem at
 // every checkpoint. Each rank hashed its file while writing it. Rank 0 hashes
 // the model file by re-reading it (just written: from its page cache), since
-// model/model_file.h writes it. Sizes and hashes travel as int32 pairs, which
+// model_io/model_file.h writes it. Sizes and hashes travel as int32 pairs, which
 // an all-gather copies bit for bit.
 void CheckpointDir::complete_checkpoint(Communicator& comm, uint64_t step, uint32_t zero_stage,
                                         const FileDigest& my_state) const {

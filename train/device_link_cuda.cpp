@@ -8,7 +8,7 @@
 #include "backend/cuda/cudnn_attention.h"
 #include "distributed/comm_nccl.h"
 #include "train/device_link.h"
-#include "train/logger.h"
+#include "metrics/logger.h"
 #include "train/run_plan.h"
 
 namespace gpt2 {

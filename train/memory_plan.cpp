@@ -13,7 +13,7 @@
 #include "backend/sizing_backend.h"
 #include "distributed/comm.h"
 #include "train/device_link.h"
-#include "train/logger.h"
+#include "metrics/logger.h"
 #include "train/run_plan.h"
 #include "util/test_hook.h"
 

@@ -1,7 +1,8 @@
-# train/: optimizer, schedules, checkpoints, logging, sampling, the loop
-# -> build/libtrain.a, and the trainer binary ./train_gpt2cu.
-# train/device_link_cuda.cpp goes only into the CUDA-capable trainers (below).
-TRAIN_SRCS := $(filter-out train/device_link_cuda.cpp,$(wildcard train/*.cpp))
+# train/ + metrics/: optimizer, schedules, checkpoints, sampling, the loop, and
+# what a run measures and logs -> build/libtrain.a, and the trainer binary
+# ./train_gpt2cu. train/device_link_cuda.cpp goes only into the CUDA-capable
+# trainers (below).
+TRAIN_SRCS := $(filter-out train/device_link_cuda.cpp,$(wildcard train/*.cpp)) $(wildcard metrics/*.cpp)
 TRAIN_LIB  := $(BUILD)/libtrain.a
 
 # Every archive rule starts from an empty archive: `ar rcs` alone keeps the

@@ -95,7 +95,7 @@ bool checkpoint_writes(const std::string& name) {
          starts_with(name, "DONE_") || starts_with(name, "MILESTONE_");
 }
 
-// model/hf_checkpoint.cpp's export: the config, the weights, a shard index.
+// model_io/hf_checkpoint.cpp's export: the config, the weights, a shard index.
 bool hf_export_writes(const std::string& name) {
   return name == "config.json" || starts_with(name, "model.safetensors");
 }

@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "distributed/preempt.h"
-#include "model/hf_checkpoint.h"
-#include "model/model_file.h"
+#include "model_io/hf_checkpoint.h"
+#include "model_io/model_file.h"
 #include "train/checkpoint.h"
 #include "train/training_run.h"
 #include "util/checked_io.h"

@@ -7,7 +7,7 @@
 #include <stdexcept>
 #include <vector>
 
-#include "model/hf_checkpoint.h"
+#include "model_io/hf_checkpoint.h"
 #include "train/checkpoint.h"
 #include "train/device_link.h"
 #include "train/test_hooks.h"

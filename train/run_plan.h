@@ -21,12 +21,12 @@
 #include "distributed/context.h"
 #include "model/config.h"
 #include "model/gpt2.h"
-#include "model/model_file.h"
+#include "model_io/model_file.h"
 #include "tokenizer/tokenizer.h"
 #include "train/data_parallel.h"
-#include "train/logger.h"
+#include "metrics/logger.h"
 #include "train/lr_schedule.h"
-#include "train/mfu.h"
+#include "metrics/mfu.h"
 #include "train/optimizer.h"
 #include "train/options.h"
 #include "train/state_file.h"
@@ -51,7 +51,7 @@ bool tf32_on(const TrainOptions& o);
 // (--tf32 auto)", "bf16 storage with ..."), for the start-up banner.
 std::string describe_precision(const TrainOptions& o, const Backend& backend);
 
-// The peak a step's MFU is held against (train/mfu.h): --peak-tflops, else on
+// The peak a step's MFU is held against (metrics/mfu.h): --peak-tflops, else on
 // a GPU its datasheet peak for the run's arithmetic (bf16, TF32 or fp32; none
 // for a GPU the table lacks), else the CPU's fp32 FMA peak measured now.
 PeakFlops run_peak(const TrainOptions& o, const Backend& backend);

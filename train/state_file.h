@@ -11,9 +11,9 @@
 #include <vector>
 
 #include "model/config.h"
-#include "train/eval_history.h"
+#include "metrics/eval_history.h"
 #include "train/lr_schedule.h"
-#include "train/spike_guard.h"
+#include "metrics/spike_guard.h"
 
 namespace gpt2 {
 

@@ -19,14 +19,14 @@
 #include "tokenizer/tokenizer.h"
 #include "train/checkpoint.h"
 #include "train/data_parallel.h"
-#include "train/eval_history.h"
+#include "metrics/eval_history.h"
 #include "train/evaluation.h"
-#include "train/logger.h"
+#include "metrics/logger.h"
 #include "train/lr_schedule.h"
-#include "train/mfu.h"
+#include "metrics/mfu.h"
 #include "train/optimizer.h"
 #include "train/run_plan.h"
-#include "train/spike_guard.h"
+#include "metrics/spike_guard.h"
 #include "util/rng.h"
 
 namespace gpt2 {

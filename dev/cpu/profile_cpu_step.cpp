@@ -2,7 +2,7 @@
 // forward, backward into flat gradients, the losses, the gradient norm and
 // clip scale, AdamW; the work of dev/train/bench_train_step.cpp) on the CPU
 // backend behind dev/cpu/timing_backend.h, and prints the median step's per-op
-// table (dev/cpu/step_profile.h) against the CPU's fp32 FMA peak (train/mfu.h,
+// table (dev/cpu/step_profile.h) against the CPU's fp32 FMA peak (metrics/mfu.h,
 // what the trainer's banner measures) and a measured memory bandwidth
 // (dev/cpu/memory_bandwidth.h).
 //   profile_cpu_step --model d12 [--config K=V,..] -B 4 -T 64 [--threads N] [--steps 5] [--warmup 2]
@@ -23,7 +23,7 @@
 #include "dev/cpu/timing_backend.h"
 #include "model/config.h"
 #include "model/gpt2.h"
-#include "train/mfu.h"
+#include "metrics/mfu.h"
 #include "train/optimizer.h"
 #include "util/rng.h"
 

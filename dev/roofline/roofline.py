@@ -349,7 +349,7 @@ def memory_table(c):
     return rows
 
 
-def fmt_bytes(b):  # train/logger.cpp format_bytes
+def fmt_bytes(b):  # metrics/logger.cpp format_bytes
     units = ["B", "KiB", "MiB", "GiB", "TiB"]
     u = 0
     while b >= 1024.0 and u < 4:

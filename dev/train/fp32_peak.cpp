@@ -6,7 +6,7 @@
 #include <cstdio>
 #include <cstdlib>
 
-#include "train/mfu.h"
+#include "metrics/mfu.h"
 
 int main(int argc, char** argv) {
   const int threads = argc > 1 ? std::atoi(argv[1]) : omp_get_max_threads();

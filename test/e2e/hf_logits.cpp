@@ -12,7 +12,7 @@
 
 #include "backend/backend.h"
 #include "model/gpt2.h"
-#include "model/model_file.h"
+#include "model_io/model_file.h"
 #include "util/checked_io.h"
 
 int main(int argc, char** argv) {

@@ -42,7 +42,7 @@
 #include "backend/backend.h"
 #include "dataloader/shard.h"
 #include "model/gpt2.h"
-#include "model/model_file.h"
+#include "model_io/model_file.h"
 #include "test/model/train_helpers.h"
 #include "util/checked_io.h"
 #include "util/philox.h"

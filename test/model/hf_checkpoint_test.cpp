@@ -1,4 +1,4 @@
-// Hugging Face GPT-2 checkpoints (model/hf_checkpoint.h): export -> import is
+// Hugging Face GPT-2 checkpoints (model_io/hf_checkpoint.h): export -> import is
 // bitwise, and checkpoints written by this test's own safetensors writer (HF
 // names, Conv1D [in, out] layout, F32/F16/BF16, with or without the
 // "transformer." prefix, sharded) import to the expected parameters; anything
@@ -20,8 +20,8 @@
 #include <vector>
 
 #include "model/gpt2.h"
-#include "model/hf_checkpoint.h"
-#include "model/model_file.h"
+#include "model_io/hf_checkpoint.h"
+#include "model_io/model_file.h"
 #include "test/tiny_config.h"
 #include "util/bf16.h"
 #include "util/checked_io.h"

@@ -9,7 +9,7 @@
 #include <unistd.h>
 
 #include "model/gpt2.h"
-#include "model/model_file.h"
+#include "model_io/model_file.h"
 #include "test/tiny_config.h"
 #include "util/bf16.h"
 #include "util/checked_io.h"

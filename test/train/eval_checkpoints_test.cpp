@@ -18,7 +18,7 @@
 #include "test/temp_dir.h"
 #include "test/train/checkpoint_fakes.h"
 #include "train/checkpoint.h"
-#include "train/eval_history.h"
+#include "metrics/eval_history.h"
 #include "train/run_plan.h"
 #include "train/state_file.h"
 #include "util/checked_io.h"

@@ -10,7 +10,7 @@
 #include <string>
 
 #include "backend/backend.h"
-#include "model/model_file.h"
+#include "model_io/model_file.h"
 #include "train/memory_plan.h"
 #include "train/options.h"
 #include "test/temp_dir.h"

@@ -6,7 +6,7 @@
 #include <string>
 
 #include "model/config.h"
-#include "train/mfu.h"
+#include "metrics/mfu.h"
 
 namespace gpt2 {
 namespace {

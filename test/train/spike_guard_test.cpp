@@ -5,7 +5,7 @@
 #include <cmath>
 #include <vector>
 
-#include "train/spike_guard.h"
+#include "metrics/spike_guard.h"
 
 namespace gpt2 {
 namespace {
@@ -44,8 +44,12 @@ TEST(SpikeGuard, SkipsThePlantedSpikesOnlyAfterTheWarmUp) {
     const SpikeVerdict v = both.observe(loss[i], norm[i]);
     if (v.skip) skipped.push_back(i);
     EXPECT_EQ(std::isnan(v.loss_z), i < 8) << i;
-    if (i == 25) EXPECT_EQ(v.reason, "loss_z");
-    if (i == 33) EXPECT_EQ(v.reason, "grad_z");
+    if (i == 25) {
+      EXPECT_EQ(v.reason, "loss_z");
+    }
+    if (i == 33) {
+      EXPECT_EQ(v.reason, "grad_z");
+    }
     if (loss_only.observe(loss[i], norm[i]).skip) skipped_loss_only.push_back(i);
     EXPECT_FALSE(early.observe(loss[i], norm[i]).skip) << "window of 30 still warming up at " << i;
   }

@@ -1,8 +1,8 @@
 // Step and evaluation logging: one flushed human line per event on stdout (no
 // carriage returns, so Slurm logs stay readable) and, optionally, one JSON
 // object per event appended to a JSONL file.
-#ifndef TRAIN_LOGGER_H
-#define TRAIN_LOGGER_H
+#ifndef METRICS_LOGGER_H
+#define METRICS_LOGGER_H
 
 #include <cstdint>
 #include <cstdio>
@@ -49,4 +49,4 @@ std::string format_bytes(double bytes);       // "1.23 GiB"
 
 }  // namespace gpt2
 
-#endif  // TRAIN_LOGGER_H
+#endif  // METRICS_LOGGER_H

@@ -1,4 +1,4 @@
-#include "train/logger.h"
+#include "metrics/logger.h"
 
 #include <cerrno>
 #include <cmath>

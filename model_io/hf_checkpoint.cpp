@@ -1,4 +1,4 @@
-#include "model/hf_checkpoint.h"
+#include "model_io/hf_checkpoint.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -17,7 +17,7 @@
 #include <stdexcept>
 
 #include "model/gpt2.h"
-#include "model/model_file.h"
+#include "model_io/model_file.h"
 #include "util/bf16.h"
 #include "util/checked_io.h"
 

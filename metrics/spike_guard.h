@@ -2,8 +2,8 @@
 // lies more than Z standard deviations above the mean of the last W steps'
 // values is not applied. The windows are part of every checkpoint, so a
 // resumed run takes the decisions the uninterrupted one takes.
-#ifndef TRAIN_SPIKE_GUARD_H
-#define TRAIN_SPIKE_GUARD_H
+#ifndef METRICS_SPIKE_GUARD_H
+#define METRICS_SPIKE_GUARD_H
 
 #include <cstdint>
 #include <deque>
@@ -68,4 +68,4 @@ class SpikeGuard {
 
 }  // namespace gpt2
 
-#endif  // TRAIN_SPIKE_GUARD_H
+#endif  // METRICS_SPIKE_GUARD_H

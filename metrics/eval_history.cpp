@@ -1,4 +1,4 @@
-#include "train/eval_history.h"
+#include "metrics/eval_history.h"
 
 #include <cmath>
 #include <cstdio>

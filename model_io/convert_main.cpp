@@ -9,8 +9,8 @@
 #include <string>
 
 #include "model/gpt2.h"
-#include "model/hf_checkpoint.h"
-#include "model/model_file.h"
+#include "model_io/hf_checkpoint.h"
+#include "model_io/model_file.h"
 #include "util/checked_io.h"
 
 namespace {

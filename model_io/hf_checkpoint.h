@@ -5,8 +5,8 @@
 // Reading mmaps the .safetensors files and converts tensor by tensor into the
 // one fp32 vector, dropping each tensor's pages once converted, so a load
 // never holds a second full copy of the weights.
-#ifndef MODEL_HF_CHECKPOINT_H
-#define MODEL_HF_CHECKPOINT_H
+#ifndef MODEL_IO_HF_CHECKPOINT_H
+#define MODEL_IO_HF_CHECKPOINT_H
 
 #include <string>
 #include <vector>
@@ -47,4 +47,4 @@ void write_hf_checkpoint(const std::string& dir, const GPT2Config& cfg, const st
 
 }  // namespace gpt2
 
-#endif  // MODEL_HF_CHECKPOINT_H
+#endif  // MODEL_IO_HF_CHECKPOINT_H

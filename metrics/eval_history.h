@@ -7,8 +7,8 @@
 //     the last one that beat the best so far by more than the threshold.
 // The history is in every checkpoint's state file (train/state_file.h), so
 // --resume continues both exactly.
-#ifndef TRAIN_EVAL_HISTORY_H
-#define TRAIN_EVAL_HISTORY_H
+#ifndef METRICS_EVAL_HISTORY_H
+#define METRICS_EVAL_HISTORY_H
 
 #include <cstdint>
 #include <string>
@@ -45,4 +45,4 @@ std::string describe_best(const EvalHistory& h);
 
 }  // namespace gpt2
 
-#endif  // TRAIN_EVAL_HISTORY_H
+#endif  // METRICS_EVAL_HISTORY_H

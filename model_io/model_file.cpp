@@ -1,4 +1,4 @@
-#include "model/model_file.h"
+#include "model_io/model_file.h"
 
 #include <algorithm>
 #include <cstdint>
@@ -6,7 +6,7 @@
 #include <stdexcept>
 
 #include "model/gpt2.h"
-#include "model/hf_checkpoint.h"
+#include "model_io/hf_checkpoint.h"
 #include "util/bf16.h"
 #include "util/checked_io.h"
 

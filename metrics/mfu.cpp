@@ -1,4 +1,4 @@
-#include "train/mfu.h"
+#include "metrics/mfu.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>

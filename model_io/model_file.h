@@ -4,8 +4,8 @@
 //   header[2] = max_seq_len        header[3] = vocab_size
 //   header[4] = num_layers         header[5] = num_heads
 //   header[6] = channels           header[7] = padded_vocab_size
-#ifndef MODEL_MODEL_FILE_H
-#define MODEL_MODEL_FILE_H
+#ifndef MODEL_IO_MODEL_FILE_H
+#define MODEL_IO_MODEL_FILE_H
 
 #include <string>
 #include <vector>
@@ -26,7 +26,7 @@ struct ModelFile {
 
 // Validates magic, version, config and exact size; errors name the file. A
 // directory holding config.json is read as a Hugging Face checkpoint instead
-// (model/hf_checkpoint.h; version kModelVersionFp32).
+// (model_io/hf_checkpoint.h; version kModelVersionFp32).
 ModelFile read_model_file(const std::string& path);
 // Header only (still checks the size; for a Hugging Face directory, config.json
 // and the safetensors headers).
@@ -42,4 +42,4 @@ void write_floats(AtomicOutputFile& out, const float* src, size_t n, bool bf16);
 
 }  // namespace gpt2
 
-#endif  // MODEL_MODEL_FILE_H
+#endif  // MODEL_IO_MODEL_FILE_H

@@ -1,4 +1,4 @@
-#include "train/spike_guard.h"
+#include "metrics/spike_guard.h"
 
 #include <cmath>
 #include <cstdio>

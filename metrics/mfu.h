@@ -2,8 +2,8 @@
 // of training costs 6N + 6·L·C·T FLOPs (N parameters, L layers, C channels,
 // context T: the matmuls' forward and backward, plus attention's), held
 // against the dense peak of the device the step ran on.
-#ifndef TRAIN_MFU_H
-#define TRAIN_MFU_H
+#ifndef METRICS_MFU_H
+#define METRICS_MFU_H
 
 #include <cstddef>
 #include <string>
@@ -69,4 +69,4 @@ inline double mfu(double flops_per_tok, double tokens, double seconds, const Pea
 
 }  // namespace gpt2
 
-#endif  // TRAIN_MFU_H
+#endif  // METRICS_MFU_H
