@@ -33,6 +33,59 @@ namespace {
 // and the fp64 sum pass. (Accumulating fp64 inside the exp loop stops GCC from
 // vectorising it; two simple loops over an L1-resident chunk both vectorise.)
 constexpr int kChunk = 512;
+// The fp64 sum is kept in kLanes partial sums: element j of a chunk goes to
+// lane j % kLanes (the chunk's last len % kLanes elements to lanes 0, 1, ...),
+// and the lanes are added pairwise at the end. That gives the adder kLanes
+// independent chains instead of one, and fixes the order of the additions in
+// the code, so it does not move with the vector width.
+constexpr int kLanes = 16;
+
+// One row (a target that is not kIgnoreTarget): returns its loss and, when
+// dloss != 0, overwrites the row with its gradient.
+template <class S>
+inline __attribute__((always_inline)) S softmax_xent_row(S* l, int target, int V, int Vp,
+                                                         S dloss) {
+  const bool want_grad = dloss != static_cast<S>(0);
+  S buf[kChunk];  // exps of one chunk when the logits must stay intact
+  // A NaN logit is skipped by the max but turns its exp, hence the sum, the
+  // loss and (through 1/sum) the whole gradient row into NaN.
+  S m = -INFINITY;
+#pragma omp simd reduction(max : m)
+  for (int j = 0; j < V; j++) m = l[j] > m ? l[j] : m;
+  const S l_target = l[target];
+  double part[kLanes] = {};
+  for (int j0 = 0; j0 < V; j0 += kChunk) {
+    const int len = V - j0 < kChunk ? V - j0 : kChunk;
+    const S* src = l + j0;
+    S* dst = want_grad ? l + j0 : buf;
+#pragma omp simd
+    for (int j = 0; j < len; j++) dst[j] = vexp(src[j] - m);
+    const int full = len - len % kLanes;
+    for (int j = 0; j < full; j += kLanes)
+#pragma omp simd
+      for (int k = 0; k < kLanes; k++) part[k] += static_cast<double>(dst[j + k]);
+    for (int j = full; j < len; j++) part[j - full] += static_cast<double>(dst[j]);
+  }
+  for (int w = kLanes / 2; w > 0; w /= 2)
+    for (int k = 0; k < w; k++) part[k] += part[k + w];
+  const double sum = part[0];
+  if (want_grad) {
+    const S inv = static_cast<S>(static_cast<double>(dloss) / sum);
+#pragma omp simd
+    for (int j = 0; j < V; j++) l[j] = l[j] * inv;
+    l[target] -= dloss;
+    for (int j = V; j < Vp; j++) l[j] = 0;
+  }
+  return static_cast<S>(std::log(sum) + static_cast<double>(m) - static_cast<double>(l_target));
+}
+
+// fp32 rows get an AVX-512 version where the CPU has it (vmath.h).
+VMATH_CLONES float row_loss(float* l, int target, int V, int Vp, float dloss) {
+  return softmax_xent_row(l, target, V, Vp, dloss);
+}
+double row_loss(double* l, int target, int V, int Vp, double dloss) {
+  return softmax_xent_row(l, target, V, Vp, dloss);
+}
 
 }  // namespace
 
@@ -40,47 +93,16 @@ template <class S>
 void classifier_forward_backward(const Exec& ex, S* logits, S* losses, const int32_t* targets,
                                  int N, int V, int Vp, S dloss) {
   const bool want_grad = dloss != static_cast<S>(0);
-#pragma omp parallel num_threads(ex.threads)
-  {
-    S buf[kChunk];  // exps of one chunk when the logits must stay intact
-#pragma omp for schedule(static)
-    for (int n = 0; n < N; n++) {
-      S* l = logits + static_cast<size_t>(n) * Vp;
-      const int target = targets[n];
-      if (target == kIgnoreTarget) {  // outside the loss: no loss, no gradient
-        losses[n] = 0;
-        if (want_grad)
-          for (int j = 0; j < Vp; j++) l[j] = 0;
-        continue;
-      }
-      // A NaN logit is skipped by the max but turns its exp, hence the sum,
-      // the loss and (through 1/sum) the whole gradient row into NaN.
-      S m = -INFINITY;
-#pragma omp simd reduction(max : m)
-      for (int j = 0; j < V; j++) m = l[j] > m ? l[j] : m;
-      const S l_target = l[target];
-      double sum = 0;
-      for (int j0 = 0; j0 < V; j0 += kChunk) {
-        const int len = V - j0 < kChunk ? V - j0 : kChunk;
-        const S* src = l + j0;
-        S* dst = want_grad ? l + j0 : buf;
-#pragma omp simd
-        for (int j = 0; j < len; j++) dst[j] = vexp(src[j] - m);
-        double chunk_sum = 0;
-#pragma omp simd reduction(+ : chunk_sum)
-        for (int j = 0; j < len; j++) chunk_sum += static_cast<double>(dst[j]);
-        sum += chunk_sum;
-      }
-      if (want_grad) {
-        const S inv = static_cast<S>(static_cast<double>(dloss) / sum);
-#pragma omp simd
-        for (int j = 0; j < V; j++) l[j] = l[j] * inv;
-        l[target] -= dloss;
-        for (int j = V; j < Vp; j++) l[j] = 0;
-      }
-      losses[n] = static_cast<S>(std::log(sum) + static_cast<double>(m) -
-                                 static_cast<double>(l_target));
+#pragma omp parallel for num_threads(ex.threads) schedule(static)
+  for (int n = 0; n < N; n++) {
+    S* l = logits + static_cast<size_t>(n) * Vp;
+    if (targets[n] == kIgnoreTarget) {  // outside the loss: no loss, no gradient
+      losses[n] = 0;
+      if (want_grad)
+        for (int j = 0; j < Vp; j++) l[j] = 0;
+      continue;
     }
+    losses[n] = row_loss(l, targets[n], V, Vp, dloss);
   }
 }
 

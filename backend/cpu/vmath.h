@@ -54,6 +54,17 @@ inline float vexp(float x) {
 
 inline double vexp(double x) { return std::exp(x); }
 
+// The loops around vexp are compute-bound (about 20 vector ops per exp), so on
+// x86-64 their functions are compiled twice, for the build's ISA and for
+// x86-64-v4 (AVX-512: twice the lanes), and the CPU's features pick one at
+// load time. Callers keep each element's arithmetic and every sum's order
+// independent of the vector width, so both versions give the same bits.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 12
+#define VMATH_CLONES __attribute__((target_clones("arch=x86-64-v4", "default")))
+#else
+#define VMATH_CLONES
+#endif
+
 }  // namespace cpu
 }  // namespace gpt2
 
