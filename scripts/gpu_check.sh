@@ -51,16 +51,17 @@ export PHASES=$work/phases.tsv METRICS=$work/metrics.tsv
 : > "$PHASES"; : > "$METRICS"
 
 # Whole-run deadline: phases get their own budget or what is left, whichever is less.
+# A rehearsal runs the emulated builds on the CPU in the GPU's place, on a machine
+# that may be shared: twice the deadline, as each phase gets twice its budget.
 total_budget=$([ "$quick" = 1 ] && echo 170 || echo 560)
+[ "$rehearsal" = 1 ] && total_budget=$((total_budget * 2))
 deadline=$(( $(date +%s) + total_budget ))
 source scripts/gpu_check_phases.sh
 
 run_phase() {  # run_phase NAME FULL_BUDGET QUICK_BUDGET FUNCTION
   local name=$1 budget=$2 fn=$4 left start rc status detail
   [ "$quick" = 1 ] && budget=$3
-  # A rehearsal runs the emulated builds on the CPU in the GPU's place: twice its budget
-  # (the run's total deadline still applies).
-  [ "$rehearsal" = 1 ] && budget=$((budget * 2))
+  [ "$rehearsal" = 1 ] && budget=$((budget * 2))  # the emulated builds on the CPU (above)
   left=$(( deadline - $(date +%s) ))
   [ "$left" -lt "$budget" ] && budget=$left
   printf '\n===== phase %s (budget %ss) =====\n' "$name" "$budget"
