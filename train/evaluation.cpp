@@ -248,21 +248,25 @@ int run_evaluation(const TrainOptions& opts, const DistContext& dist, Communicat
   const auto t0 = Clock::now();
   const RankSum sum = [&comm](std::vector<double>& v) { all_reduce(comm, v.data(), v.size(), ReduceOp::kSum); };
   // A stop signal is honoured after the round in flight (every rank agrees).
+  const auto stop_check = [&comm] {
+    if (should_stop(comm)) throw StopRequested(local_stop_signal());
+  };
   const auto print = progress_printer(dist.is_main());
   const auto progress = [&](uint64_t done, uint64_t total) {
     if (print) print(done, total);  // empty off rank 0
-    if (should_stop(comm)) throw StopRequested(local_stop_signal());
+    stop_check();
   };
   try {
     r.totals = evaluate_sliding_windows(model, spec, data.reader(cfg.vocab_size), sum, progress);
+    r.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+    if (!opts.eval_hellaswag.empty())
+      r.hellaswag =
+          evaluate_hellaswag(model, spec.B, spec.T, read_hellaswag_for(opts), dist.rank, dist.world, sum, stop_check);
   } catch (const StopRequested& stop) {
     if (dist.is_main())
       std::fprintf(stderr, "--eval-only: %s; no result (exit %d)\n", stop.what(), stopped_exit_code(stop.signum));
     return stopped_exit_code(stop.signum);
   }
-  r.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
-  if (!opts.eval_hellaswag.empty())
-    r.hellaswag = evaluate_hellaswag(model, spec.B, spec.T, read_hellaswag_for(opts), dist.rank, dist.world, sum);
   if (r.totals.tokens == 0) throw std::runtime_error(opts.val_data + ": no token to score (shards of < 2 tokens)");
   r.model = trained.path;
   r.data = opts.val_data;
@@ -406,17 +410,21 @@ std::vector<HellaSwagExample> read_hellaswag_for(const TrainOptions& opts) {
 }
 
 HellaSwagResult evaluate_hellaswag(GPT2& model, int B, int T, const std::vector<HellaSwagExample>& examples,
-                                   int rank, int world, const RankSum& sum) {
+                                   int rank, int world, const RankSum& sum,
+                                   const std::function<void()>& between_rounds) {
   check_endings_fit(examples, T);
   check_ranks_agree(examples, rank, world, sum);
-  const size_t rows = examples.size() * 4;
+  const size_t rows = examples.size() * 4, per_round = static_cast<size_t>(world) * B;
   const int32_t pad = static_cast<int32_t>(model.config().vocab_size) - 1;
   std::vector<double> loss(rows, 0.0);  // each row's summed loss, from the rank that ran it
-  for (size_t first = static_cast<size_t>(rank) * B; first < rows; first += static_cast<size_t>(world) * B) {
+  for (size_t round0 = 0; round0 < rows; round0 += per_round) {
+    const size_t first = round0 + static_cast<size_t>(rank) * B;  // the last round may leave a rank idle
     const auto fill = [&](int i, int32_t* inputs, int32_t* targets) {
       fill_hellaswag_row(examples[(first + i) / 4], static_cast<int>((first + i) % 4), T, pad, inputs, targets);
     };
-    forward_rows(model, B, T, pad, static_cast<int>(std::min<size_t>(B, rows - first)), fill, loss.data() + first);
+    if (first < rows)
+      forward_rows(model, B, T, pad, static_cast<int>(std::min<size_t>(B, rows - first)), fill, loss.data() + first);
+    if (between_rounds) between_rounds();
   }
   sum(loss);
   HellaSwagResult res;

@@ -115,9 +115,12 @@ std::vector<HellaSwagExample> read_hellaswag_for(const TrainOptions& opts);
 // each row is computed in the same batch at any world size; the per-row sums
 // are exchanged once: every rank gets 1 rank's result. First every ending must
 // fit T and every rank must hold the same examples (ranks reading different
-// files): else an error naming FILE:LINE.
+// files): else an error naming FILE:LINE. `between_rounds` runs on every rank
+// after each round of world x B rows, as often on each: where a stop signal is
+// honoured (it throws), so a signal waits for one round, not the whole pass.
 HellaSwagResult evaluate_hellaswag(GPT2& model, int B, int T, const std::vector<HellaSwagExample>& examples,
-                                   int rank, int world, const RankSum& sum);
+                                   int rank, int world, const RankSum& sum,
+                                   const std::function<void()>& between_rounds = {});
 
 }  // namespace gpt2
 

@@ -135,7 +135,10 @@ bool TrainingRun::validate(int step, bool at_end) {
   if (!hellaswag_.empty()) {
     const HellaSwagResult h = evaluate_hellaswag(
         parts_.model, plan_.shape.B, plan_.shape.T, hellaswag_, dist_.rank, dist_.world,
-        [this](std::vector<double>& v) { all_reduce(comms_.host, v.data(), v.size(), ReduceOp::kSum); });
+        [this](std::vector<double>& v) { all_reduce(comms_.host, v.data(), v.size(), ReduceOp::kSum); },
+        [this] {  // a stop signal is honoured between rounds, as between validation batches
+          if (should_stop(comms_.host)) throw StopRequested(local_stop_signal());
+        });
     log_.hellaswag(step, h.n, h.acc(), h.acc_norm());
   }
   evaluated_at_ = step;

@@ -7,7 +7,9 @@
 #      in the summary and in --eval-json's "hellaswag"; 2 ranks (mpirun) give the same JSON numbers;
 #   b. training with --val-every: a "hellaswag" line and JSONL record at every validation, the one at
 #      step 0 (the same weights) equal to --eval-only's;
-#   c. errors: a bad line names FILE:LINE (exit 1), --eval-hellaswag without validation exits 2.
+#   c. errors: a bad line names FILE:LINE (exit 1), --eval-hellaswag without validation exits 2;
+#   d. SIGTERM during --eval-only's HellaSwag pass (the fixture 4,000 times over, minutes of work):
+#      exit 143 within 30 s, no result.
 # Needs the GPT-2 vocabulary (data/gpt2 or $GPT2_VOCAB_DIR).
 set -u
 cd "$(dirname "$0")/../.."
@@ -63,6 +65,24 @@ rc=$?
 rc=$?
 [ $rc = 2 ] && grep -q -- "--eval-hellaswag runs with validation" "$W/noval.log" &&
   pass "c: --eval-hellaswag with --val-every 0: exit 2" || bad "c: without validation: exit $rc"
+
+# d ----------------------------------------------------------------------------------------------
+for _ in $(seq 4000); do cat "$W/hs.jsonl"; done > "$W/long.jsonl"
+set -m  # the run in its own process group, so the signal reaches the trainer alone
+"${RUN[@]}" --eval-only --model "$W/model.bin" --device cpu --threads 1 -T 24 -B 3 --val-data "$W/val.bin" \
+  --eval-hellaswag "$W/long.jsonl" > "$W/long.log" 2>&1 &
+pid=$!
+set +m
+for _ in $(seq 300); do grep -q "^eval: " "$W/long.log" 2>/dev/null && break; sleep 0.1; done
+sleep 3  # the windows are scored in well under a second: the HellaSwag pass is running
+t0=$(date +%s)
+kill -TERM "$pid"
+wait "$pid"
+rc=$?
+secs=$(($(date +%s) - t0))
+[ $rc = 143 ] && [ "$secs" -le 30 ] && grep -q -- "--eval-only: stop requested by signal 15; no result (exit 143)" "$W/long.log" &&
+  pass "d: SIGTERM during the HellaSwag pass: exit 143 after $secs s, no result" ||
+  { bad "d: SIGTERM during the HellaSwag pass: exit $rc after $secs s"; tail -n 3 "$W/long.log"; }
 
 # A part that could not run makes the whole a counted skip (77), not a pass.
 finish hellaswag_test

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "distributed/preempt.h"
 #include "model/gpt2.h"
 #include "test/tiny_config.h"
 #include "train/evaluation.h"
@@ -244,6 +245,34 @@ TEST(HellaSwag, RanksHoldingOtherExamplesAreNamedByFileAndLine) {
     for (double& x : v) x += x;
   };
   EXPECT_EQ(evaluate_hellaswag(model, 2, kT, examples, 0, 2, same).n, 3u);
+}
+
+// 5 examples are 20 rows: 10 rounds of B = 2 on one rank, 5 on each of 2 ranks
+// (rank 1 idle in none); a stop thrown after round 3 ends the pass there.
+TEST(HellaSwag, AStopBetweenRoundsEndsThePassAfterTheRoundInFlight) {
+  auto be = make_cpu_backend(1);
+  GPT2 model(*be, tiny_config(), 2, kT);
+  model.init_random(9);
+  const std::vector<HellaSwagExample> examples = hellaswag_examples(5);
+  const RankSum alone = [](std::vector<double>&) {};
+  const RankSum twice = [](std::vector<double>& v) {
+    for (double& x : v) x += x;
+  };
+  int rounds = 0;
+  const auto count = [&] { rounds++; };
+  EXPECT_EQ(evaluate_hellaswag(model, 2, kT, examples, 0, 1, alone, count).n, 5u);
+  EXPECT_EQ(rounds, 10);
+  for (int rank = 0; rank < 2; rank++) {
+    rounds = 0;
+    evaluate_hellaswag(model, 2, kT, examples, rank, 2, twice, count);
+    EXPECT_EQ(rounds, 5) << "rank " << rank;
+  }
+  rounds = 0;
+  const auto stop_after_3 = [&] {
+    if (++rounds == 3) throw StopRequested(15);
+  };
+  EXPECT_THROW(evaluate_hellaswag(model, 2, kT, examples, 0, 1, alone, stop_after_3), StopRequested);
+  EXPECT_EQ(rounds, 3);
 }
 
 }  // namespace
