@@ -7,12 +7,12 @@ BACKEND_CPU_SRCS   := $(sort $(wildcard backend/cpu/*.cpp)) backend/op_checks.cp
 BACKEND_CPU_OBJS   := $(BACKEND_CPU_SRCS:%.cpp=$(BUILD)/%.o)
 
 # The op loops call sqrt; without errno semantics GCC can vectorise it. The
-# loops that call vexp (vmath.h: softmax, GELU) hold float compares and selects;
-# under the default -ftrapping-math GCC will not if-convert them (a compare may
-# raise an FP exception flag), so those loops stayed scalar. Nothing here reads
+# loops that call vexp (vmath.h: softmax, GELU) hold float compares and selects,
+# which GCC will not if-convert under the default -ftrapping-math (a compare may
+# raise an FP exception flag): those loops would stay scalar. Nothing here reads
 # the FP flags. Elementwise results are the same bits scalar or vector; a sum
-# marked `omp simd reduction` (attention's softmax row) is now added in vector
-# lanes, an order the pragma allows. GCC's default for Skylake-X is 256-bit vectors;
+# marked `omp simd reduction` (attention's softmax row) adds in vector lanes,
+# an order the pragma allows. GCC's default for Skylake-X is 256-bit vectors;
 # OpenBLAS's SkylakeX kernels already run the cores at the AVX-512 clock, so the
 # elementwise loops may as well use 512-bit ones (no effect on CPUs without
 # AVX-512).
