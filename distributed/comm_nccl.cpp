@@ -146,7 +146,8 @@ class NcclCommunicator final : public Communicator {
     std::string error;
     ncclResult_t r;
     {
-      InFlight in_flight(watchdog_slot(), "ncclCommInitRank");  // a peer that never joins
+      // a peer that never joins: the timeout ends it, and so does a stop signal
+      InFlight in_flight(watchdog_slot(), "ncclCommInitRank", /*ends_on_stop=*/true);
       r = ncclCommInitRank(&comm_, world_, msg.id, rank_);
     }
     if (r != ncclSuccess) {
@@ -172,7 +173,7 @@ class NcclCommunicator final : public Communicator {
     std::memcpy(id.internal, id_bytes.data(), sizeof id.internal);
     ncclResult_t r;
     {
-      InFlight in_flight(watchdog_slot(), "ncclCommInitRank");
+      InFlight in_flight(watchdog_slot(), "ncclCommInitRank", /*ends_on_stop=*/true);
       r = ncclCommInitRank(&comm_, world_, id, rank_);
     }
     if (r != ncclSuccess) {
@@ -653,14 +654,19 @@ std::string nccl_unique_id_for_launch(const DistContext& ctx) {
   return std::string(id.internal, sizeof id.internal);
 }
 
+std::string nccl_launch_problem(const DistContext& ctx) {
+  int devices = 0;
+  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) return "no GPU visible: " + cpu_ranks_need_mpi(ctx);
+  if (ctx.local_rank >= devices)
+    return "local rank " + std::to_string(ctx.local_rank) + " but only " + std::to_string(devices) +
+           " visible GPU(s): start at most one rank per GPU";
+  return "";
+}
+
 std::unique_ptr<Communicator> make_nccl_host_communicator(const std::string& nccl_id, const DistContext& ctx,
                                                           CommWatchdog* watchdog) {
-  int devices = 0;
-  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0)
-    throw std::runtime_error(ctx.prefix() + "no GPU visible: " + cpu_ranks_need_mpi(ctx));
-  if (ctx.local_rank >= devices)
-    throw std::runtime_error(ctx.prefix() + "local rank " + std::to_string(ctx.local_rank) + " but only " +
-                             std::to_string(devices) + " visible GPU(s): start at most one rank per GPU");
+  const std::string problem = nccl_launch_problem(ctx);
+  if (!problem.empty()) throw std::runtime_error(ctx.prefix() + problem);
   const int device = ctx.local_rank;  // as train/device_link.h's cuda_device_for_rank picks it
   cudaStream_t stream = nullptr;
   if (cudaSetDevice(device) != cudaSuccess || cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking) != cudaSuccess)

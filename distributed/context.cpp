@@ -207,7 +207,16 @@ void DistRuntime::start_without_mpi(const EnvLaunch& launch, const LaunchSetting
   req.host = ctx_.host;
   req.prefix = ctx_.prefix();
   req.timeout_s = settings.timeout_s;
-  if (ctx_.rank == 0) req.payload = nccl_unique_id_for_launch(ctx_);
+  // A rank that cannot go on still comes, so that its peers learn it now
+  // rather than wait for it in NCCL's set-up until the timeout.
+  req.problem = nccl_launch_problem(ctx_);
+  if (ctx_.rank == 0 && req.problem.empty()) {
+    try {
+      req.payload = nccl_unique_id_for_launch(ctx_);
+    } catch (const std::exception& e) {
+      req.problem = e.what();
+    }
+  }
   nccl_id_ = rendezvous(spec, req).payload;
 }
 
@@ -217,6 +226,8 @@ __attribute__((weak)) bool nccl_linked() { return false; }
 __attribute__((weak)) std::string nccl_unique_id_for_launch(const DistContext& ctx) {
   throw std::runtime_error(ctx.prefix() + cpu_ranks_need_mpi(ctx) + " (this binary was built without NCCL)");
 }
+
+__attribute__((weak)) std::string nccl_launch_problem(const DistContext&) { return ""; }
 
 __attribute__((weak)) std::unique_ptr<Communicator> make_nccl_host_communicator(const std::string&,
                                                                                 const DistContext& ctx,

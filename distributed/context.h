@@ -122,8 +122,11 @@ std::string cpu_ranks_need_mpi(const DistContext& ctx);
 // the others throw the refusal above.
 // The unique id (rank 0 makes it), and a host-memory communicator whose calls
 // stage through the rank's GPU (local_rank) and one NCCL communicator.
+// nccl_launch_problem: why this rank cannot make that communicator ("" : it
+// can), known before the rendezvous, which carries it to every rank.
 bool nccl_linked();
 std::string nccl_unique_id_for_launch(const DistContext& ctx);
+std::string nccl_launch_problem(const DistContext& ctx);
 std::unique_ptr<Communicator> make_nccl_host_communicator(const std::string& nccl_id, const DistContext& ctx,
                                                           CommWatchdog* watchdog);
 

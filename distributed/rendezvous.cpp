@@ -1,5 +1,6 @@
 // TCP rendezvous (distributed/rendezvous.h). Rank 0 accepts one connection per
-// other rank; each sends a Hello (rank, world, job, host), rank 0 checks them all
+// other rank; each sends a Hello (rank, world, job, host, and why it cannot go
+// on, if it cannot), rank 0 checks them all
 // and answers every connection with one Reply: ok + payload + hosts, or the
 // error, so a mismatch fails on every rank that came, not just on rank 0.
 // The file variant is in rendezvous_file.cpp.
@@ -84,7 +85,7 @@ using rdzv::Deadline;
 using rdzv::kWaitSliceMs;
 using rdzv::Waiting;
 
-constexpr char kMagic[8] = {'G', 'P', 'T', '2', 'R', 'D', 'V', '1'};
+constexpr char kMagic[8] = {'G', 'P', 'T', '2', 'R', 'D', 'V', '2'};
 // rank 0's payload (a communicator id) or its error message
 constexpr uint32_t kMaxReplyText = 1u << 16;
 
@@ -95,6 +96,7 @@ struct Hello {
   int32_t world;
   char job[64];
   char host[64];
+  char problem[256];  // empty: this rank can go on
 };
 
 void copy_text(char* dst, size_t n, const std::string& src) {
@@ -190,7 +192,10 @@ RendezvousResult serve(const RendezvousSpec& spec, const RendezvousRequest& req)
   hosts[0] = req.host;
   seen[0] = true;
   int joined = 1;
-  std::string problem;
+  std::string problem;  // a mismatch: ends the wait
+  // A rank that cannot go on: the others are still waited for, so that every
+  // rank hears it.
+  std::string cannot_start = req.problem.empty() ? "" : "rank 0 (host " + req.host + ") cannot start: " + req.problem;
   const auto missing = [&] {
     std::string m;
     for (int r = 0; r < req.world; ++r)
@@ -232,9 +237,12 @@ RendezvousResult serve(const RendezvousSpec& spec, const RendezvousRequest& req)
       seen[static_cast<size_t>(h.rank)] = true;
       hosts[static_cast<size_t>(h.rank)] = host;
       ++joined;
+      const std::string why = text_of(h.problem, sizeof h.problem);
+      if (!why.empty() && cannot_start.empty()) cannot_start = who + " cannot start: " + why;
     }
     peers.push_back(std::move(conn));
   }
+  if (problem.empty()) problem = cannot_start;
   const Deadline reply_deadline(5.0);
   for (const Fd& p : peers)
     send_reply(p.get(), problem.empty(), problem.empty() ? req.payload : req.prefix + where + ": " + problem,
@@ -299,6 +307,7 @@ RendezvousResult join(const RendezvousSpec& spec, const RendezvousRequest& req) 
   h.world = req.world;
   copy_text(h.job, sizeof h.job, req.job_id);
   copy_text(h.host, sizeof h.host, req.host);
+  copy_text(h.problem, sizeof h.problem, req.problem);
   uint32_t head[3] = {};
   if (!transfer(conn.get(), &h, sizeof h, deadline, true) ||
       !transfer(conn.get(), head, sizeof head, deadline, false, &waiting, "rank 0's answer (rank 0 waits for the others)"))
@@ -348,7 +357,10 @@ RendezvousSpec parse_rendezvous(const std::string& value, const std::string& mas
 }
 
 RendezvousResult rendezvous(const RendezvousSpec& spec, const RendezvousRequest& req) {
-  if (req.world == 1) return {req.payload, {req.host}};
+  if (req.world == 1) {
+    if (!req.problem.empty()) throw std::runtime_error(req.prefix + req.problem);
+    return {req.payload, {req.host}};
+  }
   if (spec.kind == RendezvousSpec::Kind::kFile) return rdzv::file_rendezvous(spec, req);
   return req.rank == 0 ? serve(spec, req) : join(spec, req);
 }

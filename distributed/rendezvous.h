@@ -38,6 +38,9 @@ struct RendezvousRequest {
   int world = 1;
   std::string job_id;   // launcher's job id ("" if none): files of another job are stale
   std::string payload;  // rank 0's bytes for every rank (others: ignored)
+  // Why this rank cannot go on ("": it can). It still comes, and the
+  // rendezvous fails on every rank naming it (the first such rank's).
+  std::string problem;
   std::string host;     // this process's host name, for messages
   std::string prefix;   // "rank R/W (host): "
   double timeout_s = 300;

@@ -4,11 +4,12 @@
 //   rank0   rank 0's announcement: job, world, host, pid, time, a random nonce
 //           and the payload (hex). A rank0 or go already there when rank 0
 //           starts is a stale file of an earlier job: refused.
-//   rankR   rank R's claim (after reading rank0): the nonce it read, its world
-//           and host. Created with link(), which fails if it exists, so two
+//   rankR   rank R's claim (after reading rank0): the nonce it read, its world,
+//           host, and why it cannot go on if it cannot. Created with link(), which fails if it exists, so two
 //           processes claiming one rank cannot both succeed.
 //   go      rank 0's verdict once every claim is in: the nonce and ok, or the
-//           error (world sizes that disagree, a claim of another nonce).
+//           error (world sizes that disagree, a claim of another nonce, a rank
+//           that cannot start).
 // Each rank R removes its claim after reading go; rank 0 removes rank0 and go
 // once the claims are gone, leaving DIR as it found it.
 #include <fcntl.h>
@@ -109,7 +110,8 @@ Fields mine(const RendezvousRequest& req) {
           {"pid", std::to_string(getpid())},
           {"time", std::to_string(std::time(nullptr))},
           {"job", req.job_id},
-          {"world", std::to_string(req.world)}};
+          {"world", std::to_string(req.world)},
+          {"problem", hex(req.problem)}};
 }
 
 void sleep_a_little() { std::this_thread::sleep_for(std::chrono::milliseconds(50)); }
@@ -151,7 +153,9 @@ RendezvousResult as_rank0(const std::string& dir, const RendezvousRequest& req) 
   };
   std::vector<std::string> hosts(static_cast<size_t>(req.world));
   hosts[0] = req.host;
-  std::string problem;
+  std::string problem;  // a mismatch: ends the wait
+  // A rank that cannot go on: the others are still waited for, so that every rank hears it.
+  std::string cannot_start = req.problem.empty() ? "" : "rank 0 (host " + req.host + ") cannot start: " + req.problem;
   for (int r = 1; r < req.world && problem.empty(); ++r) {
     const std::string path = dir + "/rank" + std::to_string(r);
     while (!exists(path) && deadline.left_ms() > 0) wait_a_little("rank " + std::to_string(r) + " (" + path + ")");
@@ -171,7 +175,10 @@ RendezvousResult as_rank0(const std::string& dir, const RendezvousRequest& req) 
                 ", rank 0 has " + std::to_string(req.world);
     else
       hosts[static_cast<size_t>(r)] = claim.count("host") ? claim.at("host") : "?";
+    const std::string why = claim.count("problem") ? unhex(claim.at("problem")) : "";
+    if (problem.empty() && !why.empty() && cannot_start.empty()) cannot_start = who + " cannot start: " + why;
   }
+  if (problem.empty()) problem = cannot_start;
   Fields verdict{{"nonce", nonce}, {"status", problem.empty() ? "ok" : "error"}, {"message", problem}};
   verdict["hosts"] = hex(encode_hosts(hosts));
   const std::string go_tmp = write_temp(go, verdict, req.prefix);

@@ -9,6 +9,8 @@
 #include <cstdlib>
 #include <sstream>
 
+#include "distributed/preempt.h"
+
 namespace gpt2 {
 namespace {
 
@@ -55,9 +57,10 @@ ExitDeadline::~ExitDeadline() {
   thread_.join();
 }
 
-void CommWatchdog::Slot::begin(const char* call) {
+void CommWatchdog::Slot::begin(const char* call, bool ends_on_stop) {
   if (!owner_->enabled()) return;
   call_.store(call, std::memory_order_relaxed);
+  ends_on_stop_.store(ends_on_stop, std::memory_order_relaxed);
   since_ms_.store(owner_->clock_(), std::memory_order_release);
 }
 
@@ -112,25 +115,39 @@ std::string CommWatchdog::expiry_message(const std::string& kind, const char* ca
 std::string CommWatchdog::poll() {
   if (!enabled() || expired_.load()) return {};
   std::string message;
+  int code = 1;
   std::vector<std::function<void()>> hooks;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     const int64_t now = clock_();
+    const int stop = local_stop_signal();
     for (const auto& slot : slots_) {
       const int64_t since = slot->since_ms_.load(std::memory_order_acquire);
-      if (since < 0 || now - since <= timeout_ms_) continue;
-      message = expiry_message(slot->kind_, slot->call_.load(std::memory_order_relaxed));
-      break;
+      if (since < 0) continue;
+      const char* call = slot->call_.load(std::memory_order_relaxed);
+      if (now - since > timeout_ms_) {
+        message = expiry_message(slot->kind_, call);
+        break;
+      }
+      if (stop != 0 && slot->ends_on_stop_.load(std::memory_order_relaxed)) {
+        message = prefix_ + "stop requested by signal " + std::to_string(stop) + " during " + slot->kind_ + " " +
+                  (call ? call : "set-up") + " (waiting for the other ranks); exiting";
+        code = stopped_exit_code(stop);
+        break;
+      }
     }
     if (message.empty()) return {};
     for (const auto& slot : slots_)
       if (slot->abort_hook_) hooks.push_back(slot->abort_hook_);
   }
   if (expired_.exchange(true)) return {};
-  const ExitDeadline deadline(grace_s_, prefix_ + "ending the process: the abort after the collective timeout did not "
-                                                  "finish within " + seconds_text(grace_s_) + " s");
+  const ExitDeadline deadline(grace_s_,
+                              prefix_ + "ending the process: the abort after the " +
+                                  (code == 1 ? "collective timeout" : "stop signal") + " did not finish within " +
+                                  seconds_text(grace_s_) + " s",
+                              code);
   for (auto& hook : hooks) hook();
-  expire_(message);
+  expire_(message, code);
   return message;
 }
 
@@ -147,14 +164,14 @@ void CommWatchdog::run_thread() {
   }
 }
 
-void CommWatchdog::abort_job(const std::string& message) {
+void CommWatchdog::abort_job(const std::string& message, int exit_code) {
   std::fprintf(stderr, "error: %s\n", message.c_str());
   std::fflush(stderr);
   int initialized = 0, finalized = 0;
   MPI_Initialized(&initialized);
   MPI_Finalized(&finalized);
-  if (initialized && !finalized) MPI_Abort(MPI_COMM_WORLD, 1);
-  std::_Exit(1);
+  if (initialized && !finalized) MPI_Abort(MPI_COMM_WORLD, exit_code);
+  std::_Exit(exit_code);
 }
 
 }  // namespace gpt2

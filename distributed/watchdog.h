@@ -16,6 +16,11 @@
 // thread may be inside the communicator, so they must not touch it (the NCCL
 // communicator has none: it aborts only on its own thread, see comm_nccl.cpp).
 //
+// A set-up call that waits for peers (ncclCommInitRank) is marked to end on a
+// stop signal: a SIGTERM or Ctrl-C that arrives while it is in flight ends the
+// process within about a second, exit 128 + the signal, since the call itself
+// cannot notice the signal and there is no step boundary to stop at yet.
+//
 // Only calls in flight count: a rank that is busy outside collectives (a long
 // step, a checkpoint write, rank 0 sampling) is never timed itself, but its
 // peers waiting for it in a collective are. The timeout must therefore exceed
@@ -67,15 +72,17 @@ class CommWatchdog {
   // Milliseconds on a monotonic clock.
   using Clock = std::function<int64_t()>;
   // Called once, on the watchdog's thread (or poll()'s caller), with the whole
-  // message (no "error: " in front, no newline). The default prints
-  // "error: <message>" and calls MPI_Abort; it does not return.
-  using ExpireAction = std::function<void(const std::string& message)>;
+  // message (no "error: " in front, no newline) and the exit code (1 for a
+  // timeout, 128 + the signal for a stop). The default prints "error:
+  // <message>" and calls MPI_Abort; it does not return.
+  using ExpireAction = std::function<void(const std::string& message, int exit_code)>;
 
   // One communicator's in-flight call. The owner (a Communicator) calls
   // begin/end around every transport call; both are lock-free.
   class Slot {
    public:
-    void begin(const char* call);
+    // ends_on_stop: a stop signal during the call ends the process (set-up calls).
+    void begin(const char* call, bool ends_on_stop = false);
     void end();
     const std::string& kind() const { return kind_; }
 
@@ -88,6 +95,7 @@ class CommWatchdog {
     std::function<void()> abort_hook_;  // run before the job is ended (may be empty); thread-safe
     std::atomic<int64_t> since_ms_{-1};  // start of the call in flight; -1: none
     std::atomic<const char*> call_{nullptr};  // a string literal: "all_reduce", ...
+    std::atomic<bool> ends_on_stop_{false};
   };
 
   // timeout_s <= 0 disables the watchdog (no thread; slots cost nothing).
@@ -110,7 +118,8 @@ class CommWatchdog {
   Slot* add_slot(const std::string& kind, std::function<void()> abort_hook = {});
   void release(Slot* slot);
 
-  // One check: when a call has been in flight longer than the timeout, the exit
+  // One check: when a call has been in flight longer than the timeout, or a
+  // call marked ends_on_stop is in flight after a stop signal, the exit
   // deadline is armed, the hooks run, then the expire action, and poll returns
   // its message (once the action returned: tests); else "".
   std::string poll();
@@ -119,8 +128,8 @@ class CommWatchdog {
   // died or hangs); aborting".
   std::string expiry_message(const std::string& kind, const char* call) const;
 
-  // The default expire action: "error: <message>" on stderr, MPI_Abort(1).
-  static void abort_job(const std::string& message);
+  // The default expire action: "error: <message>" on stderr, MPI_Abort(exit_code).
+  static void abort_job(const std::string& message, int exit_code);
 
  private:
   void run_thread();
@@ -142,8 +151,8 @@ class CommWatchdog {
 // when the call throws). A null slot does nothing.
 class InFlight {
  public:
-  InFlight(CommWatchdog::Slot* slot, const char* call) : slot_(slot) {
-    if (slot_) slot_->begin(call);
+  InFlight(CommWatchdog::Slot* slot, const char* call, bool ends_on_stop = false) : slot_(slot) {
+    if (slot_) slot_->begin(call, ends_on_stop);
   }
   ~InFlight() {
     if (slot_) slot_->end();

@@ -643,6 +643,7 @@ ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqueId id, int
   if (nranks < 1 || rank < 0 || rank >= nranks)
     return warn(ncclInvalidArgument, "ncclCommInitRank: invalid rank " + std::to_string(rank) + " of nranks " +
                                          std::to_string(nranks));
+  maybe_freeze_init(rank);
   const uint64_t h = hash_id(id);
   if (is_socket_unique_id(id)) return init_over_sockets(comm, nranks, id, rank, h);
   int initialized = 0;

@@ -29,6 +29,8 @@ uint64_t fail_at_from_env() {
 //   GPT2_EMU_NCCL_ABORT_BLOCKS=1                          ncclCommAbort never returns
 //   GPT2_EMU_NCCL_FREEZE_RANK=R [GPT2_EMU_NCCL_FREEZE_AT=N]  the N-th (default 1st)
 //       collective that rank R of a communicator runs never returns (a hung kernel)
+//   GPT2_EMU_NCCL_FREEZE_INIT_RANK=R                      rank R's ncclCommInitRank
+//       never returns (a peer that never joins the set-up)
 namespace {
 bool env_flag(const char* name) {
   const char* s = std::getenv(name);
@@ -51,6 +53,12 @@ void maybe_freeze(const ncclComm& c) {
   if (c.executed != n) return;
   block_forever("rank " + std::to_string(c.rank) + " freezes in collective " + std::to_string(n) +
                 " (GPT2_EMU_NCCL_FREEZE_RANK)");
+}
+
+void maybe_freeze_init(int rank) {
+  const char* r = std::getenv("GPT2_EMU_NCCL_FREEZE_INIT_RANK");
+  if (r == nullptr || *r == '\0' || std::atoi(r) != rank) return;
+  block_forever("rank " + std::to_string(rank) + " freezes in ncclCommInitRank (GPT2_EMU_NCCL_FREEZE_INIT_RANK)");
 }
 
 ncclResult_t take_injected(ncclComm* c, std::string* why) {

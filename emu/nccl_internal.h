@@ -52,6 +52,8 @@ std::string transport_error_text(const ncclComm& c, int rc);
 ncclResult_t take_injected(ncclComm* c, std::string* why);
 // GPT2_EMU_NCCL_FREEZE_RANK / _AT: never returns when this is the collective to freeze in.
 void maybe_freeze(const ncclComm& c);
+// GPT2_EMU_NCCL_FREEZE_INIT_RANK=R: rank R's ncclCommInitRank never returns.
+void maybe_freeze_init(int rank);
 // GPT2_EMU_NCCL_ABORT_BLOCKS=1: ncclCommAbort never returns.
 void maybe_block_abort(const ncclComm& c);
 

@@ -113,7 +113,9 @@ std::unique_ptr<SocketGroup> SocketGroup::connect(const ncclUniqueId& id, int ra
   std::vector<int> refused;
   while (joined < nranks && problem.empty()) {
     pollfd p{listener, POLLIN, 0};
-    if (poll(&p, 1, left_ms()) <= 0) {
+    const int ready = poll(&p, 1, left_ms());
+    if (ready < 0 && errno == EINTR) continue;  // a signal is not a timeout: the caller decides
+    if (ready <= 0) {
       problem = "ncclCommInitRank: only " + std::to_string(joined) + " of " + std::to_string(nranks) +
                 " ranks came within " + std::to_string(static_cast<int>(timeout_s)) + " s (socket transport)";
       break;

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# test-timeout: 240
+# test-timeout: 300
 # Launches without MPI: ranks that torchrun's variables
 # describe (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR,
 # MASTER_PORT), started by a plain shell loop or by torch.distributed.run, meet
@@ -15,7 +15,11 @@
 #      file, CPU ranks refused;
 #   d. a dead peer without MPI: rank 1 frozen in a collective with aborts that
 #      block (every rank exits non-zero within --comm-timeout + 10 s), rank 1
-#      exiting (rank 0 ends with the socket transport's error).
+#      exiting (rank 0 ends with the socket transport's error);
+#   e. set-up: a rank that cannot start (two local ranks, one GPU) is named by
+#      every rank within seconds, not waited for in NCCL's set-up until
+#      --comm-timeout; SIGTERM while NCCL's set-up waits for a peer that never
+#      joins ends both ranks with 143 within seconds.
 set -u
 cd "$(dirname "$0")/../.."
 EMU=build/train_gpt2cu_emu
@@ -128,6 +132,45 @@ timed loop exits 2 "${common[@]}" --max-steps 6 --comm-timeout 0
 unset GPT2_TEST_EXIT_RANK GPT2_TEST_EXIT_AT_STEP
 cat "$W/exits.0.err" "$W/exits.1.err" >"$W/exits.err"
 expect exits 20 '^error: rank 0/2 \(.*\): .*socket transport: rank 1 is gone'
+
+# --- e. set-up failures and signals ----------------------------------------------------------
+# two ranks on one node at MASTER_PORT=$1 with GPT2_EMU_DEVICE_COUNT=$2, NAME=$3, then args; pids in $pair
+start_pair() {
+  local p=$1 gpus=$2 name=$3 r; shift 3
+  pair=()
+  for r in 0 1; do
+    GPT2_EMU_DEVICE_COUNT=$gpus RANK=$r WORLD_SIZE=2 LOCAL_RANK=$r LOCAL_WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 \
+      MASTER_PORT=$p timeout -k 5 90 "$@" >"$W/$name.$r.out" 2>"$W/$name.$r.err" &
+    pair+=($!)
+  done
+}
+wait_pair() { local p; rc=0; for p in "${pair[@]}"; do wait "$p" || rc=$?; done; }
+t0=$(date +%s.%N)
+start_pair "$(port)" 1 one_gpu "$EMU" "${common[@]}" --comm-timeout 60
+wait_pair
+secs=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
+cat "$W/one_gpu.0.err" "$W/one_gpu.1.err" >"$W/one_gpu.err"
+expect one_gpu 15 'rank 1 \(host [^)]*\) cannot start: local rank 1 but only 1 visible GPU\(s\)'
+if grep -q 'rank 0/2 .*cannot start: local rank 1' "$W/one_gpu.0.err"; then
+  pass "one_gpu: rank 0 names rank 1's problem: $(grep -m1 -o 'rank 1 (host [^)]*) cannot start.*' "$W/one_gpu.0.err")"
+else
+  bad "one_gpu: rank 0 does not name rank 1's problem"; cat "$W/one_gpu.0.err"
+fi
+start_pair "$(port)" 2 init_stop env GPT2_EMU_NCCL_FREEZE_INIT_RANK=1 "$EMU" "${common[@]}" --comm-timeout 60
+for _ in $(seq 100); do grep -q 'freezes in ncclCommInitRank' "$W/init_stop.1.err" 2>/dev/null && break; sleep 0.1; done
+sleep 1  # rank 0 is in its own ncclCommInitRank by now, waiting for rank 1
+t0=$(date +%s.%N)
+kill -TERM "${pair[@]}"
+rc0=0 rc1=0
+wait "${pair[0]}" || rc0=$?
+wait "${pair[1]}" || rc1=$?
+secs=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
+if [ "$rc0" = 143 ] && [ "$rc1" = 143 ] && awk -v s="$secs" 'BEGIN { exit !(s < 8) }' &&
+   grep -q 'rank 0/2 .*stop requested by signal 15 during nccl ncclCommInitRank' "$W/init_stop.0.err"; then
+  pass "init_stop: SIGTERM during NCCL set-up: exits $rc0 and $rc1 after $secs s: $(grep -m1 -o 'stop requested.*' "$W/init_stop.0.err")"
+else
+  bad "init_stop: exits $rc0 and $rc1 after $secs s, want 143 twice within 8 s"; tail -n 3 "$W/init_stop.0.err" "$W/init_stop.1.err"
+fi
 
 [ $fail = 0 ] && echo "launch_nompi_test: all passed"
 exit $fail

@@ -235,6 +235,29 @@ TEST(Rendezvous, TwoProcessesClaimOneRank) {
   }
 }
 
+// A rank that cannot go on still comes, so every rank hears its reason at
+// once (a local rank beyond the visible GPUs, rank 0's unique id failing).
+TEST(Rendezvous, ARankThatCannotStartIsNamedOnEveryRank) {
+  TempDir dir("rdzv_test");
+  for (const RendezvousSpec& spec : both_transports(dir)) {
+    for (int failing : {1, 0}) {
+      std::vector<RendezvousRequest> reqs = {request(0, 3, 20), request(1, 3, 20), request(2, 3, 20)};
+      reqs[static_cast<size_t>(failing)].problem = "local rank 1 but only 1 visible GPU(s)";
+      double secs = 0;
+      const auto out = run_all(spec, reqs, &secs);
+      const std::string want = "rank " + std::to_string(failing) + " (host host" + std::to_string(failing);
+      for (size_t r = 0; r < out.size(); ++r) {
+        EXPECT_TRUE(has(out[r], "error: rank " + std::to_string(r) + "/3 (host" + std::to_string(r) + "): "))
+            << spec.describe() << ": " << out[r];
+        EXPECT_TRUE(has(out[r], "cannot start: local rank 1 but only 1 visible GPU(s)"))
+            << spec.describe() << ": " << out[r];
+        EXPECT_TRUE(has(out[r], want)) << spec.describe() << ": " << out[r];
+      }
+      EXPECT_LT(secs, 5) << spec.describe();  // not the 20 s timeout
+    }
+  }
+}
+
 TEST(Rendezvous, WorldSizesDisagree) {
   TempDir dir("rdzv_test");
   for (const RendezvousSpec& spec : both_transports(dir)) {

@@ -11,6 +11,8 @@
 #include <thread>
 #include <vector>
 
+#include "distributed/preempt.h"
+
 namespace gpt2 {
 namespace {
 
@@ -20,12 +22,14 @@ const char* const kPrefix = "rank 0/2 (node1): ";
 struct Fixture {
   int64_t now = 1000;
   std::vector<std::string> expired;
+  std::vector<int> codes;           // the exit code of each
   std::vector<std::string> events;  // hooks and the action, in order
   CommWatchdog dog;
   explicit Fixture(double timeout_s)
       : dog(timeout_s, kPrefix, [this] { return now; },
-            [this](const std::string& m) {
+            [this](const std::string& m, int code) {
               expired.push_back(m);
+              codes.push_back(code);
               events.push_back("expire");
             },
             /*start_thread=*/false) {}
@@ -98,7 +102,7 @@ TEST(WatchdogDeathTest, AHookThatBlocksForeverStillEndsTheProcess) {
   EXPECT_EXIT(
       {
         int64_t now = 0;
-        CommWatchdog dog(1, kPrefix, [&] { return now; }, [](const std::string&) {}, false, /*grace_s=*/0.3);
+        CommWatchdog dog(1, kPrefix, [&] { return now; }, [](const std::string&, int) {}, false, /*grace_s=*/0.3);
         CommWatchdog::Slot* slot =
             dog.add_slot("nccl", [] { for (;;) std::this_thread::sleep_for(std::chrono::hours(1)); });
         slot->begin("all_reduce");
@@ -141,13 +145,50 @@ TEST(Watchdog, ZeroDisablesIt) {
   EXPECT_TRUE(f.expired.empty());
 }
 
+// A stop signal ends a set-up call that waits for peers at once, with 128 +
+// the signal; ordinary collectives are left to finish (the trainer stops at
+// the next step boundary).
+TEST(Watchdog, AStopSignalEndsOnlyASetUpCallInFlight) {
+  Fixture f(600);
+  CommWatchdog::Slot* slot = f.dog.add_slot("nccl");
+  request_stop(15);
+  {
+    InFlight call(slot, "all_reduce");
+    f.now += 2000;
+    EXPECT_EQ(f.dog.poll(), "");
+  }
+  EXPECT_EQ(f.dog.poll(), "");  // nothing in flight
+  {
+    InFlight init(slot, "ncclCommInitRank", /*ends_on_stop=*/true);
+    const std::string want =
+        "rank 0/2 (node1): stop requested by signal 15 during nccl ncclCommInitRank (waiting for the other ranks); "
+        "exiting";
+    EXPECT_EQ(f.dog.poll(), want);
+  }
+  clear_stop_signal();
+  ASSERT_EQ(f.codes.size(), 1u);
+  EXPECT_EQ(f.codes[0], 143);
+}
+
+TEST(Watchdog, ASetUpCallWithoutAStopWaitsForTheTimeout) {
+  Fixture f(5);
+  CommWatchdog::Slot* slot = f.dog.add_slot("nccl");
+  InFlight init(slot, "ncclCommInitRank", /*ends_on_stop=*/true);
+  f.now += 5000;
+  EXPECT_EQ(f.dog.poll(), "");
+  f.now += 1;
+  EXPECT_NE(f.dog.poll().find("nccl ncclCommInitRank did not complete within 5 s"), std::string::npos);
+  ASSERT_EQ(f.codes.size(), 1u);
+  EXPECT_EQ(f.codes[0], 1);
+}
+
 // The thread polls by itself on the real clock (sub-second timeouts poll every
 // quarter of the timeout) and stops when the watchdog is destroyed.
 TEST(Watchdog, ItsThreadFiresOnTheRealClock) {
   std::atomic<int> fired{0};
   std::string message;
   {
-    CommWatchdog dog(0.2, kPrefix, {}, [&](const std::string& m) {
+    CommWatchdog dog(0.2, kPrefix, {}, [&](const std::string& m, int) {
       message = m;
       fired.store(1);
     });
