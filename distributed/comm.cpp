@@ -23,6 +23,7 @@ const char* comm_call_name(CommCall call) {
     case CommCall::kReduceScatter: return "reduce_scatter";
     case CommCall::kReduceScatterV: return "reduce_scatter_v";
     case CommCall::kAllGather: return "all_gather";
+    case CommCall::kAllGatherV: return "all_gather_v";
     case CommCall::kBroadcast: return "broadcast";
     case CommCall::kBarrier: return "barrier";
     case CommCall::kCount: break;
@@ -124,6 +125,30 @@ void Communicator::all_gather(const void* send, void* recv, size_t send_count, D
   if (send_count == 0) return;
   InFlight in_flight(slot_, comm_call_name(CommCall::kAllGather));
   do_all_gather(send, recv, send_count, type);
+}
+
+void Communicator::all_gather_v(void* buf, const std::vector<size_t>& counts, DataType type) {
+  if (counts.size() != static_cast<size_t>(world()))
+    throw std::runtime_error(error_prefix() + "all_gather_v: " + std::to_string(counts.size()) +
+                             " block counts for world size " + std::to_string(world()));
+  check_type("all_gather_v", type);
+  const size_t total = std::accumulate(counts.begin(), counts.end(), size_t{0});
+  const uint64_t bytes = total * data_type_bytes(type);
+  if (total > 0 && buf == nullptr) throw std::runtime_error(error_prefix() + "all_gather_v: null buffer");
+  this->count(CommCall::kAllGatherV, bytes, ring_share(bytes, world()));
+  if (total == 0) return;
+  InFlight in_flight(slot_, comm_call_name(CommCall::kAllGatherV));
+  do_all_gather_v(buf, counts, type);
+}
+
+void Communicator::do_all_gather_v(void* buf, const std::vector<size_t>& counts, DataType type) {
+  const size_t eb = data_type_bytes(type);
+  size_t begin = 0;
+  for (int r = 0; r < world(); ++r) {
+    const size_t c = counts[static_cast<size_t>(r)];
+    if (c > 0) do_broadcast(static_cast<char*>(buf) + begin * eb, c * eb, r);
+    begin += c;
+  }
 }
 
 void Communicator::broadcast(void* buf, size_t bytes, int root) {

@@ -56,6 +56,7 @@ enum class CommCall : uint8_t {
   kReduceScatter,
   kReduceScatterV,
   kAllGather,
+  kAllGatherV,
   kBroadcast,
   kBarrier,
   kCount
@@ -124,6 +125,14 @@ class Communicator {
   // rank's send in rank order. In place when send == recv + rank * send_count.
   // NCCL: ncclAllGather.
   void all_gather(const void* send, void* recv, size_t send_count, DataType type);
+
+  // Uneven blocks, in place (the inverse of reduce_scatter_v: ZeRO-3's
+  // gather of one unit's parameters from their owners): buf holds sum(counts)
+  // elements, block r (counts[r] elements at the sum of the counts before it,
+  // zero allowed) is rank r's on entry, and on return every rank's buf holds
+  // every block. NCCL: one ncclBroadcast(root = r) per non-empty block inside
+  // ncclGroupStart/ncclGroupEnd.
+  void all_gather_v(void* buf, const std::vector<size_t>& counts, DataType type);
 
   // buf (bytes) of rank `root` is copied to every rank's buf. NCCL: ncclBroadcast.
   void broadcast(void* buf, size_t bytes, int root);
@@ -195,6 +204,8 @@ class Communicator {
                                    const std::vector<size_t>& counts, DataType type,
                                    ReduceOp op) = 0;
   virtual void do_all_gather(const void* send, void* recv, size_t send_count, DataType type) = 0;
+  // Default: one do_broadcast per non-empty block, in rank order.
+  virtual void do_all_gather_v(void* buf, const std::vector<size_t>& counts, DataType type);
   virtual void do_broadcast(void* buf, size_t bytes, int root) = 0;
   virtual void do_barrier() = 0;
   // Default: one in-place all-reduce per piece (valid for rooted pieces too:

@@ -172,6 +172,18 @@ class MpiCommunicator final : public Communicator {
           "MPI_Allgather");
   }
 
+  void do_all_gather_v(void* buf, const std::vector<size_t>& counts, DataType type) override {
+    if (world_ == 1) return;
+    size_t total = 0;
+    for (size_t c : counts) total += c;
+    if (total > max_chunk_) return Communicator::do_all_gather_v(buf, counts, type);  // per block, chunked
+    std::vector<int> int_counts(counts.begin(), counts.end()), displs(counts.size(), 0);
+    for (size_t r = 1; r < counts.size(); ++r) displs[r] = displs[r - 1] + int_counts[r - 1];
+    check(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, int_counts.data(), displs.data(), mpi_type(type),
+                         comm_),
+          "MPI_Allgatherv");
+  }
+
   void do_broadcast(void* buf, size_t bytes, int root) override {
     if (world_ == 1) return;
     for (size_t off = 0; off < bytes; off += max_chunk_) {

@@ -229,21 +229,10 @@ class NcclCommunicator final : public Communicator {
     if (std::all_of(counts.begin(), counts.end(), [&](size_t c) { return c == counts[0]; }))
       return do_reduce_scatter(send, recv, counts[0], type, op);
     const cudaStream_t s = enter();
-    check(ncclGroupStart(), "ncclGroupStart");
-    size_t begin = 0;  // elements of send before block r
-    for (int r = 0; r < world_; ++r) {
-      const size_t c = counts[static_cast<size_t>(r)];
-      if (c > 0) {
-        const ncclResult_t res = ncclReduce(at(send, begin * eb), r == rank_ ? recv : nullptr, c,
-                                            nccl_type(type), nccl_op(op), r, comm_, s);
-        if (res != ncclSuccess) {
-          ncclGroupEnd();  // close the group (NCCL drops it) before reporting
-          fail(call_text("ncclReduce", c, type) + " to root " + std::to_string(r), res);
-        }
-      }
-      begin += c;
-    }
-    check(ncclGroupEnd(), call_text("ncclGroupEnd of reduce_scatter_v", begin, type));
+    per_block_group(counts, type, "reduce_scatter_v", "ncclReduce", [&](int r, size_t begin, size_t c) {
+      return ncclReduce(at(send, begin * eb), r == rank_ ? recv : nullptr, c, nccl_type(type), nccl_op(op), r, comm_,
+                        s);
+    });
     leave(s);
   }
 
@@ -299,6 +288,17 @@ class NcclCommunicator final : public Communicator {
     const cudaStream_t s = enter();
     check(ncclAllGather(send, recv, send_count, nccl_type(type), comm_, s),
           call_text("ncclAllGather", send_count, type));
+    leave(s);
+  }
+
+  void do_all_gather_v(void* buf, const std::vector<size_t>& counts, DataType type) override {
+    if (world_ == 1) return;
+    const size_t eb = data_type_bytes(type);
+    const cudaStream_t s = enter();
+    per_block_group(counts, type, "all_gather_v", "ncclBroadcast", [&](int r, size_t begin, size_t c) {
+      void* block = static_cast<char*>(buf) + begin * eb;
+      return ncclBroadcast(block, block, c, nccl_type(type), r, comm_, s);
+    });
     leave(s);
   }
 
@@ -496,6 +496,28 @@ class NcclCommunicator final : public Communicator {
     throw_failed(prefix_ + error_text(what, r));
   }
 
+  // call(r, begin, count) for every non-empty block r of `counts` (begin: the
+  // elements before it) inside one ncclGroupStart/End; a refused call closes
+  // the group (NCCL drops it) before it is reported.
+  template <class Call>
+  void per_block_group(const std::vector<size_t>& counts, DataType type, const char* entry, const char* nccl_call,
+                       Call call) {
+    check(ncclGroupStart(), "ncclGroupStart");
+    size_t begin = 0;
+    for (int r = 0; r < world_; ++r) {
+      const size_t c = counts[static_cast<size_t>(r)];
+      if (c > 0) {
+        const ncclResult_t res = call(r, begin, c);
+        if (res != ncclSuccess) {
+          ncclGroupEnd();
+          fail(call_text(nccl_call, c, type) + " with root " + std::to_string(r), res);
+        }
+      }
+      begin += c;
+    }
+    check(ncclGroupEnd(), call_text((std::string("ncclGroupEnd of ") + entry).c_str(), begin, type));
+  }
+
   // The call's own result, then the communicator's asynchronous error state: a
   // collective that failed while running (this one or an earlier one) shows there.
   void check(ncclResult_t r, const std::string& what) {
@@ -593,6 +615,15 @@ class NcclHostCommunicator final : public Communicator {
     char* d = upload(send, block, mine, block * static_cast<size_t>(world()));
     nccl_->all_gather(d + mine, d, send_count, type);
     download(recv, d, block * static_cast<size_t>(world()));
+  }
+
+  void do_all_gather_v(void* buf, const std::vector<size_t>& counts, DataType type) override {
+    size_t total = 0;
+    for (size_t c : counts) total += c;
+    const size_t bytes = total * data_type_bytes(type);
+    char* d = upload(buf, bytes, 0, bytes);
+    nccl_->all_gather_v(d, counts, type);
+    download(buf, d, bytes);
   }
 
   void do_broadcast(void* buf, size_t bytes, int root) override {

@@ -176,6 +176,23 @@ TEST_F(CommNccl, BFloat16ReduceScatterVWithEmptyBlocksAndNullRecv) {
   EXPECT_EQ(send.get(), bf16_exact(x));
 }
 
+// The gather of uneven blocks (ZeRO-3's unit gather) in bf16: one in-place
+// ncclBroadcast per non-empty block, every rank ending with every block.
+TEST_F(CommNccl, BFloat16AllGatherVWithEmptyBlocks) {
+  std::vector<size_t> counts(static_cast<size_t>(world));
+  for (int r = 0; r < world; ++r) counts[static_cast<size_t>(r)] = r % 2 ? 0 : 2 + r;
+  const size_t total = std::accumulate(counts.begin(), counts.end(), size_t{0});
+  const size_t begin = std::accumulate(counts.begin(), counts.begin() + rank, size_t{0});
+  std::vector<float> want(total), mine(total, -1.0f);
+  size_t at = 0;
+  for (int r = 0; r < world; ++r)
+    for (size_t k = 0; k < counts[static_cast<size_t>(r)]; ++k, ++at) want[at] = small_int(r, at);
+  for (size_t k = 0; k < counts[static_cast<size_t>(rank)]; ++k) mine[begin + k] = want[begin + k];
+  DeviceBuffer<uint16_t> buf(bf16_exact(mine));
+  comm->all_gather_v(buf.ptr(), counts, DataType::kBFloat16);
+  EXPECT_EQ(buf.get(), bf16_exact(want));
+}
+
 // Counting is the interface's, so the same calls count the same on both
 // communicators; bf16 counts by bytes (n bf16 = n/2 fp32).
 TEST_F(CommNccl, TrafficCountersEqualTheMpiCommunicators) {
@@ -192,6 +209,7 @@ TEST_F(CommNccl, TrafficCountersEqualTheMpiCommunicators) {
     c.reduce_scatter(buf, buf + rank * block, block, DataType::kFloat32, ReduceOp::kSum);
     c.reduce_scatter_v(buf, counts[rank] ? recv : nullptr, counts, DataType::kFloat32, ReduceOp::kSum);
     c.all_gather(buf + rank * block, buf, block, DataType::kFloat32);
+    c.all_gather_v(buf, counts, DataType::kFloat32);
     c.broadcast(buf, 7, world - 1);
     c.barrier();
   };

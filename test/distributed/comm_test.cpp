@@ -207,6 +207,25 @@ TEST_F(CommTest, ReduceScatterUnevenBlocks) {
                std::runtime_error);
 }
 
+// The inverse of the uneven reduce-scatter: each rank's block (0, 3, 1, 4, ...
+// elements, some empty) reaches every rank in place, bit for bit.
+TEST_F(CommTest, AllGatherVUnevenBlocksInPlace) {
+  std::vector<size_t> counts(static_cast<size_t>(world));
+  for (int r = 0; r < world; ++r) counts[static_cast<size_t>(r)] = (r * 3) % 5;
+  const size_t total = std::accumulate(counts.begin(), counts.end(), size_t{0});
+  const size_t begin = std::accumulate(counts.begin(), counts.begin() + rank, size_t{0});
+  Buffer<double> buf(total, -1.0), want(total);
+  size_t at = 0;
+  for (int r = 0; r < world; ++r)
+    for (size_t k = 0; k < counts[static_cast<size_t>(r)]; ++k, ++at) want.host[at] = contrib(r, at);
+  for (size_t k = 0; k < counts[static_cast<size_t>(rank)]; ++k) buf.host[begin + k] = want.host[begin + k];
+  buf.put();
+  comm->all_gather_v(buf.ptr(), counts, DataType::kFloat64);
+  EXPECT_EQ(buf.get(), want.host);
+  std::vector<size_t> wrong(static_cast<size_t>(world) + 1, 0);
+  EXPECT_THROW(comm->all_gather_v(buf.ptr(), wrong, DataType::kFloat64), std::runtime_error);
+}
+
 TEST_F(CommTest, AllGatherInAndOutOfPlace) {
   const size_t block = 11;
   Buffer<float> mine(block), all(block * world, -1.0f);
@@ -334,7 +353,7 @@ TEST_F(CommTest, ZeroPlanExchangesMatchAllReduce) {
 
 TEST_F(CommTest, SmallMessageLimitSplitsCallsWithSameResults) {
   // 3 elements per MPI call: every chunked path (all-reduce, reduce-scatter to
-  // owners, all-gather by broadcasts, broadcast) must give the plain results.
+  // owners, all-gathers by broadcasts, broadcast) must give the plain results.
   auto chunked = make_mpi_communicator(*g_runtime, 3);
   const size_t block = 10, n = block * world;
   std::vector<float> send(n), recv(n);
@@ -355,6 +374,14 @@ TEST_F(CommTest, SmallMessageLimitSplitsCallsWithSameResults) {
     ASSERT_EQ(piece[k], static_cast<float>(sum_over_ranks(begin + k, world)));
   chunked->all_gather(buf.data() + rank * block, buf.data(), block, DataType::kFloat32);
   for (size_t i = 0; i < n; ++i) ASSERT_EQ(buf[i], static_cast<float>(sum_over_ranks(i, world)));
+  std::vector<float> gathered(n, -1.0f);  // blocks of 5, 4, 4, ...: every block broadcast in pieces
+  for (size_t k = 0; k < counts[rank]; ++k) gathered[begin + k] = send[begin + k];
+  chunked->all_gather_v(gathered.data(), counts, DataType::kFloat32);
+  const size_t total = 5 + 4 * (world - 1);
+  for (size_t i = 0; i < total; ++i) {
+    const int owner = i < 5 ? 0 : 1 + static_cast<int>((i - 5) / 4);
+    ASSERT_EQ(gathered[i], static_cast<float>(contrib(owner, i))) << "i=" << i;
+  }
   std::vector<char> bytes(17, 0);
   if (rank == 0) for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<char>('a' + i);
   chunked->broadcast(bytes.data(), bytes.size(), 0);
@@ -484,6 +511,8 @@ TEST_F(CommWorldOne, GatherAndBroadcastLeaveTheData) {
   Buffer<char> msg(16, '\0');
   std::snprintf(msg.host.data(), msg.host.size(), "only rank");
   msg.put();
+  comm->all_gather_v(inplace.ptr(), {values.size()}, DataType::kFloat32);
+  EXPECT_TRUE(same_bits(inplace.get(), values));
   comm->broadcast(msg.ptr(), msg.host.size(), 0);
   EXPECT_EQ(std::string(msg.get().data()), "only rank");
   EXPECT_THROW(comm->broadcast(msg.ptr(), msg.host.size(), 1), std::runtime_error);  // no rank 1
