@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # `make bench`: tokens/s of one training step (forward + backward + AdamW, fp32)
-# for GPT-2 d12 (124M) and a small config at B=4, T=64, ours (CPU backend) next
+# for GPT-2 d12 (124M) at B=4, T=64 and the quick start's model (4 layers,
+# C=256, B=8, T=128; scripts/quickstart.sh), ours (CPU backend) next
 # to PyTorch (Debian's torch, same thread count) measured in the same run, with
 # model FLOPs utilisation against this machine's fp32 peak (measured here too).
 # FLOPs per token = 3 x (2 x (12 L C^2 + C Vp) + 4 L T C): matmuls incl. the tied
@@ -10,13 +11,12 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 threads=${BENCH_THREADS:-$(nproc)}
 steps=${BENCH_STEPS:-5}
-B=4; T=64
 peak=$(build/dev/train/fp32_peak "$threads" | sed -E 's/.*fp32_peak_gflops=([0-9.]+).*/\1/')
 printf 'machine fp32 peak: %s GFLOP/s (%s threads, FMA loop)\n\n' "$peak" "$threads"
 printf '%-22s %-8s %10s %9s %9s %7s %11s\n' config impl ms/step tok/s GFLOP/s MFU peak_RSS_MB
 field() { sed -E "s/.* $1=([^ ]+).*/\1/" <<<"$2"; }
-run() {  # name L NH C
-  local name=$1 L=$2 NH=$3 C=$4
+run() {  # name L NH C B T
+  local name=$1 L=$2 NH=$3 C=$4 B=$5 T=$6
   local flops_tok=$(( 3 * (2 * (12 * L * C * C + C * 50304) + 4 * L * T * C) ))
   local ours torch
   ours=$(build/dev/train/bench_train_step --model "d$L" --config "n_head=$NH,n_embd=$C" -B $B -T $T \
@@ -35,5 +35,5 @@ run() {  # name L NH C
       -v rb="$(field peak_rss_mb "$torch")" \
       'BEGIN{printf "%-22s speed ours/pytorch = %.2fx, peak memory ours/pytorch = %.2fx\n\n", "", a/b, ra/rb}'
 }
-run "d12 (124M) B4 T64" 12 12 768
-run "d4 C256 B4 T64" 4 4 256
+run "d12 (124M) B4 T64" 12 12 768 4 64
+run "quick start d4 B8 T128" 4 4 256 8 128
