@@ -77,4 +77,8 @@ bool should_stop(Communicator& comm) {
   return sig != 0;
 }
 
+void throw_if_stop_requested(Communicator& comm) {
+  if (should_stop(comm)) throw StopRequested(local_stop_signal());
+}
+
 }  // namespace gpt2

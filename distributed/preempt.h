@@ -58,6 +58,9 @@ struct StopRequested : std::runtime_error {
   explicit StopRequested(int s) : std::runtime_error("stop requested by signal " + std::to_string(s)), signum(s) {}
   int signum;
 };
+// Collective: throws StopRequested when should_stop(comm), so a long phase
+// ends on every rank at the same batch.
+void throw_if_stop_requested(Communicator& comm);
 // Exit status of a run stopped by signal `signum` without a checkpoint to
 // continue from: 128 + signum, as a shell reports a process the signal ended.
 inline int stopped_exit_code(int signum) { return 128 + signum; }

@@ -248,9 +248,7 @@ int run_evaluation(const TrainOptions& opts, const DistContext& dist, Communicat
   const auto t0 = Clock::now();
   const RankSum sum = [&comm](std::vector<double>& v) { all_reduce(comm, v.data(), v.size(), ReduceOp::kSum); };
   // A stop signal is honoured after the round in flight (every rank agrees).
-  const auto stop_check = [&comm] {
-    if (should_stop(comm)) throw StopRequested(local_stop_signal());
-  };
+  const auto stop_check = [&comm] { throw_if_stop_requested(comm); };
   const auto print = progress_printer(dist.is_main());
   const auto progress = [&](uint64_t done, uint64_t total) {
     if (print) print(done, total);  // empty off rank 0
