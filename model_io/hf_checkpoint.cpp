@@ -656,6 +656,8 @@ bool is_hf_checkpoint_dir(const std::string& path) {
   return is_directory(path) && file_exists(join_path(path, kConfigName));
 }
 
+bool is_hf_checkpoint_file(const std::string& name) { return name == kConfigName || name.rfind(kWeightsName, 0) == 0; }
+
 GPT2Config read_hf_config(const std::string& dir) {
   const HfConfig h = parse_hf_config_file(join_path(dir, kConfigName));
   check_tensors(open_tensors(dir), h);

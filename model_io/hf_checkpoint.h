@@ -19,6 +19,10 @@ namespace gpt2 {
 // read_model_config's dispatch rule).
 bool is_hf_checkpoint_dir(const std::string& path);
 
+// `name` is a file write_hf_checkpoint writes (or a sharded export holds): the
+// config, the weights, a shard index.
+bool is_hf_checkpoint_file(const std::string& name);
+
 // config.json -> GPT2Config (padded_vocab_size = vocab_size rounded up to 128),
 // after checking every tensor's name, shape and dtype in the safetensors headers
 // (no weights read). Unsupported architectures, options or tensors: errors naming the key.

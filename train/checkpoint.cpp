@@ -81,6 +81,12 @@ std::string CheckpointDir::milestone_path(uint64_t step) const {
 }
 bool CheckpointDir::is_milestone(uint64_t step) const { return file_exists(milestone_path(step)); }
 
+bool CheckpointDir::writes(const std::string& name) {
+  for (const char* prefix : {"model_", "state_", "DONE_", "MILESTONE_"})
+    if (name.rfind(prefix, 0) == 0) return true;
+  return name == "model.bin" || name == ".lock";
+}
+
 void CheckpointDir::mark_milestone(uint64_t step, int every) const {
   write_text_file_atomic(milestone_path(step), "milestone checkpoint step " + std::to_string(step) +
                                                    " (--milestone-every " + std::to_string(every) +

@@ -54,6 +54,9 @@ class CheckpointDir {
   // Rank 0, after the checkpoint's marker: tags it (a crash before leaves a plain checkpoint).
   void mark_milestone(uint64_t step, int every) const;
   std::string final_model_path() const { return dir_ + "/model.bin"; }
+  // `name` is one of the files above, a leftover of them or the lock: a file
+  // in DIR that no other output may take.
+  static bool writes(const std::string& name);
 
   // Steps whose completion marker exists, ascending.
   std::vector<uint64_t> complete_steps() const;

@@ -10,7 +10,9 @@
 #include <vector>
 
 #include "dataloader/dataloader.h"
+#include "model_io/hf_checkpoint.h"
 #include "tokenizer/tokenizer.h"
+#include "train/checkpoint.h"
 #include "train/run_plan.h"
 
 namespace gpt2 {
@@ -87,24 +89,11 @@ struct OutputDir {
   bool (*writes)(const std::string& name);
 };
 
-bool starts_with(const std::string& s, const char* prefix) { return s.rfind(prefix, 0) == 0; }
-
-// train/checkpoint.h's files: models, state files, markers, milestone tags, the lock.
-bool checkpoint_writes(const std::string& name) {
-  return name == "model.bin" || name == ".lock" || starts_with(name, "model_") || starts_with(name, "state_") ||
-         starts_with(name, "DONE_") || starts_with(name, "MILESTONE_");
-}
-
-// model_io/hf_checkpoint.cpp's export: the config, the weights, a shard index.
-bool hf_export_writes(const std::string& name) {
-  return name == "config.json" || starts_with(name, "model.safetensors");
-}
-
 std::vector<OutputDir> output_dirs_of(const TrainOptions& o) {
   std::vector<OutputDir> out;
   if (o.eval_only || o.generate) return out;
-  if (!o.output_dir.empty()) out.push_back({"--output-dir", o.output_dir, checkpoint_writes});
-  if (!o.save_hf.empty()) out.push_back({"--save-hf", o.save_hf, hf_export_writes});
+  if (!o.output_dir.empty()) out.push_back({"--output-dir", o.output_dir, CheckpointDir::writes});
+  if (!o.save_hf.empty()) out.push_back({"--save-hf", o.save_hf, is_hf_checkpoint_file});
   return out;
 }
 
