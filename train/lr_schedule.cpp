@@ -7,22 +7,9 @@
 
 namespace gpt2 {
 
-LrScheduleKind LrSchedule::parse_kind(const std::string& name) {
-  if (name == "cosine") return LrScheduleKind::kCosine;
-  if (name == "linear") return LrScheduleKind::kLinear;
-  if (name == "constant") return LrScheduleKind::kConstant;
-  if (name == "wsd") return LrScheduleKind::kWsd;
-  throw std::runtime_error("--lr-schedule: unknown schedule '" + name +
-                           "' (expected cosine, linear, constant or wsd)");
-}
-
 const char* LrSchedule::kind_name(LrScheduleKind k) {
-  switch (k) {
-    case LrScheduleKind::kCosine: return "cosine";
-    case LrScheduleKind::kLinear: return "linear";
-    case LrScheduleKind::kConstant: return "constant";
-    case LrScheduleKind::kWsd: return "wsd";
-  }
+  for (const auto& [name, kind] : kLrScheduleKinds)
+    if (kind == k) return name;
   return "?";
 }
 

@@ -5,10 +5,17 @@
 #define TRAIN_LR_SCHEDULE_H
 
 #include <string>
+#include <utility>
 
 namespace gpt2 {
 
 enum class LrScheduleKind { kCosine, kLinear, kConstant, kWsd };
+
+// Each schedule's name, as --lr-schedule takes it and the banner prints it.
+inline constexpr std::pair<const char*, LrScheduleKind> kLrScheduleKinds[] = {{"cosine", LrScheduleKind::kCosine},
+                                                                              {"linear", LrScheduleKind::kLinear},
+                                                                              {"constant", LrScheduleKind::kConstant},
+                                                                              {"wsd", LrScheduleKind::kWsd}};
 
 struct LrSchedule {
   LrScheduleKind kind = LrScheduleKind::kCosine;
@@ -18,7 +25,6 @@ struct LrSchedule {
   float final_frac = 0.1f;   // lr at the last step = max_lr * final_frac
   float wsd_decay_frac = 0.2f;
 
-  static LrScheduleKind parse_kind(const std::string& name);  // throws on unknown names
   static const char* kind_name(LrScheduleKind k);
   // lr for 0-based optimizer step `step` (0 .. total_steps-1). Past the last
   // step (a resumed run that extends --max-steps but keeps this schedule) the

@@ -206,7 +206,7 @@ const std::vector<OptionSpec>& option_table() {
       {"overfit-batch", 0, nullptr, "debugging a set-up (llm.c's -a): every step trains on the first batch of the training data, so the loss must fall towards zero", FLAG(overfit_batch)},
       // optimisation
       {"lr", 0, "X", "peak learning rate [3e-4]", FLT(schedule.max_lr, "lr", 0.0, 10.0)},
-      {"lr-schedule", 0, "NAME", "cosine | linear | constant | wsd [cosine]", [](TrainOptions& o, const char* v) { o.schedule.kind = LrSchedule::parse_kind(choice("lr-schedule", v, {"cosine", "linear", "constant", "wsd"})); }, [](const TrainOptions& o) { return std::string(LrSchedule::kind_name(o.schedule.kind)); }},
+      {"lr-schedule", 0, "NAME", "cosine | linear | constant | wsd [cosine]", [](TrainOptions& o, const char* v) { o.schedule.kind = enum_choice("lr-schedule", v, kLrScheduleKinds); }, [](const TrainOptions& o) { return std::string(LrSchedule::kind_name(o.schedule.kind)); }},
       {"warmup-steps", 0, "N", "linear warmup steps [0]", INT(schedule.warmup_steps, "warmup-steps", 0, 1 << 30)},
       {"final-lr-frac", 0, "X", "final lr as a fraction of the peak [0.1]", FLT(schedule.final_frac, "final-lr-frac", 0.0, 1.0)},
       {"wsd-decay-frac", 0, "X", "wsd: fraction of the post-warmup steps spent cooling down [0.2]", FLT(schedule.wsd_decay_frac, "wsd-decay-frac", 0.0, 1.0)},

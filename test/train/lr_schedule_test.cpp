@@ -54,9 +54,9 @@ TEST(LrSchedule, WsdHoldsThenCoolsDown) {
   EXPECT_NEAR(s.at(100), 0.0, 1e-6);
 }
 
-TEST(LrSchedule, ParsesNamesAndRejectsOthers) {
-  EXPECT_EQ(LrSchedule::parse_kind("wsd"), LrScheduleKind::kWsd);
-  EXPECT_THROW(LrSchedule::parse_kind("step"), std::runtime_error);
+TEST(LrSchedule, NamesEachKind) {
+  EXPECT_STREQ(LrSchedule::kind_name(LrScheduleKind::kWsd), "wsd");
+  for (const auto& [name, kind] : kLrScheduleKinds) EXPECT_STREQ(LrSchedule::kind_name(kind), name);
 }
 
 }  // namespace
