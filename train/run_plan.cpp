@@ -104,7 +104,6 @@ std::string weights_path(const TrainOptions& o, const std::string& mode) {
   if (names_preset(o.model))
     throw std::runtime_error(mode + " needs trained weights: --model FILE|HF_DIR or --init-from PATH (got the preset '" +
                              o.model + "', which would be a random init)");
-  if (!o.config_overrides.empty()) throw std::runtime_error("--config applies to dN presets, not to " + mode);
   return o.model;
 }
 
@@ -112,25 +111,22 @@ TrainedModel::TrainedModel(const TrainOptions& o, const DistContext& dist, const
     : backend(make_run_backend(o, dist)), path(weights_path(o, mode)), weights(read_model_file(path)) {}
 
 GPT2& TrainedModel::load(int B, int T) {
-  ModelOptions forward_only;
-  forward_only.forward_only = true;
-  model = std::make_unique<GPT2>(*backend, weights.config, B, T, forward_only);
+  model = std::make_unique<GPT2>(*backend, weights.config, B, T, ModelOptions{.forward_only = true});
   model->set_parameters(weights.params);
   weights.params = {};
   return *model;
 }
 
 int grad_accum_for(int64_t total_batch, int64_t tokens_per_micro) {
-  if (total_batch <= 0) throw UsageError("--total-batch-tokens " + std::to_string(total_batch) + " is not positive");
+  const std::string flag = "--total-batch-tokens " + std::to_string(total_batch);
+  if (total_batch <= 0) throw UsageError(flag + " is not positive");
   if (total_batch % tokens_per_micro != 0)
-    throw UsageError("--total-batch-tokens " + std::to_string(total_batch) +
-                     " is not a multiple of B*T*world = " + std::to_string(tokens_per_micro));
+    throw UsageError(flag + " is not a multiple of B*T*world = " + std::to_string(tokens_per_micro));
   const int64_t accum = total_batch / tokens_per_micro;
   if (accum > kMaxGradAccum)  // the micro-step count is an int
-    throw UsageError("--total-batch-tokens " + std::to_string(total_batch) + " needs " +
-                     std::to_string(accum) + " micro-batches of B*T*world = " +
-                     std::to_string(tokens_per_micro) + " tokens per step; at most " +
-                     std::to_string(kMaxGradAccum) + " (raise -B or the rank count)");
+    throw UsageError(flag + " needs " + std::to_string(accum) +
+                     " micro-batches of B*T*world = " + std::to_string(tokens_per_micro) +
+                     " tokens per step; at most " + std::to_string(kMaxGradAccum) + " (raise -B or the rank count)");
   return static_cast<int>(accum);
 }
 
@@ -211,37 +207,24 @@ void check_resumed_batch(const TrainState& st, const BatchShape& s, int world, c
 
 DataLoaderOptions train_loader_options(const TrainOptions& o, const BatchShape& s, const DistContext& dist,
                                        int vocab_size) {
-  DataLoaderOptions lo;
-  lo.pattern = o.train_data;
-  lo.B = s.B;
-  lo.T = s.T;
-  lo.rank = dist.rank;
-  lo.world = dist.world;
-  lo.grad_accum = s.grad_accum;
-  lo.shuffle = !o.no_shuffle;
-  lo.seed = o.seed;
-  lo.vocab_size = vocab_size;
-  return lo;
+  return {.pattern = o.train_data,
+          .B = s.B,
+          .T = s.T,
+          .rank = dist.rank,
+          .world = dist.world,
+          .grad_accum = s.grad_accum,
+          .shuffle = !o.no_shuffle,
+          .seed = o.seed,
+          .vocab_size = static_cast<uint32_t>(vocab_size)};
 }
-
-namespace {
-
-// Where the rates --dropout does not set come from.
-std::string model_dropout_source(const std::string& model, bool hf) {
-  if (hf) return "from " + model + "/config.json";
-  return names_preset(model) ? "none in a random init" : "none in an llm.c model file";
-}
-
-}  // namespace
 
 RunDropout run_dropout(const TrainOptions& o, const std::string& model) {
   const bool hf = !names_preset(model) && is_hf_checkpoint_dir(model);
   // a rate --dropout sets is not read from config.json (so not judged there either)
-  DropoutRates given;
-  given.embd = o.dropout_embd, given.resid = o.dropout_resid, given.attn = o.dropout_attn;
+  const DropoutRates given{o.dropout_embd, o.dropout_resid, o.dropout_attn};
   const DropoutRates from_model = hf ? read_hf_dropout(model, given) : DropoutRates{};
   const char* const names[3] = {"embd", "resid", "attn"};
-  const float flags[3] = {o.dropout_embd, o.dropout_resid, o.dropout_attn};
+  const float flags[3] = {given.embd, given.resid, given.attn};
   const float models[3] = {from_model.embd, from_model.resid, from_model.attn};
   RunDropout d;
   float* const rates[3] = {&d.rates.embd, &d.rates.resid, &d.rates.attn};
@@ -252,7 +235,10 @@ RunDropout run_dropout(const TrainOptions& o, const std::string& model) {
     std::string& list = flags[i] >= 0.0f ? flagged : modelled;
     list += (list.empty() ? "" : ", ") + std::string(names[i]);
   }
-  const std::string source = model_dropout_source(model, hf);
+  // where the rates --dropout does not set come from
+  const std::string source = hf                    ? "from " + model + "/config.json"
+                             : names_preset(model) ? "none in a random init"
+                                                   : "none in an llm.c model file";
   if (modelled.empty()) d.described = text + " (--dropout)";
   else if (flagged.empty()) d.described = text + " (" + source + (hf ? "" : "; --dropout sets them") + ")";
   else d.described = text + " (" + flagged + ": --dropout; " + modelled + ": " + source + ")";
@@ -274,20 +260,14 @@ void require_finite(const std::vector<float>& v, const std::string& what) {
 }
 
 RunLength run_length(int max_steps, double epochs, int64_t steps_per_epoch) {
-  RunLength r;
   std::ostringstream why;
   if (max_steps > 0) {
-    r.steps = max_steps;
     why << "--max-steps " << max_steps;
     if (epochs > 0) why << " (overrides --epochs " << epochs << ", as HF's max_steps overrides num_train_epochs)";
-    r.why = why.str();
-    return r;
+    return {max_steps, why.str()};
   }
-  if (epochs <= 0) {
-    r.steps = static_cast<int>(std::min<int64_t>(steps_per_epoch, INT32_MAX));
-    r.why = "one epoch (--max-steps -1)";
-    return r;
-  }
+  if (epochs <= 0)
+    return {static_cast<int>(std::min<int64_t>(steps_per_epoch, INT32_MAX)), "one epoch (--max-steps -1)"};
   // A product that rounding put a hair above a whole number is that number
   // (0.3 x 10 must be 3 steps, not 4).
   const double exact = epochs * static_cast<double>(steps_per_epoch);
@@ -298,9 +278,7 @@ RunLength run_length(int max_steps, double epochs, int64_t steps_per_epoch) {
                              " steps per epoch at this global batch");
   if (steps > static_cast<double>(1 << 30))
     throw std::runtime_error(why.str() + " is more than 2^30 steps");
-  r.steps = static_cast<int>(steps);
-  r.why = why.str();
-  return r;
+  return {static_cast<int>(steps), why.str()};
 }
 
 RunPlan plan_training_run(const TrainOptions& o, int world, TrainLogger& log) {
