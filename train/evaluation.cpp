@@ -8,6 +8,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <sstream>
 #include <stdexcept>
 #include <string>
 
@@ -162,18 +163,6 @@ struct EvalData {
   }
 };
 
-// Rank 0's progress line on stderr, at most every 10 seconds.
-std::function<void(uint64_t, uint64_t)> progress_printer(bool enabled) {
-  if (!enabled) return nullptr;
-  auto last = std::make_shared<Clock::time_point>(Clock::now());
-  return [last](uint64_t done, uint64_t total) {
-    if (std::chrono::duration<double>(Clock::now() - *last).count() < 10.0 || done == total) return;
-    *last = Clock::now();
-    std::fprintf(stderr, "eval: %llu/%llu windows\n", static_cast<unsigned long long>(done),
-                 static_cast<unsigned long long>(total));
-  };
-}
-
 struct EvalReport {
   std::string model, data, backend, dtype;
   EvalSpec spec;  // one stream per shard
@@ -229,7 +218,7 @@ int run_evaluation(const TrainOptions& opts, const DistContext& dist, Communicat
   if (dist.is_main()) check_output_path("--eval-json", opts.eval_json, false);  // before the evaluation, not after
   TrainedModel trained(opts, dist, "--eval-only");
   const GPT2Config& cfg = trained.weights.config;
-  EvalReport r;
+  EvalReport r{trained.path, opts.val_data, trained.backend->name(), precision_name(opts.dtype)};
   EvalSpec& spec = r.spec;
   std::string cap_note;
   spec.T = capped_seq_len(opts, cfg, &cap_note);
@@ -249,9 +238,14 @@ int run_evaluation(const TrainOptions& opts, const DistContext& dist, Communicat
   const RankSum sum = [&comm](std::vector<double>& v) { all_reduce(comm, v.data(), v.size(), ReduceOp::kSum); };
   // A stop signal is honoured after the round in flight (every rank agrees).
   const auto stop_check = [&comm] { throw_if_stop_requested(comm); };
-  const auto print = progress_printer(dist.is_main());
+  Clock::time_point printed = t0;
   const auto progress = [&](uint64_t done, uint64_t total) {
-    if (print) print(done, total);  // empty off rank 0
+    // rank 0's progress line on stderr, at most every 10 seconds
+    if (dist.is_main() && done < total && Clock::now() - printed >= std::chrono::seconds(10)) {
+      printed = Clock::now();
+      std::fprintf(stderr, "eval: %llu/%llu windows\n", static_cast<unsigned long long>(done),
+                   static_cast<unsigned long long>(total));
+    }
     stop_check();
   };
   try {
@@ -266,10 +260,6 @@ int run_evaluation(const TrainOptions& opts, const DistContext& dist, Communicat
     return stopped_exit_code(stop.signum);
   }
   if (r.totals.tokens == 0) throw std::runtime_error(opts.val_data + ": no token to score (shards of < 2 tokens)");
-  r.model = trained.path;
-  r.data = opts.val_data;
-  r.backend = trained.backend->name();
-  r.dtype = precision_name(opts.dtype);
   if (dist.is_main()) {
     print_report(r);
     if (!opts.eval_json.empty()) write_report_json(opts.eval_json, r);
@@ -345,15 +335,11 @@ void check_endings_fit(const std::vector<HellaSwagExample>& examples, int T) {
 // 52 bits of an example's tokens and label, in two 26-bit halves: summed over
 // up to 2^20 ranks they stay exact in a double.
 std::array<double, 2> example_digest(const HellaSwagExample& ex) {
-  uint64_t h = 1469598103934665603ULL;  // FNV-1a
-  const auto mix = [&](uint64_t v) { h = (h ^ v) * 1099511628211ULL; };
-  const auto tokens = [&](const std::vector<uint32_t>& t) {
-    mix(t.size());
-    for (uint32_t x : t) mix(x);
-  };
-  tokens(ex.context);
-  for (const auto& e : ex.endings) tokens(e);
-  mix(static_cast<uint64_t>(ex.label));
+  uint64_t h = fnv1a64(&ex.label, sizeof ex.label);
+  for (const auto* t : {&ex.context, &ex.endings[0], &ex.endings[1], &ex.endings[2], &ex.endings[3]}) {
+    const uint64_t n = t->size();  // so that tokens cannot move between the lists unnoticed
+    h = fnv1a64(t->data(), n * sizeof(uint32_t), fnv1a64(&n, sizeof n, h));
+  }
   return {static_cast<double>(h & 0x3FFFFFF), static_cast<double>((h >> 26) & 0x3FFFFFF)};
 }
 
@@ -382,13 +368,10 @@ void check_ranks_agree(const std::vector<HellaSwagExample>& examples, int rank, 
 }  // namespace
 
 std::vector<HellaSwagExample> read_hellaswag(const std::string& path, const Tokenizer& tok) {
-  const std::string text = read_text_file(path);
+  std::istringstream lines(read_text_file(path));
   std::vector<HellaSwagExample> out;
   size_t line_no = 0;
-  for (size_t pos = 0; pos < text.size();) {
-    const size_t nl = std::min(text.find('\n', pos), text.size());
-    const std::string line = text.substr(pos, nl - pos);
-    pos = nl + 1;
+  for (std::string line; std::getline(lines, line);) {
     line_no++;
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
     out.push_back(parse_example(line, path + ":" + std::to_string(line_no), tok));
