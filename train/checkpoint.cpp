@@ -132,26 +132,20 @@ CheckpointMarker parse_marker(const std::string& text, uint64_t step, const std:
                                ", got " + hex64(actual) + ")");
   }
   CheckpointMarker mk;
-  unsigned long long s = 0;
-  unsigned w = 0, z = 0;
-  if (std::sscanf(text.c_str(), "step=%llu world=%u zero_stage=%u", &s, &w, &z) != 3 || s != step || w == 0)
+  if (std::sscanf(text.c_str(), "step=%" SCNu64 " world=%u zero_stage=%u", &mk.step, &mk.world, &mk.zero_stage) != 3 ||
+      mk.step != step || mk.world == 0)
     throw malformed("first line");
-  mk.step = s;
-  mk.world = w;
-  mk.zero_stage = z;
   const size_t first_end = text.find('\n');
   if (first_end == std::string::npos || first_end + 1 == text.size()) return mk;  // no checksums: older version
   if (end_nl == std::string::npos) throw malformed("no end line");
   std::istringstream lines(text.substr(first_end + 1, end_nl - first_end));
   for (std::string line; std::getline(lines, line);) {
     char name[256], hex[17];
-    unsigned long long size = 0;
     FileDigest d;
-    if (std::sscanf(line.c_str(), "file %255s size=%llu xxh64=%16s", name, &size, hex) != 3 ||
+    if (std::sscanf(line.c_str(), "file %255s size=%" SCNu64 " xxh64=%16s", name, &d.size, hex) != 3 ||
         !parse_hex64(hex, &d.xxh64))
       throw malformed("line '" + line + "'");
     d.name = name;
-    d.size = size;
     mk.files.push_back(d);
   }
   if (mk.files.empty()) throw malformed("an end line but no files");
