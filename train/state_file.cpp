@@ -16,21 +16,6 @@ namespace {
 
 constexpr char kStateMagic[8] = {'G', 'P', 'T', '2', 'S', 'T', 'A', 'T'};
 
-// Appends POD values to a byte buffer (little-endian host assumed, as llm.c).
-class ByteWriter {
- public:
-  template <typename T>
-  void put(const T& x) { put_bytes(&x, sizeof(T)); }
-  void put_bytes(const void* p, size_t n) {
-    const uint8_t* b = static_cast<const uint8_t*>(p);
-    buf_.insert(buf_.end(), b, b + n);
-  }
-  const std::vector<uint8_t>& bytes() const { return buf_; }
-
- private:
-  std::vector<uint8_t> buf_;
-};
-
 class ByteReader {
  public:
   ByteReader(const std::vector<uint8_t>& b, const std::string& path) : b_(b), path_(path) {}
@@ -90,24 +75,30 @@ void fixed_fields(IO&& io, State& s, uint32_t version, int32_t& kind) {
 }  // namespace
 
 FileDigest write_state_file(const std::string& path, const TrainState& s) {
-  ByteWriter w;
-  w.put_bytes(kStateMagic, sizeof(kStateMagic));
-  w.put(kStateFileVersion);
+  // Everything before the moments, POD values as the host lays them out
+  // (little-endian assumed, as llm.c).
+  std::vector<uint8_t> header;
+  const auto put_bytes = [&header](const void* p, size_t n) {
+    header.insert(header.end(), static_cast<const uint8_t*>(p), static_cast<const uint8_t*>(p) + n);
+  };
+  const auto put = [&](const auto& x) { put_bytes(&x, sizeof x); };
+  put_bytes(kStateMagic, sizeof(kStateMagic));
+  put(kStateFileVersion);
   int32_t kind = static_cast<int32_t>(s.schedule.kind);
-  fixed_fields([&](const auto&... x) { (w.put(x), ...); }, s, kStateFileVersion, kind);
-  w.put(s.spikes.skips);
+  fixed_fields([&](const auto&... x) { (put(x), ...); }, s, kStateFileVersion, kind);
+  put(s.spikes.skips);
   for (const std::vector<double>* window : {&s.spikes.loss, &s.spikes.grad_norm}) {
-    w.put(static_cast<uint32_t>(window->size()));
-    if (!window->empty()) w.put_bytes(window->data(), window->size() * sizeof(double));
+    put(static_cast<uint32_t>(window->size()));
+    put_bytes(window->data(), window->size() * sizeof(double));
   }
-  w.put(static_cast<uint64_t>(s.master.size()));
-  w.put(static_cast<uint64_t>(s.loader_state.size()));
-  w.put_bytes(s.loader_state.data(), s.loader_state.size());
+  put(static_cast<uint64_t>(s.master.size()));
+  put(static_cast<uint64_t>(s.loader_state.size()));
+  put_bytes(s.loader_state.data(), s.loader_state.size());
   const uint64_t n = s.shard_end - s.shard_begin;
   if (s.m.size() != n || s.v.size() != n || (!s.master.empty() && s.master.size() != n))
     throw std::runtime_error(path + ": optimizer state does not match the shard size");
   const uint64_t checksum =
-      fnv1a64(w.bytes().data(), w.bytes().size(),
+      fnv1a64(header.data(), header.size(),
               fnv1a64(s.m.data(), n * 4, fnv1a64(s.v.data(), n * 4, fnv1a64(s.master.data(), s.master.size() * 4))));
   // The whole-file digest for the completion marker, hashed from the same
   // buffers as they are written.
@@ -117,7 +108,7 @@ FileDigest write_state_file(const std::string& path, const TrainState& s) {
     digest.update(p, bytes);
     out.write(p, bytes);
   };
-  write(w.bytes().data(), w.bytes().size());
+  write(header.data(), header.size());
   write(s.m.data(), n * sizeof(float));
   write(s.v.data(), n * sizeof(float));
   write(s.master.data(), s.master.size() * sizeof(float));
