@@ -191,13 +191,10 @@ OutputDirLock::~OutputDirLock() {
 bool OutputDirLock::try_acquire(const Notify& note) {
   const int fd = ::open(path_.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
   if (fd < 0) throw std::runtime_error(path_ + ": cannot open the lock file (" + std::strerror(errno) + ")");
-  bool granted = false, no_flock = false;
-  if (flock(fd, LOCK_EX | LOCK_NB) == 0) {
-    granted = true;
-  } else if (flock_unsupported(errno)) {
-    no_flock = true;
-  } else {
-    const int err = errno;
+  const bool granted = flock(fd, LOCK_EX | LOCK_NB) == 0;
+  const int err = errno;
+  const bool no_flock = !granted && flock_unsupported(err);
+  if (!granted && !no_flock) {
     LockHolder holder;
     const bool known = parse_lock(read_fd_text(fd), &holder);
     ::close(fd);

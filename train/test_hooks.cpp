@@ -22,14 +22,12 @@ bool test_fault_env(const char* rank_var, const char* step_var, int rank, int st
 }  // namespace
 
 void test_fault_hook(const DistContext& dist, int step) {
-  if (test_fault_env("GPT2_TEST_EXIT_RANK", "GPT2_TEST_EXIT_AT_STEP", dist.rank, step)) {
-    std::fprintf(stderr, "%stest hook: exiting before step %d (GPT2_TEST_EXIT_*)\n", dist.prefix().c_str(), step + 1);
-    std::fflush(stderr);
-    std::_Exit(1);
-  }
-  if (!test_fault_env("GPT2_TEST_HANG_RANK", "GPT2_TEST_HANG_AT_STEP", dist.rank, step)) return;
-  std::fprintf(stderr, "%stest hook: hanging before step %d (GPT2_TEST_HANG_*)\n", dist.prefix().c_str(), step + 1);
+  const bool exit = test_fault_env("GPT2_TEST_EXIT_RANK", "GPT2_TEST_EXIT_AT_STEP", dist.rank, step);
+  if (!exit && !test_fault_env("GPT2_TEST_HANG_RANK", "GPT2_TEST_HANG_AT_STEP", dist.rank, step)) return;
+  std::fprintf(stderr, "%stest hook: %s before step %d (GPT2_TEST_%s_*)\n", dist.prefix().c_str(),
+               exit ? "exiting" : "hanging", step + 1, exit ? "EXIT" : "HANG");
   std::fflush(stderr);
+  if (exit) std::_Exit(1);
   for (;;) std::this_thread::sleep_for(std::chrono::hours(1));
 }
 
