@@ -347,8 +347,7 @@ void load_resharded_moments(const CheckpointDir& ckpt, uint64_t step, uint32_t o
     next = hi;
   }
   if (!all_have_master) master->clear();
-  const uint64_t covered = next - begin;
-  if (covered != end - begin)
+  if (next != end)
     throw std::runtime_error(ckpt.dir() + ": checkpoint step " + std::to_string(step) +
                              " does not cover parameters [" + std::to_string(begin) + ", " + std::to_string(end) +
                              ") (missing or overlapping state files)");
@@ -358,17 +357,13 @@ void load_resharded_moments(const CheckpointDir& ckpt, uint64_t step, uint32_t o
 
 namespace {
 
-std::string describe(const CheckpointDir& dir, uint64_t step) {
-  return "checkpoint step " + std::to_string(step) + " in " + dir.dir();
-}
-
 // Rank 0's check of the named checkpoint: returns its step or throws.
 uint64_t check_named(const CheckpointDir& dir, const CheckpointRef& ref, const Notify& note) {
   const std::vector<uint64_t> steps = dir.complete_steps();
   if (ref.step < 0 && steps.empty())
     throw std::runtime_error("--resume-from " + dir.dir() + ": no complete checkpoint in the directory");
   const uint64_t step = ref.step < 0 ? steps.back() : static_cast<uint64_t>(ref.step);
-  const std::string what = describe(dir, step);
+  const std::string what = "checkpoint step " + std::to_string(step) + " in " + dir.dir();
   const std::string marker = dir.done_path(step);
   if (!file_exists(marker)) {
     if (file_exists(marker + ".corrupt"))
@@ -392,7 +387,6 @@ uint64_t check_named(const CheckpointDir& dir, const CheckpointRef& ref, const N
 }  // namespace
 
 CheckpointRef parse_checkpoint_ref(const std::string& path) {
-  if (path.empty()) throw std::runtime_error("--resume-from: empty path");
   CheckpointRef ref;
   if (is_directory(path)) {
     ref.dir = path;
