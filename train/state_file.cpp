@@ -38,17 +38,6 @@ class ByteReader {
   size_t pos_ = 0;
 };
 
-// Version 4's spike guard block: the skip count, then each window as a count and its values.
-void read_spike_state(ByteReader& r, const std::string& path, SpikeState* s) {
-  s->skips = r.get<uint64_t>();
-  for (std::vector<double>* window : {&s->loss, &s->grad_norm}) {
-    const uint32_t n = r.get<uint32_t>();
-    if (n > r.remaining() / sizeof(double)) throw std::runtime_error(path + ": truncated state file (spike window)");
-    window->resize(n);
-    if (n) r.get_bytes(window->data(), n * sizeof(double));
-  }
-}
-
 // The fixed fields after magic and version, in file order, grouped as
 // TrainState declares them; `io` puts (writer) or gets (reader) each group: one
 // list, so the two cannot drift apart. `version` says which blocks the file
@@ -141,7 +130,15 @@ TrainState read_state_file(const std::string& path, bool header_only) {
     s.schedule.kind = static_cast<LrScheduleKind>(kind);
   }
   if (header_only) return s;
-  if (version >= 4) read_spike_state(r, path, &s.spikes);
+  if (version >= 4) {  // the spike guards: the skip count, then each window as a count and its values
+    s.spikes.skips = r.get<uint64_t>();
+    for (std::vector<double>* window : {&s.spikes.loss, &s.spikes.grad_norm}) {
+      const uint32_t n = r.get<uint32_t>();
+      if (n > r.remaining() / sizeof(double)) throw std::runtime_error(path + ": truncated state file (spike window)");
+      window->resize(n);
+      if (n) r.get_bytes(window->data(), n * sizeof(double));
+    }
+  }
   const uint64_t master_count = r.get<uint64_t>();
   const uint64_t loader_bytes = r.get<uint64_t>();
   if (loader_bytes > r.remaining()) throw std::runtime_error(path + ": truncated state file (loader state)");
