@@ -162,12 +162,6 @@ std::string read_prompt(const TrainOptions& opts) {
   }
 }
 
-std::string format_sample(int i, int n, const std::string& text) {
-  std::string out;
-  if (n > 1) out = "--- sample " + std::to_string(i + 1) + "/" + std::to_string(n) + " ---\n";
-  return out + text + "\n";
-}
-
 // Every byte (a NUL included), and a failed write (a full disk, /dev/full) is
 // an error at once, not exit 0 after the last sample.
 void write_stdout(const std::string& text) {
@@ -196,7 +190,9 @@ int run_generation(const TrainOptions& opts, const DistContext& dist) {
     const std::vector<int32_t> ids =
         generate(model, context, opts.gen_tokens, opts.temperature, opts.top_k, rng, opts.top_p, stop);
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    write_stdout(format_sample(i, opts.num_samples, sample_text(tok.get(), prompt, ids)));
+    if (opts.num_samples > 1)
+      write_stdout("--- sample " + std::to_string(i + 1) + "/" + std::to_string(opts.num_samples) + " ---\n");
+    write_stdout(sample_text(tok.get(), prompt, ids) + "\n");
     if (const int sig = local_stop_signal()) {  // generate() returned early: print what there is and go
       std::fprintf(stderr, "generate: sample %d: stopped by signal %d after %zu token(s) (exit %d)\n", i + 1, sig,
                    ids.size(), stopped_exit_code(sig));
