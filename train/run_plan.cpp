@@ -140,8 +140,8 @@ PeakFlops run_peak(const TrainOptions& o, const Backend& backend) {
   return p;
 }
 
-bool peek_resume_state(const TrainOptions& o, TrainState* st, std::string* path) {
-  if (!o.resume || o.output_dir.empty()) return false;
+std::optional<TrainState> peek_resume_state(const TrainOptions& o, std::string* path) {
+  if (!o.resume || o.output_dir.empty()) return std::nullopt;
   const CheckpointRef ref =
       o.resume_from.empty() ? CheckpointRef{o.output_dir, -1} : parse_checkpoint_ref(o.resume_from);
   const CheckpointDir dir(ref.dir);
@@ -149,14 +149,14 @@ bool peek_resume_state(const TrainOptions& o, TrainState* st, std::string* path)
       ref.step < 0 ? dir.complete_steps() : std::vector<uint64_t>{static_cast<uint64_t>(ref.step)};
   for (auto it = steps.rbegin(); it != steps.rend(); ++it) {
     try {
-      *st = read_state_file(dir.state_path(*it, 0), /*header_only=*/true);
+      TrainState st = read_state_file(dir.state_path(*it, 0), /*header_only=*/true);
       *path = dir.state_path(*it, 0);
-      return true;
+      return st;
     } catch (const std::exception&) {
       // unreadable: the verification of --resume reports it (or falls back)
     }
   }
-  return false;
+  return std::nullopt;
 }
 
 int capped_seq_len(const TrainOptions& o, const GPT2Config& cfg, std::string* note) {
@@ -165,27 +165,6 @@ int capped_seq_len(const TrainOptions& o, const GPT2Config& cfg, std::string* no
   *note = "note: --seq-len " + std::to_string(o.seq_len) + " capped to the model's max_seq " +
           std::to_string(cfg.max_seq_len);
   return cfg.max_seq_len;
-}
-
-BatchShape batch_shape(const TrainOptions& o, const GPT2Config& cfg, int world, const TrainState* stored,
-                       const std::string& stored_path, TrainLogger& log) {
-  BatchShape s;
-  s.B = o.batch_size;
-  std::string cap_note;
-  s.T = capped_seq_len(o, cfg, &cap_note);
-  if (!cap_note.empty()) log.info(cap_note);
-  const int64_t tokens_per_micro = static_cast<int64_t>(s.B) * s.T * world;
-  s.total_batch = o.total_batch_tokens < 0 ? tokens_per_micro : o.total_batch_tokens;
-  if (stored) {
-    const bool adopted = o.total_batch_tokens < 0 && stored->total_batch_tokens > 0;
-    if (adopted) s.total_batch = stored->total_batch_tokens;
-    check_resumed_batch(*stored, s, world, stored_path);
-    if (adopted && s.total_batch != tokens_per_micro)
-      log.info("--resume: " + std::to_string(s.total_batch) + " tokens per step, as in the checkpoint (grad_accum " +
-               std::to_string(s.total_batch / tokens_per_micro) + " at world " + std::to_string(world) + ")");
-  }
-  s.grad_accum = grad_accum_for(s.total_batch, tokens_per_micro);
-  return s;
 }
 
 void check_resumed_batch(const TrainState& st, const BatchShape& s, int world, const std::string& source) {
@@ -287,14 +266,29 @@ RunPlan plan_training_run(const TrainOptions& o, int world, TrainLogger& log) {
   p.model = o.init_from.empty() ? o.model : resolve_init_from(o.init_from);
   p.cfg = requested_config(p.model, o.config_overrides, &p.cfg_from_file);
   p.layout = ParamLayout::for_config(p.cfg, test_wte_chunk_rows());
-  p.has_resume_state = peek_resume_state(o, &p.resume_state, &p.resume_state_path);
+  p.resume_state = peek_resume_state(o, &p.resume_state_path);
   return p.at_world(world, log);
 }
 
 RunPlan RunPlan::at_world(int w, TrainLogger& log) const {
   RunPlan p = *this;
   p.world = w;
-  p.shape = batch_shape(p.opts, p.cfg, w, p.has_resume_state ? &p.resume_state : nullptr, p.resume_state_path, log);
+  BatchShape& s = p.shape;
+  s.B = opts.batch_size;
+  std::string cap_note;
+  s.T = capped_seq_len(opts, cfg, &cap_note);
+  if (!cap_note.empty()) log.info(cap_note);
+  const int64_t tokens_per_micro = static_cast<int64_t>(s.B) * s.T * w;
+  s.total_batch = opts.total_batch_tokens < 0 ? tokens_per_micro : opts.total_batch_tokens;
+  if (resume_state) {
+    const bool adopted = opts.total_batch_tokens < 0 && resume_state->total_batch_tokens > 0;
+    if (adopted) s.total_batch = resume_state->total_batch_tokens;
+    check_resumed_batch(*resume_state, s, w, resume_state_path);
+    if (adopted && s.total_batch != tokens_per_micro)
+      log.info("--resume: " + std::to_string(s.total_batch) + " tokens per step, as in the checkpoint (grad_accum " +
+               std::to_string(s.total_batch / tokens_per_micro) + " at world " + std::to_string(w) + ")");
+  }
+  s.grad_accum = grad_accum_for(s.total_batch, tokens_per_micro);
   return p;
 }
 

@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -102,22 +103,16 @@ struct BatchShape {
 
 // The rank-0 state file header of the checkpoint --resume would continue (the
 // named or newest complete one), read before it is verified, for the global
-// batch it carries. false: no such checkpoint.
-bool peek_resume_state(const TrainOptions& o, TrainState* st, std::string* path);
+// batch it carries, and its path in *path. None: no such checkpoint.
+std::optional<TrainState> peek_resume_state(const TrainOptions& o, std::string* path);
 
 // --seq-len capped to the model's max_seq, with the note saying so ("" when
-// not capped): training's T (batch_shape) and --eval-only's window.
+// not capped): training's T (RunPlan::at_world) and --eval-only's window.
 int capped_seq_len(const TrainOptions& o, const GPT2Config& cfg, std::string* note);
 
-// `stored` (nullptr: none): the resumed checkpoint's header, read from
-// `stored_path`. Its global batch is the default without --total-batch-tokens,
-// so a run resumed on another number of ranks keeps its tokens per step; the
-// run is checked against it here, before anything is allocated.
-BatchShape batch_shape(const TrainOptions& o, const GPT2Config& cfg, int world, const TrainState* stored,
-                       const std::string& stored_path, TrainLogger& log);
 // The one check of a resumed batch: the checkpoint's B, T and global batch are
 // the run's, and the global batch splits into B*T*world micro-batches. Run on
-// the planned checkpoint's header (batch_shape) and on the loaded one (`source` names it).
+// the planned checkpoint's header (RunPlan::at_world) and on the loaded one (`source` names it).
 void check_resumed_batch(const TrainState& st, const BatchShape& s, int world, const std::string& source);
 
 DataLoaderOptions train_loader_options(const TrainOptions& o, const BatchShape& s, const DistContext& dist,
@@ -169,13 +164,16 @@ struct RunPlan {
   ParamLayout layout;
   int world = 1;
   BatchShape shape;          // B, T (capped to max_seq), tokens per step, micro-batches per step
-  bool has_resume_state = false;
-  TrainState resume_state;   // header of the checkpoint --resume is expected to pick
-  std::string resume_state_path;  // its rank-0 state file
+  std::optional<TrainState> resume_state;  // header of the checkpoint --resume is expected to pick
+  std::string resume_state_path;           // its rank-0 state file
 
   bool buffers_travel() const { return DataParallel::buffers_travel(world, opts.zero_stage); }
   // The same run at world size w: only the batch shape is worked out again
-  // (a resumed global batch splits differently); nothing is read again.
+  // (a resumed global batch splits differently); nothing is read again. The
+  // resumed checkpoint's global batch is the default without
+  // --total-batch-tokens, so a run resumed on another number of ranks keeps
+  // its tokens per step, and the run is checked against it before anything
+  // is allocated.
   RunPlan at_world(int w, TrainLogger& log) const;
 };
 
