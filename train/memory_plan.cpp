@@ -47,15 +47,15 @@ class PlanComm final : public Communicator {
 };
 
 // The parts a training run of `plan` constructs (rank 0's view), on a backend
-// that allocates nothing but counts.
+// that allocates nothing but counts. The buffers' communicator is a device one
+// where they travel between devices, as training's would be.
 struct PlannedRun {
   PlannedRun(const RunPlan& plan, bool on_host)
       : be(make_sizing_backend(plan.opts, on_host)),
-        buffers(plan.world, !be->is_host_memory()),
-        host(plan.world, false),
-        parts(*be, plan.buffers_travel() ? static_cast<Communicator&>(buffers) : host, plan) {}
+        buffers(plan.world, !be->is_host_memory() && plan.buffers_travel()),
+        parts(*be, buffers, plan) {}
   std::unique_ptr<SizingBackend> be;
-  PlanComm buffers, host;
+  PlanComm buffers;
   RunAssembly parts;
 };
 
