@@ -367,19 +367,6 @@ void check_ranks_agree(const std::vector<HellaSwagExample>& examples, int rank, 
 
 }  // namespace
 
-std::vector<HellaSwagExample> read_hellaswag(const std::string& path, const Tokenizer& tok) {
-  std::istringstream lines(read_text_file(path));
-  std::vector<HellaSwagExample> out;
-  size_t line_no = 0;
-  for (std::string line; std::getline(lines, line);) {
-    line_no++;
-    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-    out.push_back(parse_example(line, path + ":" + std::to_string(line_no), tok));
-  }
-  if (out.empty()) throw std::runtime_error(path + ": no HellaSwag example");
-  return out;
-}
-
 std::vector<HellaSwagExample> read_hellaswag_for(const TrainOptions& opts) {
   std::unique_ptr<Tokenizer> tok;
   try {
@@ -387,7 +374,17 @@ std::vector<HellaSwagExample> read_hellaswag_for(const TrainOptions& opts) {
   } catch (const std::exception& e) {
     throw std::runtime_error(std::string("--eval-hellaswag needs the GPT-2 vocabulary: ") + e.what());
   }
-  return read_hellaswag(opts.eval_hellaswag, *tok);
+  const std::string& path = opts.eval_hellaswag;
+  std::istringstream lines(read_text_file(path));
+  std::vector<HellaSwagExample> out;
+  size_t line_no = 0;
+  for (std::string line; std::getline(lines, line);) {
+    line_no++;
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    out.push_back(parse_example(line, path + ":" + std::to_string(line_no), *tok));
+  }
+  if (out.empty()) throw std::runtime_error(path + ": no HellaSwag example");
+  return out;
 }
 
 HellaSwagResult evaluate_hellaswag(GPT2& model, int B, int T, const std::vector<HellaSwagExample>& examples,

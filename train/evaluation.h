@@ -97,18 +97,16 @@ struct HellaSwagExample {
   std::string where;  // FILE:LINE, for errors
 };
 
-// The official JSONL: per line "ctx", "endings" (4 strings) and "label" (0-3,
-// number or string); blank lines skipped; errors name FILE:LINE and the key.
-std::vector<HellaSwagExample> read_hellaswag(const std::string& path, const Tokenizer& tok);
-
 struct HellaSwagResult {
   uint64_t n = 0, correct = 0, correct_norm = 0;
   double acc() const { return n ? static_cast<double>(correct) / n : 0.0; }
   double acc_norm() const { return n ? static_cast<double>(correct_norm) / n : 0.0; }
 };
 
-// --eval-hellaswag's examples, tokenised with the GPT-2 vocabulary (an error
-// naming the flag when it cannot be loaded).
+// --eval-hellaswag's examples from the official JSONL: per line "ctx",
+// "endings" (4 strings) and "label" (0-3, number or string), tokenised with the
+// GPT-2 vocabulary; blank lines skipped; errors name FILE:LINE and the key, or
+// the flag when the vocabulary cannot be loaded.
 std::vector<HellaSwagExample> read_hellaswag_for(const TrainOptions& opts);
 
 // Every example's 4 rows, B per forward; forward k runs on rank k % world, so
