@@ -108,14 +108,10 @@ std::vector<OutputFile> output_files_of(const TrainOptions& o) {
   return out;
 }
 
-std::string parent_of(const std::string& path) {
-  const std::string parent = fs::path(path).parent_path().string();
-  return parent.empty() ? "." : parent;
-}
-
 // The output directory that `path` would be written in and whose files that name is.
 const OutputDir* written_by(const std::vector<OutputDir>& dirs, const std::string& path) {
-  const auto parent = file_id(parent_of(path));
+  const std::string dir = fs::path(path).parent_path().string();
+  const auto parent = file_id(dir.empty() ? "." : dir);
   if (!parent) return nullptr;
   const std::string name = fs::path(path).filename().string();
   for (const OutputDir& d : dirs)
