@@ -218,10 +218,9 @@ bool cgroup_room(const std::string& limit, const std::string& usage, const std::
 
 MemoryBudget host_memory_budget() {
   if (const char* fake = test_hook("GPT2_TEST_AVAILABLE_MEMORY")) {
-    MemoryBudget b;
+    MemoryBudget b{0, "GPT2_TEST_AVAILABLE_MEMORY, the tests' stand-in"};
     if (!parse_u64(fake, &b.bytes))
       throw std::runtime_error(std::string("GPT2_TEST_AVAILABLE_MEMORY='") + fake + "': expected a byte count");
-    b.source = "GPT2_TEST_AVAILABLE_MEMORY, the tests' stand-in";
     return b;
   }
   MemoryBudget b{std::numeric_limits<uint64_t>::max(), "no measurement (no MemAvailable, no cgroup limit)"};
