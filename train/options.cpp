@@ -77,10 +77,6 @@ double parse_double(const std::string& flag, const char* v, double lo, double hi
   return x;
 }
 
-float parse_float(const std::string& flag, const char* v, double lo, double hi) {
-  return static_cast<float>(parse_double(flag, v, lo, hi));
-}
-
 // --resume [PATH] and --resume-from PATH: resume, from the named checkpoint when given.
 void set_resume(TrainOptions& o, const char* path) {
   o.resume = true;
@@ -183,7 +179,7 @@ constexpr int64_t kBig = 1LL << 40;
   [](TrainOptions& o, const char* v) { o.field = parse_int(flag, v, lo, hi); }, \
   [](const TrainOptions& o) { return std::to_string(o.field); }
 #define FLT(field, flag, lo, hi) \
-  [](TrainOptions& o, const char* v) { o.field = parse_float(flag, v, lo, hi); }, \
+  [](TrainOptions& o, const char* v) { o.field = parse_double(flag, v, lo, hi); }, \
   [](const TrainOptions& o) { return format_number(o.field); }
 #define FLAG(field) \
   [](TrainOptions& o, const char*) { o.field = true; }, \
@@ -213,7 +209,7 @@ const std::vector<OptionSpec>& option_table() {
       {"weight-decay", 0, "X", "AdamW decoupled weight decay on matmul weights and embeddings [0]", FLT(adamw.weight_decay, "weight-decay", 0.0, 10.0)},
       {"beta1", 0, "X", "AdamW beta1 [0.9]", FLT(adamw.beta1, "beta1", 0.0, 0.999999)},
       {"beta2", 0, "X", "AdamW beta2 [0.95]", FLT(adamw.beta2, "beta2", 0.0, 0.999999)},
-      {"adam-eps", 0, "X", "AdamW epsilon, in (0, 1] (0 divides by a zero second moment) [1e-8]", [](TrainOptions& o, const char* v) { o.adamw.eps = parse_float("adam-eps", v, -1e30, 1e30); if (!(o.adamw.eps > 0.0f && o.adamw.eps <= 1.0f)) bad_value("adam-eps", v, "a number in (0, 1]"); }, [](const TrainOptions& o) { return format_number(o.adamw.eps); }},
+      {"adam-eps", 0, "X", "AdamW epsilon, in (0, 1] (0 divides by a zero second moment) [1e-8]", [](TrainOptions& o, const char* v) { o.adamw.eps = parse_double("adam-eps", v, -1e30, 1e30); if (!(o.adamw.eps > 0.0f && o.adamw.eps <= 1.0f)) bad_value("adam-eps", v, "a number in (0, 1]"); }, [](const TrainOptions& o) { return format_number(o.adamw.eps); }},
       {"grad-clip", 0, "X", "clip the global gradient norm to X; 0 disables [1.0]", FLT(grad_clip, "grad-clip", 0.0, 1e9)},
       {"max-steps", 0, "N", "optimizer steps (in all, counting those before a --resume); -1 = as many as --epochs means, one epoch of the training data without it [-1]", [](TrainOptions& o, const char* v) { o.max_steps = static_cast<int>(parse_int("max-steps", v, -1, 1 << 30)); if (o.max_steps == 0) throw std::runtime_error("--max-steps must be positive, or -1 for one epoch"); }, [](const TrainOptions& o) { return std::to_string(o.max_steps); }},
       {"epochs", 0, "E", "train E passes over the training data (fractional: HF's num_train_epochs), ceil(E x steps per epoch) steps at this global batch, as the banner says; the lr schedule spans them. A positive --max-steps overrides it, as in HF [one epoch]", [](TrainOptions& o, const char* v) { o.epochs = parse_double("epochs", v, -HUGE_VAL, HUGE_VAL); if (!(o.epochs > 0.0 && o.epochs <= 1e6)) bad_value("epochs", v, "a number in (0, 1e6]"); }, [](const TrainOptions& o) { return format_number(o.epochs); }},
@@ -231,7 +227,7 @@ const std::vector<OptionSpec>& option_table() {
       {"prompt", 0, "TEXT", "sample prompt (default: start from <|endoftext|>)", STR(prompt)},
       {"temperature", 0, "X", "sampling temperature [1.0]", FLT(temperature, "temperature", 1e-6, 100.0)},
       {"top-k", 0, "N", "sample from the top k tokens; 0 = all [0]", INT(top_k, "top-k", 0, 1 << 30)},
-      {"top-p", 0, "P", "nucleus sampling: the smallest set of most probable tokens (after --temperature and --top-k) whose probability reaches P, renormalised; 1 = off [1.0]", [](TrainOptions& o, const char* v) { o.top_p = parse_float("top-p", v, -1e30, 1e30); if (!(o.top_p > 0.0f && o.top_p <= 1.0f)) bad_value("top-p", v, "a number in (0, 1]"); }, [](const TrainOptions& o) { return format_number(o.top_p); }},
+      {"top-p", 0, "P", "nucleus sampling: the smallest set of most probable tokens (after --temperature and --top-k) whose probability reaches P, renormalised; 1 = off [1.0]", [](TrainOptions& o, const char* v) { o.top_p = parse_double("top-p", v, -1e30, 1e30); if (!(o.top_p > 0.0f && o.top_p <= 1.0f)) bad_value("top-p", v, "a number in (0, 1]"); }, [](const TrainOptions& o) { return format_number(o.top_p); }},
       // modes
       {"eval-only", 0, nullptr, "no training: perplexity of --val-data with Hugging Face's strided sliding window (context --seq-len, --eval-stride) on the weights of --model FILE|HF_DIR or --init-from", FLAG(eval_only)},
       {"eval-stride", 0, "S", "--eval-only: window stride; each window scores only the tokens after the previous window's end [--seq-len]", INT(eval_stride, "eval-stride", 1, 1 << 20)},
