@@ -142,13 +142,9 @@ using Clock = std::chrono::steady_clock;
 // The --val-data shards, opened and length-checked; each one a stream.
 struct EvalData {
   std::vector<ShardFile> shards;
-  std::vector<uint64_t> tokens;
 
   explicit EvalData(const std::string& pattern) {
-    for (const std::string& path : expand_shard_pattern(pattern)) {
-      shards.emplace_back(path);
-      tokens.push_back(shards.back().count());
-    }
+    for (const std::string& path : expand_shard_pattern(pattern)) shards.emplace_back(path);
   }
   // A reader that refuses ids outside the model's vocabulary, naming the shard.
   TokenReader reader(int vocab_size) const {
@@ -230,7 +226,7 @@ int run_evaluation(const TrainOptions& opts, const DistContext& dist, Communicat
     throw UsageError("--eval-stride " + std::to_string(spec.S) + " is larger than the context length " +
                              std::to_string(spec.T) + " (tokens between windows would never be scored)");
   const EvalData data(opts.val_data);
-  spec.stream_tokens = data.tokens;
+  for (const ShardFile& shard : data.shards) spec.stream_tokens.push_back(shard.count());
   GPT2& model = trained.load(spec.B, spec.T);
   if (dist.is_main() && !cap_note.empty()) std::fprintf(stderr, "%s\n", cap_note.c_str());
   comm.barrier();

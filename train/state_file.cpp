@@ -167,8 +167,7 @@ TrainState read_state_file(const std::string& path, bool header_only) {
 }
 
 FileDigest digest_file(const std::string& path) {
-  FileDigest d;
-  d.name = base_name(path);
+  FileDigest d{base_name(path)};
   d.xxh64 = xxh64_file(path, &d.size);
   return d;
 }
