@@ -51,12 +51,9 @@ bool LrSchedule::operator==(const LrSchedule& o) const {
 
 LrSchedule resume_schedule(const LrSchedule& from_flags, const LrSchedule* stored, bool reset,
                            std::string* source) {
-  if (!stored) {
-    *source = "from the flags (the checkpoint predates stored schedules)";
-    return from_flags;
-  }
-  if (reset) {
-    *source = "from the flags (--reset-schedule; the checkpoint's: " + stored->describe() + ")";
+  if (!stored || reset) {
+    *source = !stored ? "from the flags (the checkpoint predates stored schedules)"
+                      : "from the flags (--reset-schedule; the checkpoint's: " + stored->describe() + ")";
     return from_flags;
   }
   if (*stored == from_flags) {
