@@ -65,8 +65,6 @@ CheckpointDir::CheckpointDir(std::string dir, bool lock, const Notify& note) : d
   }
 }
 
-CheckpointDir::~CheckpointDir() = default;
-
 std::string CheckpointDir::model_path(uint64_t step) const { return dir_ + "/" + step_name("model", step) + ".bin"; }
 
 std::string CheckpointDir::state_path(uint64_t step, uint32_t rank) const {

@@ -40,7 +40,6 @@ class CheckpointDir {
   // its exclusive OutputDirLock for this object's lifetime; a second run on
   // DIR throws naming the holder. `note` gets the stale-lock warning.
   explicit CheckpointDir(std::string dir, bool lock = false, const Notify& note = {});
-  ~CheckpointDir();
   CheckpointDir(const CheckpointDir&) = delete;
   CheckpointDir& operator=(const CheckpointDir&) = delete;
   const std::string& dir() const { return dir_; }
