@@ -72,9 +72,6 @@ bool still_named(int fd, const std::string& path) {
          opened.st_dev == named.st_dev;
 }
 
-// Filesystems without flock answer these instead of granting or refusing it.
-bool flock_unsupported(int err) { return err == ENOLCK || err == EOPNOTSUPP || err == ENOSYS || err == EINVAL; }
-
 }  // namespace
 
 std::string format_lock(const LockHolder& h) {
@@ -193,7 +190,8 @@ bool OutputDirLock::try_acquire(const Notify& note) {
   if (fd < 0) throw std::runtime_error(path_ + ": cannot open the lock file (" + std::strerror(errno) + ")");
   const bool granted = flock(fd, LOCK_EX | LOCK_NB) == 0;
   const int err = errno;
-  const bool no_flock = !granted && flock_unsupported(err);
+  // filesystems without flock answer these instead of granting or refusing it
+  const bool no_flock = !granted && (err == ENOLCK || err == EOPNOTSUPP || err == ENOSYS || err == EINVAL);
   if (!granted && !no_flock) {
     LockHolder holder;
     const bool known = parse_lock(read_fd_text(fd), &holder);
