@@ -1,40 +1,20 @@
 // Data parallelism with ZeRO stages 0/1/2 on the backend's memory, over one
-// communicator, `buffers`: it moves the backend's tensors (gradients,
-// parameters) and the gradient norm's fp64 partial sums where they live: MPI
-// for host memory (CPU backend), NCCL for device memory (CUDA backend). Each
-// call's element type follows the tensors (comm_data_type). The trainer's host
-// scalars (losses) go over its own host communicator, outside this class.
-//
-//   stage 0: full gradients all-reduced (averaged); every rank updates every
-//            parameter with its own full optimizer state.
-//   stage 1: full gradients reduce-scattered (averaged) at the end of the step;
-//            each rank keeps and updates AdamW state for its shard only, then
-//            the parameters are all-gathered.
-//   stage 2: as 1, but without a full gradient buffer: the backward writes one
-//            layer's gradients at a time into this class's staging
-//            (train/zero_staging.h), and each unit is
-//            reduce-scattered right after its layer's backward and added into
-//            this rank's shard (every micro-step adds, so accumulation works).
-//            The tied wte/lm_head gradient (a third of d12) is never staged
-//            whole: after the backward it is built in vocabulary chunks in the
-//            layer buffers (GPT2::wte_grad_chunk), each exchanged like a layer.
-//            Gradient memory: 1/N of the parameters plus one (two, overlapped)
-//            layer buffers.
-// Overlap (device buffers, world > 1; docs/distributed.md "Overlap"):
-//   stage 2: two layer buffers, used alternately (the wte chunks too); layer
-//            l's exchange is issued asynchronously and waited for (device-side)
-//            only after layer l-1's backward is issued, just before layer l-2
-//            reuses its buffer; the received part is added then. The last
-//            exchanges (final chunks, rest unit) are waited for only by the
-//            next backward or reduce_gradients, so they run beside the next
-//            micro-step's forward.
-//   stages 0/1: in the last micro-step's backward, buckets of consecutive
-//            layers (>= GPT2_DP_BUCKET_BYTES, default 25 MiB) are reduced
-//            asynchronously as soon as final; reduce_gradients waits for them.
-//            A model that fits one bucket is reduced in one call at the end.
-// The global gradient norm is computed once per step: each rank squares its
-// shard and one all-reduce sums (stage 0: the whole gradient, identical
-// everywhere, no all-reduce).
+// communicator, `buffers`: MPI for host memory (CPU backend), NCCL for device
+// memory (CUDA backend), the element type following the tensors. The
+// trainer's host scalars (losses) go over its own host communicator.
+//   stage 0: gradients all-reduced (averaged); every rank updates every parameter.
+//   stage 1: gradients reduce-scattered; each rank keeps AdamW state for its
+//            shard only and updates it, then the parameters are all-gathered.
+//   stage 2: as 1 without a full gradient buffer: each layer's gradients are
+//            reduce-scattered from a layer-sized staging buffer
+//            (train/zero_staging.h) right after its backward, the tied wte
+//            gradient in vocabulary chunks after the backward, and added into
+//            this rank's shard (every micro-step adds).
+// With device buffers at world > 1 the collectives run beside the backward
+// (stage 2: two layer buffers used alternately; stages 0/1: buckets of layers
+// in the last micro-step); docs/distributed.md ("Overlap with the backward")
+// has the schedule. The gradient norm's square is summed over each rank's
+// shard and all-reduced once per step.
 #ifndef TRAIN_DATA_PARALLEL_H
 #define TRAIN_DATA_PARALLEL_H
 

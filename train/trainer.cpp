@@ -110,7 +110,7 @@ double TrainingRun::evaluate() {
   double sums[2] = {0.0, 0.0};  // loss sum, supervised targets
   for (int i = 0; i < plan_.opts.val_steps; i++) {
     // a stop signal is honoured between batches, not after --val-steps of them
-    if (should_stop(comms_.host)) throw StopRequested(local_stop_signal());
+    throw_if_stop_requested(comms_.host);
     val_loader_->next_batch(inputs_.data(), targets_.data());
     parts_.model.forward(inputs_.data(), targets_.data(), plan_.shape.B, plan_.shape.T);
     sums[0] += parts_.model.loss_sum();
@@ -136,9 +136,8 @@ bool TrainingRun::validate(int step, bool at_end) {
     const HellaSwagResult h = evaluate_hellaswag(
         parts_.model, plan_.shape.B, plan_.shape.T, hellaswag_, dist_.rank, dist_.world,
         [this](std::vector<double>& v) { all_reduce(comms_.host, v.data(), v.size(), ReduceOp::kSum); },
-        [this] {  // a stop signal is honoured between rounds, as between validation batches
-          if (should_stop(comms_.host)) throw StopRequested(local_stop_signal());
-        });
+        // a stop signal is honoured between rounds, as between validation batches
+        [this] { throw_if_stop_requested(comms_.host); });
     log_.hellaswag(step, h.n, h.acc(), h.acc_norm());
   }
   evaluated_at_ = step;
@@ -184,16 +183,6 @@ uint64_t TrainingRun::micro_token0(int micro) const {
   return window * static_cast<uint64_t>(plan_.shape.B) * static_cast<uint64_t>(plan_.shape.T);
 }
 
-// Rank 0's loss and norm on every rank, bit for bit (as in evaluate()): the
-// spike guards decide alike and keep equal windows.
-void TrainingRun::agree_on_rank0(double* loss, double* norm) {
-  if (dist_.world == 1) return;
-  double v[2] = {*loss, *norm};
-  comms_.host.broadcast(v, sizeof(v), 0);
-  *loss = v[0];
-  *norm = v[1];
-}
-
 // --profile-steps A:B: the profiler's capture starts before step A and stops after step B.
 void TrainingRun::profile_window(int step, bool before) {
   if (step + 1 != (before ? plan_.opts.profile_first : plan_.opts.profile_last)) return;
@@ -231,9 +220,12 @@ void TrainingRun::train_step(int step) {
     log_.info("step " + std::to_string(step + 1) + ": no supervised token in the batch; weights not updated");
     return;
   }
-  double loss = all_reduce_value(comms_.host, loss_sum, ReduceOp::kSum) / static_cast<double>(supervised);
-  double norm = parts_.dp.grad_norm();  // copied behind the clip scale: the wait above covered it
-  if (spikes_.enabled()) agree_on_rank0(&loss, &norm);
+  // The norm was copied behind the clip scale: the wait above covered it.
+  double loss_norm[2] = {all_reduce_value(comms_.host, loss_sum, ReduceOp::kSum) / static_cast<double>(supervised),
+                         parts_.dp.grad_norm()};
+  // Rank 0's on every rank, bit for bit (as in evaluate()): the spike guards decide alike and keep equal windows.
+  if (spikes_.enabled()) comms_.host.broadcast(loss_norm, sizeof loss_norm, 0);
+  const double loss = loss_norm[0], norm = loss_norm[1];
   const StepVerdict verdict = judge_step(step, loss, norm);
   if (verdict.apply()) apply_update(step);
   log_step(step, loss, norm, dt, supervised, verdict);

@@ -96,7 +96,6 @@ class TrainingRun {
   void log_step(int step, double loss, double norm, double dt, uint64_t supervised, const StepVerdict& verdict);
   uint64_t load_step_batches();
   uint64_t micro_token0(int micro) const;
-  void agree_on_rank0(double* loss, double* norm);
   void profile_window(int step, bool before);
   double evaluate();
   bool validate(int step, bool at_end);
