@@ -150,3 +150,16 @@ endif
 TEST_SCRIPTS += test/distributed/comm_mpirun_test.sh test/distributed/zero_train_test.sh test/slurm/slurm_smoke_test.sh \
                 test/distributed/comm_timeout_test.sh
 TEST_PREREQS += $(DISTRIBUTED_COMM_TEST) $(DISTRIBUTED_SELFCHECK)
+
+# The Slurm test also checks that the cluster's PMIx fences hold every rank (the barrier that
+# ends MPI_Init): a PMIx client of its own, built where libpmix-dev's pkg-config file is.
+PMIX_CFLAGS := $(shell pkg-config --cflags pmix 2>/dev/null)
+PMIX_LDLIBS := $(shell pkg-config --libs pmix 2>/dev/null)
+ifneq ($(PMIX_LDLIBS),)
+PMIX_BARRIER_CHECK := $(BUILD)/test/slurm/pmix_barrier_check
+$(BUILD)/test/slurm/pmix_barrier_check.o: CPPFLAGS += $(PMIX_CFLAGS)
+$(PMIX_BARRIER_CHECK): $(BUILD)/test/slurm/pmix_barrier_check.o
+	@mkdir -p $(@D)
+	$(CXX) $(LDFLAGS) -o $@ $< $(PMIX_LDLIBS)
+TEST_PREREQS += $(PMIX_BARRIER_CHECK)
+endif

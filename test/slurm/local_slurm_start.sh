@@ -136,6 +136,13 @@ EOF
   echo "PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscribe=NO"
 } >"$CONF"
 
+# The PMIx plugin's tree collective does not hold a data-less fence (a barrier) until every
+# node has joined it: a node's tasks leave it while another node's are still on their way in.
+# Open MPI's MPI_Init ends with such a barrier, so a rank could start sending while a slow peer
+# was still inside MPI_Init, before it could receive, and that peer died of SIGSEGV. The ring
+# collective waits for every node.
+echo "PMIxCollFence=ring" >"$BASE/etc/mpi.conf"
+
 # Every task gets Open MPI pinned to loopback (its TCP transport would otherwise
 # try eth0 between the "nodes") and permission to run as root.
 cat >"$BASE/etc/task_prolog.sh" <<'EOF'

@@ -3,6 +3,8 @@
 # slurm_smoke_test.sh - distributed/ under a real Slurm cluster on loopback (munged,
 # slurmctld, two slurmd nodes; test/slurm/local_slurm_start.sh), with the
 # project's MPI self-check program (build/distributed/dist_selfcheck):
+#   0. the cluster's PMIx fences are barriers (build/test/slurm/pmix_barrier_check): no
+#      rank leaves the fence that ends MPI_Init before the last rank has entered it;
 #   1. srun -N 2 -n 2 and srun -N 2 -n 4: rank, world, local rank, node and
 #      hostname of every rank as Slurm placed them;
 #   2. an sbatch job running it standalone, with srun and with mpirun;
@@ -86,6 +88,28 @@ expect_ranks() {
   for re in "$@"; do grep -qE "^selfcheck $re .*collectives=ok" <<<"$out" || { missing=1; echo "  missing: $re"; }; done
   if [ $missing = 0 ]; then pass "$desc"; else bad "$desc"; printf '%s\n' "$out" | sed 's/^/  | /'; fi
 }
+
+# --- 0. a rank leaves a PMIx barrier only once every rank has entered it; otherwise a rank
+# that leaves MPI_Init early sends to a peer still inside it, which dies of SIGSEGV.
+BARRIER_CHECK=$PWD/build/test/slurm/pmix_barrier_check
+if [ -x "$BARRIER_CHECK" ]; then
+  out=$(DELAY_MS=1500 timeout 60 srun -N 2 -n 4 "$BARRIER_CHECK" 2>&1)
+  verdict=$(awk '/^pmix_barrier_check / {
+      for (i = 2; i <= NF; i++) { split($i, kv, "="); v[kv[1]] = kv[2] }
+      n++; if (v["fence_rc"] != "0,0") bad = 1
+      if (v["rank"] == v["world"] - 1) last = v["entered"]
+      left[n] = v["left"]; who[n] = v["rank"]
+    }
+    END {
+      if (n != 4 || bad || last == "") { print "no result"; exit }
+      for (i = 1; i <= n; i++) if (left[i] + 0.002 < last) { printf "rank %s left %.3f s before the last rank entered\n", who[i], last - left[i]; exit }
+      print "ok"
+    }' <<<"$out")
+  if [ "$verdict" = ok ]; then pass "PMIx barrier: every rank of srun -N 2 -n 4 waited for the late one"
+  else bad "PMIx barrier: $verdict"; printf '%s\n' "$out" | sed 's/^/  | /'; fi
+else
+  bad "$BARRIER_CHECK not built (libpmix-dev's pkg-config file missing?)"
+fi
 
 # --- 1. direct srun launches across the two nodes
 out=$(timeout 120 srun -N 2 -n 2 "$SELFCHECK" 2>&1)
