@@ -153,6 +153,27 @@ bool send_reply(int fd, bool ok, const std::string& a, const std::string& b, con
 
 std::string errno_text(int e) { return std::strerror(e); }
 
+// Rank 0's refusal of this rank, as join() reports it.
+struct Refused : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+RendezvousResult join(const RendezvousSpec& spec, const RendezvousRequest& req);
+
+// Rank 0 finds its port taken. When the taker is a rank 0 of this program (a
+// second process given RANK=0), joining it as rank 0 makes it refuse both of
+// them, each naming the other; anything else on the port is reported as it is.
+void refuse_if_rank0_serves_there(const RendezvousSpec& spec, const RendezvousRequest& req) {
+  RendezvousRequest probe = req;
+  probe.timeout_s = std::min(2.0, req.timeout_s);
+  try {
+    join(spec, probe);
+  } catch (const Refused&) {
+    throw;
+  } catch (const std::exception&) {  // not one of ours: the caller says the port is in use
+  }
+}
+
 // Rank 0: listen, collect world-1 hellos, check, answer.
 RendezvousResult serve(const RendezvousSpec& spec, const RendezvousRequest& req) {
   const std::string where = "rendezvous at tcp " + spec.host + ":" + std::to_string(spec.port);
@@ -178,12 +199,13 @@ RendezvousResult serve(const RendezvousSpec& spec, const RendezvousRequest& req)
     a.sin_port = htons(static_cast<uint16_t>(spec.port));
     rc = bind(listener.get(), reinterpret_cast<sockaddr*>(&a), sizeof a);
   }
+  if (rc == 0 && listen(listener.get(), 128) != 0) rc = -1;  // a port bound, not yet listened on, is taken too
   if (rc != 0) {
     const int e = errno;
+    if (e == EADDRINUSE) refuse_if_rank0_serves_there(spec, req);
     fail("rank 0 cannot listen on port " + std::to_string(spec.port) + ": " + errno_text(e) +
          (e == EADDRINUSE ? " (another job or program uses it: choose another MASTER_PORT)" : ""));
   }
-  if (listen(listener.get(), 128) != 0) fail("listen failed: " + errno_text(errno));
 
   const Deadline deadline(req.timeout_s);
   std::vector<Fd> peers;                          // every connection that said hello
@@ -226,10 +248,10 @@ RendezvousResult serve(const RendezvousSpec& spec, const RendezvousRequest& req)
                 std::to_string(req.world);
     else if (job != req.job_id)
       problem = who + " belongs to job '" + job + "', rank 0 to job '" + req.job_id + "'";
-    else if (h.rank <= 0 || h.rank >= req.world)
-      problem = "rank " + std::to_string(h.rank) + " (host " + host + ") is " +
-                (h.rank == 0 ? "claimed by two processes: rank 0 is host " + req.host
-                             : "outside a world of " + std::to_string(req.world));
+    else if (h.rank == 0)
+      problem = "rank 0 is claimed by two processes (hosts " + req.host + " and " + host + ")";
+    else if (h.rank < 0 || h.rank >= req.world)
+      problem = who + " is outside a world of " + std::to_string(req.world);
     else if (seen[static_cast<size_t>(h.rank)])
       problem = "rank " + std::to_string(h.rank) + " is claimed by two processes (hosts " +
                 hosts[static_cast<size_t>(h.rank)] + " and " + host + ")";
@@ -323,7 +345,7 @@ RendezvousResult join(const RendezvousSpec& spec, const RendezvousRequest& req) 
   std::string a(head[1], '\0'), b(head[2], '\0');
   if (!transfer(conn.get(), &a[0], a.size(), deadline, false) || !transfer(conn.get(), &b[0], b.size(), deadline, false))
     fail("the connection to rank 0 broke during the reply");
-  if (head[0] != 0) throw std::runtime_error(req.prefix + "rank 0 refused the rendezvous: " + a);
+  if (head[0] != 0) throw Refused(req.prefix + "rank 0 refused the rendezvous: " + a);
   return {a, rdzv::decode_hosts(b)};
 }
 

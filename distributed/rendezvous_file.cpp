@@ -2,8 +2,10 @@
 // file system but cannot open ports to each other. Files in DIR, each written
 // whole (a temporary name, then rename or link) so a reader never sees half:
 //   rank0   rank 0's announcement: job, world, host, pid, time, a random nonce
-//           and the payload (hex). A rank0 or go already there when rank 0
-//           starts is a stale file of an earlier job: refused.
+//           and the payload (hex), created with link(). A rank0 or go already
+//           there when rank 0 starts is a stale file of an earlier job:
+//           refused; a rank0 of a live process on this host is a second
+//           process given RANK=0, told through rank0.claim so both end.
 //   rankR   rank R's claim (after reading rank0): the nonce it read, its world,
 //           host, and why it cannot go on if it cannot. Created with link(), which fails if it exists, so two
 //           processes claiming one rank cannot both succeed.
@@ -17,6 +19,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <ctime>
@@ -114,16 +117,32 @@ Fields mine(const RendezvousRequest& req) {
           {"problem", hex(req.problem)}};
 }
 
+// Whether the process that wrote `f` runs on this host now.
+bool alive_here(const Fields& f, const std::string& host) {
+  const long pid = f.count("pid") ? std::atol(f.at("pid").c_str()) : 0;
+  return f.count("host") && f.at("host") == host && pid > 0 && (kill(static_cast<pid_t>(pid), 0) == 0 || errno == EPERM);
+}
+
 void sleep_a_little() { std::this_thread::sleep_for(std::chrono::milliseconds(50)); }
 
 RendezvousResult as_rank0(const std::string& dir, const RendezvousRequest& req) {
   const std::string where = "rendezvous at file " + dir + ": ";
   const auto fail = [&](const std::string& what) { throw std::runtime_error(req.prefix + where + what); };
   if (mkdir(dir.c_str(), 0777) != 0 && errno != EEXIST) fail("cannot create the directory: " + std::string(std::strerror(errno)));
-  for (const std::string name : {"rank0", "go"})
-    if (exists(dir + "/" + name))
-      fail("stale rendezvous file " + dir + "/" + name + " of an earlier job (" + origin(read_fields(dir + "/" + name)) +
-           "): remove it, or give this job a new directory");
+  // A rank 0 still waiting there: a second process given RANK=0. Tell it
+  // (rank0.claim), so that both end now naming each other.
+  const auto refuse_if_rank0_waits = [&](const Fields& other) {
+    if (!alive_here(other, req.host)) return;
+    std::rename(write_temp(dir + "/rank0.claim", mine(req), req.prefix).c_str(), (dir + "/rank0.claim").c_str());
+    fail("rank 0 is claimed by two processes: " + dir + "/rank0 is held by a live process (" + origin(other) + ")");
+  };
+  for (const std::string name : {"rank0", "go"}) {
+    if (!exists(dir + "/" + name)) continue;
+    const Fields other = read_fields(dir + "/" + name);
+    if (name == "rank0") refuse_if_rank0_waits(other);
+    fail("stale rendezvous file " + dir + "/" + name + " of an earlier job (" + origin(other) +
+         "): remove it, or give this job a new directory");
+  }
   for (int r = 1; r < req.world; ++r)
     if (exists(dir + "/rank" + std::to_string(r)) && read_fields(dir + "/rank" + std::to_string(r)).count("nonce") &&
         !exists(dir + "/rank0"))
@@ -136,7 +155,13 @@ RendezvousResult as_rank0(const std::string& dir, const RendezvousRequest& req) 
   announce["payload"] = hex(req.payload);
   const std::string rank0 = dir + "/rank0";
   const std::string tmp = write_temp(rank0, announce, req.prefix);
-  if (std::rename(tmp.c_str(), rank0.c_str()) != 0) fail("cannot write " + rank0 + ": " + std::strerror(errno));
+  const int linked = link(tmp.c_str(), rank0.c_str());  // exclusive: two rank 0s cannot both announce
+  const int link_errno = errno;
+  std::remove(tmp.c_str());
+  if (linked != 0) {
+    if (link_errno == EEXIST) refuse_if_rank0_waits(read_fields(rank0));
+    fail("cannot write " + rank0 + ": " + std::strerror(link_errno));
+  }
 
   const Deadline deadline(req.timeout_s);
   Waiting waiting(req, "rendezvous at file " + dir);
@@ -156,9 +181,16 @@ RendezvousResult as_rank0(const std::string& dir, const RendezvousRequest& req) 
   std::string problem;  // a mismatch: ends the wait
   // A rank that cannot go on: the others are still waited for, so that every rank hears it.
   std::string cannot_start = req.problem.empty() ? "" : "rank 0 (host " + req.host + ") cannot start: " + req.problem;
+  const std::string claim0 = dir + "/rank0.claim";  // a second process given RANK=0
   for (int r = 1; r < req.world && problem.empty(); ++r) {
     const std::string path = dir + "/rank" + std::to_string(r);
-    while (!exists(path) && deadline.left_ms() > 0) wait_a_little("rank " + std::to_string(r) + " (" + path + ")");
+    while (!exists(path) && !exists(claim0) && deadline.left_ms() > 0)
+      wait_a_little("rank " + std::to_string(r) + " (" + path + ")");
+    if (exists(claim0)) {
+      problem = "rank 0 is claimed by two processes: this one and " + origin(read_fields(claim0));
+      std::remove(claim0.c_str());
+      break;
+    }
     if (!exists(path)) {
       std::string missing;
       for (int m = r; m < req.world; ++m)

@@ -61,6 +61,7 @@ void CommWatchdog::Slot::begin(const char* call, bool ends_on_stop) {
   if (!owner_->enabled()) return;
   call_.store(call, std::memory_order_relaxed);
   ends_on_stop_.store(ends_on_stop, std::memory_order_relaxed);
+  next_note_ms_.store(ends_on_stop ? owner_->clock_() + kSetUpNoteSeconds * 1000 : -1, std::memory_order_relaxed);
   since_ms_.store(owner_->clock_(), std::memory_order_release);
 }
 
@@ -75,7 +76,11 @@ CommWatchdog::CommWatchdog(double timeout_s, std::string prefix, Clock clock, Ex
       grace_s_(grace_s),
       prefix_(std::move(prefix)),
       clock_(clock ? std::move(clock) : Clock(steady_ms)),
-      expire_(expire ? std::move(expire) : ExpireAction(abort_job)) {
+      expire_(expire ? std::move(expire) : ExpireAction(abort_job)),
+      note_([](const std::string& line) {
+        std::fprintf(stderr, "%s\n", line.c_str());
+        std::fflush(stderr);
+      }) {
   if (enabled() && start_thread) thread_ = std::thread([this] { run_thread(); });
 }
 
@@ -117,6 +122,7 @@ std::string CommWatchdog::poll() {
   std::string message;
   int code = 1;
   std::vector<std::function<void()>> hooks;
+  std::vector<std::string> notes;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     const int64_t now = clock_();
@@ -125,6 +131,12 @@ std::string CommWatchdog::poll() {
       const int64_t since = slot->since_ms_.load(std::memory_order_acquire);
       if (since < 0) continue;
       const char* call = slot->call_.load(std::memory_order_relaxed);
+      const int64_t note_at = slot->next_note_ms_.load(std::memory_order_relaxed);
+      if (note_at >= 0 && now >= note_at && now - since <= timeout_ms_) {
+        notes.push_back(prefix_ + slot->kind_ + " " + (call ? call : "set-up") + ": waiting for the other ranks (" +
+                        std::to_string((now - since) / 1000) + " s of " + seconds_text(timeout_seconds()) + " s)");
+        slot->next_note_ms_.store(note_at + kSetUpNoteSeconds * 1000, std::memory_order_relaxed);
+      }
       if (now - since > timeout_ms_) {
         message = expiry_message(slot->kind_, call);
         break;
@@ -136,10 +148,12 @@ std::string CommWatchdog::poll() {
         break;
       }
     }
-    if (message.empty()) return {};
-    for (const auto& slot : slots_)
-      if (slot->abort_hook_) hooks.push_back(slot->abort_hook_);
+    if (!message.empty())
+      for (const auto& slot : slots_)
+        if (slot->abort_hook_) hooks.push_back(slot->abort_hook_);
   }
+  for (const std::string& line : notes) note_(line);
+  if (message.empty()) return {};
   if (expired_.exchange(true)) return {};
   const ExitDeadline deadline(grace_s_,
                               prefix_ + "ending the process: the abort after the " +

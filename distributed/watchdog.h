@@ -19,7 +19,8 @@
 // A set-up call that waits for peers (ncclCommInitRank) is marked to end on a
 // stop signal: a SIGTERM or Ctrl-C that arrives while it is in flight ends the
 // process within about a second, exit 128 + the signal, since the call itself
-// cannot notice the signal and there is no step boundary to stop at yet.
+// cannot notice the signal and there is no step boundary to stop at yet. While
+// such a call waits, every kSetUpNoteSeconds the watchdog says so on stderr.
 //
 // Only calls in flight count: a rank that is busy outside collectives (a long
 // step, a checkpoint write, rank 0 sampling) is never timed itself, but its
@@ -49,6 +50,8 @@ constexpr double kAbortGraceSeconds = 5.0;
 // The stated bound: a rank with a call in flight exits at most this long after
 // --comm-timeout (polling about once a second + the grace + exit).
 constexpr double kCommTimeoutSlackSeconds = 10.0;
+// How often a set-up call still waiting for its peers is reported.
+constexpr int64_t kSetUpNoteSeconds = 30;
 
 // Ends the process with _Exit(code) after printing "error: <message>" unless
 // destroyed within `seconds`: bounds a call that may block forever (an abort).
@@ -96,6 +99,7 @@ class CommWatchdog {
     std::atomic<int64_t> since_ms_{-1};  // start of the call in flight; -1: none
     std::atomic<const char*> call_{nullptr};  // a string literal: "all_reduce", ...
     std::atomic<bool> ends_on_stop_{false};
+    std::atomic<int64_t> next_note_ms_{-1};  // a set-up call's next progress note
   };
 
   // timeout_s <= 0 disables the watchdog (no thread; slots cost nothing).
@@ -124,6 +128,9 @@ class CommWatchdog {
   // its message (once the action returned: tests); else "".
   std::string poll();
 
+  // Where progress notes go (default: stderr, one line each); tests record them.
+  void set_note(std::function<void(const std::string&)> note) { note_ = std::move(note); }
+
   // "rank R/W (host): <kind> <call> did not complete within N s (a peer rank
   // died or hangs); aborting".
   std::string expiry_message(const std::string& kind, const char* call) const;
@@ -139,6 +146,7 @@ class CommWatchdog {
   const std::string prefix_;
   Clock clock_;
   ExpireAction expire_;
+  std::function<void(const std::string&)> note_;
   std::mutex mutex_;  // guards slots_ and stop_; never held while expiring
   std::condition_variable wake_;
   bool stop_ = false;

@@ -108,7 +108,7 @@ holder=$!
 for _ in $(seq 50); do [ -s "$W/holder.port" ] && break; sleep 0.1; done
 timed one 0 2 "$(cat "$W/holder.port")" port_in_use "$EMU" "${common[@]}" --comm-timeout 5
 kill "$holder" 2>/dev/null; wait "$holder" 2>/dev/null
-expect port_in_use 4 '^error: rank 0/2 \(.*\): rendezvous at tcp 127\.0\.0\.1:[0-9]+: rank 0 cannot listen on port [0-9]+: Address already in use'
+expect port_in_use 6 '^error: rank 0/2 \(.*\): rendezvous at tcp 127\.0\.0\.1:[0-9]+: rank 0 cannot listen on port [0-9]+: Address already in use'
 mkdir -p "$W/stale" && printf 'host=old\npid=1\ntime=%s\njob=\nworld=2\nnonce=1\npayload=\n' $(($(date +%s) - 3600)) >"$W/stale/rank0"
 timed one 0 2 1 stale "$EMU" "${common[@]}" --comm-timeout 5 --rendezvous "file:$W/stale"
 expect stale 4 "^error: rank 0/2 \(.*\): rendezvous at file $W/stale: stale rendezvous file $W/stale/rank0 of an earlier job"

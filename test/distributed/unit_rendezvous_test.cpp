@@ -258,6 +258,19 @@ TEST(Rendezvous, ARankThatCannotStartIsNamedOnEveryRank) {
   }
 }
 
+// Two processes given RANK=0: the one that finds the port taken joins the
+// other as rank 0, so both end at once naming the duplicate, instead of one
+// reporting a busy port and the other waiting out its timeout.
+TEST(Rendezvous, TwoProcessesClaimRankZero) {
+  TempDir dir("rdzv_test");
+  for (const RendezvousSpec& spec : both_transports(dir)) {
+    double secs = 0;
+    const auto out = run_all(spec, {request(0, 2, 20), request(0, 2, 20)}, &secs);
+    for (const auto& o : out) EXPECT_TRUE(has(o, "rank 0 is claimed by two processes")) << spec.describe() << ": " << o;
+    EXPECT_LT(secs, 10) << spec.describe();  // not the 20 s timeout
+  }
+}
+
 TEST(Rendezvous, WorldSizesDisagree) {
   TempDir dir("rdzv_test");
   for (const RendezvousSpec& spec : both_transports(dir)) {

@@ -170,6 +170,29 @@ TEST(Watchdog, AStopSignalEndsOnlyASetUpCallInFlight) {
   EXPECT_EQ(f.codes[0], 143);
 }
 
+// A set-up call waiting for its peers says so every 30 s; a collective does not.
+TEST(Watchdog, ASetUpCallStillWaitingSaysSoEvery30Seconds) {
+  Fixture f(600);
+  std::vector<std::string> notes;
+  f.dog.set_note([&](const std::string& line) { notes.push_back(line); });
+  CommWatchdog::Slot* nccl = f.dog.add_slot("nccl");
+  CommWatchdog::Slot* mpi = f.dog.add_slot("mpi");
+  InFlight init(nccl, "ncclCommInitRank", /*ends_on_stop=*/true);
+  InFlight reduce(mpi, "all_reduce");
+  f.now += 29999;
+  EXPECT_EQ(f.dog.poll(), "");
+  EXPECT_TRUE(notes.empty());
+  f.now += 1;
+  f.dog.poll();
+  f.now += 30000;
+  f.dog.poll();
+  f.dog.poll();  // once per 30 s
+  EXPECT_EQ(notes, (std::vector<std::string>{
+                       "rank 0/2 (node1): nccl ncclCommInitRank: waiting for the other ranks (30 s of 600 s)",
+                       "rank 0/2 (node1): nccl ncclCommInitRank: waiting for the other ranks (60 s of 600 s)"}));
+  EXPECT_TRUE(f.expired.empty());
+}
+
 TEST(Watchdog, ASetUpCallWithoutAStopWaitsForTheTimeout) {
   Fixture f(5);
   CommWatchdog::Slot* slot = f.dog.add_slot("nccl");
