@@ -248,7 +248,11 @@ std::unique_ptr<Communicator> make_mpi_communicator(const DistRuntime& runtime,
 }
 
 std::unique_ptr<Communicator> make_host_communicator(const DistRuntime& runtime, CommWatchdog* watchdog) {
-  if (!runtime.uses_mpi()) return make_nccl_host_communicator(runtime.nccl_id(), runtime.context(), watchdog);
+  if (!runtime.uses_mpi()) {
+    std::unique_ptr<Communicator> comm = make_nccl_host_communicator(runtime.nccl_id(), runtime.context(), watchdog);
+    runtime.set_up_done();
+    return comm;
+  }
   auto comm = make_mpi_communicator(runtime);
   comm->set_watchdog(watchdog);
   return comm;

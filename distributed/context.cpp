@@ -217,7 +217,13 @@ void DistRuntime::start_without_mpi(const EnvLaunch& launch, const LaunchSetting
       req.problem = e.what();
     }
   }
-  nccl_id_ = rendezvous(spec, req).payload;
+  const RendezvousResult met = rendezvous(spec, req);
+  nccl_id_ = met.payload;
+  set_up_watch_ = met.watch;
+}
+
+void DistRuntime::set_up_done() const {
+  if (set_up_watch_) set_up_watch_->done();
 }
 
 // Weak: binaries with NCCL replace these (distributed/comm_nccl.cpp).

@@ -17,6 +17,8 @@
 
 namespace gpt2 {
 
+class SetUpWatch;
+
 class Communicator;
 class CommWatchdog;
 struct EnvLaunch;
@@ -104,6 +106,9 @@ class DistRuntime {
   bool uses_mpi() const { return uses_mpi_; }
   // Without MPI: the NCCL unique id every rank received at the rendezvous.
   const std::string& nccl_id() const { return nccl_id_; }
+  // Without MPI, until the first communicator is made: a peer whose process
+  // ends is reported at once (rendezvous.h's SetUpWatch). Then this ends it.
+  void set_up_done() const;
 
  private:
   void start_without_mpi(const EnvLaunch& launch, const LaunchSettings& settings);
@@ -112,6 +117,7 @@ class DistRuntime {
   bool owns_mpi_ = false;
   bool uses_mpi_ = true;
   std::string nccl_id_;
+  std::shared_ptr<SetUpWatch> set_up_watch_;
 };
 
 // What refuses several CPU ranks without MPI (names the launcher and the ways out).

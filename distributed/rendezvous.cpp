@@ -19,6 +19,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <stdexcept>
 #include <thread>
@@ -118,6 +119,7 @@ class Fd {
     return *this;
   }
   int get() const { return fd_; }
+  int release() { return std::exchange(fd_, -1); }
 
  private:
   int fd_;
@@ -209,6 +211,7 @@ RendezvousResult serve(const RendezvousSpec& spec, const RendezvousRequest& req)
 
   const Deadline deadline(req.timeout_s);
   std::vector<Fd> peers;                          // every connection that said hello
+  std::vector<std::string> peer_names;            // "rank R (host H)" of each
   std::vector<std::string> hosts(static_cast<size_t>(req.world));
   std::vector<bool> seen(static_cast<size_t>(req.world), false);
   hosts[0] = req.host;
@@ -263,6 +266,7 @@ RendezvousResult serve(const RendezvousSpec& spec, const RendezvousRequest& req)
       if (!why.empty() && cannot_start.empty()) cannot_start = who + " cannot start: " + why;
     }
     peers.push_back(std::move(conn));
+    peer_names.push_back(who);
   }
   if (problem.empty()) problem = cannot_start;
   const Deadline reply_deadline(5.0);
@@ -270,7 +274,9 @@ RendezvousResult serve(const RendezvousSpec& spec, const RendezvousRequest& req)
     send_reply(p.get(), problem.empty(), problem.empty() ? req.payload : req.prefix + where + ": " + problem,
                problem.empty() ? rdzv::encode_hosts(hosts) : "", reply_deadline);
   if (!problem.empty()) fail(problem);
-  return {req.payload, hosts};
+  std::vector<int> fds;
+  for (Fd& p : peers) fds.push_back(p.release());
+  return {req.payload, hosts, std::make_shared<SetUpWatch>(std::move(fds), std::move(peer_names), req.prefix)};
 }
 
 // One attempt to connect before the deadline; "" on success, else why not.
@@ -346,10 +352,61 @@ RendezvousResult join(const RendezvousSpec& spec, const RendezvousRequest& req) 
   if (!transfer(conn.get(), &a[0], a.size(), deadline, false) || !transfer(conn.get(), &b[0], b.size(), deadline, false))
     fail("the connection to rank 0 broke during the reply");
   if (head[0] != 0) throw Refused(req.prefix + "rank 0 refused the rendezvous: " + a);
-  return {a, rdzv::decode_hosts(b)};
+  std::vector<std::string> hosts = rdzv::decode_hosts(b);
+  const std::string rank0 = "rank 0 (host " + (hosts.empty() ? std::string("?") : hosts[0]) + ")";
+  return {a, hosts, std::make_shared<SetUpWatch>(std::vector<int>{conn.release()}, std::vector<std::string>{rank0},
+                                                 req.prefix)};
 }
 
 }  // namespace
+
+// One byte on each connection says "my set-up is done"; the end of a
+// connection without it is a peer whose process ended.
+constexpr char kSetUpDone = 'D';
+
+SetUpWatch::SetUpWatch(std::vector<int> fds, std::vector<std::string> peers, std::string prefix)
+    : fds_(std::move(fds)), peers_(std::move(peers)), prefix_(std::move(prefix)) {
+  thread_ = std::thread([this] { watch(); });
+}
+
+SetUpWatch::~SetUpWatch() { done(); }
+
+void SetUpWatch::done() {
+  if (stop_.exchange(true)) return;
+  thread_.join();
+  for (int fd : fds_) {
+    send(fd, &kSetUpDone, 1, MSG_NOSIGNAL | MSG_DONTWAIT);  // a peer already gone needs no word
+    close(fd);
+  }
+}
+
+void SetUpWatch::watch() {
+  std::vector<bool> finished(fds_.size(), false);
+  size_t left = fds_.size();
+  while (!stop_.load() && left > 0) {
+    std::vector<pollfd> pfds;
+    std::vector<size_t> index;
+    for (size_t i = 0; i < fds_.size(); ++i)
+      if (!finished[i]) pfds.push_back({fds_[i], POLLIN, 0}), index.push_back(i);
+    if (poll(pfds.data(), pfds.size(), 200) <= 0) continue;
+    for (size_t k = 0; k < pfds.size(); ++k) {
+      if (pfds[k].revents == 0) continue;
+      char byte = 0;
+      const ssize_t got = recv(pfds[k].fd, &byte, 1, MSG_DONTWAIT);
+      if (got < 0 && (errno == EINTR || errno == EAGAIN)) continue;
+      if (got == 1 && byte == kSetUpDone) {
+        finished[index[k]] = true;
+        --left;
+        continue;
+      }
+      if (stop_.load()) return;
+      std::fprintf(stderr, "error: %s%s ended before the communicator's set-up was done (its process exited); exiting\n",
+                   prefix_.c_str(), peers_[index[k]].c_str());
+      std::fflush(stderr);
+      std::_Exit(1);
+    }
+  }
+}
 
 std::string RendezvousSpec::describe() const {
   return kind == Kind::kFile ? "file " + dir : "tcp " + host + ":" + std::to_string(port);

@@ -15,7 +15,10 @@
 #ifndef DISTRIBUTED_RENDEZVOUS_H
 #define DISTRIBUTED_RENDEZVOUS_H
 
+#include <atomic>
+#include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace gpt2 {
@@ -47,9 +50,32 @@ struct RendezvousRequest {
   double progress_every_s = 30;
 };
 
+// The TCP rendezvous's connections, kept through the communicator's set-up
+// (NCCL's init cannot notice a peer whose process ended): a thread watches
+// them, and a peer that ends before telling its set-up is done ends this
+// process within a second, naming it (exit 1). done() tells the peers and
+// stops watching; so does the destructor.
+class SetUpWatch {
+ public:
+  SetUpWatch(std::vector<int> fds, std::vector<std::string> peers, std::string prefix);
+  ~SetUpWatch();
+  SetUpWatch(const SetUpWatch&) = delete;
+  SetUpWatch& operator=(const SetUpWatch&) = delete;
+  void done();
+
+ private:
+  void watch();
+  std::vector<int> fds_;
+  std::vector<std::string> peers_;  // "rank 1 (host b)", by fd
+  std::string prefix_;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
 struct RendezvousResult {
   std::string payload;             // rank 0's
   std::vector<std::string> hosts;  // every rank's host name, by rank
+  std::shared_ptr<SetUpWatch> watch;  // TCP at world > 1; else empty
 };
 
 // Collective over the `world` processes: blocks until all have come or fails

@@ -19,7 +19,8 @@
 #   e. set-up: a rank that cannot start (two local ranks, one GPU) is named by
 #      every rank within seconds, not waited for in NCCL's set-up until
 #      --comm-timeout; SIGTERM while NCCL's set-up waits for a peer that never
-#      joins ends both ranks with 143 within seconds.
+#      joins ends both ranks with 143 within seconds; a rank killed there
+#      (SIGKILL) is named by the other within seconds, not at --comm-timeout.
 set -u
 cd "$(dirname "$0")/../.."
 EMU=build/train_gpt2cu_emu
@@ -170,6 +171,21 @@ if [ "$rc0" = 143 ] && [ "$rc1" = 143 ] && awk -v s="$secs" 'BEGIN { exit !(s < 
   pass "init_stop: SIGTERM during NCCL set-up: exits $rc0 and $rc1 after $secs s: $(grep -m1 -o 'stop requested.*' "$W/init_stop.0.err")"
 else
   bad "init_stop: exits $rc0 and $rc1 after $secs s, want 143 twice within 8 s"; tail -n 3 "$W/init_stop.0.err" "$W/init_stop.1.err"
+fi
+start_pair "$(port)" 2 init_kill env GPT2_EMU_NCCL_FREEZE_INIT_RANK=1 "$EMU" "${common[@]}" --comm-timeout 60
+for _ in $(seq 100); do grep -q 'freezes in ncclCommInitRank' "$W/init_kill.1.err" 2>/dev/null && break; sleep 0.1; done
+sleep 1
+t0=$(date +%s.%N)
+pkill -KILL -P "${pair[1]}"  # the trainer under rank 1's timeout
+rc0=0
+wait "${pair[0]}" || rc0=$?
+wait "${pair[1]}" 2>/dev/null
+secs=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
+if [ "$rc0" = 1 ] && awk -v s="$secs" 'BEGIN { exit !(s < 8) }' &&
+   grep -q "rank 0/2 .*rank 1 (host [^)]*) ended before the communicator's set-up was done" "$W/init_kill.0.err"; then
+  pass "init_kill: rank 1 killed in NCCL's set-up: rank 0 exits $rc0 after $secs s: $(grep -m1 -o 'rank 1 (host.*' "$W/init_kill.0.err")"
+else
+  bad "init_kill: rank 0 exits $rc0 after $secs s, want 1 within 8 s naming rank 1"; tail -n 3 "$W/init_kill.0.err"
 fi
 
 [ $fail = 0 ] && echo "launch_nompi_test: all passed"
