@@ -9,7 +9,8 @@
 // and V fragment), 128 per block: registers Q 32, S 64, O 64 (255 in all, 2 blocks
 // per SM). fp32 keeps 16 rows per warp (64 per block): its fragments are twice
 // as wide. The backward (one block per 64 keys) splits each 64 x 64 tile pair
-// into a 2 x 2 grid of 32 keys x 32 queries per warp.
+// into a 2 x 2 grid of 32 keys x 32 queries per warp; bf16 then keeps P^T in
+// registers as the A operand of dv (each warp sums its queries' part of dv).
 //
 // Forward, per key tile:
 //   registers  Q's A fragments (loaded once), S = Q K^T in mma C fragments, the
@@ -46,8 +47,10 @@ namespace flash_mma {
 
 #if defined(__CUDACC__)
 #define FLASH_MMA_UNROLL _Pragma("unroll")
+#define FLASH_MMA_NO_UNROLL _Pragma("unroll 1")
 #else
 #define FLASH_MMA_UNROLL
+#define FLASH_MMA_NO_UNROLL
 #endif
 
 template <class Ops>
@@ -224,12 +227,18 @@ __global__ void __launch_bounds__(flash_mma::kThreads, 2)
 // the lower linear index (launched earlier) and reaches the tile one tile
 // earlier, so waits are short and cannot deadlock.
 // Per tile pair: S^T and dP^T per warp on 32 keys x 32 queries (K's fragments in
-// registers, V's read per tile: registers), P^T and dS^T rounded to the operand
-// type into shared memory (dv and dk need all 64 queries of a warp's keys), then
-// dv and dk per warp on 32 keys x 32 of d and dq's part on 16 queries x 64 of d.
-// ~1,627 shared wavefronts against 2.59 MFLOP (bf16). Two barriers: one before
+// registers, V's read per tile: registers), dS^T rounded to the operand type into
+// shared memory (dk and dq need all 64 queries of a warp's keys, all 64 keys of a
+// warp's queries), then dk per warp on 32 keys x 32 of d and dq's part on 32
+// queries x 32 of d. dv, bf16: P^T's C fragments are the A operand as they stand
+// (rounded pairs), so each warp adds P^T dO over its own 32 queries for all 64 of
+// d (B: its 32 rows of dO), and the two query halves of a key's dv are added once
+// at the end (fp32, through shared memory): no P^T trip, and dv reads half the
+// shared bytes, for 32 more accumulator registers. fp32 (twice the registers per
+// fragment) writes P^T to shared memory too and splits dv as dk.
+// ~1,397 shared wavefronts against 2.58 MFLOP (bf16). Two barriers: one before
 // the tile is used (staging, the previous tile's dq turn passed on) and one after
-// P^T and dS^T are written (also the wait for this block's dq turn).
+// dS^T (and fp32's P^T) is written (also the wait for this block's dq turn).
 
 // D[bh, t] = sum_d dO[b, t, h, d] out[b, t, h, d] in fp32 (bf16: sums of exact products), 8 lanes per row.
 template <class T>
@@ -268,19 +277,19 @@ inline size_t backward_scratch_floats(int B, int T_, int NH) {
   const size_t heads = static_cast<size_t>(B) * NH, tiles = backward_tiles(T_);
   return heads * T_ + heads * tiles * kTile * kHead + heads * tiles;
 }
-template <class Ops>  // K V | Q dO x 2 | P^T dS^T | lse D x 2
+template <class Ops>  // K V | Q dO x 2 | P^T (bf16: key block 0's dq staging) dS^T | lse D x 2
 constexpr size_t backward_smem() { return 8 * tile_elems<Ops>() * sizeof(typename Ops::T) + sizeof(float) * 4 * kTile; }
 
-// P^T and dS^T of one warp's 32 keys x 32 queries from S^T (in p) and dP^T (in ds):
+// P^T and dS^T of one warp's 32 keys x 8 N8 queries from S^T (in p) and dP^T (in ds):
 // P = exp2(s c - lse log2 e), dS = P (dP - D). L: the query tile's -lse log2 e (64)
 // then D (64); col0 the warp's first query column in the tile, q0 the tile's first
 // query. masked: the diagonal or the last tile (keys after queries, queries at or past T).
-template <bool kDrop>
-__device__ inline void grad_tile(float (&p)[2][4][4], float (&ds)[2][4][4], const float* L, float c, bool masked,
+template <bool kDrop, int N8>
+__device__ inline void grad_tile(float (&p)[2][N8][4], float (&ds)[2][N8][4], const float* L, float c, bool masked,
                                  int kg, int q0, int col0, int t, int T_, const DropoutMask& drop, uint64_t row_token,
                                  int h) {
   FLASH_MMA_UNROLL
-  for (int n = 0; n < 4; n++) {
+  for (int n = 0; n < N8; n++) {
     const int col = col0 + n * 8 + 2 * t;  // and col + 1: one 8-byte load each of -lse and D
     const float2 neg_lse = *reinterpret_cast<const float2*>(L + col), D = *reinterpret_cast<const float2*>(L + kTile + col);
     FLASH_MMA_UNROLL
@@ -296,7 +305,7 @@ __device__ inline void grad_tile(float (&p)[2][4][4], float (&ds)[2][4][4], cons
   if constexpr (kDrop)
     FLASH_MMA_UNROLL
     for (int i = 0; i < 2; i++)
-      for_each_dropout_factor<false, 4>(drop, row_token, T_, h, kg + 16 * i, q0 + col0 + 2 * t,
+      for_each_dropout_factor<false, N8>(drop, row_token, T_, h, kg + 16 * i, q0 + col0 + 2 * t,
                                         [&](int n, int e, float z) {
                                           const float D = L[kTile + col0 + n * 8 + 2 * t + e % 2];
                                           ds[i][n][e] = p[i][n][e] * (ds[i][n][e] * z - D);
@@ -316,8 +325,9 @@ __device__ inline void pass_turn(int* turn, int next) { mma::store_release(turn,
 // grid (key blocks, B*NH); block x holds key block nkb-1-x (the last key block first).
 // kDrop: the forward's dropout drawn again: dP^T o Z^T, and P^T o Z^T for dv.
 // Warps: S^T, dP^T, P^T, dS^T as a 2 x 2 grid of 32 keys x 32 queries (warp w: keys
-// 32 (w / 2), queries 32 (w % 2)); dk and dv as 32 keys x 32 of d (the same keys,
-// d 32 (w % 2)); dq's part as 16 queries x 64 of d (queries 16 w).
+// 32 (w / 2), queries 32 (w % 2)); dk as 32 keys x 32 of d (the same keys, d 32 (w %
+// 2)), dv so too (fp32) or as the warp's queries' part for 64 of d (bf16); dq's part
+// as 32 queries x 32 of d (queries 32 (w / 2), d 32 (w % 2)).
 template <class Ops, bool kDrop>
 __global__ void __launch_bounds__(flash_mma::kThreads, 2)
     flash_backward_mma_kernel(typename Ops::T* dqkv, float* scratch, const typename Ops::T* dout,
@@ -338,7 +348,8 @@ __global__ void __launch_bounds__(flash_mma::kThreads, 2)
   auto sdO = [&](int qt) { return sQ(qt) + kTileElems; };
   const int nqb = gridDim.x, kb = nqb - 1 - blockIdx.x, bh = blockIdx.y, b = bh / NH, h = bh % NH;
   const int hs = C / NH, k0 = kb * kTile, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int g = lane / 4, t = lane % 4, kr0 = 32 * (warp / 2), col0 = 32 * (warp % 2), qr0 = 16 * warp;
+  const int g = lane / 4, t = lane % 4, kr0 = 32 * (warp / 2), col0 = 32 * (warp % 2);
+  const int qr0 = kr0, dc0 = col0;  // dq's part: queries qr0.., d dc0..
   const int kg = k0 + kr0 + g;  // this lane's keys: kg + 16 i, + 8
   const size_t heads = size_t(gridDim.y);
   const float* dsum = scratch;
@@ -363,8 +374,16 @@ __global__ void __launch_bounds__(flash_mma::kThreads, 2)
   stage_tile(sV, kLd, base + size_t{2} * C, 3 * C, k0, T_, hs, packed);
   stage_pair<Ops>(sQ(kb), base, 3 * C, sdO(kb), dbase, C, k0, T_, hs, packed);
   stage_rows(kb);
-  typename Ops::Rows kf[2];  // K's A fragments stay in registers; V's are read per tile (register pressure)
-  float dk[2][4][4] = {}, dv[2][4][4] = {};
+  // K's A fragments stay in registers; V's are read per tile (registers).
+  // dv: kRegs, this warp's part over its 32 queries for all 64 of d (the two
+  // query halves are added at the end); else its 32 keys x 32 of d.
+  // kRegs with dropout: the warp's 32 queries in two passes of 16, so that S^T
+  // and dP^T take half the registers beside Philox's state (V's fragments are
+  // then read twice per tile; K's are in registers and Q's rows are split).
+  constexpr bool kRegs = Ops::kBackwardInRegisters;
+  constexpr int kPasses = kRegs && kDrop ? 2 : 1, kPassCols = 32 / kPasses;
+  typename Ops::Rows kf[2];
+  float dk[2][4][4] = {}, dv[2][kRegs ? 8 : 4][4] = {};
   for (int qt = kb; qt < nqb; qt++) {
     // Barrier 1: tile qt has landed for every thread; every warp is done with tile
     // qt-1 (its Q/dO buffer, which takes tile qt+1 now, P^T, dS^T), and every
@@ -379,44 +398,48 @@ __global__ void __launch_bounds__(flash_mma::kThreads, 2)
     if (qt == kb) Ops::load_rows(kf, sK, kr0);
     const T* Q = sQ(qt);
     const T* dO = sdO(qt);
-    float p[2][4][4] = {}, ds[2][4][4] = {};
     // On the diagonal, keys 32..63 against queries 0..31 are all masked: no products.
-    if (!(qt == kb && kr0 > col0)) {
-      Ops::mma_rows_n(p, kf, Q, col0);            // S^T
-      Ops::mma_rows_n(ds, sV, kr0, dO, col0);     // dP^T
+    const bool live = !(qt == kb && kr0 > col0);
+    FLASH_MMA_NO_UNROLL
+    for (int pass = 0; pass < kPasses; pass++) {
+      const int cq = col0 + pass * kPassCols;  // the pass's first query column
+      float p[2][kPassCols / 8][4] = {}, ds[2][kPassCols / 8][4] = {};
+      if (live) {
+        Ops::mma_rows_n(p, kf, Q, cq);  // S^T
+        Ops::mma_rows_n(ds, sV, kr0, dO, cq);  // dP^T
+      }
+      grad_tile<kDrop>(p, ds, sLD + size_t(qt % 2) * 2 * kTile, c, qt == kb || qt == nqb - 1, kg, qt * kTile, cq, t,
+                       T_, drop, row_token, h);
+      Ops::put_t(sdSt, ds, kr0, cq);
+      if constexpr (kRegs) {
+        if (live) Ops::mma_c_rows_k(dv, p, dO, cq);  // dv's part: P^T from registers, dO's rows cq..
+      } else {
+        Ops::put_t(sPt, p, kr0, cq);
+      }
     }
-    grad_tile<kDrop>(p, ds, sLD + size_t(qt % 2) * 2 * kTile, c, qt == kb || qt == nqb - 1, kg, qt * kTile, col0, t,
-                     T_, drop, row_token, h);
-    Ops::put_t(sPt, p, kr0, col0);
-    Ops::put_t(sdSt, ds, kr0, col0);
-    // Barrier 2: P^T and dS^T complete, and this block's turn on dq tile qt (the
+    // Barrier 2: dS^T (and fp32's P^T) complete, and this block's turn on dq tile qt (the
     // diagonal block first, then descending, key block 0 last) has come.
     const int turn = qt - kb;
     if (threadIdx.x == 0 && turn > 0) wait_for_turn(turns + qt, turn);
     __syncthreads();
-    Ops::mma_t_rows_k(dv, sPt, kr0, dO, col0);
+    if constexpr (!kRegs) Ops::mma_t_rows_k(dv, sPt, kr0, dO, col0);
     Ops::mma_t_rows_k(dk, sdSt, kr0, Q, col0);
-    Acc dq[1] = {};  // one group: this warp's 16 query rows, all 64 of d
-    Ops::mma_ds(dq, sdSt, qr0, sK, 0);
-    float* acc = dq_acc + size_t(qt) * kTile * kHead + size_t(qr0) * kHead;
-    FLASH_MMA_UNROLL
-    for (int n = 0; n < 8; n++)
-      FLASH_MMA_UNROLL
-      for (int r = 0; r < 2; r++) {
-        const int at = (g + 8 * r) * kHead + n * 8 + 2 * t, e = r + r;  // e: this row's pair in the fragment
-        float2* cell = reinterpret_cast<float2*>(acc + at);
-        float2 v = make_float2(dq[0][n][e], dq[0][n][e + 1]);
-        if (turn > 0) {
-          const float2 old = __ldcg(cell);
-          v.x = old.x + v.x, v.y = old.y + v.y;
-        }
-        dq[0][n][e] = v.x, dq[0][n][e + 1] = v.y;
-        if (kb > 0) __stcg(cell, v);
+    float dq[2][4][4] = {};  // queries qr0.. (two groups of 16), d dc0..
+    float* acc = dq_acc + size_t(qt) * kTile * kHead;
+    Ops::mma_ds(dq, sdSt, qr0, sK, dc0);
+    for_each_pair(dq, qr0, dc0, [&](int row, int col, float& x, float& y) {  // the sum so far, then this part
+      float2* cell = reinterpret_cast<float2*>(acc + (row * kHead + col));
+      if (turn > 0) {
+        const float2 old = __ldcg(cell);
+        x = old.x + x, y = old.y + y;
       }
-    if (kb == 0) {  // the last part: dq = scale * sum, stored once, staged in P^T's rows (every warp is past it)
+      if (kb > 0) __stcg(cell, make_float2(x, y));
+    });
+    if (kb == 0) {  // the last part: dq = scale * sum, stored once, staged in P^T's tile
+      if constexpr (!kRegs) __syncthreads();  // every warp is past its reads of P^T
+      Ops::stage_c(sPt, dq, qr0, dc0, scale);
       __syncthreads();
-      Ops::store_rows(drow, size_t(3) * C, qt * kTile + qr0, T_, hs, packed, sPt + size_t(qr0) * kLd, dq[0], scale,
-                      scale);
+      store_tile(drow, size_t(3) * C, qt * kTile, T_, hs, packed, sPt, kLd);
     } else {
       __threadfence();  // before barrier 1 passes the turn
     }
@@ -424,8 +447,29 @@ __global__ void __launch_bounds__(flash_mma::kThreads, 2)
   // Every warp is done with K and V (they stage dk and dv now) and has fenced dq's last part.
   __syncthreads();
   if (threadIdx.x == 0 && kb > 0) pass_turn(turns + nqb - 1, nqb - kb);
+  if constexpr (kRegs) {
+    // dv = the query halves' parts added: odd warps hand theirs over in fp32
+    // through the Q/dO buffers (free now), rows of kPartLd floats: each float2
+    // request of a C fragment's rows then takes its minimum of 2 wavefronts.
+    constexpr int kPartLd = kHead + 8;
+    static_assert(size_t(kTile) * kPartLd * sizeof(float) <= 4 * kTileElems * sizeof(T), "dv's part fits");
+    float* part = reinterpret_cast<float*>(sQdO);
+    if (warp % 2 == 1)
+      for_each_pair(dv, kr0, 0, [&](int row, int col, float x, float y) {
+        *reinterpret_cast<float2*>(part + (row * kPartLd + col)) = make_float2(x, y);
+      });
+    __syncthreads();
+    if (warp % 2 == 0) {
+      for_each_pair(dv, kr0, 0, [&](int row, int col, float& x, float& y) {
+        const float2 o = *reinterpret_cast<const float2*>(part + (row * kPartLd + col));
+        x += o.x, y += o.y;
+      });
+      Ops::stage_c(sV, dv, kr0, 0, 1.0f);
+    }
+  } else {
+    Ops::stage_c(sV, dv, kr0, col0, 1.0f);
+  }
   Ops::stage_c(sK, dk, kr0, col0, scale);
-  Ops::stage_c(sV, dv, kr0, col0, 1.0f);
   __syncthreads();
   store_tile(drow + C, size_t(3) * C, k0, T_, hs, packed, sK, kLd);
   store_tile(drow + size_t{2} * C, size_t(3) * C, k0, T_, hs, packed, sV, kLd);
@@ -435,5 +479,6 @@ __global__ void __launch_bounds__(flash_mma::kThreads, 2)
 }  // namespace gpt2
 
 #undef FLASH_MMA_UNROLL
+#undef FLASH_MMA_NO_UNROLL
 
 #endif  // BACKEND_CUDA_FLASH_MMA_CUH

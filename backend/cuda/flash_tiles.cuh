@@ -20,7 +20,9 @@
 //   mma_rows_n(acc, a, tile, n0)        acc += A tile^T, tile's rows n0.. (B^T: [n][k])
 //   mma_rows_n(acc, a_tile, r0, tile, n0)   the same, A read from a_tile per k step
 //   mma_c_rows_k(acc, c, tile)          acc += round(c) tile (c: C fragments used as
-//                                       the A operand in registers; tile is B: [k][n])
+//                                       the A operand in registers; tile is B: [k][n]);
+//                                       bf16 also takes fewer n8 tiles of c and the
+//                                       k rows' start: mma_c_rows_k(acc, c, tile, k0)
 //   put_t(x, c, r0, c0)                 C fragments (P^T, dS^T) to shared, rounded as
 //                                       operands
 //   mma_t_rows_k(acc, x, r0, tile, n0)  acc += X tile for put_t's rows r0.. (tile: [k][n])
@@ -59,8 +61,10 @@ namespace flash_mma {
 
 #if defined(__CUDACC__)
 #define FLASH_TILES_UNROLL _Pragma("unroll")
+#define FLASH_TILES_NO_UNROLL _Pragma("unroll 1")
 #else
 #define FLASH_TILES_UNROLL
+#define FLASH_TILES_NO_UNROLL
 #endif
 
 using bf16 = __nv_bfloat16;
@@ -121,9 +125,10 @@ __device__ inline float quad_max(float v) {
 }
 
 // f(row, column, x, y) for each pair of adjacent elements of a lane's C fragments
-// (group i: rows r0 + 16 i + g and + 8; columns c0 + 8 n + 2 t and + 1).
-template <int G, int N8, class F>
-__device__ inline void for_each_pair(const float (&c)[G][N8][4], int r0, int c0, F&& f) {
+// (group i: rows r0 + 16 i + g and + 8; columns c0 + 8 n + 2 t and + 1); x and y
+// are the elements themselves (f may take them by reference and change them).
+template <class E, int G, int N8, class F>
+__device__ inline void for_each_pair(E (&c)[G][N8][4], int r0, int c0, F&& f) {
   const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   FLASH_TILES_UNROLL
   for (int i = 0; i < G; i++)
@@ -151,6 +156,9 @@ struct Bf16Ops {
   // Row groups of 16 per warp in the forward: two halve the K/V fragment reads per FLOP
   // (registers: Q 32, S 64, O 64).
   static constexpr int kForwardGroups = 2;
+  // The backward keeps V's fragments and P^T in registers (flash_mma.cuh): bf16
+  // operands are half of fp32's, so they fit beside K's and the accumulators.
+  static constexpr bool kBackwardInRegisters = true;
 
   // ldmatrix addresses: lane i = lane/8 names the 8x8 matrix, j = lane%8 its row.
   // A: rows r0..r0+15, k0..k0+15 of a row-major tile.
@@ -184,7 +192,8 @@ struct Bf16Ops {
     mma::mma_bf16(d1, a, b1);
   }
   // k16 step kk of C fragments as an A fragment: n8 tiles 2kk, 2kk+1 rounded to bf16 pairs.
-  __device__ static void c_to_a(uint32_t (&a)[4], const Acc& c, int kk) {
+  template <int N8>
+  __device__ static void c_to_a(uint32_t (&a)[4], const float (&c)[N8][4], int kk) {
     const int n = kk + kk;  // n8 tiles n, n+1
     a[0] = mma::pack_bf16(c[n][0], c[n][1]);          // row g, k 2t..
     a[1] = mma::pack_bf16(c[n][2], c[n][3]);          // row g+8
@@ -245,19 +254,21 @@ struct Bf16Ops {
   __device__ static void mma_rows_n(float (&acc)[G][N8][4], const T* a_tile, int r0, const T* tile, int n0 = 0) {
     mma_shared<false, false>(acc, a_tile, r0, tile, n0);
   }
-  template <int G>
-  __device__ static void mma_c_rows_k(Acc (&acc)[G], const Acc (&c)[G], const T* tile) {
-    uint32_t a[G][4][4];  // every k step's A first: c's fp32 registers are free before the products
+  // c holds N8 n8 tiles (k = 8 N8 columns); B = tile's rows k0.. ([k][n]), all 64 columns.
+  template <int G, int N8>
+  __device__ static void mma_c_rows_k(Acc (&acc)[G], const float (&c)[G][N8][4], const T* tile, int k0 = 0) {
+    constexpr int K16 = N8 / 2;
+    uint32_t a[G][K16][4];  // every k step's A first: c's fp32 registers are free before the products
     FLASH_TILES_UNROLL
     for (int i = 0; i < G; i++)
       FLASH_TILES_UNROLL
-      for (int kk = 0; kk < 4; kk++) c_to_a(a[i][kk], c[i], kk);
+      for (int kk = 0; kk < K16; kk++) c_to_a(a[i][kk], c[i], kk);
     FLASH_TILES_UNROLL
     for (int nb = 0; nb < 4; nb++)
       FLASH_TILES_UNROLL
-      for (int kk = 0; kk < 4; kk++) {
+      for (int kk = 0; kk < K16; kk++) {
         uint32_t b[4];
-        load_b_from_rows_k(b, tile, kk * 16, nb * 16);
+        load_b_from_rows_k(b, tile, k0 + kk * 16, nb * 16);
         FLASH_TILES_UNROLL
         for (int i = 0; i < G; i++) mma_pair(acc[i][nb + nb], acc[i][nb + nb + 1], a[i][kk], b);
       }
@@ -327,6 +338,7 @@ struct Tf32Ops {
   // One row group per warp: Q's fragments are twice bf16's and 3xTF32 keeps a second
   // accumulator set, so two groups would not fit in registers.
   static constexpr int kForwardGroups = 1;
+  static constexpr bool kBackwardInRegisters = false;  // V's fragments and P^T through shared memory
 
   // One operand register as the tensor core takes it: big (and small = the rest).
   struct A {
@@ -565,5 +577,6 @@ struct Tf32Ops {
 }  // namespace gpt2
 
 #undef FLASH_TILES_UNROLL
+#undef FLASH_TILES_NO_UNROLL
 
 #endif  // BACKEND_CUDA_FLASH_TILES_CUH

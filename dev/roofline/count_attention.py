@@ -494,14 +494,14 @@ def backward_params(T, C, NH, scale):
 # block_rows: query rows (forward) or keys (backward) per block (flash_mma.cuh:
 # forward_rows<Bf16Ops>() and kTile). diagonal_skip: products per diagonal tile pair
 # that the kernel leaves out because they are all masked (the backward's warp with
-# keys 32..63 against queries 0..31 skips its S^T and dP^T: 2 products x 1/4).
+# keys 32..63 against queries 0..31 skips its S^T, dP^T and dv's part: 3 products x 1/4).
 KERNELS = {
     "forward": {"entry": r"flash_forward_mma_kernelINS0_9flash_mma7Bf16OpsELb0E", "params": forward_params,
                 "profile_op": "attention_forward", "profile_kernel": "flash_forward_mma_kernel",
                 "products": 2, "block_rows": 128, "diagonal_skip": 0.0},
     "backward": {"entry": r"flash_backward_mma_kernelINS0_9flash_mma7Bf16OpsELb0E", "params": backward_params,
                  "profile_op": "attention_backward", "profile_kernel": "flash_backward_mma_kernel",
-                 "products": 5, "block_rows": TILE, "diagonal_skip": 0.5},
+                 "products": 5, "block_rows": TILE, "diagonal_skip": 0.75},
 }
 
 
