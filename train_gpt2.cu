@@ -12,6 +12,7 @@
 
 #include "distributed/comm.h"
 #include "distributed/context.h"
+#include "distributed/env_launch.h"
 #include "distributed/preempt.h"
 #include "distributed/watchdog.h"
 #include "train/evaluation.h"
@@ -34,6 +35,13 @@ int main(int argc, char** argv) {
   // A run never writes over what it reads: checked before any work.
   try {
     gpt2::check_outputs_spare_inputs(opts);
+    // The ranks meet at --rendezvous only where a launcher without MPI started
+    // them; under MPI or with no launcher at all it would be ignored.
+    if (!opts.rendezvous.empty() &&
+        gpt2::discover_env_launch(gpt2::env_launch_variables()).source == gpt2::RankSource::kNone)
+      throw std::runtime_error("--rendezvous " + opts.rendezvous + " is where ranks launched without MPI meet "
+                               "(torchrun, srun --mpi=none); this run was started by MPI or by no launcher, "
+                               "so nothing would use it");
   } catch (const std::exception& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return 2;

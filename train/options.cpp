@@ -188,7 +188,7 @@ constexpr int64_t kBig = 1LL << 40;
 const std::vector<OptionSpec>& option_table() {
   static const std::vector<OptionSpec> table = {
       // model
-      {"model", 0, "dN|PATH", "d12 (124M), d24 (350M), d36 (774M), d48 (1558M), any dN (64N channels, N heads), an llm.c model file (v3 fp32 / v5 bf16), or a Hugging Face GPT-2 directory (config.json + model.safetensors, as save_pretrained writes it) [d12]", [](TrainOptions& o, const char* v) { o.model = v; o.model_given = true; }, [](const TrainOptions& o) { return o.model; }},
+      {"model", 0, "dN|PATH", "d12 (124M), d24 (350M), d36 (774M), d48 (1558M), any dN (64N channels, N heads), an llm.c model file (v3 fp32 / v5 bf16), or a Hugging Face GPT-2 directory (config.json + model.safetensors, as save_pretrained writes it) [d12]", [](TrainOptions& o, const char* v) { o.model = v; }, [](const TrainOptions& o) { return o.model; }},
       {"init-from", 0, "PATH", "start a new run from these weights only (fresh optimizer, lr schedule and data position): an llm.c model file, a Hugging Face GPT-2 directory, or a checkpoint directory (its newest complete checkpoint's model file); not with --model", STR(init_from)},
       {"config", 0, "K=V,...", "overrides on the dN preset: n_layer, n_head, n_embd, max_seq, vocab_size, padded_vocab_size (one list; a second --config is an error)", [](TrainOptions& o, const char* v) { if (!o.config_overrides.empty()) throw std::runtime_error("--config given twice ('" + o.config_overrides + "', then '" + v + "'): give every override in one list, e.g. --config " + o.config_overrides + "," + v); o.config_overrides = v; }, [](const TrainOptions& o) { return o.config_overrides; }},
       {"dropout", 0, "P|K=P,...", "dropout in training forwards (HF's embd_pdrop, resid_pdrop, attn_pdrop; inverted, never in evaluation or generation): P sets all three, embd=P,resid=P,attn=P those named, the others staying the model's; each in [0, 1). The model's: a Hugging Face directory's config.json (0.1 where a key is absent, as from_pretrained), 0 for an llm.c model file or a dN preset [from the model]", [](TrainOptions& o, const char* v) { set_dropout(o, v); }, show_dropout},
@@ -217,7 +217,7 @@ const std::vector<OptionSpec>& option_table() {
       {"max-nan-skips", 0, "N", "--on-nan skip: stop with an error after N consecutive skipped steps [10]", INT(max_nan_skips, "max-nan-skips", 1, 1 << 30)},
       {"skip-loss-z", 0, "Z", "spike guard (llm.c's -sl): a step whose loss is more than Z standard deviations above the mean of the last --spike-window steps' losses is not applied (weights, AdamW moments and step count untouched; its data consumed); 0 = off [0]", [](TrainOptions& o, const char* v) { o.skip_loss_z = parse_double("skip-loss-z", v, 0.0, 1e6); }, [](const TrainOptions& o) { return format_number(o.skip_loss_z); }},
       {"skip-grad-z", 0, "Z", "the same for the gradient norm (llm.c's -sg); 0 = off [0]", [](TrainOptions& o, const char* v) { o.skip_grad_z = parse_double("skip-grad-z", v, 0.0, 1e6); }, [](const TrainOptions& o) { return format_number(o.skip_grad_z); }},
-      {"spike-window", 0, "W", "steps the spike guards' mean and deviation cover; none is skipped before W steps have filled it (warm-up) [128]", [](TrainOptions& o, const char* v) { o.spike_window = parse_int("spike-window", v, 2, 1 << 20); o.spike_window_given = true; }, [](const TrainOptions& o) { return std::to_string(o.spike_window); }},
+      {"spike-window", 0, "W", "steps the spike guards' mean and deviation cover; none is skipped before W steps have filled it (warm-up) [128]", INT(spike_window, "spike-window", 2, 1 << 20)},
       {"seed", 0, "N", "seed for init, data shuffling, sampling and the dropout masks [1337]", INT(seed, "seed", 0, kBig)},
       // evaluation and sampling
       {"val-every", 0, "N", "validation every N steps and at the end; 0 disables [20]", INT(val_every, "val-every", 0, 1 << 30)},
@@ -284,24 +284,18 @@ void check_modes(const TrainOptions& o) {
   if (!o.dry_run_worlds.empty() && (o.eval_only || o.generate))
     throw std::runtime_error(std::string("--dry-run is a mode of its own: not with ") +
                              (o.eval_only ? "--eval-only" : "--generate"));
-  if (!o.eval_only && (o.eval_stride != 0 || !o.eval_json.empty()))
-    throw std::runtime_error(std::string(o.eval_stride ? "--eval-stride" : "--eval-json") + " needs --eval-only");
-  if (!o.generate && (!o.prompt_file.empty() || o.num_samples != 1 || o.no_stop_at_eos))
-    throw std::runtime_error(std::string(!o.prompt_file.empty() ? "--prompt-file"
-                                         : o.no_stop_at_eos     ? "--no-stop-at-eos"
-                                                                : "--num-samples") +
-                             " needs --generate");
+  for (const auto& [flag, needs] : {std::pair{"eval-stride", "eval-only"}, {"eval-json", "eval-only"},
+                                    {"prompt-file", "generate"}, {"no-stop-at-eos", "generate"}, {"num-samples", "generate"}})
+    if (o.given.count(flag) && !o.given.count(needs)) throw std::runtime_error(std::string("--") + flag + " needs --" + needs);
   if (!o.prompt_file.empty() && !o.prompt.empty())
     throw std::runtime_error("--prompt and --prompt-file both give the prompt: give one");
   const std::string mode = o.eval_only ? "--eval-only" : "--generate";
   if ((o.eval_only || o.generate) && o.resume)
     throw std::runtime_error(mode + " does not train: --resume has no meaning (use --init-from CHECKPOINT_DIR)");
-  const char* training_flag = o.epochs > 0 ? "--epochs" : o.keep_best ? "--keep-best"
-                              : o.early_stopping_patience > 0 ? "--early-stopping-patience"
-                              : o.dropout_given() ? "--dropout" : o.overfit_batch ? "--overfit-batch" : o.profile_first ? "--profile-steps"
-                              : o.skip_loss_z > 0 ? "--skip-loss-z" : o.skip_grad_z > 0 ? "--skip-grad-z" : nullptr;
-  if ((o.eval_only || o.generate) && training_flag)
-    throw std::runtime_error(mode + " does not train: " + training_flag + " has no meaning");
+  for (const char* flag : {"epochs", "keep-best", "early-stopping-patience", "dropout", "overfit-batch", "profile-steps",
+                           "skip-loss-z", "skip-grad-z", "log-jsonl"})  // log-jsonl: steps' and validations' records
+    if ((o.eval_only || o.generate) && o.given.count(flag))
+      throw std::runtime_error(mode + " does not train: --" + flag + " has no meaning");
 }
 
 // The flags of evaluation-driven checkpoints and stopping need validation (and
@@ -319,8 +313,10 @@ void check_eval_driven(const TrainOptions& o) {
     throw std::runtime_error("--early-stopping-patience needs validation: --val-every is 0");
   if (o.early_stopping_threshold != 0 && o.early_stopping_patience == 0)
     throw std::runtime_error("--early-stopping-threshold needs --early-stopping-patience");
-  if (o.spike_window_given && o.skip_loss_z == 0 && o.skip_grad_z == 0)
+  if (o.given.count("spike-window") && o.skip_loss_z == 0 && o.skip_grad_z == 0)
     throw std::runtime_error("--spike-window is the spike guards' window: it needs --skip-loss-z or --skip-grad-z");
+  if (o.given.count("max-nan-skips") && o.on_nan != "skip")
+    throw std::runtime_error("--max-nan-skips bounds the steps --on-nan skip skips: it needs --on-nan skip");
   if (!o.resume_from.empty() && o.resume_fallback)
     throw std::runtime_error("--resume-fallback replaces a corrupt newest checkpoint by an older one; --resume-from " +
                              o.resume_from + " names the checkpoint: give one");
@@ -408,8 +404,9 @@ bool parse_train_options(int argc, char** argv, TrainOptions* opts) {
       value = argv[++i];
     }
     spec->apply(*opts, value);
+    opts->given.insert(name);
   }
-  if (!opts->init_from.empty() && opts->model_given)
+  if (!opts->init_from.empty() && opts->given.count("model"))
     throw std::runtime_error("--init-from and --model both name the initial weights: give one");
   if (!opts->init_from.empty() && !opts->config_overrides.empty())
     throw std::runtime_error("--config applies to dN presets, not to --init-from weights");

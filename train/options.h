@@ -4,6 +4,7 @@
 #define TRAIN_OPTIONS_H
 
 #include <cstdint>
+#include <set>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -35,8 +36,7 @@ struct TrainOptions {
   // model
   std::string model = "d12";          // dN preset, an llm.c model file or a Hugging Face GPT-2 directory
   std::string config_overrides;       // "n_layer=4,n_head=4,..."
-  bool model_given = false;           // --model appeared on the command line
-  bool spike_window_given = false;    // --spike-window appeared (it needs a spike guard)
+  std::set<std::string> given;        // the long names of the flags the command line set
   std::string init_from;              // weights only: model file, HF directory or checkpoint directory
   // data
   std::string train_data = "data/tinyshakespeare/tiny_shakespeare_train.bin";

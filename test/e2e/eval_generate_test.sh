@@ -7,7 +7,8 @@
 #      and the loss is within 1e-5 of HF's loop run literally in float64 PyTorch
 #      (test/e2e/sliding_window_reference.py; skipped without torch);
 #      --eval-stride T (disjoint windows) scores n - windows tokens;
-#   2. refusals: a dN preset, both modes at once, a stride above T, mode flags alone;
+#   2. refusals: a dN preset, both modes at once, a stride above T, mode flags alone,
+#      --log-jsonl (nothing to log);
 #   3. --generate: the prompt from stdin and from a file give the same text for
 #      the same --seed; another seed another text; a missing --prompt-file is an
 #      error naming it; with weights that make <|endoftext|> likely every sample
@@ -111,6 +112,8 @@ refuse stride-over-max-seq 2 "--eval-stride 65 is larger than the context length
   ./train_gpt2cu "${ev[@]}" -T 128 --eval-stride 65  # within -T, past the model's max_seq 64
 refuse top-p-range 2 "--top-p: invalid value '0'" -- ./train_gpt2cu --generate --top-p 0
 refuse samples-alone 2 "--num-samples needs --generate" -- ./train_gpt2cu --num-samples 2
+refuse log-jsonl-in-eval 2 "--eval-only does not train: --log-jsonl has no meaning" -- \
+  ./train_gpt2cu "${ev[@]}" --log-jsonl "$work/eval_log.jsonl"
 
 # --- 3. generation ---------------------------------------------------------------
 gen=(--generate "${net[@]}" --model "$model" --gen-tokens 40 --temperature 0.9 --top-k 40 --top-p 0.95)

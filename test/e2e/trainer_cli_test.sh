@@ -82,6 +82,15 @@ check config-twice 2 "--config given twice \('n_embd=32,n_head=2,max_seq=32,voca
   ./train_gpt2cu "${tiny[@]}" --config n_layer=3
 check checkpoint-every-without-o 2 "--checkpoint-every needs --output-dir" -- ./train_gpt2cu "${tiny[@]}" --checkpoint-every 2
 check keep-checkpoints-without-o 2 "--keep-checkpoints needs --output-dir" -- ./train_gpt2cu "${tiny[@]}" --keep-checkpoints 2
+# Flags that would be ignored: the bound on skipped steps without skipping, a
+# rendezvous with no launcher to meet through (standalone, or under mpirun: MPI meets).
+check max-nan-skips-without-skip 2 "--max-nan-skips bounds the steps --on-nan skip skips: it needs --on-nan skip" -- \
+  ./train_gpt2cu "${tiny[@]}" --max-nan-skips 3
+check rendezvous-standalone 2 "--rendezvous file:$work/rdzv is where ranks launched without MPI meet .* nothing would use it" -- \
+  ./train_gpt2cu "${tiny[@]}" --rendezvous "file:$work/rdzv"
+command -v mpirun > /dev/null &&
+  check rendezvous-mpirun 2 "--rendezvous tcp is where ranks launched without MPI meet" -- \
+    timeout -k 10 120 mpirun --allow-run-as-root --oversubscribe -np 2 ./train_gpt2cu "${tiny[@]}" --rendezvous tcp
 # Memory checked against the --dry-run plan before anything is allocated, so that a run
 # too big ends with an error, not the OOM killer's silent SIGKILL. n_layer=100000 needs
 # 28.65 TiB on any machine; GPT2_TEST_AVAILABLE_MEMORY stands in for what this one has.

@@ -99,10 +99,10 @@ TEST(ResumeOptions, MaxStepsZeroInitFromAndResetSchedule) {
   EXPECT_EQ(parse({"--max-steps", "7"}).max_steps, 7);
   TrainOptions o = parse({"--init-from", "out/run1", "--resume", "-o", "out/run2", "--reset-schedule"});
   EXPECT_EQ(o.init_from, "out/run1");
-  EXPECT_FALSE(o.model_given);
+  EXPECT_FALSE(o.given.count("model"));
   EXPECT_TRUE(o.resume);
   EXPECT_TRUE(o.reset_schedule);
-  EXPECT_TRUE(parse({"--model", "d12"}).model_given);
+  EXPECT_TRUE(parse({"--model", "d12"}).given.count("model"));
   EXPECT_NE(error_of({"--init-from", "a.bin", "--model", "b.bin"}).find("--init-from and --model"),
             std::string::npos);
   EXPECT_NE(error_of({"--init-from", "a.bin", "--config", "n_layer=2"}).find("--config"), std::string::npos);
@@ -319,6 +319,18 @@ TEST(Options, PretrainingFlags) {
   EXPECT_EQ(error_of({"--spike-window", "128"}),
             "--spike-window is the spike guards' window: it needs --skip-loss-z or --skip-grad-z");
   EXPECT_EQ(parse({"--skip-grad-z", "3", "--spike-window", "16"}).spike_window, 16);
+  // the same for the bound on skipped steps, which only --on-nan skip skips
+  EXPECT_EQ(error_of({"--max-nan-skips", "3"}),
+            "--max-nan-skips bounds the steps --on-nan skip skips: it needs --on-nan skip");
+  EXPECT_EQ(error_of({"--on-nan", "stop", "--max-nan-skips", "10"}),
+            "--max-nan-skips bounds the steps --on-nan skip skips: it needs --on-nan skip");
+  EXPECT_EQ(parse({"--on-nan", "skip", "--max-nan-skips", "3"}).max_nan_skips, 3);
+  // no step or validation record to write
+  EXPECT_EQ(error_of({"--eval-only", "--log-jsonl", "l.jsonl"}), "--eval-only does not train: --log-jsonl has no meaning");
+  EXPECT_EQ(error_of({"--generate", "--log-jsonl", "l.jsonl"}), "--generate does not train: --log-jsonl has no meaning");
+  // a mode's flag outside its mode is refused at any value
+  EXPECT_EQ(error_of({"--num-samples", "1"}), "--num-samples needs --generate");
+  EXPECT_EQ(error_of({"--eval-json", "r.json"}), "--eval-json needs --eval-only");
   // checked when parsed, so a bad value fails the same with or without a launcher
   EXPECT_EQ(error_of({"--rendezvous", "udp:x"}), "--rendezvous 'udp:x': want tcp, tcp:HOST:PORT or file:DIR");
   EXPECT_EQ(error_of({"--rendezvous", "tcp:host"}), "--rendezvous 'tcp:host': want tcp:HOST:PORT with a port 1-65535");
