@@ -14,6 +14,7 @@
 #include "tokenizer/tokenizer.h"
 #include "train/checkpoint.h"
 #include "train/run_plan.h"
+#include "util/checked_io.h"
 
 namespace gpt2 {
 
@@ -129,8 +130,10 @@ void check_outputs_spare_inputs(const TrainOptions& o) {
   const std::vector<Input> inputs = inputs_of(o);
   const std::vector<OutputDir> dirs = output_dirs_of(o);
   const std::vector<OutputFile> files = output_files_of(o);
+  for (const OutputDir& d : dirs) check_name_fits(d.flag, d.path);
   for (size_t i = 0; i < files.size(); i++) {
     const OutputFile& f = files[i];
+    check_name_fits(f.flag, f.path);
     const auto id = file_id(f.path);
     for (const Input& in : inputs)
       if (id == in.id)

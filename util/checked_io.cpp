@@ -18,6 +18,15 @@ namespace gpt2 {
 namespace {
 std::string errno_text() { return std::strerror(errno); }
 
+// The longest file name the directory of PATH takes (255 where it cannot say,
+// as for a directory not made yet).
+size_t name_limit_beside(const std::string& path) {
+  const size_t slash = path.rfind('/');
+  const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
+  const long name_max = pathconf(dir.c_str(), _PC_NAME_MAX);
+  return name_max > 0 ? static_cast<size_t>(name_max) : 255;
+}
+
 // PATH.tmp, or where that name would pass the directory's name limit (a
 // PATH of 252 to 255 characters' name), a shorter one beside it: the name cut
 // short and a hash of the whole, so two long names still get two temp files.
@@ -25,8 +34,7 @@ std::string temp_path_for(const std::string& path) {
   const size_t slash = path.rfind('/');
   const std::string dir = slash == std::string::npos ? "" : path.substr(0, slash + 1);
   const std::string base = path.substr(dir.size());
-  const long name_max = pathconf(dir.empty() ? "." : dir.c_str(), _PC_NAME_MAX);
-  const size_t limit = name_max > 0 ? static_cast<size_t>(name_max) : 255;
+  const size_t limit = name_limit_beside(path);
   if (base.size() + 4 <= limit) return path + ".tmp";
   char hash[18];
   std::snprintf(hash, sizeof hash, ".%016zx", std::hash<std::string>{}(base));
@@ -251,6 +259,13 @@ std::string read_all_bytes(const std::string& path) {
   while ((got = std::fread(chunk, 1, sizeof chunk, f)) > 0) bytes.append(chunk, got);
   if (std::ferror(f)) throw std::runtime_error(name + ": read error: " + errno_text());
   return bytes;
+}
+
+void check_name_fits(const std::string& flag, const std::string& path) {
+  const size_t name = base_name(path).size(), limit = name_limit_beside(path);
+  if (name > limit)
+    throw std::runtime_error(flag + " " + path + ": a file name of " + std::to_string(name) +
+                             " characters, more than its directory allows (NAME_MAX " + std::to_string(limit) + ")");
 }
 
 void write_text_file_atomic(const std::string& path, const std::string& text) {

@@ -70,6 +70,9 @@ std::string read_text_file(const std::string& path);
 // device); "-" is standard input, named "<stdin>" in errors. A directory, a
 // file that cannot be opened and a read error are errors naming the path.
 std::string read_all_bytes(const std::string& path);
+// Throws, naming the flag, where the last name of PATH passes its directory's
+// NAME_MAX (255 where the directory cannot say): no such file can be made.
+void check_name_fits(const std::string& flag, const std::string& path);
 void write_text_file_atomic(const std::string& path, const std::string& text);
 
 // 64-bit FNV-1a, used as a content checksum in state files.

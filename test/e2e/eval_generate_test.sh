@@ -8,7 +8,7 @@
 #      (test/e2e/sliding_window_reference.py; skipped without torch);
 #      --eval-stride T (disjoint windows) scores n - windows tokens;
 #   2. refusals: a dN preset, both modes at once, a stride above T, mode flags alone,
-#      --log-jsonl (nothing to log);
+#      --log-jsonl (nothing to log), an --eval-json name past NAME_MAX (before the evaluation);
 #   3. --generate: the prompt from stdin and from a file give the same text for
 #      the same --seed; another seed another text; a missing --prompt-file is an
 #      error naming it; with weights that make <|endoftext|> likely every sample
@@ -114,6 +114,14 @@ refuse top-p-range 2 "--top-p: invalid value '0'" -- ./train_gpt2cu --generate -
 refuse samples-alone 2 "--num-samples needs --generate" -- ./train_gpt2cu --num-samples 2
 refuse log-jsonl-in-eval 2 "--eval-only does not train: --log-jsonl has no meaning" -- \
   ./train_gpt2cu "${ev[@]}" --log-jsonl "$work/eval_log.jsonl"
+# --eval-json's name is checked against the directory's NAME_MAX (255 here) before
+# any work, not at the rename after the whole evaluation; 255 characters are written.
+long=$(printf '%0250d' 0)
+refuse eval-json-name-256 2 "^error: --eval-json $work/${long}x\.json: a file name of 256 characters, more than its directory allows" -- \
+  ./train_gpt2cu "${ev[@]}" --eval-json "$work/${long}x.json"
+grep -q "^eval loss" "$work/r.log" && bad "eval-json-name-256: the evaluation ran before the refusal"
+./train_gpt2cu "${ev[@]}" --eval-json "$work/$long.json" > /dev/null 2>&1 && [ "$(field "$work/$long.json" world)" = 1 ] &&
+  ok "eval-json-name-255: written" || bad "eval-json-name-255: not written"
 
 # --- 3. generation ---------------------------------------------------------------
 gen=(--generate "${net[@]}" --model "$model" --gen-tokens 40 --temperature 0.9 --top-k 40 --top-p 0.95)

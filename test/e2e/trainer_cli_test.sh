@@ -91,6 +91,12 @@ check rendezvous-standalone 2 "--rendezvous file:$work/rdzv is where ranks launc
 command -v mpirun > /dev/null &&
   check rendezvous-mpirun 2 "--rendezvous tcp is where ranks launched without MPI meet" -- \
     timeout -k 10 120 mpirun --allow-run-as-root --oversubscribe -np 2 ./train_gpt2cu "${tiny[@]}" --rendezvous tcp
+# An output name past the directory's NAME_MAX (255 here): refused before any work.
+long=$(printf '%0256d' 0)
+check log-jsonl-name-256 2 "^error: --log-jsonl $work/$long: a file name of 256 characters" -- \
+  ./train_gpt2cu "${tiny[@]}" --max-steps 1 --log-jsonl "$work/$long"
+check save-hf-name-256 2 "^error: --save-hf $work/$long: a file name of 256 characters" -- \
+  ./train_gpt2cu "${tiny[@]}" --max-steps 1 --save-hf "$work/$long"
 # Memory checked against the --dry-run plan before anything is allocated, so that a run
 # too big ends with an error, not the OOM killer's silent SIGKILL. n_layer=100000 needs
 # 28.65 TiB on any machine; GPT2_TEST_AVAILABLE_MEMORY stands in for what this one has.

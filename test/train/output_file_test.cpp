@@ -79,6 +79,20 @@ TEST(OutputFile, NamesAtTheFileSystemLimitAreWritten) {
   EXPECT_NE(error_of([&] { write_text_file_atomic(d + "/" + std::string(256, 'e'), "x"); }), "");  // past the limit
 }
 
+// A name the directory cannot hold is refused by check_name_fits, naming the
+// flag, before a run does its work; up to NAME_MAX (255 here) it passes.
+TEST(OutputFile, NamesPastTheFileSystemLimitAreRefusedAtStart) {
+  const std::string d = temp_dir("output_name_max");
+  for (size_t n : {1, 252, 255})
+    EXPECT_EQ(error_of([&] { check_name_fits("--eval-json", d + "/" + std::string(n, 'e')); }), "") << n;
+  const std::string err = error_of([&] { check_name_fits("--eval-json", d + "/" + std::string(256, 'e')); });
+  EXPECT_NE(err.find("--eval-json " + d + "/"), std::string::npos) << err;
+  EXPECT_NE(err.find(": a file name of 256 characters, more than its directory allows (NAME_MAX 255)"),
+            std::string::npos) << err;
+  EXPECT_NE(error_of([] { check_name_fits("--log-jsonl", std::string(256, 'e')); }), "");  // the current directory
+  EXPECT_NE(error_of([&] { check_name_fits("--save-hf", d + "/new/" + std::string(300, 'e')); }), "");  // not made yet
+}
+
 TEST(OutputFile, DeviceIsNotReplacedAndAFailedWriteIsAnError) {
   struct stat st;
   ASSERT_EQ(stat("/dev/full", &st), 0) << "this test needs /dev/full";
