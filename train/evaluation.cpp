@@ -179,9 +179,6 @@ void print_report(const EvalReport& r) {
   std::printf("eval loss        %.6f\n", t.loss());
   std::printf("eval perplexity  %.4f\n", t.perplexity());
   std::printf("eval time        %.2f s, %.0f tokens/s\n", r.seconds, t.tokens / std::max(r.seconds, 1e-9));
-  if (r.hellaswag)
-    std::printf("eval hellaswag   n %llu, acc %.4f, acc_norm %.4f\n", static_cast<unsigned long long>(r.hellaswag->n),
-                r.hellaswag->acc(), r.hellaswag->acc_norm());
   std::fflush(stdout);
 }
 
@@ -247,19 +244,21 @@ int run_evaluation(const TrainOptions& opts, const DistContext& dist, Communicat
   try {
     r.totals = evaluate_sliding_windows(model, spec, data.reader(cfg.vocab_size), sum, progress);
     r.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+    if (r.totals.tokens == 0) throw std::runtime_error(opts.val_data + ": no token to score (shards of < 2 tokens)");
+    if (dist.is_main()) print_report(r);  // before HellaSwag: a stop there keeps the perplexity on stdout
     if (!opts.eval_hellaswag.empty())
       r.hellaswag =
           evaluate_hellaswag(model, spec.B, spec.T, read_hellaswag_for(opts), dist.rank, dist.world, sum, stop_check);
   } catch (const StopRequested& stop) {
     if (dist.is_main())
-      std::fprintf(stderr, "--eval-only: %s; no result (exit %d)\n", stop.what(), stopped_exit_code(stop.signum));
+      std::fprintf(stderr, "--eval-only: %s; no %sresult (exit %d)\n", stop.what(), r.totals.tokens ? "HellaSwag " : "",
+                   stopped_exit_code(stop.signum));
     return stopped_exit_code(stop.signum);
   }
-  if (r.totals.tokens == 0) throw std::runtime_error(opts.val_data + ": no token to score (shards of < 2 tokens)");
-  if (dist.is_main()) {
-    print_report(r);
-    if (!opts.eval_json.empty()) write_report_json(opts.eval_json, r);
-  }
+  if (dist.is_main() && r.hellaswag)
+    std::printf("eval hellaswag   n %llu, acc %.4f, acc_norm %.4f\n", static_cast<unsigned long long>(r.hellaswag->n),
+                r.hellaswag->acc(), r.hellaswag->acc_norm());
+  if (dist.is_main() && !opts.eval_json.empty()) write_report_json(opts.eval_json, r);
   return 0;
 }
 

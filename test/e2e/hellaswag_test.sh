@@ -9,7 +9,7 @@
 #      step 0 (the same weights) equal to --eval-only's;
 #   c. errors: a bad line names FILE:LINE (exit 1), --eval-hellaswag without validation exits 2;
 #   d. SIGTERM during --eval-only's HellaSwag pass (the fixture 4,000 times over, minutes of work):
-#      exit 143 within 30 s, no result.
+#      exit 143 within 30 s, the perplexity scored before it on stdout (a file), no HellaSwag result.
 # Needs the GPT-2 vocabulary (data/gpt2 or $GPT2_VOCAB_DIR).
 set -u
 cd "$(dirname "$0")/../.."
@@ -70,7 +70,7 @@ rc=$?
 for _ in $(seq 4000); do cat "$W/hs.jsonl"; done > "$W/long.jsonl"
 set -m  # the run in its own process group, so the signal reaches the trainer alone
 "${RUN[@]}" --eval-only --model "$W/model.bin" --device cpu --threads 1 -T 24 -B 3 --val-data "$W/val.bin" \
-  --eval-hellaswag "$W/long.jsonl" > "$W/long.log" 2>&1 &
+  --eval-hellaswag "$W/long.jsonl" > "$W/long.out" 2> "$W/long.log" &
 pid=$!
 set +m
 for _ in $(seq 300); do grep -q "^eval: " "$W/long.log" 2>/dev/null && break; sleep 0.1; done
@@ -80,9 +80,11 @@ kill -TERM "$pid"
 wait "$pid"
 rc=$?
 secs=$(($(date +%s) - t0))
-[ $rc = 143 ] && [ "$secs" -le 30 ] && grep -q -- "--eval-only: stop requested by signal 15; no result (exit 143)" "$W/long.log" &&
-  pass "d: SIGTERM during the HellaSwag pass: exit 143 after $secs s, no result" ||
-  { bad "d: SIGTERM during the HellaSwag pass: exit $rc after $secs s"; tail -n 3 "$W/long.log"; }
+[ $rc = 143 ] && [ "$secs" -le 30 ] &&
+  grep -q -- "--eval-only: stop requested by signal 15; no HellaSwag result (exit 143)" "$W/long.log" &&
+  grep -q "^eval loss  " "$W/long.out" && grep -q "^eval perplexity  " "$W/long.out" && ! grep -q "^eval hellaswag" "$W/long.out" &&
+  pass "d: SIGTERM during the HellaSwag pass: exit 143 after $secs s, the perplexity on stdout, no HellaSwag result" ||
+  { bad "d: SIGTERM during the HellaSwag pass: exit $rc after $secs s"; tail -n 3 "$W/long.log" "$W/long.out"; }
 
 # A part that could not run makes the whole a counted skip (77), not a pass.
 finish hellaswag_test
