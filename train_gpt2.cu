@@ -79,6 +79,11 @@ int main(int argc, char** argv) {
     rc = opts.eval_only  ? gpt2::run_evaluation(opts, dist, *comm)
          : opts.generate ? gpt2::run_generation(opts, dist)
                          : gpt2::run_training(opts, dist, *comm);
+  } catch (const gpt2::StopRequested& e) {  // a wait of rank 0 alone (the prompt from stdin): no peer waits
+    std::fprintf(stderr, "%s: %s; no result (exit %d)\n",
+                 opts.eval_only ? "--eval-only" : opts.generate ? "--generate" : "training", e.what(),
+                 gpt2::stopped_exit_code(e.signum));
+    return gpt2::stopped_exit_code(e.signum);
   } catch (const std::exception& e) {
     // a flag that meets the world size, the model or the data: exit 2, like the parser's
     const int code = dynamic_cast<const gpt2::UsageError*>(&e) ? 2 : 1;

@@ -61,6 +61,11 @@ struct StopRequested : std::runtime_error {
 // Collective: throws StopRequested when should_stop(comm), so a long phase
 // ends on every rank at the same batch.
 void throw_if_stop_requested(Communicator& comm);
+// This rank alone: throws StopRequested when it received a stop signal (a
+// wait no other rank shares: the rendezvous, the prompt from stdin).
+inline void throw_if_local_stop() {
+  if (const int s = local_stop_signal()) throw StopRequested(s);
+}
 // Exit status of a run stopped by signal `signum` without a checkpoint to
 // continue from: 128 + signum, as a shell reports a process the signal ended.
 inline int stopped_exit_code(int signum) { return 128 + signum; }

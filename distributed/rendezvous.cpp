@@ -54,7 +54,7 @@ Waiting::Waiting(const RendezvousRequest& req, std::string where)
                               std::chrono::duration<double>(req.progress_every_s))) {}
 
 void Waiting::check(const std::string& waiting_for) {
-  if (const int s = local_stop_signal()) throw StopRequested(s);
+  throw_if_local_stop();
   const auto now = std::chrono::steady_clock::now();
   if (now < next_note_) return;
   const double waited = std::chrono::duration<double>(now - start_).count();

@@ -156,8 +156,9 @@ namespace {
 std::string read_prompt(const TrainOptions& opts) {
   if (opts.prompt_file.empty()) return opts.prompt;
   try {
-    return read_all_bytes(opts.prompt_file);  // every byte: a NUL is text like any other
+    return read_all_bytes(opts.prompt_file, throw_if_local_stop);  // every byte: a NUL is text like any other
   } catch (const std::exception& e) {
+    if (dynamic_cast<const StopRequested*>(&e)) throw;  // a stop while stdin is silent, not a read error
     throw std::runtime_error("--prompt-file " + std::string(e.what()));
   }
 }

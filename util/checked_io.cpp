@@ -7,6 +7,7 @@
 #include <cstring>
 #include <functional>
 #include <fcntl.h>
+#include <poll.h>
 #include <stdexcept>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -240,7 +241,7 @@ std::string read_text_file(const std::string& path) {
   return s;
 }
 
-std::string read_all_bytes(const std::string& path) {
+std::string read_all_bytes(const std::string& path, const std::function<void()>& while_waiting) {
   const bool is_stdin = path == "-";
   const std::string name = is_stdin ? "<stdin>" : path;
   FILE* f = is_stdin ? stdin : std::fopen(path.c_str(), "rb");
@@ -255,10 +256,19 @@ std::string read_all_bytes(const std::string& path) {
     throw std::runtime_error(name + ": is a directory, expected a file");
   std::string bytes;
   char chunk[1 << 16];
-  size_t got = 0;
-  while ((got = std::fread(chunk, 1, sizeof chunk, f)) > 0) bytes.append(chunk, got);
-  if (std::ferror(f)) throw std::runtime_error(name + ": read error: " + errno_text());
-  return bytes;
+  for (pollfd p{fileno(f), POLLIN, 0};;) {
+    // Waits in slices: the stop handlers' SA_RESTART resumes a blocked read,
+    // so a silent pipe would otherwise hold the caller until it closes.
+    const int ready = poll(&p, 1, 250);
+    if (ready == 0 || (ready < 0 && errno == EINTR)) {
+      if (while_waiting) while_waiting();
+      continue;
+    }
+    const ssize_t got = ready < 0 ? -1 : read(p.fd, chunk, sizeof chunk);
+    if (got == 0) return bytes;
+    if (got < 0 && errno != EINTR) throw std::runtime_error(name + ": read error: " + errno_text());
+    if (got > 0) bytes.append(chunk, static_cast<size_t>(got));
+  }
 }
 
 void check_name_fits(const std::string& flag, const std::string& path) {

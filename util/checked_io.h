@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -69,7 +70,9 @@ std::string read_text_file(const std::string& path);
 // Every byte of PATH, NULs included, read to its end (so also a FIFO or a
 // device); "-" is standard input, named "<stdin>" in errors. A directory, a
 // file that cannot be opened and a read error are errors naming the path.
-std::string read_all_bytes(const std::string& path);
+// While no byte comes, while_waiting runs about every 250 ms (and after a
+// signal): it may throw to end the wait.
+std::string read_all_bytes(const std::string& path, const std::function<void()>& while_waiting = {});
 // Throws, naming the flag, where the last name of PATH passes its directory's
 // NAME_MAX (255 where the directory cannot say): no such file can be made.
 void check_name_fits(const std::string& flag, const std::string& path);

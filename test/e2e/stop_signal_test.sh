@@ -10,7 +10,8 @@
 #   d. --eval-only over every window at stride 1: exit 143, no result;
 #   e. --generate of 2^20 tokens: exit 143 after the tokens so far;
 #   f. SIGINT (Ctrl-C) stops like SIGTERM: exit 75 with its checkpoint, and
-#      DIR/.lock is gone (SIGINT must not kill the run and leave the lock behind).
+#      DIR/.lock is gone (SIGINT must not kill the run and leave the lock behind);
+#   g. --generate reading its prompt from a stdin that stays silent: exit 143 within 5 s.
 set -u
 cd "$(dirname "$0")/../.."
 BIN=${TRAINER:-./train_gpt2cu}  # any trainer binary with the CPU backend
@@ -78,5 +79,25 @@ n=$(sed -n 's/^stop requested by signal 2; checkpointing at step \([0-9]*\)$/\1/
 if [ $rc -eq 75 ] && in_time && [ -n "$n" ] && [ -e "$W/f/DONE_$(printf %08d "$n")" ] && [ ! -e "$W/f/.lock" ]; then
   pass "f: SIGINT: exit 75 after $secs s, checkpoint of step $n, DIR/.lock released"
 else bad "f: SIGINT: exit $rc after $secs s, $(ls -A "$W/f" 2>/dev/null | tr '\n' ' ')"; tail -n 3 "$W/f.log"; fi
+
+# g: --generate waiting for its prompt on a stdin that stays silent (a writer
+# holds the pipe open 30 s): the signal ends the wait, not the writer.
+mkfifo "$W/silent"
+sleep 30 > "$W/silent" &
+holder=$!
+set -m
+timeout -k 5 300 "$BIN" "${common[@]}" --model "$model" --generate --prompt-file - < "$W/silent" > "$W/g.log" 2>&1 &
+pid=$!
+set +m
+sleep 2
+t0=$(date +%s)
+kill -TERM "$pid"
+wait "$pid"
+rc=$?
+secs=$(($(date +%s) - t0))
+kill "$holder" 2>/dev/null
+if [ $rc -eq 143 ] && [ "$secs" -le 5 ] && grep -q -- "--generate: stop requested by signal 15; no result (exit 143)" "$W/g.log"
+then pass "g: SIGTERM while --generate reads a silent stdin: exit 143 after $secs s"
+else bad "g: --generate on a silent stdin: exit $rc after $secs s"; tail -n 3 "$W/g.log"; fi
 
 finish stop_signal_test

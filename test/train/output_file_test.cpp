@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
 #include <stdexcept>
 #include <string>
@@ -91,6 +92,33 @@ TEST(OutputFile, NamesPastTheFileSystemLimitAreRefusedAtStart) {
             std::string::npos) << err;
   EXPECT_NE(error_of([] { check_name_fits("--log-jsonl", std::string(256, 'e')); }), "");  // the current directory
   EXPECT_NE(error_of([&] { check_name_fits("--save-hf", d + "/new/" + std::string(300, 'e')); }), "");  // not made yet
+}
+
+// Reading a pipe that stays silent: while_waiting runs in the wait (a stop
+// check throws there), so the reader is not held until the writer closes it.
+TEST(OutputFile, ReadAllBytesWaitsInSlices) {
+  const std::string d = temp_dir("read_slices");
+  const std::string fifo = d + "/silent";
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  std::thread writer([&] {  // opens the pipe and keeps it open, writing nothing, for 3 s
+    FILE* w = std::fopen(fifo.c_str(), "w");
+    std::this_thread::sleep_for(std::chrono::seconds(3));
+    if (w) std::fclose(w);
+  });
+  int waits = 0;
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::string err = error_of([&] {
+    read_all_bytes(fifo, [&] {
+      if (++waits == 2) throw std::runtime_error("stop");
+    });
+  });
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  writer.join();
+  EXPECT_EQ(err, "stop");
+  EXPECT_LT(s, 2.0) << "the wait ended only when the pipe closed";
+  write_text_file_atomic(d + "/text", std::string("a\0b", 3));
+  EXPECT_EQ(read_all_bytes(d + "/text", [] { ADD_FAILURE() << "a file's bytes are there at once"; }),
+            std::string("a\0b", 3));
 }
 
 TEST(OutputFile, DeviceIsNotReplacedAndAFailedWriteIsAnError) {
