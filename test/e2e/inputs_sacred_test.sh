@@ -10,9 +10,8 @@
 #   3. --init-from DIR/model.bin with --output-dir DIR (the final model would
 #      replace it), and --init-from DIR with --output-dir DIR;
 #   4. --log-jsonl OUT/model_00000002.bin or OUT/.lock with --output-dir OUT;
-#   5. --eval-json and --log-jsonl naming one file;
-#   6. --save-hf naming the --model HF directory;
-#   7. an input that is no regular file (--eval-hellaswag on a FIFO nobody
+#   5. --save-hf naming the --model HF directory;
+#   6. an input that is no regular file (--eval-hellaswag on a FIFO nobody
 #      writes: reading it would block in open() with no signal noticed);
 # and runs whose outputs are elsewhere go ahead (exit 0).
 set -u
@@ -75,21 +74,17 @@ for name in model_00000002.bin .lock; do
     "$BIN" "${common[@]}" "${preset[@]}" --max-steps 2 -o "$W/out" --log-jsonl "$W/out/$name"
 done
 
-# --- 5. two outputs on one file -----------------------------------------------------------------------
-refused "--eval-json and --log-jsonl naming one file" "name the same file" -- \
-  "$BIN" "${evaluate[@]}" --model "$MODEL" --eval-json "$W/same.json" --log-jsonl "$W/same.json"
-
-# --- 6. --save-hf over the --model directory ----------------------------------------------------------
+# --- 5. --save-hf over the --model directory ----------------------------------------------------------
 refused "--save-hf naming the --model HF directory" "lies in --save-hf $W/hf" "$W/hf/config.json" -- \
   "$BIN" "${common[@]}" --model "$W/hf" --max-steps 1 --save-hf "$W/hf"
 
-# --- 7. an input that is no regular file -------------------------------------------------------------
+# --- 6. an input that is no regular file -------------------------------------------------------------
 mkfifo "$W/fifo"
 refused "--eval-hellaswag naming a FIFO" "--eval-hellaswag $W/fifo is not a regular file" -- \
   "$BIN" "${evaluate[@]}" --model "$MODEL" --eval-hellaswag "$W/fifo"
 
 # --- outputs elsewhere go ahead ------------------------------------------------------------------------
-"${ONE[@]}" "$BIN" "${evaluate[@]}" --model "$MODEL" --eval-json "$W/eval.json" --log-jsonl "$W/eval.jsonl" \
+"${ONE[@]}" "$BIN" "${evaluate[@]}" --model "$MODEL" --eval-json "$W/eval.json" \
   >"$W/ok1.log" 2>&1 && [ -s "$W/eval.json" ] && pass "--eval-only with its outputs elsewhere: exit 0" ||
   { bad "--eval-only with its outputs elsewhere"; tail -n 3 "$W/ok1.log"; }
 "${ONE[@]}" "$BIN" "${common[@]}" --init-from "$MODEL" --max-steps 1 -o "$W/next" --log-jsonl "$W/next/log.jsonl" \
