@@ -36,12 +36,13 @@ int main(int argc, char** argv) {
   try {
     gpt2::check_outputs_spare_inputs(opts);
     // The ranks meet at --rendezvous only where a launcher without MPI started
-    // them; under MPI or with no launcher at all it would be ignored.
-    if (!opts.rendezvous.empty() &&
-        gpt2::discover_env_launch(gpt2::env_launch_variables()).source == gpt2::RankSource::kNone)
+    // them: a run with no launcher at all would ignore it. (Under mpirun it is
+    // unused too, but kept: a job may give both launchers the same flags.)
+    const auto launch_env = gpt2::env_launch_variables();
+    if (!opts.rendezvous.empty() && !gpt2::launched_by_mpi(launch_env) &&
+        gpt2::discover_env_launch(launch_env).source == gpt2::RankSource::kNone)
       throw std::runtime_error("--rendezvous " + opts.rendezvous + " is where ranks launched without MPI meet "
-                               "(torchrun, srun --mpi=none); this run was started by MPI or by no launcher, "
-                               "so nothing would use it");
+                               "(torchrun, srun --mpi=none); this run has no launcher, so nothing would use it");
   } catch (const std::exception& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return 2;
