@@ -17,10 +17,9 @@
 
 namespace gpt2 {
 
-class SetUpWatch;
-
 class Communicator;
 class CommWatchdog;
+class SetUpWatch;
 struct EnvLaunch;
 
 enum class LaunchMode {

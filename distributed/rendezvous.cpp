@@ -400,7 +400,8 @@ void SetUpWatch::watch() {
         continue;
       }
       if (stop_.load()) return;
-      std::fprintf(stderr, "error: %s%s ended before the communicator's set-up was done (its process exited); exiting\n",
+      std::fprintf(stderr,
+                   "error: %s%s ended before the communicator's set-up was done (its process exited); exiting\n",
                    prefix_.c_str(), peers_[index[k]].c_str());
       std::fflush(stderr);
       std::_Exit(1);

@@ -7,8 +7,9 @@
 //           refused; a rank0 of a live process on this host is a second
 //           process given RANK=0, told through rank0.claim so both end.
 //   rankR   rank R's claim (after reading rank0): the nonce it read, its world,
-//           host, and why it cannot go on if it cannot. Created with link(), which fails if it exists, so two
-//           processes claiming one rank cannot both succeed.
+//           host, and why it cannot go on if it cannot. Created with link(),
+//           which fails if it exists, so two processes claiming one rank
+//           cannot both succeed.
 //   go      rank 0's verdict once every claim is in: the nonce and ok, or the
 //           error (world sizes that disagree, a claim of another nonce, a rank
 //           that cannot start).
@@ -120,7 +121,8 @@ Fields mine(const RendezvousRequest& req) {
 // Whether the process that wrote `f` runs on this host now.
 bool alive_here(const Fields& f, const std::string& host) {
   const long pid = f.count("pid") ? std::atol(f.at("pid").c_str()) : 0;
-  return f.count("host") && f.at("host") == host && pid > 0 && (kill(static_cast<pid_t>(pid), 0) == 0 || errno == EPERM);
+  return f.count("host") && f.at("host") == host && pid > 0 &&
+         (kill(static_cast<pid_t>(pid), 0) == 0 || errno == EPERM);
 }
 
 void sleep_a_little() { std::this_thread::sleep_for(std::chrono::milliseconds(50)); }
