@@ -143,12 +143,14 @@ TEST_SCRIPTS += test/distributed/abort_deadline_test.sh
 # failures; a dead peer ends the job.
 TEST_SCRIPTS += test/distributed/launch_nompi_test.sh
 endif
-# zero_train_test.sh and the Slurm test's training part also need ./train_gpt2cu
+# zero_train_test.sh, zero3_test.sh and the Slurm test's training part also need ./train_gpt2cu
 # (a TEST_PREREQ of train/module.mk).
 # comm_timeout_test.sh: faults of one rank (hang, exit) end the job (--comm-timeout); it also
 # runs build/train_gpt2cu_emu where that is built (the NCCL path), else says SKIP for that part.
 TEST_SCRIPTS += test/distributed/comm_mpirun_test.sh test/distributed/zero_train_test.sh test/slurm/slurm_smoke_test.sh \
                 test/distributed/comm_timeout_test.sh
+# ZeRO-3 on CPU ranks: bitwise against the other stages, memory, checkpoints across stages.
+TEST_SCRIPTS += test/distributed/zero3_test.sh
 TEST_PREREQS += $(DISTRIBUTED_COMM_TEST) $(DISTRIBUTED_SELFCHECK)
 
 # The Slurm test also checks that the cluster's PMIx fences hold every rank (the barrier that

@@ -467,7 +467,7 @@ void dispatch(Op o) {
     --o.comm->queued;
     if (!o.comm->aborted) return execute(o);
     if (recv_bytes(o) > 0) std::memset(o.recv, 0xFF, recv_bytes(o));
-  }, "nccl collective", last_collective());
+  }, kCollectiveItem, last_collective());
 }
 
 // ---- groups -----------------------------------------------------------------------------------

@@ -53,6 +53,8 @@ void set_kernel_fault(const std::string& message);
 // blocking stream). All are no-ops in the synchronous mode.
 bool defers(cudaStream_t stream);
 uint64_t enqueue(cudaStream_t stream, std::function<void()> work, const char* what, uint64_t after = 0);
+// The `what` of a queued NCCL collective (GPT2_EMU_STREAMS=deferred-late runs them last).
+inline constexpr const char kCollectiveItem[] = "nccl collective";
 bool item_pending(uint64_t id);
 uint64_t last_item(cudaStream_t stream);  // 0 when nothing is queued on it
 cudaError_t drain_item(uint64_t id);

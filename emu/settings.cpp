@@ -39,9 +39,10 @@ Settings::Settings() {
   stream_seed = seed;
   if (const char* s = std::getenv("GPT2_EMU_STREAMS")) {
     std::string m = s;
-    if (m == "deferred") stream_mode = StreamMode::kDeferred;
+    if (m == "deferred" || m == "deferred-late") stream_mode = StreamMode::kDeferred;
     else if (m != "sync" && !m.empty())
-      std::fprintf(stderr, "emu: ignoring GPT2_EMU_STREAMS=%s (expected sync|deferred)\n", s);
+      std::fprintf(stderr, "emu: ignoring GPT2_EMU_STREAMS=%s (expected sync|deferred|deferred-late)\n", s);
+    collectives_last = m == "deferred-late";
   }
   if (const char* s = std::getenv("GPT2_EMU_STREAM_SEED")) stream_seed = std::strtoull(s, nullptr, 10);
 }

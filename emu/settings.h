@@ -36,10 +36,12 @@ struct Settings {
   size_t stack_bytes = 0;
   std::string last_fault;
   std::atomic<uint64_t> threads_run{0}, barriers{0}, warp_syncs{0};
-  // Stream mode (emu/streams.cpp): GPT2_EMU_STREAMS=sync|deferred, its seed
-  // GPT2_EMU_STREAM_SEED (default: GPT2_EMU_SEED). Read once by the scheduler.
+  // Stream mode (emu/streams.cpp): GPT2_EMU_STREAMS=sync|deferred|deferred-late,
+  // its seed GPT2_EMU_STREAM_SEED (default: GPT2_EMU_SEED). Read once by the
+  // scheduler. deferred-late: NCCL collectives run only when nothing else can.
   StreamMode stream_mode = StreamMode::kSync;
   uint64_t stream_seed = 1;
+  bool collectives_last = false;
 
   Settings();  // from the environment: GPT2_EMU_ORDER, _SEED, _THREADS, _STACK_KB, _DEVICE, _STREAMS
   // "name=...,sms=N,smem_optin=BYTES,smem=BYTES,mem_gb=N,cc=MAJOR.MINOR"

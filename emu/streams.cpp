@@ -23,6 +23,7 @@
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <deque>
 #include <memory>
 #include <mutex>
@@ -65,11 +66,15 @@ struct Scheduler {
   uint64_t drains = 0;  // synchronisation points that ran queued items
   uint64_t seed = 1;
   bool from_env = false;  // GPT2_EMU_STREAMS=deferred: one summary line at exit
+  // deferred-late: a collective runs only when no other head can, so work that
+  // should have waited for one sees its buffers before the collective writes them.
+  bool collectives_last = false;
 
   Scheduler() {
     Settings& s = settings();
     std::lock_guard<std::mutex> lock(s.mutex);
     deferred = from_env = s.stream_mode == StreamMode::kDeferred;
+    collectives_last = s.collectives_last;
     seed = s.stream_seed;
     rng.seed(seed);
   }
@@ -128,7 +133,14 @@ cudaError_t run_needed(Scheduler& s) {
       std::fprintf(stderr, "emu: deferred streams: no runnable item (internal error)\n");
       std::abort();
     }
-    Queue& q = *ready[s.rng() % ready.size()];
+    size_t choices = ready.size();
+    if (s.collectives_last) {
+      const auto first_collective = std::stable_partition(ready.begin(), ready.end(), [](const Queue* r) {
+        return std::strcmp(r->items.front().what, kCollectiveItem) != 0;
+      });
+      if (first_collective != ready.begin()) choices = static_cast<size_t>(first_collective - ready.begin());
+    }
+    Queue& q = *ready[s.rng() % choices];
     Item item = std::move(q.items.front());
     q.items.pop_front();
     --q.need;

@@ -83,7 +83,8 @@ GPT2::GPT2(Backend& backend, const GPT2Config& cfg, int B, int T, const ModelOpt
       forward_only_(opts.forward_only),
       keep_dlogits_(opts.keep_dlogits),
       recompute_gelu_(opts.recompute >= 1),
-      recompute_ln_(opts.recompute >= 2) {
+      recompute_ln_(opts.recompute >= 2),
+      source_(opts.param_source) {
   if (opts.recompute < 0 || opts.recompute > 2) throw std::runtime_error("recompute level must be 0, 1 or 2");
   cfg_.validate("model config");
   if (B < 1 || T < 1) throw std::runtime_error("batch size and sequence length must be >= 1");
@@ -92,9 +93,11 @@ GPT2::GPT2(Backend& backend, const GPT2Config& cfg, int B, int T, const ModelOpt
                              std::to_string(cfg.max_seq_len));
   const size_t capacity = opts.param_capacity == 0 ? layout_.total : opts.param_capacity;
   if (capacity < layout_.total) throw std::runtime_error("param_capacity below the parameter count");
-  params_ = backend_.alloc(capacity, BufferRole::kParams);
-  owned_.push_back(params_);
-  backend_.zero(params_);  // padding stays zero forever
+  if (!source_) {
+    params_ = backend_.alloc(capacity, BufferRole::kParams);
+    owned_.push_back(params_);
+    backend_.zero(params_);  // padding stays zero forever
+  }
   allocate_activations(opts.forward_only);
 }
 
@@ -202,10 +205,12 @@ void GPT2::set_parameters(const std::vector<float>& host) {
   if (host.size() != layout_.total)
     throw std::runtime_error("set_parameters: expected " + std::to_string(layout_.total) +
                              " floats, got " + std::to_string(host.size()));
+  if (source_) return source_->set_parameters(host);
   backend_.upload(params_.slice(0, layout_.total), host.data());
 }
 
 std::vector<float> GPT2::get_parameters() const {
+  if (source_) return source_->get_parameters();
   std::vector<float> host(layout_.total);
   backend_.download(host.data(), params_.slice(0, layout_.total));
   return host;
@@ -287,23 +292,29 @@ void GPT2::begin_forward(const int32_t* inputs, const int32_t* targets, int B, i
   dropping_ = training && dropout_.any();
 }
 
-void GPT2::forward_own_parameters() {
+// Layers are asked for in the order they run (a ParamSource gathers ahead);
+// the head takes wte from the last layer's views, which are still there.
+void GPT2::forward_all_layers() {
   const int L = cfg_.num_layers;
   forward_embeddings(param_views(0));
-  for (int l = 0; l < L; l++) forward_layer(l, param_views(l), param_views(std::min(l + 1, L - 1)));
-  forward_head(param_views(0));
+  for (int l = 0; l < L; l++) {
+    const ParamTensors p = param_views(l);
+    const ParamTensors next = param_views(std::min(l + 1, L - 1));
+    forward_layer(l, p, next);
+  }
+  forward_head(param_views(L - 1));
 }
 
 float GPT2::forward(const int32_t* inputs, const int32_t* targets, int B, int T) {
   begin_forward(inputs, targets, B, T, false, 0.0f);
-  forward_own_parameters();
+  forward_all_layers();
   return static_cast<float>(loss_.mean());
 }
 
 void GPT2::train_forward_deferred_loss(const int32_t* inputs, const int32_t* targets, int B, int T,
                                        float dloss_scale) {
   begin_forward(inputs, targets, B, T, true, dloss_scale);
-  forward_own_parameters();
+  forward_all_layers();
 }
 
 void GPT2::set_dropout(const DropoutRates& rates, uint64_t seed) {
@@ -552,7 +563,7 @@ void GPT2::backward_embeddings(const ParamTensors& g) {
 }
 
 void GPT2::backward(Tensor flat_grads) {
-  backward_head(param_views(0), layout_.views(flat_grads, 0));
+  backward_head(param_views(cfg_.num_layers - 1), layout_.views(flat_grads, 0));
   for (int l = cfg_.num_layers - 1; l >= 0; l--) backward_layer(l, param_views(l), layout_.views(flat_grads, l));
   backward_embeddings(layout_.views(flat_grads, 0));
 }

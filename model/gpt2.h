@@ -103,6 +103,22 @@ struct DropoutRates {
   bool any() const { return embd > 0.0f || resid > 0.0f || attn > 0.0f; }
 };
 
+// Where the parameters live when the model holds none (ZeRO-3 keeps a shard
+// per rank and gathers each layer just before it runs). The model asks for
+// layers in the order it runs them, forward or backward, so a source may
+// gather ahead in that direction.
+class ParamSource {
+ public:
+  virtual ~ParamSource() = default;
+  // What GPT2::param_views(l) returns. Layer l's tensors stay valid until
+  // views() has been asked for two other layers: the forward holds a layer and
+  // the next one at once.
+  virtual ParamTensors views(int l) = 0;
+  // Collective where the source spans ranks: every rank calls them.
+  virtual void set_parameters(const std::vector<float>& host) = 0;  // ParamLayout::total floats
+  virtual std::vector<float> get_parameters() = 0;
+};
+
 // How a model is allocated.
 struct ModelOptions {
   // 0 keeps every activation; 1 keeps one layer's GELU output and recomputes it
@@ -117,6 +133,9 @@ struct ModelOptions {
   // after it (ZeRO-2); else the backward's scratch reuses the logits buffer.
   bool keep_dlogits = false;
   size_t wte_chunk_rows = 0;  // ParamLayout::for_config's
+  // Non-null: the model allocates no parameters and reads them from here
+  // (param_capacity is then unused). It must outlive the model.
+  ParamSource* param_source = nullptr;
 };
 
 // Losses summed on the host: fp64 sum of the per-token losses, and the targets
@@ -141,21 +160,28 @@ class GPT2 {
   int max_batch() const { return B_; }
   int max_seq() const { return T_; }
 
-  Tensor params() const { return params_; }  // param_capacity() elements
+  // The model's own parameter buffer: param_capacity() elements, none with a
+  // ParamSource.
+  Tensor params() const { return params_; }
   size_t param_capacity() const { return params_.numel; }
   Tensor param(int t) const { return params_.slice(layout_.offset[t], layout_.numel[t]); }
-  // The model's own parameters as views, the stacked tensors at layer l.
-  ParamTensors param_views(int l) const { return layout_.views(params_, l); }
+  // The parameters as views, the stacked tensors at layer l: of the model's
+  // buffer, or what its ParamSource gathered.
+  ParamTensors param_views(int l) const { return source_ ? source_->views(l) : layout_.views(params_, l); }
+  // Every forward reads parameters that live on several ranks: every rank runs
+  // the same forwards, in the same order (an idle rank a batch it ignores).
+  bool forward_is_collective() const { return source_ != nullptr; }
   size_t activation_bytes() const { return activation_bytes_; }
 
   // GPT-2 init: N(0, 0.02), residual projections (attprojw, fcprojw) scaled by
   // 1/sqrt(2L), biases 0, layernorm weights 1. Deterministic in `seed`.
   void init_random(uint64_t seed);
-  void set_parameters(const std::vector<float>& host);  // layout_.total floats
+  // layout_.total floats; with a ParamSource, collective.
+  void set_parameters(const std::vector<float>& host);
   std::vector<float> get_parameters() const;
 
   // The forward in pieces over parameter views p, in this order (forward() and
-  // train_forward_deferred_loss() run them on the model's own parameters):
+  // train_forward_deferred_loss() run them on param_views()):
   //   begin_forward(...)         checks and uploads the batch; training: dropout
   //                              applies, and with targets dlogits scaled by
   //                              dloss_scale replace the logits
@@ -220,7 +246,7 @@ class GPT2 {
 
  private:
   void check_batch(const int32_t* inputs, const int32_t* targets, int B, int T) const;
-  void forward_own_parameters();  // the forward's pieces on params_
+  void forward_all_layers();  // the forward's pieces on param_views()
   // A layernorm's output, statistics and parameters.
   struct Norm {
     Tensor out, mean, rstd, w, b;
@@ -263,6 +289,7 @@ class GPT2 {
   bool dropping_ = false;  // the current forward (and its backward) applies dropout
   bool recompute_gelu_ = false;
   bool recompute_ln_ = false;
+  ParamSource* const source_;
   Tensor params_;
   Activations acts_;
   std::vector<Tensor> owned_;  // everything to free

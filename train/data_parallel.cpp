@@ -50,13 +50,13 @@ DataParallel::DataParallel(Backend& backend, Communicator& buffers, const ParamL
       layout_(layout),
       overlap_(buffers.is_device_memory() && buffers.world() > 1),
       bucket_bytes_(env_count("GPT2_DP_BUCKET_BYTES", kDefaultBucketBytes)) {
-  if (zero_stage < 0 || zero_stage > 2) throw std::runtime_error("--zero-stage must be 0, 1 or 2");
-  // One rank moves no buffers through the communicator except stage 2's unit
-  // exchange, so only then must its memory kind match the backend's.
+  if (zero_stage < 0 || zero_stage > 3) throw std::runtime_error("--zero-stage must be 0, 1, 2 or 3");
+  // One rank moves no buffers through the communicator except stage 2 and 3's
+  // unit exchange, so only then must its memory kind match the backend's.
   if (buffers_travel(buffers.world(), stage_) && buffers.is_device_memory() == backend.is_host_memory())
     throw std::runtime_error("communicator (" + buffers.name() + ") and backend (" + backend.name() +
                              ") disagree on where memory lives" +
-                             (stage_ == 2 && buffers.world() == 1 ? " (--zero-stage 2 exchanges buffers)" : ""));
+                             (stage_ >= 2 && buffers.world() == 1 ? " (--zero-stage 2 and 3 exchange buffers)" : ""));
   if (stage_ == 0) {
     opt_begin_ = 0;
     opt_end_ = num_params_;
@@ -65,7 +65,8 @@ DataParallel::DataParallel(Backend& backend, Communicator& buffers, const ParamL
     opt_begin_ = std::min(s.begin, num_params_);
     opt_end_ = std::min(s.end, num_params_);
   }
-  if (stage_ == 2) {
+  if (stage_ == 3) params_ = std::make_unique<ZeroParams>(backend_, comm_, plan_, layout_);
+  if (stage_ >= 2) {
     allocate_stage2_buffers();
   } else {
     grads_ = backend_.alloc(plan_.padded_size(), BufferRole::kGrads);
@@ -78,8 +79,9 @@ ModelOptions DataParallel::model_options(int recompute) const {
   ModelOptions o;
   o.recompute = recompute;
   o.param_capacity = plan_.padded_size();
-  o.keep_dlogits = stage_ == 2;
+  o.keep_dlogits = stage_ >= 2;
   o.wte_chunk_rows = layout_.wte_chunk_rows();
+  o.param_source = params_.get();
   return o;
 }
 
@@ -127,7 +129,7 @@ DataParallel::~DataParallel() {
 }
 
 void DataParallel::begin_step() {
-  backend_.zero(stage_ == 2 ? shard_grads_ : grads_);
+  backend_.zero(stage_ >= 2 ? shard_grads_ : grads_);
   next_bucket_ = 0;
   bucket_tickets_.clear();
 }
@@ -140,22 +142,23 @@ void DataParallel::backward(GPT2& model, bool last_micro_step) {
   const bool buckets = buckets_apply(last_micro_step);
   if (overlap_stage2_)
     for (int slot = 0; slot < static_cast<int>(pending_.size()); slot++) retire(slot);
-  const ParamTensors rest = stage_ == 2 ? staging_->begin_unit(-1) : layout_.views(grads_, 0);
-  model.backward_head(model.param_views(0), rest);
-  for (int l = layout_.num_layers - 1; l >= 0; l--) {
-    model.backward_layer(l, model.param_views(l), stage_ == 2 ? staging_->begin_unit(l) : layout_.views(grads_, l));
-    if (stage_ == 2) exchange_layer(l);
+  const ParamTensors rest = stage_ >= 2 ? staging_->begin_unit(-1) : layout_.views(grads_, 0);
+  const int top = layout_.num_layers - 1;  // its views, gathered last by the forward, hold wte and lnf too
+  model.backward_head(model.param_views(top), rest);
+  for (int l = top; l >= 0; l--) {
+    model.backward_layer(l, model.param_views(l), stage_ >= 2 ? staging_->begin_unit(l) : layout_.views(grads_, l));
+    if (stage_ >= 2) exchange_layer(l);
     else if (buckets) issue_bucket(l);
   }
   model.backward_embeddings(rest);
-  if (stage_ == 2) exchange_tied_and_rest(model);
+  if (stage_ >= 2) exchange_tied_and_rest(model);
   else if (buckets) issue_bucket(-1);
 }
 
 // Stages 0/1 reduce in buckets during the last micro-step's backward, with
 // device buffers at world > 1, when the model needs more than one bucket.
 bool DataParallel::buckets_apply(bool last_micro_step) {
-  if (stage_ == 2 || !overlap_ || !last_micro_step) return false;
+  if (stage_ >= 2 || !overlap_ || !last_micro_step) return false;
   if (bucket_elem_bytes_ != grads_.elem_bytes) build_buckets(grads_.elem_bytes);
   return !buckets_.empty();
 }
@@ -315,9 +318,9 @@ void DataParallel::add_received(const UnitExchange& ex, const Tensor& recv, size
 }
 
 void DataParallel::reduce_gradients() {
-  if (stage_ == 2)  // reduced during backward; what is still in flight lands now
+  if (stage_ >= 2)  // reduced during backward; what is still in flight lands now
     for (int slot = 0; slot < static_cast<int>(pending_.size()); slot++) retire(slot);
-  if (comm_.world() == 1 || stage_ == 2) return;
+  if (comm_.world() == 1 || stage_ >= 2) return;
   if (next_bucket_ > 0) {  // issued during the last backward: the compute stream waits for them
     if (next_bucket_ != buckets_.size())
       throw std::runtime_error("data parallel: the last backward issued " + std::to_string(next_bucket_) + " of " +
@@ -337,8 +340,13 @@ void DataParallel::reduce_gradients() {
 
 Tensor DataParallel::shard_grads() const {
   const size_t n = opt_end_ - opt_begin_;
-  if (stage_ == 2) return shard_grads_.slice(0, n);
+  if (stage_ >= 2) return shard_grads_.slice(0, n);
   return grads_.slice(opt_begin_, n);
+}
+
+Tensor DataParallel::shard_params(const GPT2& model) const {
+  const size_t n = opt_end_ - opt_begin_;
+  return params_ ? params_->shard().slice(0, n) : model.params().slice(opt_begin_, n);
 }
 
 void DataParallel::queue_grad_clip(float max_norm) {
@@ -346,7 +354,7 @@ void DataParallel::queue_grad_clip(float max_norm) {
     backend_.sum_squares_into(clip_, grads_.slice(0, num_params_));
   } else {
     // Padding elements are zero, so squaring the whole shard is exact.
-    backend_.sum_squares_into(clip_, stage_ == 2 ? shard_grads_ : my_shard(grads_));
+    backend_.sum_squares_into(clip_, stage_ >= 2 ? shard_grads_ : my_shard(grads_));
     if (comm_.world() > 1) comm_.all_reduce(clip_.ptr, clip_.ptr, 1, DataType::kFloat64, ReduceOp::kSum);
   }
   backend_.clip_scale(clip_, max_norm);
@@ -359,9 +367,14 @@ double DataParallel::grad_norm() {
 }
 
 void DataParallel::gather_params(GPT2& model) {
+  if (params_) return params_->refresh();
   if (stage_ == 0 || comm_.world() == 1) return;
   Tensor p = model.params();
   comm_.all_gather(my_shard(p).ptr, p.ptr, plan_.shard_size(), comm_data_type(p.elem_bytes));
+}
+
+size_t DataParallel::parameter_bytes(const GPT2& model) const {
+  return model.params().bytes() + (params_ ? params_->bytes() : 0);
 }
 
 size_t DataParallel::gradient_bytes() const {

@@ -10,6 +10,8 @@
 //            (train/zero_staging.h) right after its backward, the tied wte
 //            gradient in vocabulary chunks after the backward, and added into
 //            this rank's shard (every micro-step adds).
+//   stage 3: as 2, and each rank keeps only its shard of the parameters: the
+//            model reads layers gathered just before use (train/zero_params.h).
 // With device buffers at world > 1 the collectives run beside the backward
 // (stage 2: two layer buffers used alternately; stages 0/1: buckets of layers
 // in the last micro-step); docs/distributed.md ("Overlap with the backward")
@@ -25,6 +27,7 @@
 #include "distributed/comm.h"
 #include "distributed/zero_plan.h"
 #include "model/gpt2.h"
+#include "train/zero_params.h"
 #include "train/zero_staging.h"
 
 namespace gpt2 {
@@ -33,8 +36,8 @@ class DataParallel {
  public:
   DataParallel(Backend& backend, Communicator& buffers, const ParamLayout& layout, int zero_stage);
   // Whether the backend's buffers go through `buffers`: with several ranks, and
-  // at one for ZeRO-2's unit exchange. Else a host communicator moves them.
-  static bool buffers_travel(int world, int zero_stage) { return world > 1 || zero_stage == 2; }
+  // at one for ZeRO-2/3's unit exchange. Else a host communicator moves them.
+  static bool buffers_travel(int world, int zero_stage) { return world > 1 || zero_stage >= 2; }
   ~DataParallel();
   DataParallel(const DataParallel&) = delete;
   DataParallel& operator=(const DataParallel&) = delete;
@@ -42,7 +45,8 @@ class DataParallel {
   int stage() const { return stage_; }
   const ZeroPlan& plan() const { return plan_; }
   // How the model must be built for this schedule (recompute aside): the
-  // padded parameter capacity, and at stage 2 dlogits kept for the wte chunks.
+  // padded parameter capacity, at stages 2/3 dlogits kept for the wte chunks,
+  // at stage 3 the parameters read from this schedule's shards.
   ModelOptions model_options(int recompute) const;
   size_t param_capacity() const { return plan_.padded_size(); }
   // Parameters this rank's optimizer updates: [begin, end) clipped to the real count.
@@ -65,14 +69,20 @@ class DataParallel {
   // in flight and adds them into the shard.
   void reduce_gradients();
   Tensor shard_grads() const;  // gradients of [opt_begin, opt_end)
+  Tensor shard_params(const GPT2& model) const;  // parameters of [opt_begin, opt_end): the optimizer's
   // Queues on the backend, with no host wait (Backend::clip_scale), the global
   // gradient norm's sum of squares (see above; on `buffers`) and the AdamW
   // scale clipping to max_norm (<= 0: none) into clip_state().
   void queue_grad_clip(float max_norm);
   Tensor clip_state() const { return clip_; }
   double grad_norm();  // of the last queue_grad_clip (Backend::read_clip)
+  // After the optimizer: the updated shards to every rank that reads them
+  // (stage 3: the whole tensors only; layers are gathered when used).
   void gather_params(GPT2& model);
 
+  // Bytes of parameter memory this rank holds (the model's buffer, or stage
+  // 3's shard, whole tensors and gathered layers).
+  size_t parameter_bytes(const GPT2& model) const;
   // Bytes of gradient memory this rank holds (full buffer or shard + staging).
   size_t gradient_bytes() const;
 
@@ -115,7 +125,8 @@ class DataParallel {
   Tensor grads_;        // stages 0/1: the full gradients (padded_size)
   Tensor shard_grads_;  // stage 2: this rank's accumulated gradient shard (shard_size)
   Tensor recv_;         // stage 2: one unit's received part
-  std::unique_ptr<ZeroStaging> staging_;  // stage 2: what the backward writes
+  std::unique_ptr<ZeroStaging> staging_;  // stages 2/3: what the backward writes
+  std::unique_ptr<ZeroParams> params_;    // stage 3: this rank's parameters
   const ParamLayout layout_;
   const bool overlap_;          // device buffers at world > 1: asynchronous collectives
   bool overlap_stage2_ = false;  // every layer unit fits one exchange

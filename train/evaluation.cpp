@@ -397,6 +397,8 @@ HellaSwagResult evaluate_hellaswag(GPT2& model, int B, int T, const std::vector<
     };
     if (first < rows)
       forward_rows(model, B, T, pad, static_cast<int>(std::min<size_t>(B, rows - first)), fill, loss.data() + first);
+    else if (model.forward_is_collective())  // the other ranks' forwards need this rank's shards
+      forward_rows(model, B, T, pad, 0, fill, nullptr);
     if (between_rounds) between_rounds();
   }
   sum(loss);

@@ -86,10 +86,10 @@ std::string memory_plan_table(const TrainOptions& o) {
       out << line;
     }
     const double grads = static_cast<double>(run.parts.dp.gradient_bytes());
-    const double full = static_cast<double>(plan.layout.total) * model.params().elem_bytes;  // one dense gradient
+    const double full = static_cast<double>(plan.layout.total) * run.parts.dp.shard_params(model).elem_bytes;  // one dense gradient
     const double total = static_cast<double>(be.allocated_bytes());
     std::snprintf(line, sizeof line, "%7d %12s %12s %9.3f %12s %12s %12s %14zu\n", world,
-                  format_bytes(static_cast<double>(model.params().bytes())).c_str(), format_bytes(grads).c_str(),
+                  format_bytes(static_cast<double>(run.parts.dp.parameter_bytes(model))).c_str(), format_bytes(grads).c_str(),
                   grads / full, format_bytes(static_cast<double>(run.parts.optimizer.state_bytes())).c_str(),
                   format_bytes(static_cast<double>(model.activation_bytes())).c_str(), format_bytes(total).c_str(),
                   be.allocated_bytes());
@@ -185,7 +185,7 @@ void act_on_shortfall(const TrainOptions& o, const DistContext& dist, const std:
   if (shortfall.empty() || o.memory_check == "off") return;
   if (o.memory_check == "on")
     throw std::runtime_error(std::string(gpu ? "not enough GPU memory: " : "not enough memory: ") + shortfall +
-                             "; lower -B or -T, add --recompute 1|2, shard over more ranks with --zero-stage 1|2, " +
+                             "; lower -B or -T, add --recompute 1|2, shard over more ranks with --zero-stage 1|2|3, " +
                              (gpu && o.dtype != Precision::kBf16 ? "store in bf16 with --dtype bf16, " : "") +
                              "or pass --memory-check warn (or off) to run anyway");
   if (gpu || dist.local_rank == 0)

@@ -30,7 +30,7 @@ void AdamW::attach_master(Tensor params) {
   reserve_master(params);
   if (master_.empty()) return;
   std::vector<float> host(numel());
-  backend_.download(host.data(), params.slice(begin_, numel()));  // widened exactly
+  backend_.download(host.data(), params.slice(0, numel()));  // widened exactly
   backend_.upload(master_, host.data());
 }
 
@@ -42,7 +42,7 @@ void AdamW::step(Tensor params, Tensor shard_grads, float lr, Tensor clip, int t
     if (lo >= hi) continue;
     const size_t n = hi - lo, rel = lo - begin_;
     const float wd = ParamLayout::decays(k) ? h.weight_decay : 0.0f;
-    backend_.adamw_update_clipped({.params = params.slice(lo, n),
+    backend_.adamw_update_clipped({.params = params.slice(rel, n),
                                    .master = master_.empty() ? Tensor{} : master_.slice(rel, n),
                                    .grads = shard_grads.slice(rel, n), .m = m_.slice(rel, n), .v = v_.slice(rel, n),
                                    .lr = lr, .beta1 = h.beta1, .beta2 = h.beta2, .eps = h.eps, .weight_decay = wd,

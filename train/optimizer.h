@@ -20,16 +20,17 @@ class AdamW {
   AdamW(const AdamW&) = delete;
   AdamW& operator=(const AdamW&) = delete;
 
-  // Parameters stored below fp32 (bf16) get an fp32 master copy of [begin, end),
-  // initialised from `params`: AdamW updates it and rounds it into params.
-  // A no-op for fp32 parameters.
+  // `params` below: the parameters [begin, end) (DataParallel::shard_params).
+  // Parameters stored below fp32 (bf16) get an fp32 master copy, initialised
+  // from `params`: AdamW updates it and rounds it into params. A no-op for
+  // fp32 parameters.
   void attach_master(Tensor params);
   // attach_master's allocation alone (the memory plan of --dry-run).
   void reserve_master(Tensor params);
   bool has_master() const { return !master_.empty(); }
 
-  // params: the full parameter buffer; shard_grads: gradients of [begin, end)
-  // (element 0 = parameter `begin`). t is the 1-based step for bias correction.
+  // params, shard_grads: parameters and gradients of [begin, end) (element 0 =
+  // parameter `begin`). t is the 1-based step for bias correction.
   // `clip`: the kScalar64 clip state (DataParallel::clip_state): its scale
   // multiplies the gradients on the device, and NaN there skips the update.
   void step(Tensor params, Tensor shard_grads, float lr, Tensor clip, int t, const AdamWHyper& h);

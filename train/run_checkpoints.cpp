@@ -61,7 +61,7 @@ void TrainingRun::init_or_resume() {
   } else {
     parts_.model.init_random(plan_.opts.seed);
   }
-  parts_.optimizer.attach_master(parts_.model.params());
+  parts_.optimizer.attach_master(parts_.dp.shard_params(parts_.model));
 }
 
 // A fresh run owns its output directory: another run's checkpoints there would
@@ -117,7 +117,7 @@ void TrainingRun::resume_from(uint64_t step) {
   parts_.model.set_parameters(mf.params);
   std::vector<float> m, v, master;
   load_resharded_moments(src, step, old_world, parts_.optimizer.begin(), parts_.optimizer.end(), &m, &v, &master);
-  parts_.optimizer.attach_master(parts_.model.params());
+  parts_.optimizer.attach_master(parts_.dp.shard_params(parts_.model));
   parts_.optimizer.set_state(m, v, master);
   schedule_ = resume_schedule(schedule_, st.has_schedule ? &st.schedule : nullptr, plan_.opts.reset_schedule,
                               &schedule_source_);
@@ -201,7 +201,10 @@ int TrainingRun::finish() {
   // (again at the step it resumed from: at this run's rank count)
   if (ckpt_ && saved_step_ != last_step_done_) save_checkpoint(last_step_done_);
   const int save_version = plan_.opts.save_dtype == Precision::kBf16 ? kModelVersionBf16 : kModelVersionFp32;
-  if (main_rank_ && (ckpt_ || !plan_.opts.save_hf.empty())) {
+  // Every rank asks for the weights when they are gathered from every rank (ZeRO-3).
+  const bool write = ckpt_ || !plan_.opts.save_hf.empty();
+  if (write && !main_rank_ && parts_.model.forward_is_collective()) parts_.model.get_parameters();
+  if (main_rank_ && write) {
     const std::vector<float> weights = final_weights();
     if (ckpt_) {
       write_model_file(ckpt_->final_model_path(), plan_.cfg, weights, save_version);

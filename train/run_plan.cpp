@@ -294,7 +294,7 @@ RunAssembly::RunAssembly(Backend& backend, Communicator& buffers, const RunPlan&
     : dp(backend, buffers, plan.layout, plan.opts.zero_stage),
       model(backend, plan.cfg, plan.shape.B, plan.shape.T, dp.model_options(plan.opts.recompute)),
       optimizer(backend, plan.layout, dp.opt_begin(), dp.opt_end()) {
-  optimizer.reserve_master(model.params());
+  optimizer.reserve_master(dp.shard_params(model));
   model.reserve_train_losses(plan.shape.grad_accum);
 }
 

@@ -96,7 +96,8 @@ void TrainingRun::log_banner() {
   log_.info("| zero         stage " + std::to_string(plan_.opts.zero_stage) + ", shard of rank 0: [" +
             std::to_string(parts_.dp.opt_begin()) + ", " + std::to_string(parts_.dp.opt_end()) + ") of " +
             std::to_string(P) + " (+" + std::to_string(parts_.dp.plan().padding()) + " padding)");
-  log_.info("| memory/rank  params " + format_bytes(parts_.model.params().bytes()) + ", grads " +
+  log_.info("| memory/rank  params " + format_bytes(static_cast<double>(parts_.dp.parameter_bytes(parts_.model))) +
+            ", grads " +
             format_bytes(static_cast<double>(parts_.dp.gradient_bytes())) + ", optimizer " +
             format_bytes(static_cast<double>(parts_.optimizer.state_bytes())) + ", activations " +
             format_bytes(static_cast<double>(parts_.model.activation_bytes())));
@@ -153,7 +154,9 @@ bool TrainingRun::validate(int step, bool at_end) {
 }
 
 void TrainingRun::sample(int step) {
-  if (!main_rank_) return;  // sampling is rank 0's progress report
+  // Sampling is rank 0's progress report; with parameters gathered per
+  // forward every rank runs the same forwards (the same logits: the same tokens).
+  if (!main_rank_ && !parts_.model.forward_is_collective()) return;
   std::vector<int32_t> ids = generate(parts_.model, sample_context_, plan_.opts.gen_tokens, plan_.opts.temperature,
                                       plan_.opts.top_k, sample_rng_, plan_.opts.top_p);
   log_.sample(step, sample_text(tokenizer_.get(), plan_.opts.prompt, ids));
@@ -297,8 +300,8 @@ void TrainingRun::apply_update(int step) {
   const int t = step + 1 - static_cast<int>(spikes_.skips());
   {
     const ProfileRange range(*backend_, "optimizer");
-    parts_.optimizer.step(parts_.model.params(), parts_.dp.shard_grads(), schedule_.at(step), parts_.dp.clip_state(), t,
-                          plan_.opts.adamw);
+    parts_.optimizer.step(parts_.dp.shard_params(parts_.model), parts_.dp.shard_grads(), schedule_.at(step),
+                          parts_.dp.clip_state(), t, plan_.opts.adamw);
   }
   const ProfileRange range(*backend_, "parameter gather (collective)");
   parts_.dp.gather_params(parts_.model);

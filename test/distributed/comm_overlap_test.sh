@@ -27,7 +27,12 @@
 #   3. with the test hook GPT2_TEST_DROP_REUSE_WAIT=1 (the compute stream does not
 #      wait for an exchange before reusing its buffers and reading what it
 #      received) the ZeRO-2 comparison must FAIL (wrong numbers, or a
-#      non-finite gradient norm from the poisoned receive buffer).
+#      non-finite gradient norm from the poisoned receive buffer); with
+#      GPT2_TEST_DROP_REUSE_WAIT=gather (ZeRO-3's compute reads a layer gathered
+#      ahead without waiting for the gather) the ZeRO-3 comparison must FAIL
+#      under GPT2_EMU_STREAMS=deferred-late (collectives run last), and pass
+#      there with the wait.
+# ZeRO-3 (layers gathered ahead, three slots) runs in 1 beside the other stages.
 # Tiny model, one emulator thread per rank.
 set -u
 cd "$(dirname "$0")/../.."
@@ -64,7 +69,7 @@ common=(--model d4 --config n_embd=64,n_head=2,max_seq=64,vocab_size=256,padded_
 run2() {
   local name=$1; shift
   timeout -k 10 60 mpirun --allow-run-as-root --oversubscribe -x GPT2_EMU_THREADS -x GPT2_EMU_DEVICE_COUNT \
-    -x GPT2_EMU_STREAMS=deferred -x GPT2_EMU_STREAM_SEED="${SEED:-1}" -x GPT2_TEST_DROP_REUSE_WAIT="${DROP:-}" \
+    -x GPT2_EMU_STREAMS="${STREAMS:-deferred}" -x GPT2_EMU_STREAM_SEED="${SEED:-1}" -x GPT2_TEST_DROP_REUSE_WAIT="${DROP:-}" \
     -x GPT2_DP_BUCKET_BYTES="${BUCKET:-26214400}" -x GPT2_TEST_WTE_CHUNK_ROWS="${CHUNK:-}" -np 2 "$EMU" "${common[@]}" "$@" \
     --output-dir "$W/$name" --log-jsonl "$W/$name.jsonl" >"$W/$name.log" 2>&1
   rc=$?
@@ -87,17 +92,17 @@ ref ref2 2 fp32
 ref ref4 4 fp32
 
 for seed in 1 7; do
-  for z in 0 1 2; do
+  for z in 0 1 2 3; do
     name=z${z}_s$seed
     chunk=$([ $seed = 7 ] && echo 100)
     BUCKET=1 SEED=$seed CHUNK=$chunk run2 "$name" --dtype fp32 --zero-stage $z
-    what="deferred streams (seed $seed), 2 ranks, ZeRO-$z$([ $z = 2 ] || echo ' (a bucket per layer)')${chunk:+, wte in $chunk-row chunks} vs 1 rank x 2 micro-batches"
+    what="deferred streams (seed $seed), 2 ranks, ZeRO-$z$([ $z -ge 2 ] || echo ' (a bucket per layer)')${chunk:+, wte in $chunk-row chunks} vs 1 rank x 2 micro-batches"
     summary=$(deferred "$name")
     if [ -z "$summary" ]; then bad "$what: the run was not deferred"; tail -n 5 "$W/$name.log"
     elif msg=$(compare ref2 "$name"); then pass "$what: $msg [$summary]"
     else bad "$what: $msg"; tail -n 5 "$W/$name.log"; fi
   done
-  for z in 1 2; do
+  for z in 1 2 3; do
     if msg=$(same_weights "$W/z0_s$seed/model.bin" "$W/z${z}_s$seed/model.bin"); then
       pass "seed $seed: ZeRO-$z weights vs ZeRO-0: $msg"
     else bad "seed $seed: ZeRO-$z weights vs ZeRO-0: $msg"; fi
@@ -123,6 +128,19 @@ DROP=1 CHUNK=100 run2 drop_z2 --dtype fp32 --zero-stage 2
 what="deferred streams, ZeRO-2, GPT2_TEST_DROP_REUSE_WAIT=1"
 grep -q "test hook GPT2_TEST_DROP_REUSE_WAIT=1" "$W/drop_z2.log" || bad "$what: the test hook did not report itself"
 if msg=$(compare ref2 drop_z2); then bad "$what: the missing wait went unnoticed: $msg"
+else pass "$what: detected, the comparison fails as it must: $msg"; fi
+
+# ZeRO-3 reads each layer gathered ahead on the communication stream. Uniform
+# picks would almost never run a reader before a gather issued a layer ahead,
+# so these runs take the collectives-last order (deferred-late): with the wait
+# the result holds, without it the readers must see the unwritten slot.
+STREAMS=deferred-late run2 late_z3 --dtype fp32 --zero-stage 3
+what="deferred-late streams, 2 ranks, ZeRO-3 vs 1 rank x 2 micro-batches"
+if msg=$(compare ref2 late_z3); then pass "$what: $msg"; else bad "$what: $msg"; tail -n 5 "$W/late_z3.log"; fi
+STREAMS=deferred-late DROP=gather run2 drop_z3 --dtype fp32 --zero-stage 3
+what="deferred-late streams, ZeRO-3, GPT2_TEST_DROP_REUSE_WAIT=gather"
+grep -q "test hook GPT2_TEST_DROP_REUSE_WAIT=gather" "$W/drop_z3.log" || bad "$what: the test hook did not report itself"
+if msg=$(compare ref2 drop_z3); then bad "$what: the missing wait went unnoticed: $msg"
 else pass "$what: detected, the comparison fails as it must: $msg"; fi
 
 [ $fail = 0 ] && echo "comm_overlap_test: all passed"

@@ -4,7 +4,7 @@
 # executed by the emulator: build/train_gpt2cu_emu --device cuda under
 # `mpirun -np N` (N = 2, 3), one emulated GPU per rank (GPT2_EMU_DEVICE_COUNT=N),
 # NCCL (emulated over MPI) for gradients and parameters, MPI for host scalars.
-#   1. N ranks at ZeRO 0/1/2, fp32 and bf16, against 1 rank doing N
+#   1. N ranks at ZeRO 0/1/2/3, fp32 and bf16, against 1 rank doing N
 #      micro-batches of accumulation on the same windows (--no-shuffle: the
 #      loader gives the ranks of one call consecutive windows):
 #        fp32: per-step losses within 1e-6 relative (gradient norms 2e-5: they
@@ -13,7 +13,7 @@
 #              compare_lib.sh's adamw_weights: sum of 2 R_t lr_t (AdamW's largest
 #              step, R_t <= 1.0074 here) + 2 bf16 ulps each, the mean at the
 #              rounding level (why: at the bf16 comparison below);
-#   2. ZeRO-1 and ZeRO-2 bitwise equal to ZeRO-0 (weights, losses, norms) at the
+#   2. ZeRO-1, 2 and 3 bitwise equal to ZeRO-0 (weights, losses, norms) at the
 #      same N and dtype: the emulated NCCL reduces element j of rank r's block
 #      in ring order starting at rank r+1 in every call used (all-reduce chunks
 #      = the ZeRO shards, since the buffer is padded to N equal shards;
@@ -28,7 +28,11 @@
 #      step-4 checkpoint (fp32 master shards) repeats steps 5..8 bit for bit;
 #   5. one rank at ZeRO-2 (its units go through the NCCL communicator, a device
 #      copy at world 1) against one rank at ZeRO-0;
-#   6. more ranks on a node than (emulated) GPUs is refused at start-up.
+#   6. more ranks on a node than (emulated) GPUs is refused at start-up;
+#   7. ZeRO-3 (parameters sharded, layers gathered ahead on the communication
+#      stream) in 1 as well; a 2-rank bf16 ZeRO-3 run with one rank SIGKILLed
+#      after its step-4 checkpoint resumes bit for bit; one rank at ZeRO-3
+#      equals one rank at ZeRO-2.
 # The model is tiny (2 layers, 64 channels, vocabulary 256) and one emulator
 # worker thread per rank (GPT2_EMU_THREADS=1) keeps it cheap and deterministic.
 set -u
@@ -38,6 +42,8 @@ EMU=build/train_gpt2cu_emu
 export GPT2_EMU_THREADS=1
 MPIRUN=(timeout -k 10 120 mpirun --allow-run-as-root --oversubscribe -x GPT2_EMU_THREADS -x GPT2_EMU_DEVICE_COUNT)
 ONE=(timeout -k 10 120)
+bg=""
+on_exit() { [ -n "$bg" ] && kill -9 "$bg" 2>/dev/null; }
 
 /usr/bin/env python3 test/distributed/synthetic_shard.py "$W/train.bin" 20000 256
 [ -s "$W/train.bin" ] || { echo "FAIL: could not write the synthetic shard"; exit 1; }
@@ -68,7 +74,7 @@ for np in 2 3; do
     ref=one_${dtype}_x$np
     run_one "$ref" --device cuda --dtype $dtype --total-batch-tokens $total || continue
     grep -q "grad_accum=$np" "$W/$ref.log" || bad "$ref is not $np micro-batches of accumulation"
-    for z in 0 1 2; do
+    for z in 0 1 2 3; do
       name=np${np}_${dtype}_z$z
       ckpt=(); [ $np$dtype$z = 2bf162 ] && ckpt=(--checkpoint-every 4)  # resumed below
       run_np "$name" "$np" --device cuda --dtype $dtype --zero-stage $z "${ckpt[@]}" || continue
@@ -100,7 +106,7 @@ for np in 2 3; do
         else bad "$what, weights: $msg"; fi
       fi
     done
-    for z in 1 2; do
+    for z in 1 2 3; do
       if msg=$(same_weights "$W/np${np}_${dtype}_z0/model.bin" "$W/np${np}_${dtype}_z$z/model.bin") &&
          lmsg=$(close_steps "$W/np${np}_${dtype}_z0.jsonl" "$W/np${np}_${dtype}_z$z.jsonl" 0 0); then
         pass "CUDA $dtype ZeRO-$z vs ZeRO-0, $np ranks: weights $msg, $lmsg"
@@ -145,12 +151,48 @@ if [ -e "$W/np2_bf16_z2/DONE_00000004" ]; then
   else bad "$what: exit $rc ${msg:-} ${wmsg:-}"; tail -n 5 "$W/resumed.log"; fi
 else bad "the 2-rank bf16 ZeRO-2 run wrote no step-4 checkpoint"; fi
 
+# ZeRO-3, 2 ranks, bf16: SIGKILL of one rank mid-run (after the step-4
+# checkpoint), then --resume repeats the uninterrupted run's steps 5..8 and
+# weights bit for bit. A constant learning rate lets the killed run be started
+# for far more steps than it lives.
+if run_np k3_full 2 --device cuda --dtype bf16 --zero-stage 3 --lr-schedule constant --checkpoint-every 4; then
+  common_kill=(--device cuda --dtype bf16 --zero-stage 3 --lr-schedule constant --checkpoint-every 4)
+  GPT2_EMU_DEVICE_COUNT=2 "${MPIRUN[@]}" -np 2 "$EMU" "${common[@]}" "${common_kill[@]}" --max-steps 1000 \
+    --output-dir "$W/k3" --log-jsonl "$W/k3_killed.jsonl" >"$W/k3_killed.log" 2>&1 &
+  bg=$!
+  for _ in $(seq 1200); do [ -e "$W/k3/DONE_00000004" ] && break; sleep 0.05; done
+  pid=$(pgrep -f -- "--output-dir $W/k3 " | while read -r p; do
+          [ "$(cat /proc/$p/comm 2>/dev/null)" = train_gpt2cu_em ] && echo "$p"; done | tail -n 1)
+  [ -n "$pid" ] && kill -9 "$pid"
+  wait "$bg"; rc=$?; bg=""
+  GPT2_EMU_DEVICE_COUNT=2 "${MPIRUN[@]}" -np 2 "$EMU" "${common[@]}" "${common_kill[@]}" --output-dir "$W/k3" --resume \
+    --log-jsonl "$W/k3.jsonl" >"$W/k3.log" 2>&1
+  rrc=$?
+  what="CUDA bf16 ZeRO-3, 2 ranks, one rank SIGKILLed after step 4's checkpoint (exit $rc), resumed"
+  at=$(sed -n 's/.*resumed from .* at step \([0-9]*\).*/\1/p' "$W/k3.log")
+  if [ "$rc" != 0 ] && [ $rrc = 0 ] && [ -n "$at" ] &&
+     msg=$(close_steps <(awk -v a="$at" -F'"step":' '/"type":"train"/ { split($2, f, ","); if (f[1] > a) print }' \
+                         "$W/k3_full.jsonl") "$W/k3.jsonl" 0 0) &&
+     wmsg=$(same_weights "$W/k3_full/model.bin" "$W/k3/model.bin"); then
+    pass "$what at step $at: $msg; weights $wmsg"
+  else bad "$what: resume exit $rrc, step '${at:-}' ${msg:-} ${wmsg:-}"; tail -n 5 "$W/k3.log"; fi
+fi
+
 # One rank at ZeRO-2 exchanges its units through the NCCL communicator (world 1).
 if run_one one_fp32_x2_z2 --device cuda --total-batch-tokens $((2 * B * T)) --zero-stage 2; then
   what="CUDA fp32, 1 rank ZeRO-2 (NCCL communicator at world 1) vs ZeRO-0"
   if msg=$(close_steps "$W/one_fp32_x2.jsonl" "$W/one_fp32_x2_z2.jsonl" 1e-6 2e-5); then pass "$what: $msg"; else bad "$what: $msg"; fi
   if msg=$(same_weights "$W/one_fp32_x2/model.bin" "$W/one_fp32_x2_z2/model.bin" 1e-5); then pass "$what, weights: $msg"
   else bad "$what, weights: $msg"; fi
+fi
+
+# ZeRO-3 at one rank: its gathers go through the NCCL communicator too.
+if run_one one_fp32_x2_z3 --device cuda --total-batch-tokens $((2 * B * T)) --zero-stage 3 &&
+   [ -e "$W/one_fp32_x2_z2/model.bin" ]; then
+  if msg=$(close_steps "$W/one_fp32_x2_z2.jsonl" "$W/one_fp32_x2_z3.jsonl" 0 0) &&
+     wmsg=$(same_weights "$W/one_fp32_x2_z2/model.bin" "$W/one_fp32_x2_z3/model.bin"); then
+    pass "CUDA fp32, 1 rank ZeRO-3 vs ZeRO-2: $msg; weights $wmsg"
+  else bad "CUDA fp32, 1 rank ZeRO-3 vs ZeRO-2: ${msg:-} ${wmsg:-}"; fi
 fi
 
 # One GPU per rank: 3 ranks on a node with 2 (emulated) GPUs stop at start-up.

@@ -75,7 +75,7 @@ TEST(Options, BadInputIsAnErrorNamingTheFlag) {
   EXPECT_NE(error_of({"--lr", "nan"}).find("--lr"), std::string::npos);
   EXPECT_NE(error_of({"--lr-schedule", "cosin"}).find("one of cosine, linear, constant, wsd"), std::string::npos);
   EXPECT_NE(error_of({"--device", "tpu"}).find("--device"), std::string::npos);
-  EXPECT_NE(error_of({"--zero-stage", "3"}).find("--zero-stage"), std::string::npos);
+  EXPECT_NE(error_of({"--zero-stage", "4"}).find("--zero-stage"), std::string::npos);
   EXPECT_NE(error_of({"--gelu-fusion", "yes"}).find("--gelu-fusion"), std::string::npos);
   EXPECT_NE(error_of({"--resume"}).find("--resume needs --output-dir"), std::string::npos);
   EXPECT_NE(error_of({"--no-shuffle=1"}).find("takes no value"), std::string::npos);
