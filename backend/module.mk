@@ -21,6 +21,10 @@ ifneq ($(findstring x86_64,$(shell $(CXX) -dumpmachine)),)
 BACKEND_CPU_FLAGS += -mprefer-vector-width=512
 endif
 $(BUILD)/backend/cpu/%.o: CXXFLAGS += $(BACKEND_CPU_FLAGS)
+# AdamW rounds every product and sum on its own, as the CUDA kernel does
+# (backend/cuda/adamw.cuh): an optimizer offloaded to the CPU then updates the
+# same bits. (sum_squares' products are exact in fp64: contraction changes nothing there.)
+$(BUILD)/backend/cpu/optimizer.o: CXXFLAGS += -ffp-contract=off
 
 $(BACKEND_CPU_LIB): $(BACKEND_CPU_OBJS)
 	@mkdir -p $(@D)

@@ -53,7 +53,10 @@ struct PlannedRun {
   PlannedRun(const RunPlan& plan, bool on_host)
       : be(make_sizing_backend(plan.opts, on_host)),
         buffers(plan.world, !be->is_host_memory() && plan.buffers_travel()),
-        parts(*be, buffers, plan) {}
+        parts(*be, buffers, plan,
+              plan.opts.offload_optimizer && !be->is_host_memory()
+                  ? std::make_unique<SizingBackend>(cpu_backend_sizes(plan.opts.threads))
+                  : nullptr) {}
   std::unique_ptr<SizingBackend> be;
   PlanComm buffers;
   RunAssembly parts;
@@ -81,19 +84,23 @@ std::string memory_plan_table(const TrainOptions& o) {
       const std::string note = be.is_host_memory() ? "" : gpu_attention_workspace_note(o, plan.shape.B, plan.shape.T,
                                                                                         plan.cfg.num_heads);
       if (!note.empty()) out << "and " << note << "\n";
-      std::snprintf(line, sizeof line, "%7s %12s %12s %9s %12s %12s %12s %14s\n", "world", "params", "grads",
+      std::snprintf(line, sizeof line, "%7s %12s %12s %9s %12s %12s %12s %14s", "world", "params", "grads",
                     "grads/P", "optimizer", "activations", "total", "total bytes");
-      out << line;
+      out << line << (o.offload_optimizer ? "  host (offloaded optimizer)\n" : "\n");
     }
     const double grads = static_cast<double>(run.parts.dp.gradient_bytes());
     const double full = static_cast<double>(plan.layout.total) * run.parts.dp.shard_params(model).elem_bytes;  // one dense gradient
     const double total = static_cast<double>(be.allocated_bytes());
-    std::snprintf(line, sizeof line, "%7d %12s %12s %9.3f %12s %12s %12s %14zu\n", world,
+    std::snprintf(line, sizeof line, "%7d %12s %12s %9.3f %12s %12s %12s %14zu", world,
                   format_bytes(static_cast<double>(run.parts.dp.parameter_bytes(model))).c_str(), format_bytes(grads).c_str(),
                   grads / full, format_bytes(static_cast<double>(run.parts.optimizer.state_bytes())).c_str(),
                   format_bytes(static_cast<double>(model.activation_bytes())).c_str(), format_bytes(total).c_str(),
                   be.allocated_bytes());
     out << line;
+    if (run.parts.offload_host)
+      out << "  " << format_bytes(static_cast<double>(run.parts.optimizer.host_bytes())) << " ("
+          << static_cast<const SizingBackend&>(*run.parts.offload_host).allocated_bytes() << " bytes)";
+    out << "\n";
   }
   return out.str();
 }

@@ -1,6 +1,14 @@
 // AdamW over a contiguous range [begin, end) of the flat parameter buffer:
 // the whole model on one rank, or this rank's ZeRO shard. Weight decay follows
 // the tensor each element belongs to (ParamLayout::decays).
+//
+// Offloaded (--offload-optimizer cpu, ZeRO-Offload): the moments and an fp32
+// copy of the parameters live on a host backend, which runs the update; each
+// step the gradients come down (widened exactly), and the updated copy goes
+// back up, rounded to the parameters' type as the device kernel rounds its
+// master. Both backends evaluate AdamW's expressions with the same roundings
+// (backend/cuda/adamw.cuh), so the weights are the on-device optimizer's.
+// The step waits for the host: the next forward needs its parameters.
 #ifndef TRAIN_OPTIMIZER_H
 #define TRAIN_OPTIMIZER_H
 
@@ -15,7 +23,9 @@ namespace gpt2 {
 
 class AdamW {
  public:
-  AdamW(Backend& backend, const ParamLayout& layout, size_t begin, size_t end);
+  // `host`: the backend holding the state and running the update when
+  // offloaded (it must outlive the optimizer); nullptr keeps it on `backend`.
+  AdamW(Backend& backend, const ParamLayout& layout, size_t begin, size_t end, Backend* host = nullptr);
   ~AdamW();
   AdamW(const AdamW&) = delete;
   AdamW& operator=(const AdamW&) = delete;
@@ -38,17 +48,31 @@ class AdamW {
   size_t begin() const { return begin_; }
   size_t end() const { return end_; }
   size_t numel() const { return end_ - begin_; }
-  size_t state_bytes() const { return (has_master() ? 3 : 2) * numel() * sizeof(float); }
+  bool offloaded() const { return host_ != nullptr; }
+  // Optimizer memory on the device, and (offloaded) on the host: the state
+  // and the gradients' landing buffer.
+  size_t state_bytes() const { return offloaded() ? 0 : host_state_bytes_of(); }
+  size_t host_bytes() const { return offloaded() ? host_state_bytes_of() + numel() * sizeof(float) : 0; }
   // Host copies of the moments (and master weights, empty without), for checkpoints.
   void get_state(std::vector<float>* m, std::vector<float>* v, std::vector<float>* master) const;
   // `master` may be empty: keep the master attached from the parameters.
   void set_state(const std::vector<float>& m, const std::vector<float>& v, const std::vector<float>& master);
 
  private:
+  size_t host_state_bytes_of() const { return (has_master() ? 3 : 2) * numel() * sizeof(float); }
+  Backend& state_backend() const { return host_ ? *host_ : backend_; }
+  void step_offloaded(Tensor params, Tensor shard_grads, float lr, Tensor clip, int t, const AdamWHyper& h);
+  // One update call per (tensor ∩ range), so each piece gets its own decay.
+  template <class Update>
+  void for_each_piece(Update update) const;
+
   Backend& backend_;
+  Backend* const host_;
   const ParamLayout layout_;
   size_t begin_, end_;
-  Tensor m_, v_, master_;
+  Tensor m_, v_, master_;  // on state_backend(); offloaded, master_ is the fp32 copy at any precision
+  Tensor host_grads_;      // offloaded: the gradients, landed
+  bool fp32_copy_ = false;  // offloaded fp32 parameters: master_ is their exact copy
 };
 
 }  // namespace gpt2

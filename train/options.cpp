@@ -260,6 +260,7 @@ const std::vector<OptionSpec>& option_table() {
       {"tf32", 0, "on|off|auto", "CUDA, --dtype fp32: run the GEMMs and flash attention on TF32 tensor cores (inputs rounded to a 10-bit mantissa, ~1e-3 relative error, several times faster; off: fp32 GEMMs, 3xTF32 attention); auto = on for a GPU, off in the emulated build [auto]", [](TrainOptions& o, const char* v) { o.tf32 = choice("tf32", v, {"on", "off", "auto"}); }, [](const TrainOptions& o) { return o.tf32; }},
       {"threads", 0, "N", "CPU threads; 0 = OpenMP default [0]", INT(threads, "threads", 0, 4096)},
       {"zero-stage", 0, "0|1|2|3", "ZeRO: 0 all-reduce, 1 shard optimizer state, 2 also shard gradients, 3 also parameters [0]", INT(zero_stage, "zero-stage", 0, 3)},
+      {"offload-optimizer", 0, "none|cpu", "ZeRO-Offload: AdamW's moments and fp32 weights in host memory, the update on the CPU (the CUDA backend; any --zero-stage) [none]", [](TrainOptions& o, const char* v) { o.offload_optimizer = choice("offload-optimizer", v, {"none", "cpu"}) == "cpu"; }, [](const TrainOptions& o) { return std::string(o.offload_optimizer ? "cpu" : "none"); }},
       {"attention", 0, "auto|cudnn|flash|classic", "CUDA: the attention kernel. cudnn = cuDNN's fused attention (bf16 only, no attention dropout; needs cuDNN at build and run time), flash = our fused kernels (head size <= 64), classic = GEMMs + softmax kernels (any head size); auto = cudnn where it serves the run, else flash. The banner says which runs and why [auto]", [](TrainOptions& o, const char* v) { o.attention = choice("attention", v, {"auto", "cudnn", "flash", "classic"}); }, [](const TrainOptions& o) { return o.attention; }},
       {"gelu-fusion", 0, "on|off", "CUDA: the fc layer's GELU and its gradient in the cuBLASLt GEMM epilogues (one pass over the B*T*4C activations less each way); off runs separate GELU kernels, which also keeps --recompute bitwise neutral (the epilogue's GELU differs from the recomputing kernel's in the last bits) [on]", [](TrainOptions& o, const char* v) { o.gelu_fusion = choice("gelu-fusion", v, {"on", "off"}); }, [](const TrainOptions& o) { return o.gelu_fusion; }},
       {"recompute", 0, "0|1|2", "activation recomputation: 0 keeps all activations; 1 keeps one layer's GELU output and recomputes it in the backward (saves (L-1)*B*T*4C activations, ~2% more FLOPs); 2 also keeps one layernorm output for ln1 and ln2 of all layers and recomputes them (saves another (2L-1)*B*T*C) [0]", INT(recompute, "recompute", 0, 2)},
@@ -325,6 +326,9 @@ void check_eval_driven(const TrainOptions& o) {
 // Flags that only act with --output-dir, and the model the dN preset and
 // --config describe (a bad value is a usage error now, not at start-up).
 void check_output_and_model(const TrainOptions& o) {
+  if (o.offload_optimizer && o.device == Device::kCpu)
+    throw std::runtime_error("--offload-optimizer cpu moves the optimizer off the GPU; with --device cpu it is on the "
+                             "CPU already");
   if (o.output_dir.empty() && (o.checkpoint_every != 0 || o.keep_checkpoints != 0 || o.milestone_every != 0))
     throw std::runtime_error(std::string(o.checkpoint_every   ? "--checkpoint-every"
                                          : o.keep_checkpoints ? "--keep-checkpoints"

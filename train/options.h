@@ -104,6 +104,7 @@ struct TrainOptions {
   std::string attention = "auto";     // auto | cudnn | flash | classic (CUDA's attention kernel)
   int threads = 0;                    // 0: OpenMP default
   int zero_stage = 0;                 // 0 | 1 | 2 | 3
+  bool offload_optimizer = false;     // --offload-optimizer cpu: AdamW's state and update on the host
   int recompute = 0;                  // 0 | 1 (GELU output recomputed in the backward) | 2 (also layernorm)
   float comm_timeout = 600.0f;        // seconds one collective may wait for its peers; 0: forever
   std::string rendezvous;             // without MPI (torchrun, srun --mpi=none): tcp[:HOST:PORT] or file:DIR

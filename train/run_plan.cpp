@@ -290,10 +290,21 @@ RunPlan RunPlan::at_world(int w, TrainLogger& log) const {
   return p;
 }
 
-RunAssembly::RunAssembly(Backend& backend, Communicator& buffers, const RunPlan& plan)
-    : dp(backend, buffers, plan.layout, plan.opts.zero_stage),
+// The CPU backend's optimizer is on the host already: offloading it means nothing.
+static std::unique_ptr<Backend> checked_offload(const Backend& backend, std::unique_ptr<Backend> host, bool offload) {
+  if (offload && backend.is_host_memory())
+    throw UsageError("--offload-optimizer cpu moves the optimizer off the GPU; the " + backend.name() +
+                     " backend's is on the CPU already");
+  if (offload && !host) throw std::logic_error("--offload-optimizer cpu without a host backend");
+  return offload ? std::move(host) : nullptr;
+}
+
+RunAssembly::RunAssembly(Backend& backend, Communicator& buffers, const RunPlan& plan,
+                         std::unique_ptr<Backend> host)
+    : offload_host(checked_offload(backend, std::move(host), plan.opts.offload_optimizer)),
+      dp(backend, buffers, plan.layout, plan.opts.zero_stage),
       model(backend, plan.cfg, plan.shape.B, plan.shape.T, dp.model_options(plan.opts.recompute)),
-      optimizer(backend, plan.layout, dp.opt_begin(), dp.opt_end()) {
+      optimizer(backend, plan.layout, dp.opt_begin(), dp.opt_end(), offload_host.get()) {
   optimizer.reserve_master(dp.shard_params(model));
   model.reserve_train_losses(plan.shape.grad_accum);
 }

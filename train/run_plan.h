@@ -186,8 +186,12 @@ RunPlan plan_training_run(const TrainOptions& o, int world, TrainLogger& log);
 // it says), AdamW on this rank's shard (fp32 master weights reserved for bf16),
 // one deferred-loss slot per micro-batch. `buffers`: as DataParallel's; --dry-run
 // passes a communicator that only knows its world.
+// `offload_host` (--offload-optimizer cpu): the host backend AdamW keeps its
+// state on, the CPU backend in training and one that counts for --dry-run.
 struct RunAssembly {
-  RunAssembly(Backend& backend, Communicator& buffers, const RunPlan& plan);
+  RunAssembly(Backend& backend, Communicator& buffers, const RunPlan& plan,
+              std::unique_ptr<Backend> offload_host = nullptr);
+  std::unique_ptr<Backend> offload_host;
   DataParallel dp;
   GPT2 model;
   AdamW optimizer;

@@ -34,7 +34,7 @@ TrainingRun::TrainingRun(const RunPlan& plan, const DistContext& dist, Communica
       backend_(std::move(backend)),
       dropout_(run_dropout(plan.opts, plan.model)),
       comms_{host, make_buffer_communicator(*backend_, host, plan)},
-      parts_(*backend_, comms_.buffers(), plan),
+      parts_(*backend_, comms_.buffers(), plan, plan.opts.offload_optimizer ? make_cpu_backend(plan.opts.threads) : nullptr),
       train_loader_(train_loader_options(plan.opts, plan_.shape, dist, plan_.cfg.vocab_size)),
       spikes_(plan.opts.skip_loss_z, plan.opts.skip_grad_z, plan.opts.spike_window),
       sample_rng_(plan.opts.seed ^ 0x5A4D504C45ULL) {
@@ -100,7 +100,10 @@ void TrainingRun::log_banner() {
             ", grads " +
             format_bytes(static_cast<double>(parts_.dp.gradient_bytes())) + ", optimizer " +
             format_bytes(static_cast<double>(parts_.optimizer.state_bytes())) + ", activations " +
-            format_bytes(static_cast<double>(parts_.model.activation_bytes())));
+            format_bytes(static_cast<double>(parts_.model.activation_bytes())) +
+            (parts_.optimizer.offloaded()
+                 ? "; optimizer on the host " + format_bytes(static_cast<double>(parts_.optimizer.host_bytes()))
+                 : std::string()));
   log_.info("+----------------------------------------------------------------------");
 }
 

@@ -10,7 +10,8 @@
 // (28 bytes/element in fp32). The bias corrections 1 - beta^t are computed once
 // in fp64. Weight decay is decoupled (AdamW): lr * wd * p is subtracted next to
 // the Adam step, both using the pre-update parameter, as in PyTorch's AdamW
-// (whose p *= 1 - lr*wd first is the same expression up to rounding).
+// (whose p *= 1 - lr*wd first is the same expression up to rounding). Compiled
+// without fma contraction (backend/module.mk): the CUDA kernel's roundings.
 #include <algorithm>
 #include <cmath>
 #include <vector>

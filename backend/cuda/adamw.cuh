@@ -41,14 +41,19 @@ inline AdamWScalars adamw_scalars(float lr, float beta1, float beta2, float eps,
   return s;
 }
 
-// One element's update; p is the master value (or the param) in fp32.
+// One element's update; p is the master value (or the param) in fp32. Every
+// product and sum is rounded on its own (no FMA contraction, which nvcc does
+// by default), and sqrtf and the division are IEEE (no fast math): the CPU
+// backend's arithmetic bit for bit, so --offload-optimizer cpu updates the
+// same weights as this kernel.
 __device__ inline float adamw_step(float p, float g, float& m, float& v, const AdamWScalars& s) {
-  g *= s.grad_scale;
-  m = s.beta1 * m + s.one_minus_beta1 * g;
-  v = s.beta2 * v + s.one_minus_beta2 * g * g;
-  const float mhat = m * s.inv_bias1;
-  const float vhat = v * s.inv_bias2;
-  return p - s.lr * (mhat / (sqrtf(vhat) + s.eps) + s.weight_decay * p);
+  g = __fmul_rn(g, s.grad_scale);
+  m = __fadd_rn(__fmul_rn(s.beta1, m), __fmul_rn(s.one_minus_beta1, g));
+  v = __fadd_rn(__fmul_rn(s.beta2, v), __fmul_rn(__fmul_rn(s.one_minus_beta2, g), g));
+  const float mhat = __fmul_rn(m, s.inv_bias1);
+  const float vhat = __fmul_rn(v, s.inv_bias2);
+  const float step = __fadd_rn(mhat / __fadd_rn(sqrtf(vhat), s.eps), __fmul_rn(s.weight_decay, p));
+  return __fsub_rn(p, __fmul_rn(s.lr, step));
 }
 
 // Thread i updates [i*P, i*P + P) (n % P == 0). Every array is read once and

@@ -30,9 +30,11 @@
 #      copy at world 1) against one rank at ZeRO-0;
 #   6. more ranks on a node than (emulated) GPUs is refused at start-up;
 #   7. ZeRO-3 (parameters sharded, layers gathered ahead on the communication
-#      stream) in 1 as well; a 2-rank bf16 ZeRO-3 run with one rank SIGKILLed
-#      after its step-4 checkpoint resumes bit for bit; one rank at ZeRO-3
-#      equals one rank at ZeRO-2.
+#      stream) in 1 as well; one rank at ZeRO-3 equals one rank at ZeRO-2;
+#   8. the optimizer offloaded to the CPU (--offload-optimizer cpu) bitwise the
+#      on-device one (fp32 ZeRO-0, bf16 ZeRO-3, clipping on); a 2-rank bf16
+#      ZeRO-3 offloaded run with one rank SIGKILLed after its step-4 checkpoint
+#      resumes bit for bit, offloaded and with the optimizer on the device.
 # The model is tiny (2 layers, 64 channels, vocabulary 256) and one emulator
 # worker thread per rank (GPT2_EMU_THREADS=1) keeps it cheap and deterministic.
 set -u
@@ -151,12 +153,27 @@ if [ -e "$W/np2_bf16_z2/DONE_00000004" ]; then
   else bad "$what: exit $rc ${msg:-} ${wmsg:-}"; tail -n 5 "$W/resumed.log"; fi
 else bad "the 2-rank bf16 ZeRO-2 run wrote no step-4 checkpoint"; fi
 
-# ZeRO-3, 2 ranks, bf16: SIGKILL of one rank mid-run (after the step-4
-# checkpoint), then --resume repeats the uninterrupted run's steps 5..8 and
-# weights bit for bit. A constant learning rate lets the killed run be started
-# for far more steps than it lives.
-if run_np k3_full 2 --device cuda --dtype bf16 --zero-stage 3 --lr-schedule constant --checkpoint-every 4; then
-  common_kill=(--device cuda --dtype bf16 --zero-stage 3 --lr-schedule constant --checkpoint-every 4)
+# The optimizer offloaded to the CPU (--offload-optimizer cpu) updates the same
+# bits as the device kernel (the same roundings, no fma contraction on either
+# side): bitwise the on-device runs, with gradient clipping active.
+for cfg in "fp32 0" "bf16 3"; do
+  set -- $cfg
+  run_np off_$1_z$2 2 --device cuda --dtype $1 --zero-stage $2 --grad-clip 0.05 --offload-optimizer cpu &&
+    run_np dev_$1_z$2 2 --device cuda --dtype $1 --zero-stage $2 --grad-clip 0.05 || continue
+  grep -q "optimizer 0 B, .*; optimizer on the host" "$W/off_$1_z$2.log" || bad "off_$1_z$2: optimizer state not on the host"
+  if msg=$(close_steps "$W/dev_$1_z$2.jsonl" "$W/off_$1_z$2.jsonl" 0 0) &&
+     wmsg=$(same_weights "$W/dev_$1_z$2/model.bin" "$W/off_$1_z$2/model.bin"); then
+    pass "CUDA $1 ZeRO-$2, 2 ranks, optimizer offloaded vs on the device: $msg; weights $wmsg"
+  else bad "CUDA $1 ZeRO-$2 offloaded vs on the device: ${msg:-} ${wmsg:-}"; fi
+done
+
+# ZeRO-3 with the optimizer offloaded, 2 ranks, bf16: SIGKILL of one rank mid-run
+# (after the step-4 checkpoint), then --resume repeats the uninterrupted run's
+# steps 5..8 and weights bit for bit; the same checkpoint resumed with the
+# optimizer on the device does too. A constant learning rate lets the killed run
+# be started for far more steps than it lives.
+common_kill=(--device cuda --dtype bf16 --zero-stage 3 --lr-schedule constant --checkpoint-every 4 --offload-optimizer cpu)
+if run_np k3_full 2 "${common_kill[@]}"; then
   GPT2_EMU_DEVICE_COUNT=2 "${MPIRUN[@]}" -np 2 "$EMU" "${common[@]}" "${common_kill[@]}" --max-steps 1000 \
     --output-dir "$W/k3" --log-jsonl "$W/k3_killed.jsonl" >"$W/k3_killed.log" 2>&1 &
   bg=$!
@@ -168,7 +185,7 @@ if run_np k3_full 2 --device cuda --dtype bf16 --zero-stage 3 --lr-schedule cons
   GPT2_EMU_DEVICE_COUNT=2 "${MPIRUN[@]}" -np 2 "$EMU" "${common[@]}" "${common_kill[@]}" --output-dir "$W/k3" --resume \
     --log-jsonl "$W/k3.jsonl" >"$W/k3.log" 2>&1
   rrc=$?
-  what="CUDA bf16 ZeRO-3, 2 ranks, one rank SIGKILLed after step 4's checkpoint (exit $rc), resumed"
+  what="CUDA bf16 ZeRO-3 + offloaded optimizer, 2 ranks, one rank SIGKILLed after step 4's checkpoint (exit $rc), resumed"
   at=$(sed -n 's/.*resumed from .* at step \([0-9]*\).*/\1/p' "$W/k3.log")
   if [ "$rc" != 0 ] && [ $rrc = 0 ] && [ -n "$at" ] &&
      msg=$(close_steps <(awk -v a="$at" -F'"step":' '/"type":"train"/ { split($2, f, ","); if (f[1] > a) print }' \
@@ -176,6 +193,12 @@ if run_np k3_full 2 --device cuda --dtype bf16 --zero-stage 3 --lr-schedule cons
      wmsg=$(same_weights "$W/k3_full/model.bin" "$W/k3/model.bin"); then
     pass "$what at step $at: $msg; weights $wmsg"
   else bad "$what: resume exit $rrc, step '${at:-}' ${msg:-} ${wmsg:-}"; tail -n 5 "$W/k3.log"; fi
+  mkdir -p "$W/k3dev" && cp "$W/k3_full"/*_00000004* "$W/k3dev/"
+  if run_np k3dev 2 "${common_kill[@]}" --offload-optimizer none --resume &&
+     msg=$(close_steps <(sed -n '/"type":"train".*"step":[5-8],/p' "$W/k3_full.jsonl") "$W/k3dev.jsonl" 0 0) &&
+     wmsg=$(same_weights "$W/k3_full/model.bin" "$W/k3dev/model.bin"); then
+    pass "the offloaded run's step-4 checkpoint resumed with the optimizer on the device: $msg; weights $wmsg"
+  else bad "offloaded checkpoint resumed on the device: ${msg:-} ${wmsg:-}"; fi
 fi
 
 # One rank at ZeRO-2 exchanges its units through the NCCL communicator (world 1).

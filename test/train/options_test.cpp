@@ -76,6 +76,9 @@ TEST(Options, BadInputIsAnErrorNamingTheFlag) {
   EXPECT_NE(error_of({"--lr-schedule", "cosin"}).find("one of cosine, linear, constant, wsd"), std::string::npos);
   EXPECT_NE(error_of({"--device", "tpu"}).find("--device"), std::string::npos);
   EXPECT_NE(error_of({"--zero-stage", "4"}).find("--zero-stage"), std::string::npos);
+  EXPECT_EQ(parse({"--zero-stage", "3", "--offload-optimizer", "cpu"}).offload_optimizer, true);
+  EXPECT_NE(error_of({"--offload-optimizer", "nvme"}).find("--offload-optimizer"), std::string::npos);
+  EXPECT_NE(error_of({"--device", "cpu", "--offload-optimizer", "cpu"}).find("on the CPU already"), std::string::npos);
   EXPECT_NE(error_of({"--gelu-fusion", "yes"}).find("--gelu-fusion"), std::string::npos);
   EXPECT_NE(error_of({"--resume"}).find("--resume needs --output-dir"), std::string::npos);
   EXPECT_NE(error_of({"--no-shuffle=1"}).find("takes no value"), std::string::npos);
