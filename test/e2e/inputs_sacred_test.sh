@@ -28,7 +28,7 @@ preset=(--model d2 --config n_embd=64,n_head=2,max_seq=64,vocab_size=512,padded_
   { bad "the run that makes the model"; tail -n 3 "$W/base.log"; }
 MODEL=$W/base/model.bin
 ln -s "$(realpath "$MODEL")" "$W/link.bin"
-evaluate=(--eval-only --device cpu -B 2 -T 32 --threads 1 --val-data "$W/train.bin" --val-steps 1)
+evaluate=(--eval-only --device cpu -B 2 -T 32 --threads 1 --val-data "$W/train.bin")
 
 # refused RC LABEL NEEDLE [INPUT...] -- CMD...: exit 2, the message names both, every INPUT unchanged.
 refused() {

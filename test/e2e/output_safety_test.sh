@@ -26,6 +26,7 @@ common=(--device cpu -B 2 -T 32 --lr 1e-3 --threads 1 --val-every 0 --sample-eve
 preset=(--model d2 --config n_embd=64,n_head=2,max_seq=64,vocab_size=512,padded_vocab_size=512)
 train() { "${ONE[@]}" "$BIN" "${common[@]}" "${preset[@]}" "$@"; }
 train_file() { "${ONE[@]}" "$BIN" "${common[@]}" "$@"; }  # with --model FILE
+evaluate() { "${ONE[@]}" "$BIN" --device cpu -B 2 -T 32 --threads 1 --eval-only "$@"; }  # without training's flags
 steps_in() { ls "$1" | sed -n 's/^DONE_0*\([0-9][0-9]*\)$/\1/p' | sort -n | tr '\n' ' '; }
 
 # --- 1. an output directory belongs to one run ----------------------------------------------
@@ -95,17 +96,17 @@ if [ $rc -eq 1 ] && grep -q -- "--save-hf $W/file/hf: " "$W/i.log" && ! grep -q 
   pass "an unusable --save-hf is an error before the first step"
 else bad "--save-hf under a file: exit $rc"; tail -n 3 "$W/i.log"; fi
 model="$W/run/model_00000003.bin"
-train_file --model "$model" --eval-only --eval-json "$W/no/r.json" >"$W/j.log" 2>&1
+evaluate --model "$model" --eval-json "$W/no/r.json" >"$W/j.log" 2>&1
 rc=$?
 if [ $rc -eq 1 ] && grep -q -- "--eval-json $W/no/r.json: directory $W/no does not exist" "$W/j.log" &&
    ! grep -q "^eval: " "$W/j.log"; then
   pass "an unusable --eval-json is an error before the evaluation"
 else bad "--eval-json in a missing directory: exit $rc"; tail -n 3 "$W/j.log"; fi
-train_file --model "$model" --val-data "$W/train.bin" --eval-only --eval-json - >"$W/k.json" 2>"$W/k.log"
+evaluate --model "$model" --val-data "$W/train.bin" --eval-json - >"$W/k.json" 2>"$W/k.log"
 if [ $? -eq 0 ] && /usr/bin/env python3 -c 'import json,sys; json.loads(open(sys.argv[1]).read()[open(sys.argv[1]).read().index("{"):])' "$W/k.json"; then
   pass "--eval-json - writes the JSON to standard output"
 else bad "--eval-json -"; tail -n 3 "$W/k.log"; fi
-train_file --model "$model" --val-data "$W/train.bin" --eval-only --eval-json /dev/full >"$W/l.log" 2>&1
+evaluate --model "$model" --val-data "$W/train.bin" --eval-json /dev/full >"$W/l.log" 2>&1
 rc=$?
 if [ $rc -eq 1 ] && grep -q "/dev/full: write failed" "$W/l.log" && [ -c /dev/full ]; then
   pass "--eval-json /dev/full: the failed write is an error (exit 1), the device stays a device"
@@ -126,7 +127,7 @@ ln -s /proc/self/fd/1 "$W/stdout_link"
 for target in /dev/stdout "$W/stdout_link"; do
   echo "line before" >"$W/m.out"
   ino=$(stat -c %i "$W/m.out")
-  train_file --model "$model" --val-data "$W/train.bin" --eval-only --eval-json "$target" >>"$W/m.out" 2>"$W/m.log"
+  evaluate --model "$model" --val-data "$W/train.bin" --eval-json "$target" >>"$W/m.out" 2>"$W/m.log"
   rc=$?
   if [ $rc -eq 0 ] && [ "$(head -n 1 "$W/m.out")" = "line before" ] && [ "$(stat -c %i "$W/m.out")" = "$ino" ] &&
      grep -q '"loss"' "$W/m.out" && [ -L "$W/stdout_link" ]; then

@@ -18,8 +18,9 @@ BIN=${TRAINER:-./train_gpt2cu}  # any trainer binary with the CPU backend
 . test/e2e/prologue.sh stop_signal "$BIN"
 
 /usr/bin/env python3 test/distributed/synthetic_shard.py "$W/tokens.bin" 20000 512
-common=(--device cpu -B 2 -T 32 --lr 1e-3 --threads 1 --no-shuffle --train-data "$W/tokens.bin"
-        --val-data "$W/tokens.bin")
+# run: what --eval-only and --generate take too; common adds training's flags
+run=(--device cpu -B 2 -T 32 --threads 1 --val-data "$W/tokens.bin")
+common=("${run[@]}" --lr 1e-3 --no-shuffle --train-data "$W/tokens.bin")
 # GPT-2's vocabulary size: a sample starts from <|endoftext|> (50256)
 preset=(--model d2 --config n_embd=64,n_head=2,max_seq=64,vocab_size=50257,padded_vocab_size=50304)
 
@@ -63,12 +64,12 @@ if [ $rc -eq 75 ] && in_time && [ "$n" = 2 ] && [ -e "$W/c/DONE_$(printf %08d "$
 else bad "c: sample: exit $rc after $secs s, $(ls "$W/c" 2>/dev/null | tr '\n' ' ')"; tail -n 3 "$W/c.log"; fi
 
 model=$(ls "$W"/c/model_0*.bin | tail -n 1)
-stopped d "$W/d.log" "^eval: " "${common[@]}" --model "$model" --eval-only --eval-stride 1
+stopped d "$W/d.log" "^eval: " "${run[@]}" --model "$model" --eval-only --eval-stride 1
 if [ $rc -eq 143 ] && in_time && grep -q -- "--eval-only: stop requested by signal 15; no result (exit 143)" "$W/d.log"; then
   pass "d: SIGTERM during --eval-only: exit 143 after $secs s"
 else bad "d: --eval-only: exit $rc after $secs s"; tail -n 3 "$W/d.log"; fi
 
-stopped e "$W/e.log" "generate:" "${common[@]}" --model "$model" --generate --gen-tokens 1048576
+stopped e "$W/e.log" "generate:" "${run[@]}" --model "$model" --generate --gen-tokens 1048576
 if [ $rc -eq 143 ] && in_time && grep -q "stopped by signal 15 after [0-9]* token(s) (exit 143)" "$W/e.log"; then
   pass "e: SIGTERM during --generate: exit 143 after $secs s"
 else bad "e: --generate: exit $rc after $secs s"; tail -n 3 "$W/e.log"; fi
@@ -86,7 +87,7 @@ mkfifo "$W/silent"
 sleep 30 > "$W/silent" &
 holder=$!
 set -m
-timeout -k 5 300 "$BIN" "${common[@]}" --model "$model" --generate --prompt-file - < "$W/silent" > "$W/g.log" 2>&1 &
+timeout -k 5 300 "$BIN" "${run[@]}" --model "$model" --generate --prompt-file - < "$W/silent" > "$W/g.log" 2>&1 &
 pid=$!
 set +m
 sleep 2

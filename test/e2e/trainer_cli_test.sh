@@ -86,6 +86,13 @@ check keep-checkpoints-without-o 2 "--keep-checkpoints needs --output-dir" -- ./
 # rendezvous with no launcher at all (test/distributed/launch_nompi_test.sh gives it to mpirun too).
 check max-nan-skips-without-skip 2 "--max-nan-skips bounds the steps --on-nan skip skips: it needs --on-nan skip" -- \
   ./train_gpt2cu "${tiny[@]}" --max-nan-skips 3
+# Training's flags under the modes that do not train: refused, not ignored.
+check eval-only-lr 2 "^error: --eval-only does not train: --lr has no meaning" -- \
+  ./train_gpt2cu --device cpu --eval-only --model "$work/m.bin" --lr 1e-3
+check generate-max-steps 2 "^error: --generate does not train: --max-steps has no meaning" -- \
+  ./train_gpt2cu --device cpu --generate --model "$work/m.bin" --max-steps 5
+check eval-only-output-dir 2 "^error: --eval-only does not train: --output-dir has no meaning" -- \
+  ./train_gpt2cu --device cpu --eval-only --model "$work/m.bin" -o "$work/out"
 check rendezvous-standalone 2 "--rendezvous file:$work/rdzv is where ranks launched without MPI meet .*this run has no launcher, so nothing would use it" -- \
   ./train_gpt2cu "${tiny[@]}" --rendezvous "file:$work/rdzv"
 # An output name past the directory's NAME_MAX (255 here): refused before any work.

@@ -204,7 +204,7 @@ TEST(Options, EpochsKeepBestAndEarlyStopping) {
             "--early-stopping-threshold: invalid value '-0.1' (expected a number in [0, 1e+09])");
   EXPECT_EQ(error_of({"--eval-only", "--model", "m.bin", "--epochs", "2"}),
             "--eval-only does not train: --epochs has no meaning");
-  EXPECT_EQ(error_of({"--generate", "--model", "m.bin", "--keep-best", "-o", "x"}),
+  EXPECT_EQ(error_of({"--generate", "--model", "m.bin", "--keep-best"}),
             "--generate does not train: --keep-best has no meaning");
 }
 
@@ -347,8 +347,37 @@ TEST(Options, PretrainingFlags) {
   EXPECT_NE(error_of({"--profile-steps", "0:2"}).find("--profile-steps: invalid value '0'"), std::string::npos);
   EXPECT_NE(error_of({"--eval-hellaswag", "h", "--val-every", "0"}).find("--eval-hellaswag runs with validation"),
             std::string::npos);
-  EXPECT_EQ(parse({"--eval-only", "--eval-hellaswag", "h", "--val-every", "0"}).eval_hellaswag, "h");
+  EXPECT_EQ(parse({"--eval-only", "--eval-hellaswag", "h"}).eval_hellaswag, "h");  // with no validation to run
   EXPECT_NE(error_of({"--generate", "--eval-hellaswag", "h"}).find("does not apply to --generate"), std::string::npos);
+}
+
+// Every flag that only training reads is refused by --eval-only and --generate,
+// not ignored; the flags either mode reads stay accepted there.
+TEST(Options, TrainingFlagsRefusedOutsideTraining) {
+  const std::vector<std::vector<std::string>> training = {
+      {"--train-data", "t.bin"}, {"--total-batch-tokens", "64"}, {"--no-shuffle"}, {"--lr", "1e-3"},
+      {"--lr-schedule", "wsd"}, {"--warmup-steps", "2"}, {"--final-lr-frac", "0"}, {"--wsd-decay-frac", "0.1"},
+      {"--weight-decay", "0.1"}, {"--beta1", "0.8"}, {"--beta2", "0.9"}, {"--adam-eps", "1e-6"},
+      {"--grad-clip", "0"}, {"--max-steps", "5"}, {"--on-nan", "skip"}, {"--spike-window", "8"},
+      {"--val-every", "0"}, {"--val-steps", "1"}, {"--sample-every", "0"}, {"--output-dir", "o"},
+      {"--milestone-every", "2"}, {"--early-stopping-threshold", "0.1"}, {"--reset-schedule"},
+      {"--save-dtype", "bf16"}, {"--save-hf", "hf"}, {"--recompute", "1"}, {"--memory-check", "off"},
+      {"--peak-tflops", "100"}};
+  for (const char* mode : {"--eval-only", "--generate"})
+    for (std::vector<std::string> words : training) {
+      const std::string flag = words[0];
+      words.insert(words.begin(), {mode, "--model", "m.bin"});
+      EXPECT_EQ(error_of(words), std::string(mode) + " does not train: " + flag + " has no meaning");
+    }
+  EXPECT_EQ(error_of({"--eval-only", "--max-steps", "5", "--lr", "1"}), "--eval-only does not train: --lr has no meaning");
+  const TrainOptions e = parse({"--eval-only", "--model", "m.bin", "--val-data", "v.bin", "-B", "3", "-T", "32",
+                                "--eval-stride", "8", "--device", "cpu", "--threads", "1", "--dtype", "fp32",
+                                "--tf32", "off", "--comm-timeout", "5", "--eval-json", "r.json"});
+  EXPECT_EQ(e.batch_size, 3);
+  const TrainOptions g = parse({"--generate", "--init-from", "ck", "--seed", "5", "--gen-tokens", "8",
+                                "--temperature", "0.9", "--top-k", "4", "--top-p", "0.9", "--prompt", "x",
+                                "--num-samples", "2", "--no-stop-at-eos", "-T", "16", "-B", "2"});
+  EXPECT_EQ(g.seed, 5u);
 }
 
 // run_dropout of the options these flags give, for their --model.
