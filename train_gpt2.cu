@@ -12,7 +12,6 @@
 
 #include "distributed/comm.h"
 #include "distributed/context.h"
-#include "distributed/env_launch.h"
 #include "distributed/preempt.h"
 #include "distributed/watchdog.h"
 #include "train/evaluation.h"
@@ -35,14 +34,6 @@ int main(int argc, char** argv) {
   // A run never writes over what it reads: checked before any work.
   try {
     gpt2::check_outputs_spare_inputs(opts);
-    // The ranks meet at --rendezvous only where a launcher without MPI started
-    // them: a run with no launcher at all would ignore it. (Under mpirun it is
-    // unused too, but kept: a job may give both launchers the same flags.)
-    const auto launch_env = gpt2::env_launch_variables();
-    if (!opts.rendezvous.empty() && !gpt2::launched_by_mpi(launch_env) &&
-        gpt2::discover_env_launch(launch_env).source == gpt2::RankSource::kNone)
-      throw std::runtime_error("--rendezvous " + opts.rendezvous + " is where ranks launched without MPI meet "
-                               "(torchrun, srun --mpi=none); this run has no launcher, so nothing would use it");
   } catch (const std::exception& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return 2;
@@ -65,9 +56,9 @@ int main(int argc, char** argv) {
   } catch (const gpt2::StopRequested& e) {  // during the rendezvous: nothing to save
     std::fprintf(stderr, "error: %s while waiting for the other ranks\n", e.what());
     return gpt2::stopped_exit_code(e.signum);
-  } catch (const std::exception& e) {
+  } catch (const std::exception& e) {  // a --rendezvous that no launcher would use: exit 2
     std::fprintf(stderr, "error: %s\n", e.what());
-    return 1;
+    return dynamic_cast<const gpt2::UsageError*>(&e) ? 2 : 1;
   }
   const gpt2::DistContext& dist = runtime->context();
   // The collective timeout: a collective that waits --comm-timeout seconds for

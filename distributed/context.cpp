@@ -11,6 +11,7 @@
 #include "distributed/env_launch.h"
 #include "distributed/rendezvous.h"
 #include "distributed/watchdog.h"
+#include "util/usage_error.h"
 
 namespace gpt2 {
 namespace {
@@ -129,8 +130,16 @@ void check_against_slurm(const DistContext& ctx, const std::map<std::string, std
                              " (is Open MPI using PMIx? Debian's Open MPI needs srun --mpi=pmix)");
 }
 
+void refuse_unused_rendezvous(const std::string& rendezvous, const std::map<std::string, std::string>& env) {
+  if (rendezvous.empty() || launched_by_mpi(env) || discover_env_launch(env).source != RankSource::kNone) return;
+  throw UsageError("--rendezvous " + rendezvous + " is where ranks launched without MPI meet (torchrun, srun "
+                   "--mpi=none); this run has no launcher, so nothing would use it");
+}
+
 DistRuntime::DistRuntime(int* argc, char*** argv, const LaunchSettings& settings) {
-  const EnvLaunch launch = discover_env_launch(env_launch_variables());
+  const std::map<std::string, std::string> variables = env_launch_variables();
+  refuse_unused_rendezvous(settings.rendezvous, variables);
+  const EnvLaunch launch = discover_env_launch(variables);
   if (launch.source != RankSource::kNone && launch.world > 1) {
     start_without_mpi(launch, settings);
     return;

@@ -119,6 +119,12 @@ class DistRuntime {
   std::shared_ptr<SetUpWatch> set_up_watch_;
 };
 
+// The ranks meet at a rendezvous only where a launcher without MPI started
+// them: a run with no launcher at all would ignore --rendezvous, so it is
+// refused (UsageError). Under MPI it is unused too, but kept: a job may give
+// both launchers the same flags.
+void refuse_unused_rendezvous(const std::string& rendezvous, const std::map<std::string, std::string>& env);
+
 // What refuses several CPU ranks without MPI (names the launcher and the ways out).
 std::string cpu_ranks_need_mpi(const DistContext& ctx);
 

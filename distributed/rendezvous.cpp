@@ -65,6 +65,14 @@ void Waiting::check(const std::string& waiting_for) {
                          std::chrono::duration<double>(req_.progress_every_s));
 }
 
+std::string rank_on_host(int rank, const std::string& host) {
+  return "rank " + std::to_string(rank) + " (host " + host + ")";
+}
+
+std::string cannot_start(int rank, const std::string& host, const std::string& why) {
+  return rank_on_host(rank, host) + " cannot start: " + why;
+}
+
 std::string encode_hosts(const std::vector<std::string>& hosts) {
   std::string out;
   for (const std::string& h : hosts) out += h + '\n';
@@ -220,7 +228,7 @@ RendezvousResult serve(const RendezvousSpec& spec, const RendezvousRequest& req)
   std::string problem;  // a mismatch: ends the wait
   // A rank that cannot go on: the others are still waited for, so that every
   // rank hears it.
-  std::string cannot_start = req.problem.empty() ? "" : "rank 0 (host " + req.host + ") cannot start: " + req.problem;
+  std::string cannot_start = req.problem.empty() ? "" : rdzv::cannot_start(0, req.host, req.problem);
   const auto missing = [&] {
     std::string m;
     for (int r = 0; r < req.world; ++r)
@@ -245,7 +253,7 @@ RendezvousResult serve(const RendezvousSpec& spec, const RendezvousRequest& req)
     if (!transfer(conn.get(), &h, sizeof h, hello_deadline, false) || std::memcmp(h.magic, kMagic, sizeof kMagic) != 0)
       continue;  // not one of ours (a port scan, a health check)
     const std::string host = text_of(h.host, sizeof h.host), job = text_of(h.job, sizeof h.job);
-    const std::string who = "rank " + std::to_string(h.rank) + " (host " + host + ")";
+    const std::string who = rdzv::rank_on_host(h.rank, host);
     if (h.world != req.world)
       problem = "world sizes disagree: " + who + " has " + std::to_string(h.world) + ", rank 0 has " +
                 std::to_string(req.world);
@@ -263,7 +271,7 @@ RendezvousResult serve(const RendezvousSpec& spec, const RendezvousRequest& req)
       hosts[static_cast<size_t>(h.rank)] = host;
       ++joined;
       const std::string why = text_of(h.problem, sizeof h.problem);
-      if (!why.empty() && cannot_start.empty()) cannot_start = who + " cannot start: " + why;
+      if (!why.empty() && cannot_start.empty()) cannot_start = rdzv::cannot_start(h.rank, host, why);
     }
     peers.push_back(std::move(conn));
     peer_names.push_back(who);
@@ -353,7 +361,7 @@ RendezvousResult join(const RendezvousSpec& spec, const RendezvousRequest& req) 
     fail("the connection to rank 0 broke during the reply");
   if (head[0] != 0) throw Refused(req.prefix + "rank 0 refused the rendezvous: " + a);
   std::vector<std::string> hosts = rdzv::decode_hosts(b);
-  const std::string rank0 = "rank 0 (host " + (hosts.empty() ? std::string("?") : hosts[0]) + ")";
+  const std::string rank0 = rdzv::rank_on_host(0, hosts.empty() ? "?" : hosts[0]);
   return {a, hosts, std::make_shared<SetUpWatch>(std::vector<int>{conn.release()}, std::vector<std::string>{rank0},
                                                  req.prefix)};
 }

@@ -182,7 +182,7 @@ RendezvousResult as_rank0(const std::string& dir, const RendezvousRequest& req) 
   hosts[0] = req.host;
   std::string problem;  // a mismatch: ends the wait
   // A rank that cannot go on: the others are still waited for, so that every rank hears it.
-  std::string cannot_start = req.problem.empty() ? "" : "rank 0 (host " + req.host + ") cannot start: " + req.problem;
+  std::string cannot_start = req.problem.empty() ? "" : rdzv::cannot_start(0, req.host, req.problem);
   const std::string claim0 = dir + "/rank0.claim";  // a second process given RANK=0
   for (int r = 1; r < req.world && problem.empty(); ++r) {
     const std::string path = dir + "/rank" + std::to_string(r);
@@ -210,7 +210,8 @@ RendezvousResult as_rank0(const std::string& dir, const RendezvousRequest& req) 
     else
       hosts[static_cast<size_t>(r)] = claim.count("host") ? claim.at("host") : "?";
     const std::string why = claim.count("problem") ? unhex(claim.at("problem")) : "";
-    if (problem.empty() && !why.empty() && cannot_start.empty()) cannot_start = who + " cannot start: " + why;
+    if (problem.empty() && !why.empty() && cannot_start.empty())
+      cannot_start = rdzv::cannot_start(r, claim.count("host") ? claim.at("host") : "?", why);
   }
   if (problem.empty()) problem = cannot_start;
   Fields verdict{{"nonce", nonce}, {"status", problem.empty() ? "ok" : "error"}, {"message", problem}};

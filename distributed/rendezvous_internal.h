@@ -40,6 +40,12 @@ class Waiting {
   const std::chrono::steady_clock::time_point start_;
   std::chrono::steady_clock::time_point next_note_;
 };
+// "rank R (host H)": a rank as every rendezvous message names it.
+std::string rank_on_host(int rank, const std::string& host);
+// "rank R (host H) cannot start: WHY", what every rank hears of a rank that
+// came but cannot go on.
+std::string cannot_start(int rank, const std::string& host, const std::string& why);
+
 // Host names one per line, and back.
 std::string encode_hosts(const std::vector<std::string>& hosts);
 std::vector<std::string> decode_hosts(const std::string& text);

@@ -10,15 +10,9 @@
 #include <vector>
 
 #include "train/lr_schedule.h"
+#include "util/usage_error.h"
 
 namespace gpt2 {
-
-// A command-line error found after parsing, where the flags meet the world
-// size, model or data (e.g. B*T*world not dividing --total-batch-tokens): main
-// exits 2, as for parse_train_options's errors.
-struct UsageError : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
 
 // --device and the element types of --dtype and --save-dtype.
 enum class Device { kAuto, kCpu, kCuda };

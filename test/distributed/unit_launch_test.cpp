@@ -5,6 +5,7 @@
 #include <string>
 
 #include "distributed/context.h"
+#include "util/usage_error.h"
 
 namespace gpt2 {
 namespace {
@@ -73,6 +74,25 @@ TEST(LaunchMode, NoCrossCheckOutsideSrun) {
   EXPECT_NO_THROW(check_against_slurm(c, env));
   c.mode = LaunchMode::kStandalone;
   EXPECT_NO_THROW(check_against_slurm(c, env));
+}
+
+// --rendezvous without a launcher that would use it is a usage error (main
+// exits 2); under MPI or a launcher without it, it is accepted.
+TEST(LaunchMode, ARendezvousNeedsALauncher) {
+  try {
+    refuse_unused_rendezvous("file:/shared/r", {{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "2"}});  // a batch script
+    ADD_FAILURE() << "a standalone run's --rendezvous was accepted";
+  } catch (const UsageError& e) {
+    EXPECT_STREQ(e.what(), "--rendezvous file:/shared/r is where ranks launched without MPI meet (torchrun, srun "
+                           "--mpi=none); this run has no launcher, so nothing would use it");
+  }
+  EXPECT_THROW(refuse_unused_rendezvous("tcp", {}), UsageError);
+  EXPECT_NO_THROW(refuse_unused_rendezvous("", {}));
+  EXPECT_NO_THROW(refuse_unused_rendezvous("tcp", {{"OMPI_COMM_WORLD_SIZE", "2"}, {"OMPI_COMM_WORLD_RANK", "1"}}));
+  EXPECT_NO_THROW(refuse_unused_rendezvous("tcp", srun_env_rank3()));  // srun --mpi=pmix
+  EXPECT_NO_THROW(refuse_unused_rendezvous("file:/shared/r", {{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"LOCAL_RANK", "0"},
+                                                              {"LOCAL_WORLD_SIZE", "2"}, {"MASTER_ADDR", "a"},
+                                                              {"MASTER_PORT", "29500"}}));
 }
 
 TEST(DistContext, PrefixAndDescription) {

@@ -95,6 +95,8 @@ check eval-only-output-dir 2 "^error: --eval-only does not train: --output-dir h
   ./train_gpt2cu --device cpu --eval-only --model "$work/m.bin" -o "$work/out"
 check rendezvous-standalone 2 "--rendezvous file:$work/rdzv is where ranks launched without MPI meet .*this run has no launcher, so nothing would use it" -- \
   ./train_gpt2cu "${tiny[@]}" --rendezvous "file:$work/rdzv"
+check rendezvous-launcher-world-1 0 "^step +1/1" -- env RANK=0 WORLD_SIZE=1 LOCAL_RANK=0 LOCAL_WORLD_SIZE=1 \
+  MASTER_ADDR=127.0.0.1 MASTER_PORT=29500 ./train_gpt2cu "${tiny[@]}" --max-steps 1 --rendezvous "file:$work/rdzv"
 # An output name past the directory's NAME_MAX (255 here): refused before any work.
 long=$(printf '%0256d' 0)
 check log-jsonl-name-256 2 "^error: --log-jsonl $work/$long: a file name of 256 characters" -- \
