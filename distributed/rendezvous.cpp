@@ -15,6 +15,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cstdint>
@@ -71,6 +72,13 @@ std::string rank_on_host(int rank, const std::string& host) {
 
 std::string cannot_start(int rank, const std::string& host, const std::string& why) {
   return rank_on_host(rank, host) + " cannot start: " + why;
+}
+
+void end_for_lost_peer(const std::string& prefix, const std::string& peer, const std::string& how) {
+  std::fprintf(stderr, "error: %s%s ended before the communicator's set-up was done (%s); exiting\n", prefix.c_str(),
+               peer.c_str(), how.c_str());
+  std::fflush(stderr);
+  std::_Exit(1);
 }
 
 std::string encode_hosts(const std::vector<std::string>& hosts) {
@@ -169,6 +177,62 @@ struct Refused : std::runtime_error {
 };
 
 RendezvousResult join(const RendezvousSpec& spec, const RendezvousRequest& req);
+
+// The TCP watch (SetUpWatch): one byte on each connection says "my set-up is
+// done"; the end of a connection without it is a peer whose process ended.
+class SocketWatch final : public SetUpWatch {
+ public:
+  SocketWatch(std::vector<int> fds, std::vector<std::string> peers, std::string prefix)
+      : fds_(std::move(fds)), peers_(std::move(peers)), prefix_(std::move(prefix)) {
+    thread_ = std::thread([this] { watch(); });
+  }
+  ~SocketWatch() override { done(); }
+  SocketWatch(const SocketWatch&) = delete;
+  SocketWatch& operator=(const SocketWatch&) = delete;
+
+  void done() override {
+    if (stop_.exchange(true)) return;
+    thread_.join();
+    for (int fd : fds_) {
+      send(fd, &kSetUpDone, 1, MSG_NOSIGNAL | MSG_DONTWAIT);  // a peer already gone needs no word
+      close(fd);
+    }
+  }
+
+ private:
+  static constexpr char kSetUpDone = 'D';
+
+  void watch() {
+    std::vector<bool> finished(fds_.size(), false);
+    size_t left = fds_.size();
+    while (!stop_.load() && left > 0) {
+      std::vector<pollfd> pfds;
+      std::vector<size_t> index;
+      for (size_t i = 0; i < fds_.size(); ++i)
+        if (!finished[i]) pfds.push_back({fds_[i], POLLIN, 0}), index.push_back(i);
+      if (poll(pfds.data(), pfds.size(), 200) <= 0) continue;
+      for (size_t k = 0; k < pfds.size(); ++k) {
+        if (pfds[k].revents == 0) continue;
+        char byte = 0;
+        const ssize_t got = recv(pfds[k].fd, &byte, 1, MSG_DONTWAIT);
+        if (got < 0 && (errno == EINTR || errno == EAGAIN)) continue;
+        if (got == 1 && byte == kSetUpDone) {
+          finished[index[k]] = true;
+          --left;
+          continue;
+        }
+        if (stop_.load()) return;
+        rdzv::end_for_lost_peer(prefix_, peers_[index[k]], "its process exited");
+      }
+    }
+  }
+
+  std::vector<int> fds_;
+  std::vector<std::string> peers_;  // "rank 1 (host b)", by fd
+  std::string prefix_;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
 
 // Rank 0 finds its port taken. When the taker is a rank 0 of this program (a
 // second process given RANK=0), joining it as rank 0 makes it refuse both of
@@ -284,7 +348,7 @@ RendezvousResult serve(const RendezvousSpec& spec, const RendezvousRequest& req)
   if (!problem.empty()) fail(problem);
   std::vector<int> fds;
   for (Fd& p : peers) fds.push_back(p.release());
-  return {req.payload, hosts, std::make_shared<SetUpWatch>(std::move(fds), std::move(peer_names), req.prefix)};
+  return {req.payload, hosts, std::make_shared<SocketWatch>(std::move(fds), std::move(peer_names), req.prefix)};
 }
 
 // One attempt to connect before the deadline; "" on success, else why not.
@@ -362,60 +426,11 @@ RendezvousResult join(const RendezvousSpec& spec, const RendezvousRequest& req) 
   if (head[0] != 0) throw Refused(req.prefix + "rank 0 refused the rendezvous: " + a);
   std::vector<std::string> hosts = rdzv::decode_hosts(b);
   const std::string rank0 = rdzv::rank_on_host(0, hosts.empty() ? "?" : hosts[0]);
-  return {a, hosts, std::make_shared<SetUpWatch>(std::vector<int>{conn.release()}, std::vector<std::string>{rank0},
-                                                 req.prefix)};
+  return {a, hosts, std::make_shared<SocketWatch>(std::vector<int>{conn.release()}, std::vector<std::string>{rank0},
+                                                  req.prefix)};
 }
 
 }  // namespace
-
-// One byte on each connection says "my set-up is done"; the end of a
-// connection without it is a peer whose process ended.
-constexpr char kSetUpDone = 'D';
-
-SetUpWatch::SetUpWatch(std::vector<int> fds, std::vector<std::string> peers, std::string prefix)
-    : fds_(std::move(fds)), peers_(std::move(peers)), prefix_(std::move(prefix)) {
-  thread_ = std::thread([this] { watch(); });
-}
-
-SetUpWatch::~SetUpWatch() { done(); }
-
-void SetUpWatch::done() {
-  if (stop_.exchange(true)) return;
-  thread_.join();
-  for (int fd : fds_) {
-    send(fd, &kSetUpDone, 1, MSG_NOSIGNAL | MSG_DONTWAIT);  // a peer already gone needs no word
-    close(fd);
-  }
-}
-
-void SetUpWatch::watch() {
-  std::vector<bool> finished(fds_.size(), false);
-  size_t left = fds_.size();
-  while (!stop_.load() && left > 0) {
-    std::vector<pollfd> pfds;
-    std::vector<size_t> index;
-    for (size_t i = 0; i < fds_.size(); ++i)
-      if (!finished[i]) pfds.push_back({fds_[i], POLLIN, 0}), index.push_back(i);
-    if (poll(pfds.data(), pfds.size(), 200) <= 0) continue;
-    for (size_t k = 0; k < pfds.size(); ++k) {
-      if (pfds[k].revents == 0) continue;
-      char byte = 0;
-      const ssize_t got = recv(pfds[k].fd, &byte, 1, MSG_DONTWAIT);
-      if (got < 0 && (errno == EINTR || errno == EAGAIN)) continue;
-      if (got == 1 && byte == kSetUpDone) {
-        finished[index[k]] = true;
-        --left;
-        continue;
-      }
-      if (stop_.load()) return;
-      std::fprintf(stderr,
-                   "error: %s%s ended before the communicator's set-up was done (its process exited); exiting\n",
-                   prefix_.c_str(), peers_[index[k]].c_str());
-      std::fflush(stderr);
-      std::_Exit(1);
-    }
-  }
-}
 
 std::string RendezvousSpec::describe() const {
   return kind == Kind::kFile ? "file " + dir : "tcp " + host + ":" + std::to_string(port);

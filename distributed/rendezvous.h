@@ -15,10 +15,8 @@
 #ifndef DISTRIBUTED_RENDEZVOUS_H
 #define DISTRIBUTED_RENDEZVOUS_H
 
-#include <atomic>
 #include <memory>
 #include <string>
-#include <thread>
 #include <vector>
 
 namespace gpt2 {
@@ -50,32 +48,25 @@ struct RendezvousRequest {
   double progress_every_s = 30;
 };
 
-// The TCP rendezvous's connections, kept through the communicator's set-up
-// (NCCL's init cannot notice a peer whose process ended): a thread watches
-// them, and a peer that ends before telling its set-up is done ends this
-// process within a second, naming it (exit 1). done() tells the peers and
-// stops watching; so does the destructor.
+// The rendezvous's peers, watched through the communicator's set-up (NCCL's
+// init cannot notice a peer whose process ended): a thread watches them, and
+// a peer that ends before telling its set-up is done ends this process within
+// seconds, naming it (exit 1). Rank 0 watches every rank, the others rank 0.
+// done() tells the peers and stops watching; so does the destructor.
+//   tcp:  the rendezvous's connections stay open; a peer's end is their EOF
+//         (within a second);
+//   file: each rank rewrites its heartbeat file DIR/alive.R; one that stops
+//         changing is a peer whose process (or host) ended (within seconds).
 class SetUpWatch {
  public:
-  SetUpWatch(std::vector<int> fds, std::vector<std::string> peers, std::string prefix);
-  ~SetUpWatch();
-  SetUpWatch(const SetUpWatch&) = delete;
-  SetUpWatch& operator=(const SetUpWatch&) = delete;
-  void done();
-
- private:
-  void watch();
-  std::vector<int> fds_;
-  std::vector<std::string> peers_;  // "rank 1 (host b)", by fd
-  std::string prefix_;
-  std::atomic<bool> stop_{false};
-  std::thread thread_;
+  virtual ~SetUpWatch() = default;
+  virtual void done() = 0;
 };
 
 struct RendezvousResult {
   std::string payload;             // rank 0's
   std::vector<std::string> hosts;  // every rank's host name, by rank
-  std::shared_ptr<SetUpWatch> watch;  // TCP at world > 1; else empty
+  std::shared_ptr<SetUpWatch> watch;  // at world > 1; else empty
 };
 
 // Collective over the `world` processes: blocks until all have come or fails

@@ -13,23 +13,34 @@
 //   go      rank 0's verdict once every claim is in: the nonce and ok, or the
 //           error (world sizes that disagree, a claim of another nonce, a rank
 //           that cannot start).
+//   alive.R rank R's heartbeat (the set-up watch, rendezvous.h), from its claim
+//           (rank 0: its verdict) until its communicator is made: the nonce and
+//           a count rewritten every half second, removed when its set-up is
+//           done. One that stops changing is a rank whose process or host ended.
 // Each rank R removes its claim after reading go; rank 0 removes rank0 and go
-// once the claims are gone, leaving DIR as it found it.
+// once the claims are gone, and each rank its alive.R once set up, leaving DIR
+// as it found it. A rank that ends for a lost peer removes the peer's alive.R,
+// and its own where no one else watches it.
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
+#include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <ctime>
 #include <fstream>
 #include <map>
+#include <memory>
+#include <mutex>
 #include <random>
 #include <sstream>
 #include <stdexcept>
 #include <thread>
+#include <utility>
 
 #include "distributed/preempt.h"
 #include "distributed/rendezvous_internal.h"
@@ -127,6 +138,116 @@ bool alive_here(const Fields& f, const std::string& host) {
 
 void sleep_a_little() { std::this_thread::sleep_for(std::chrono::milliseconds(50)); }
 
+// The file watch (SetUpWatch): this rank's DIR/alive.R rewritten every kBeatMs,
+// the watched peers' read as often. A peer's file that is gone is a peer set
+// up; one whose text stays the same over kSilentS seconds and kSilentReads
+// reads is a peer whose process or host ended (a slow file system delays the
+// writes and the reads alike, so the time alone does not decide).
+class FileWatch final : public SetUpWatch {
+ public:
+  static constexpr int kBeatMs = 500;
+  static constexpr double kSilentS = 5;
+  static constexpr int kSilentReads = 8;
+
+  // Writes DIR/alive.RANK and starts rewriting it.
+  FileWatch(std::string dir, int rank, int world, std::string nonce, std::string prefix)
+      : path_(alive_path(dir, rank)), dir_(std::move(dir)), rank_(rank), world_(world), nonce_(std::move(nonce)),
+        prefix_(std::move(prefix)) {
+    const int fd = open(path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
+    if (fd < 0 || close(fd) != 0 || !beat())
+      throw std::runtime_error(prefix_ + "rendezvous: cannot write " + path_ + ": " + std::strerror(errno));
+    thread_ = std::thread([this] { run(); });
+  }
+  ~FileWatch() override { done(); }
+  FileWatch(const FileWatch&) = delete;
+  FileWatch& operator=(const FileWatch&) = delete;
+
+  // Once the rendezvous is done: watch these peers, by rank ("rank R (host H)").
+  void watch(const std::vector<std::pair<int, std::string>>& peers) {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    for (const auto& [rank, name] : peers) peers_.push_back({rank, name, "", std::chrono::steady_clock::now(), 0});
+  }
+
+  void done() override {
+    if (stop_.exchange(true)) return;
+    thread_.join();
+    unlink(path_.c_str());
+  }
+
+ private:
+  struct Peer {
+    int rank;
+    std::string name;
+    std::string text;  // as last read
+    std::chrono::steady_clock::time_point changed;
+    int same_reads;  // since it changed
+  };
+
+  static std::string alive_path(const std::string& dir, int rank) { return dir + "/alive." + std::to_string(rank); }
+
+  // The count, in place and of one width, so that a reader never sees the file empty.
+  bool beat() {
+    char text[64];
+    const int n = std::snprintf(text, sizeof text, " %020llu\n", static_cast<unsigned long long>(beats_++));
+    const std::string line = nonce_ + text;
+    const int fd = open(path_.c_str(), O_WRONLY | O_CLOEXEC);
+    if (fd < 0) return false;
+    const bool ok = pwrite(fd, line.data(), line.size(), 0) == static_cast<ssize_t>(line.size()) && n > 0;
+    return close(fd) == 0 && ok;  // closed each time: another host sees it only then (NFS)
+  }
+
+  void run() {
+    auto next = std::chrono::steady_clock::now();
+    while (!stop_.load()) {
+      next += std::chrono::milliseconds(kBeatMs);
+      while (!stop_.load() && std::chrono::steady_clock::now() < next)
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      if (stop_.load()) return;
+      beat();  // a failed write is a silence the peers judge
+      check_peers();
+    }
+  }
+
+  void check_peers() {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    const auto now = std::chrono::steady_clock::now();
+    for (size_t i = 0; i < peers_.size();) {
+      Peer& p = peers_[i];
+      const std::string path = alive_path(dir_, p.rank);
+      const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+      if (fd < 0 && errno == ENOENT) {  // removed: that rank is set up
+        peers_.erase(peers_.begin() + static_cast<std::ptrdiff_t>(i));
+        continue;
+      }
+      char buf[128];
+      const ssize_t got = fd < 0 ? -1 : read(fd, buf, sizeof buf);
+      if (fd >= 0) close(fd);
+      const std::string text = got > 0 ? std::string(buf, static_cast<size_t>(got)) : "";
+      if (text != p.text) {
+        p.text = text;
+        p.changed = now;
+        p.same_reads = 0;
+      } else if (++p.same_reads >= kSilentReads && now - p.changed >= std::chrono::duration<double>(kSilentS)) {
+        const double silent = std::chrono::duration<double>(now - p.changed).count();
+        unlink(path.c_str());  // it will not remove it
+        if (rank_ != 0 || world_ == 2) unlink(path_.c_str());  // no live rank watches this one
+        end_for_lost_peer(prefix_, p.name, path + " unchanged for " + seconds_text(static_cast<int>(silent)) +
+                                               " s: its process or its host ended");
+      }
+      ++i;
+    }
+  }
+
+  const std::string path_, dir_;
+  const int rank_, world_;
+  const std::string nonce_, prefix_;
+  unsigned long long beats_ = 0;
+  std::mutex mutex_;
+  std::vector<Peer> peers_;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
 RendezvousResult as_rank0(const std::string& dir, const RendezvousRequest& req) {
   const std::string where = "rendezvous at file " + dir + ": ";
   const auto fail = [&](const std::string& what) { throw std::runtime_error(req.prefix + where + what); };
@@ -214,6 +335,14 @@ RendezvousResult as_rank0(const std::string& dir, const RendezvousRequest& req) 
       cannot_start = rdzv::cannot_start(r, claim.count("host") ? claim.at("host") : "?", why);
   }
   if (problem.empty()) problem = cannot_start;
+  std::shared_ptr<FileWatch> watch;  // before the verdict: a rank that reads ok may watch rank 0 at once
+  if (problem.empty()) {
+    try {
+      watch = std::make_shared<FileWatch>(dir, 0, req.world, nonce, req.prefix);
+    } catch (const std::exception& e) {
+      problem = e.what();
+    }
+  }
   Fields verdict{{"nonce", nonce}, {"status", problem.empty() ? "ok" : "error"}, {"message", problem}};
   verdict["hosts"] = hex(encode_hosts(hosts));
   const std::string go_tmp = write_temp(go, verdict, req.prefix);
@@ -229,7 +358,10 @@ RendezvousResult as_rank0(const std::string& dir, const RendezvousRequest& req) 
     for (int r = 1; r < req.world; ++r) std::remove((dir + "/rank" + std::to_string(r)).c_str());
     fail(problem);
   }
-  return {req.payload, hosts};
+  std::vector<std::pair<int, std::string>> peers;
+  for (int r = 1; r < req.world; ++r) peers.emplace_back(r, rank_on_host(r, hosts[static_cast<size_t>(r)]));
+  watch->watch(peers);
+  return {req.payload, hosts, watch};
 }
 
 RendezvousResult as_other(const std::string& dir, const RendezvousRequest& req) {
@@ -265,6 +397,15 @@ RendezvousResult as_other(const std::string& dir, const RendezvousRequest& req) 
            ")");
     fail("cannot write " + path + ": " + std::strerror(link_errno));
   }
+  // After the claim, which only one process of this rank makes; before rank 0
+  // can see the claim gone and start watching.
+  std::shared_ptr<FileWatch> watch;
+  try {
+    watch = std::make_shared<FileWatch>(dir, req.rank, req.world, nonce, req.prefix);
+  } catch (...) {
+    std::remove(path.c_str());
+    throw;
+  }
   const std::string their_world = announce.count("world") ? announce.at("world") : "?";
   if (their_world != std::to_string(req.world))
     fail("world sizes disagree: rank 0 (" + origin(announce) + ") has " + their_world + ", this rank has " +
@@ -287,7 +428,9 @@ RendezvousResult as_other(const std::string& dir, const RendezvousRequest& req) 
     fail("rank 0 (" + origin(announce) + ") did not confirm within " + seconds_text(req.timeout_s) +
          " s (no " + go + "; a stale " + rank0 + " of an earlier job?)");
   if (verdict["status"] != "ok") throw std::runtime_error(req.prefix + "rank 0 refused the rendezvous: " + verdict["message"]);
-  return {unhex(announce.count("payload") ? announce.at("payload") : ""), decode_hosts(unhex(verdict["hosts"]))};
+  std::vector<std::string> hosts = decode_hosts(unhex(verdict["hosts"]));
+  watch->watch({{0, rank_on_host(0, hosts.empty() ? "?" : hosts[0])}});
+  return {unhex(announce.count("payload") ? announce.at("payload") : ""), hosts, watch};
 }
 
 }  // namespace

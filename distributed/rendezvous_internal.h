@@ -46,6 +46,10 @@ std::string rank_on_host(int rank, const std::string& host);
 // came but cannot go on.
 std::string cannot_start(int rank, const std::string& host, const std::string& why);
 
+// Ends the process (exit 1) for a peer that ended before its set-up was done,
+// naming it and how that showed.
+[[noreturn]] void end_for_lost_peer(const std::string& prefix, const std::string& peer, const std::string& how);
+
 // Host names one per line, and back.
 std::string encode_hosts(const std::vector<std::string>& hosts);
 std::vector<std::string> decode_hosts(const std::string& text);

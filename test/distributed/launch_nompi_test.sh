@@ -20,7 +20,8 @@
 #      every rank within seconds, not waited for in NCCL's set-up until
 #      --comm-timeout; SIGTERM while NCCL's set-up waits for a peer that never
 #      joins ends both ranks with 143 within seconds; a rank killed there
-#      (SIGKILL) is named by the other within seconds, not at --comm-timeout.
+#      (SIGKILL) is named by the other within seconds, not at --comm-timeout,
+#      over tcp and over file:DIR.
 set -u
 cd "$(dirname "$0")/../.."
 EMU=build/train_gpt2cu_emu
@@ -186,6 +187,26 @@ if [ "$rc0" = 1 ] && awk -v s="$secs" 'BEGIN { exit !(s < 8) }' &&
   pass "init_kill: rank 1 killed in NCCL's set-up: rank 0 exits $rc0 after $secs s: $(grep -m1 -o 'rank 1 (host.*' "$W/init_kill.0.err")"
 else
   bad "init_kill: rank 0 exits $rc0 after $secs s, want 1 within 8 s naming rank 1"; tail -n 3 "$W/init_kill.0.err"
+fi
+
+# The same over --rendezvous file:DIR, where no connection stays open: rank 1's
+# heartbeat file stops changing, and rank 0 removes it (DIR left empty).
+start_pair "$(port)" 2 init_kill_file env GPT2_EMU_NCCL_FREEZE_INIT_RANK=1 "$EMU" "${common[@]}" --comm-timeout 60 \
+  --rendezvous "file:$W/rdzv_kill"
+for _ in $(seq 100); do grep -q 'freezes in ncclCommInitRank' "$W/init_kill_file.1.err" 2>/dev/null && break; sleep 0.1; done
+sleep 1
+t0=$(date +%s.%N)
+pkill -KILL -P "${pair[1]}"
+rc0=0
+wait "${pair[0]}" || rc0=$?
+wait "${pair[1]}" 2>/dev/null
+secs=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
+if [ "$rc0" = 1 ] && awk -v s="$secs" 'BEGIN { exit !(s < 12) }' && [ -z "$(ls -A "$W/rdzv_kill" 2>/dev/null)" ] &&
+   grep -q "rank 0/2 .*rank 1 (host [^)]*) ended before the communicator's set-up was done" "$W/init_kill_file.0.err"; then
+  pass "init_kill_file: the same over file:DIR: rank 0 exits $rc0 after $secs s: $(grep -m1 -o 'rank 1 (host.*' "$W/init_kill_file.0.err")"
+else
+  bad "init_kill_file: rank 0 exits $rc0 after $secs s, want 1 within 12 s naming rank 1, DIR empty ($(ls -A "$W/rdzv_kill" 2>/dev/null))"
+  tail -n 3 "$W/init_kill_file.0.err"
 fi
 
 [ $fail = 0 ] && echo "launch_nompi_test: all passed"
