@@ -5,8 +5,10 @@ Lists every kernel / GEMM of one micro-step in the order model/gpt2.cpp issues t
 (forward, backward, then the optimizer step), each with FLOPs, HBM bytes and
 time = max(FLOPs / (peak * eff_flops), bytes / (bandwidth * eff_bw)); sums them to a
 step time, tokens/s and MFU (llm.c's accounting); prints the per-rank memory table
-buffer by buffer as GPT2::allocate_activations, AdamW, DataParallel and the CUDA
-backend allocate them.
+buffer by buffer as GPT2::allocate_activations, AdamW, DataParallel (ZeRO 0-3) and
+the CUDA backend allocate them, and at --world W > 1 each ZeRO stage's bytes per rank
+and step on the interconnect, their time and the part the schedule leaves exposed
+(comm_rows).
 
 Byte-counting assumptions (conservative, stated once here):
   * a GEMM reads each operand once and writes its output once (dW GEMMs run with
@@ -111,6 +113,7 @@ class Op:
         self.wavefronts = 0.0  # shared-memory wavefronts per call (from the profile)
         self.sectors = 0.0     # global sectors per call (from the profile)
         self.kernels = []      # the profiled kernels behind it: (name, wavefronts, sectors)
+        self.phase = "other"   # "forward layers" / "backward layers": what a layer's collectives can hide under
 
     def times(self):  # seconds per call: compute, DRAM, shared memory, L2
         tf = self.flops / (self.peak * self.eff_f) if self.flops else 0.0
@@ -191,6 +194,7 @@ class Config:
         self.gelu_fusion = a.gelu_fusion
         self.ln_fusion = a.ln_fusion
         self.device_comm = a.world > 1  # NCCL-style device-memory communicator (stage-2 overlap)
+        self.link_gbps = a.link_gbps
         self.ws_bytes = a.cublaslt_workspace_mib << 20
         self.s = 2 if a.dtype == "bf16" else 4  # storage element size
 
@@ -210,34 +214,52 @@ def num_params(c):
     return sum(n for _, n, _ in param_numels(c))
 
 
+def layer_numel(c):
+    """One layer's parameters, its twelve tensors together (ParamLayout::layer_unit_numel)."""
+    return 12 * c.C * c.C + 13 * c.C
+
+
+def wte_chunk_rows(c):
+    """ParamLayout::wte_chunk_rows: as many rows as fit a layer unit, a multiple of 64, at least 64."""
+    return min(max(layer_numel(c) // c.C // 64 * 64, 64), c.Vp)
+
+
 def zero_plan(c):
-    """distributed/zero_plan.cpp: shard size, and per unit the count each rank owns."""
-    P, w = num_params(c), c.world
-    shard = (P + w - 1) // w  # shard_alignment 1 (DataParallel's plan)
-    offs, off = [], 0
+    """distributed/zero_plan.cpp: shard size and the units [(kind, numel, counts)]: the L layer units,
+    the rest unit (wpe, lnfw, lnfb), then wte's chunk units; counts[r] = elements rank r owns."""
+    w = c.world
+    shard = (num_params(c) + w - 1) // w  # shard_alignment 1 (DataParallel's plan)
+    units = [["layer", []] for _ in range(c.L)] + [["rest", []]]
+    off = 0
     for name, n, layers in param_numels(c):
-        offs.append((off, n, layers))
-        off += n
-    units = [[] for _ in range(c.L + 1)]  # L layer units, then the rest unit
-    for o, n, layers in offs:
-        if layers == 0:
-            units[c.L].append((o, o + n))
+        if name == "wte":
+            step = wte_chunk_rows(c) * c.C
+            units += [["chunk", [(off + b, off + min(n, b + step))]] for b in range(0, n, step)]
+        elif layers == 0:
+            units[c.L][1].append((off, off + n))
         else:
             per = n // layers
             for l in range(layers):
-                units[l].append((o + per * l, o + per * (l + 1)))
-    counts = []
-    for u in units:
+                units[l][1].append((off + per * l, off + per * (l + 1)))
+        off += n
+    out = []
+    for kind, ranges in units:
         cnt = [0] * w
-        for b, e in u:
+        for b, e in ranges:
             pos = b
             while pos < e:
                 r = pos // shard
                 stop = min(e, shard * (r + 1))
                 cnt[r] += stop - pos
                 pos = stop
-        counts.append(cnt)
-    return shard, counts
+        out.append((kind, sum(e - b for b, e in ranges), cnt))
+    return shard, out
+
+
+def zero3_slots(c):
+    """ZeroParams: three gathered-layer slots with the device communicator at world > 1 (the next
+    layer gathered ahead), else two."""
+    return 3 if c.device_comm else 2
 
 
 # ----------------------------------------------------------------- memory
@@ -247,30 +269,39 @@ def memory_table(c):
     s, N, C, L, Vp = c.s, c.B * c.T, c.C, c.L, c.Vp
     B, T, NH = c.B, c.T, c.NH
     P = num_params(c)
-    shard, counts = zero_plan(c)
+    shard, units = zero_plan(c)
     cap = shard * c.world  # param_capacity = plan padded size
     rows = []
-    rows.append(("params", "params (ParamLayout, padded to the ZeRO plan)", cap, s))
+    if c.zero < 3:
+        rows.append(("params", "params (ParamLayout, padded to the ZeRO plan)", cap, s))
+    else:  # train/zero_params.cpp: no model buffer, the shard plus what is gathered
+        whole = sum(n for k, n, _ in units if k != "layer")
+        slots = zero3_slots(c)
+        rows.append(("params", "ZeRO-3 parameter shard", shard, s))
+        rows.append(("params", "ZeRO-3 whole wte, wpe, lnf (gathered after each update)", whole, s))
+        rows.append(("params", "ZeRO-3 gathered-layer slots x%d" % slots, slots * layer_numel(c), s))
     # ---- gradients (GPT2 ctor + DataParallel)
-    if c.zero != 2:
+    if c.zero < 2:
         rows.append(("grads", "grads (full)", cap, s))
-    else:
-        layer_numel = sum(n // L for _, n, layers in param_numels(c) if layers)
-        rest_numel = sum(n for _, n, layers in param_numels(c) if not layers)
-        most = max(max(cnt) for cnt in counts) if counts else 1
-        layer_most = max(max(cnt) for cnt in counts[:L]) if L else 1
-        rest_most = max(counts[L])
+    else:  # DataParallel::allocate_stage2_buffers and ZeroStaging (stage 3 takes the same path)
+        rest_kind = [u for u in units if u[0] == "rest"][0]
+        others = [u for u in units if u[0] != "rest"]  # layer units and wte chunks
+        layer_most = max([1] + [max(cnt) for _, _, cnt in others])
+        rest_most = max(rest_kind[2])
         kcap = 1 << 22  # kMaxExchangeSlice
-        overlap = c.device_comm and L > 0 and layer_most <= kcap
-        rows.append(("grads", "layer grad buffer x%d" % (2 if overlap else 1),
-                     (2 if overlap else 1) * layer_numel, s))
-        rows.append(("grads", "rest grad buffer (wte, wpe, lnf)", rest_numel, s))
+        overlap = c.device_comm and L > 0
+        overlap_rest = overlap and rest_most > 0
+        staged = max(n for _, n, _ in others)
+        rows.append(("grads", "layer grad buffer x%d (also stages the wte chunks)" % (2 if overlap else 1),
+                     (2 if overlap else 1) * staged, s))
+        rows.append(("grads", "rest grad buffer (wpe, lnf)", rest_kind[1], s))
         rows.append(("grads", "ZeRO-2 shard grads", shard, s))
-        rows.append(("grads", "ZeRO-2 receive buffer", min(max(most, 1), kcap), s))
+        if not overlap_rest:
+            rows.append(("grads", "ZeRO-2 receive buffer", min(max(layer_most, rest_most), kcap), s))
         if overlap:
             rows.append(("grads", "ZeRO-2 receive slots x2", 2 * layer_most, s))
-            if 0 < rest_most <= kcap:
-                rows.append(("grads", "ZeRO-2 rest receive slot", rest_most, s))
+        if overlap_rest:
+            rows.append(("grads", "ZeRO-2 rest receive slot", rest_most, s))
     # ---- optimizer (AdamW: m, v fp32 over its shard; fp32 master in bf16 mode)
     if c.zero == 0:
         n_opt = P
@@ -318,7 +349,7 @@ def memory_table(c):
     rows.append(("activations", "targets (int32)", N, 4))
     # Backward scratch: carved from the logits buffer, largest first, while it
     # fits, when the gradients are not staged (GPT2::allocate_activations).
-    room, used = (N * Vp if c.zero != 2 else 0), 0
+    room, used = (N * Vp if c.zero < 2 else 0), 0
     for name, n in [("dfch", N * 4 * C), ("dqkv", N * 3 * C), ("datty", N * C), ("dresidual", N * C)]:
         if used + n <= room:
             used += n
@@ -496,6 +527,7 @@ def step_ops(c):
     # ---------------- forward (GPT2::forward)
     add("encoder_forward", 0, N * 4 + 2 * E * s + T * C * s)
     ln_fwd()  # layer 0's ln1; every later layernorm runs with the residual add before it
+    fwd_begin = len(ops)
     for l in range(L):
         mm_fwd("qkv", C, 3 * C)
         attn_fwd()
@@ -506,6 +538,7 @@ def step_ops(c):
             gelu_fwd()
         mm_fwd("fcproj", 4 * C, C)
         residual_ln_fwd()  # residual3, the next ln1 (lnf after the last layer)
+    fwd_end = len(ops)
     mm_fwd("lm_head", C, Vp, bias=False)
     cls_reads = 2 if new else 3
     add("classifier_forward_backward", 0, (cls_reads + 1) * N * Vp * s + N * 4 + N * stat)
@@ -513,6 +546,7 @@ def step_ops(c):
     mm_bwd("lm_head", C, Vp, bias=False)
     add("memset dresidual", 0, E * s, eb=MEMSET_EFF)
     ln_bwd()
+    bwd_begin = len(ops)
     for l in range(L):
         if c.recompute:  # the dW GEMM needs fch_gelu; the fused dinp reads fch itself
             gelu_fwd(" (recompute)")
@@ -529,6 +563,10 @@ def step_ops(c):
             ln_fwd()  # ln1 recomputed
         mm_bwd("qkv", C, 3 * C)
         ln_bwd()
+    for o in ops[fwd_begin:fwd_end]:
+        o.phase = "forward layers"
+    for o in ops[bwd_begin:]:
+        o.phase = "backward layers"
     # encoder backward: wpe kernel (dout, dwpe +=), wte kernel (dout -> fp32 shadow, atomics),
     # bf16: shadow in/out passes over the batch's rows
     add("encoder_backward", 0, E * s + 2 * T * C * s + E * s + N * 4 + 2 * E * 4 +
@@ -537,11 +575,92 @@ def step_ops(c):
     P = num_params(c)
     shard, _ = zero_plan(c)
     n_opt = P if c.zero == 0 else min(shard, P)
-    add("memset grads (zero_grad)", 0, (shard * c.world if c.zero != 2 else 0) * s, eb=MEMSET_EFF)
+    add("memset grads (zero_grad)", 0, (shard * c.world if c.zero < 2 else shard) * s, eb=MEMSET_EFF)
     add("sum_squares (grad norm)", 0, n_opt * s)
     adam_b = n_opt * (s + 8 + 8 + (8 if bf16 else 0) + (s if bf16 else 2 * s))
     add("adamw_update", 0, adam_b, eb=EFF_BW if new else EFF_BW_SCALAR32)
     return ops
+
+
+# ----------------------------------------------------------------- communication (data parallel)
+
+def comm_rows(c, ops):
+    """Per ZeRO stage 0..3, one rank's collectives of one step (one micro-step): [(stage, gradient
+    bytes, parameter bytes, seconds at the link, seconds exposed, what is exposed)].
+
+    Bytes: what one rank sends (= receives) through bandwidth-optimal rings, (W-1)/W of each
+    reduce-scattered or gathered buffer, twice that for an all-reduce; P counts wte at Vp. Time:
+    bytes / the link's bandwidth (--link-gbps per GPU), latency not modelled. Exposed: what the
+    schedule (docs/distributed.md, "Overlap with the backward"; train/zero_params.h) cannot hide
+    under the compute of this roofline's layers, collectives running one after another on the
+    communication stream:
+      * stages 0-2: the layers' gradients travel during the backward (stage 0 all-reduces
+        buckets, stages 1/2 reduce-scatter); the tied wte gradient is final only after the
+        backward, so it and wpe/lnf travel after it; stages 1/2 all-gather the parameters after
+        the update, before the next forward;
+      * stage 3: the gradients as stage 2, and a layer is all-gathered before each use: layer 0
+        before the forward's first layer (nothing to hide under), layer l+1 beside layer l's
+        forward; in the backward the layers still in the slots are not gathered again
+        (L - slots gathers), each beside the layer above's backward together with that
+        layer's reduce-scatter; wte, wpe and lnf are gathered whole after the update.
+    With gradient accumulation stages 2/3 reduce-scatter every micro-step and stage 3 gathers
+    L - slots layers in each later forward (the slots hold layers 0..slots-1 from the
+    backward); stages 0/1 communicate in the last micro-step only."""
+    W, s, L = c.world, c.s, c.L
+    f = (W - 1) / W
+    bw = c.link_gbps * 1e9 / 8
+    P, Ln = num_params(c), layer_numel(c)
+    whole = P - L * Ln  # wte, wpe, lnf
+    regather = max(0, L - zero3_slots(c))
+    t = lambda n: f * n * s / bw  # one reduce-scatter or all-gather of n elements
+    fwd = sum(o.time() for o in ops if o.phase == "forward layers")
+    bwd = sum(o.time() for o in ops if o.phase == "backward layers")
+    tf = fwd / L if L else 0.0
+    rows = [(0, 2 * f * P * s, 0.0, 2 * t(P), max(0.0, 2 * t(L * Ln) - bwd) + 2 * t(whole),
+             "the layers' buckets beyond the backward's compute; the embeddings' bucket (wte, wpe, lnf) after it")]
+    for z in (1, 2):
+        rows.append((z, f * P * s, f * P * s, 2 * t(P), max(0.0, t(L * Ln) - bwd) + t(whole) + t(P),
+                     "the layers' reduce-scatters beyond the backward's compute; wte, wpe, lnf after it; "
+                     "the parameter all-gather after the update"))
+    gathered = whole + (L + regather) * Ln
+    exposed3 = (t(Ln) + (L - 1) * max(0.0, t(Ln) - tf) + max(0.0, t(L * Ln) + t(regather * Ln) - bwd) +
+                t(whole) + t(whole)) if L else 0.0
+    rows.append((3, f * P * s, f * gathered * s, t(P) + t(gathered), exposed3,
+                 "layer 0's gather; each forward gather beyond a layer's forward; the backward's gathers and "
+                 "reduce-scatters beyond its compute; wte, wpe, lnf reduce-scattered after it and gathered after "
+                 "the update"))
+    return rows, fwd, bwd
+
+
+def print_comm(c, ops, heading="### "):
+    W = c.world
+    print("%sCommunication per rank and step (ZeRO stages at %d rank%s, %.0f Gb/s = %.0f GB/s per GPU)%s" % (
+        heading, W, "" if W == 1 else "s", c.link_gbps, c.link_gbps / 8, "" if heading else ":"))
+    print()
+    if W == 1:
+        print("One rank: nothing travels (`--world W` for data parallelism).")
+        print()
+        return
+    rows, fwd, bwd = comm_rows(c, ops)
+    step = sum(o.time() for o in ops)
+    Ln, slots = layer_numel(c), zero3_slots(c)
+    print("| stage | gradients MB | parameters MB | sent (= received) per rank MB | at the link ms | exposed ms "
+          "| step + exposed ms | exposed: |")
+    print("|---|---|---|---|---|---|---|---|")
+    for z, g, p, t, e, what in rows:
+        name = "**%d**" % z if z == c.zero else "%d" % z
+        print("| %s | %.0f | %.0f | %.0f | %.1f | %.1f | %.1f | %s |" % (
+            name, g / 1e6, p / 1e6, (g + p) / 1e6, t * 1e3, e * 1e3, (step + e) * 1e3, what))
+    print()
+    gather = (W - 1) / W * Ln * c.s / (c.link_gbps * 1e9 / 8)
+    print("Stage 3 gathers per step %d layers (%d in the forward, %d in the backward: %d stay in the %d slots) of %.1f MB "
+          "each, %.2f ms at the link, beside a layer's forward of %.2f ms and backward of %.2f ms (this roofline, "
+          "compute %.1f ms of the %.1f ms step); wte, wpe and lnf (%.0f MB) once. Bandwidth term only; the "
+          "collectives' latency (a ring's 2(W-1) hops) is not counted." % (
+              c.L + max(0, c.L - slots), c.L, max(0, c.L - slots), min(slots, c.L), slots, Ln * c.s / 1e6,
+              gather * 1e3, fwd / c.L * 1e3 if c.L else 0, bwd / c.L * 1e3 if c.L else 0, (fwd + bwd) * 1e3,
+              step * 1e3, (num_params(c) - c.L * Ln) * c.s / 1e6))
+    print()
 
 
 # ----------------------------------------------------------------- the profile (make profile-cuda)
@@ -729,6 +848,18 @@ def trainer_line(c):
         fmt_bytes(tot["params"]), fmt_bytes(tot["grads"]), fmt_bytes(tot["optimizer"]), fmt_bytes(acts))
 
 
+def dry_run_line(c):
+    """The row `train_gpt2cu --dry-run W` prints for this config (train/memory_plan.cpp): every group but
+    the backend's on-demand workspaces, plus DataParallel's clip state (two fp64 scalars)."""
+    tot = {}
+    for g, name, n, e in memory_table(c):
+        tot[g] = tot.get(g, 0) + n * e
+    total = sum(v for g, v in tot.items() if g != "backend") + 2 * 8
+    return "%7d %12s %12s %9.3f %12s %12s %12s %14d" % (
+        c.world, fmt_bytes(tot["params"]), fmt_bytes(tot["grads"]), tot["grads"] / (num_params(c) * c.s),
+        fmt_bytes(tot["optimizer"]), fmt_bytes(tot["activations"]), fmt_bytes(total), total)
+
+
 PRESETS = {"d12": (12, 768, 12), "d24": (24, 1024, 16), "d36": (36, 1280, 20), "d48": (48, 1600, 25)}
 
 
@@ -745,8 +876,11 @@ def parse(argv):
     p.add_argument("-T", type=int, default=1024)
     p.add_argument("--dtype", choices=["bf16", "fp32"], default="bf16")
     p.add_argument("--recompute", type=int, choices=[0, 1, 2], default=0)
-    p.add_argument("--zero", type=int, choices=[0, 1, 2], default=0)
+    p.add_argument("--zero", type=int, choices=[0, 1, 2, 3], default=0)
     p.add_argument("--world", type=int, default=1)
+    p.add_argument("--link-gbps", type=float, default=400.0,
+                   help="interconnect bandwidth per GPU in Gb/s for the communication table (400: one 400 Gb/s "
+                        "NIC per GPU, as on H100 clusters)")
     p.add_argument("--attention", choices=["auto", "cudnn", "flash", "classic"], default="auto",
                    help="the trainer's flag: auto = cudnn for bf16 (head size a multiple of 8 up to 128) when the "
                         "build has cuDNN, else flash")
@@ -773,6 +907,8 @@ def parse(argv):
                         "when it exists; 'none' to leave them out")
     p.add_argument("--memory-only", action="store_true")
     p.add_argument("--trainer-line", action="store_true", help="print the trainer's memory/rank line only")
+    p.add_argument("--dry-run-line", action="store_true",
+                   help="print the row of the trainer's --dry-run table at --world only")
     a = p.parse_args(argv)
     m = a.model
     if m in PRESETS:
@@ -956,7 +1092,9 @@ def print_doc():
     cols = [("d12 bf16 B=64 T=1024, rc 0", ["--model", "d12"]), ("rc 1", ["--model", "d12", "--recompute", "1"]),
             ("rc 2", ["--model", "d12", "--recompute", "2"]),
             ("d48 bf16 B=4 T=1024, ZeRO-1, 8 ranks, rc 0", ["--model", "d48", "-B", "4", "--zero", "1",
-                                                          "--world", "8"])]
+                                                          "--world", "8"]),
+            ("ZeRO-2", ["--model", "d48", "-B", "4", "--zero", "2", "--world", "8"]),
+            ("ZeRO-3", ["--model", "d48", "-B", "4", "--zero", "3", "--world", "8"])]
     tots = []
     for _, flags in cols:
         tot = {}
@@ -969,6 +1107,21 @@ def print_doc():
         print("| %s | %s |" % (g, " | ".join("%.2f" % (t.get(g, 0) / 1e9) for t in tots)))
     print("| **total** (+ CUDA context, cuBLAS's own workspace: ~0.5-1 GB) | %s |" % " | ".join(
         "**%.2f**" % (sum(t.values()) / 1e9) for t in tots))
+    print()
+    print("ZeRO-3's parameters: the 1/8 shard, wte, wpe and lnf whole, three gathered-layer slots "
+          "(`python3 dev/roofline/roofline.py --model d48 -B 4 --zero 3 --world 8 --memory-only`):")
+    print()
+    c = Config(parse(["--model", "d48", "-B", "4", "--zero", "3", "--world", "8", "--profile", "none"]))
+    print("| buffer | elements | GB |")
+    print("|---|---|---|")
+    for g, name, n, e in memory_table(c):
+        if g == "params":
+            print("| %s | %d | %.3f |" % (name, n, n * e / 1e9))
+    print()
+    print("d48 bf16 B=4 T=1024 (`--model d48 -B 4 --zero 3 --world 8 --profile none`); its step below is this "
+          "roofline's:")
+    print()
+    print_comm(c, step_ops(c), heading="")
 
 
 DOC_BEGIN = "<!-- roofline.py --doc: begin (generated; edit the script, not this block) -->"
@@ -1001,6 +1154,9 @@ def main(argv):
     c = Config(a)
     if a.trainer_line:
         print(trainer_line(c))
+        return
+    if a.dry_run_line:
+        print(dry_run_line(c))
         return
     att = c.attention + (" (--attention auto)" if c.attention_flag == "auto" else "")
     desc = "L=%d C=%d NH=%d V=%d Vp=%d, B=%d T=%d, %s, recompute %d, ZeRO-%d world %d, %s attention, %s kernels" % (
@@ -1041,6 +1197,7 @@ def main(argv):
             print()
         if a.ops:
             print_ops(c)
+        print_comm(c, step_ops(c))
     print_memory(c, "Memory per rank: " + desc)
 
 
