@@ -84,6 +84,12 @@ bench-dist: train_gpt2cu $(DISTRIBUTED_BENCH) $(if $(DISTRIBUTED_NCCL_LIB),$(BUI
 	@bash distributed/bench_dist.sh
 .PHONY: bench-dist
 
+# make bench-zero3: step time of ZeRO-3 against ZeRO-2, 2 CPU ranks, runs interleaved
+# (distributed/bench_zero3.sh; about 2.5 minutes on 2 cores).
+bench-zero3: train_gpt2cu
+	@bash distributed/bench_zero3.sh
+.PHONY: bench-zero3
+
 # ---- tests -------------------------------------------------------------------
 # Pure logic (ZeRO plan, launch-mode detection, Slurm cross-check, signal flag).
 DISTRIBUTED_UNIT_TEST := $(BUILD)/test/distributed/dist_unit_test
