@@ -4,7 +4,8 @@
 #   1. accurate to the allocator: for a tiny model, the table's params, grads,
 #      optimizer and activations equal the "| memory/rank" line that the
 #      emulated CUDA trainer prints after really allocating them, under
-#      mpirun -np 2 (ZeRO 0/1/2, bf16) and -np 3 (ZeRO-2, fp32);
+#      mpirun -np 2 (ZeRO 0/1/2/3, bf16), -np 3 (ZeRO-2/3, fp32) and one rank
+#      (ZeRO-3, bf16), and with the optimizer offloaded (its host bytes too);
 #   1b. accurate to the device: the table's total (in bytes) equals what the
 #      emulated trainer's CUDA backend has allocated after step 1, and
 #      cudaMemGetInfo on the emulator's device shows exactly that plus the
@@ -30,17 +31,20 @@ common=(--model d4 --config n_embd=64,n_head=2,max_seq=64,vocab_size=256,padded_
 plan_line() {
   local np=$1; shift
   "$EMU" "${common[@]}" --dry-run "$np" "$@" | awk -v w="$np" '$1 == w {
-    printf "params %s %s, grads %s %s, optimizer %s %s, activations %s %s", $2, $3, $4, $5, $7, $8, $9, $10 }'
+    printf "params %s %s, grads %s %s, optimizer %s %s, activations %s %s", $2, $3, $4, $5, $7, $8, $9, $10
+    if (NF > 13) printf "; optimizer on the host %s %s", $14, $15 }'
 }
-for spec in "2 0 bf16" "2 1 bf16" "2 2 bf16" "3 2 fp32"; do
+for spec in "2 0 bf16" "2 1 bf16" "2 2 bf16" "3 2 fp32" "2 3 bf16" "3 3 fp32" "1 3 bf16" "2 3 bf16 cpu" "1 0 fp32 cpu"; do
   set -- $spec
-  np=$1 z=$2 dt=$3
+  np=$1 z=$2 dt=$3 off=${4:-none}
   got=$(GPT2_EMU_DEVICE_COUNT=$np timeout -k 10 90 mpirun --allow-run-as-root --oversubscribe -x GPT2_EMU_THREADS \
         -x GPT2_EMU_DEVICE_COUNT -np "$np" "$EMU" "${common[@]}" --dtype "$dt" --zero-stage "$z" --max-steps 1 \
-        --val-every 0 --sample-every 0 --train-data "$W/train.bin" 2>&1 | sed -n 's/^| memory\/rank  //p')
-  want=$(plan_line "$np" --dtype "$dt" --zero-stage "$z")
-  if [ -n "$got" ] && [ "$got" == "$want" ]; then pass "-np $np ZeRO-$z $dt: --dry-run $np = the trainer's allocations: $got"
-  else bad "-np $np ZeRO-$z $dt: trainer '$got', dry run '$want'"; fi
+        --offload-optimizer "$off" --val-every 0 --sample-every 0 --train-data "$W/train.bin" 2>&1 |
+        sed -n 's/^| memory\/rank  //p')
+  want=$(plan_line "$np" --dtype "$dt" --zero-stage "$z" --offload-optimizer "$off")
+  what="-np $np ZeRO-$z $dt$([ $off = cpu ] && echo ', optimizer offloaded')"
+  if [ -n "$got" ] && [ "$got" == "$want" ]; then pass "$what: --dry-run $np = the trainer's allocations: $got"
+  else bad "$what: trainer '$got', dry run '$want'"; fi
 done
 
 for spec in "fp32 0" "bf16 0" "bf16 2"; do
