@@ -210,7 +210,9 @@ CommTicket Communicator::end_async() {
 }
 
 void Communicator::wait(CommTicket ticket) {
-  if (ticket != 0) do_wait(ticket);
+  if (ticket == 0) return;
+  InFlight in_flight(slot_, "wait");
+  do_wait(ticket);
 }
 
 void Communicator::barrier() {

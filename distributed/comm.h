@@ -152,11 +152,15 @@ class Communicator {
   // wait(ticket) makes the compute stream wait for them on the device (no host
   // synchronisation). Until then the caller must neither read their outputs
   // nor overwrite their inputs. Waiting for a ticket again, or for an old one,
-  // is harmless. Implementations that complete every call inside it (MPI, and
-  // NCCL at world 1) return ticket 0 and wait() does nothing. Not nestable.
+  // is harmless. MPI issues all_gather_v as MPI_Iallgatherv there (ZeRO-3's
+  // gather ahead); wait() is then a host wait (MPI_Waitall), under the
+  // collective timeout. Calls completed inside them (MPI's others, NCCL at
+  // world 1) give ticket 0, and wait(0) does nothing. Not nestable.
   void begin_async();
   CommTicket end_async();
   void wait(CommTicket ticket);
+  // Whether begin_async() can leave collectives in flight (else every ticket is 0).
+  virtual bool overlaps() const { return false; }
 
   // Returns once every rank has entered. NCCL has no barrier: its implementation
   // does a 1-element all-reduce and synchronizes its stream (so for NCCL it also
@@ -224,6 +228,7 @@ class Communicator {
   // Why this implementation cannot communicate `type` (nullptr: it can). The
   // entries check it before counting or calling the transport.
   virtual const char* type_refusal(DataType type) const { return nullptr; }
+  bool in_async() const { return async_; }  // between begin_async and end_async
 
  private:
   void count(CommCall call, uint64_t payload, uint64_t sent);

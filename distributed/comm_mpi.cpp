@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <cstring>
+#include <map>
+#include <memory>
 #include <stdexcept>
 
 #include "distributed/comm.h"
@@ -172,16 +174,42 @@ class MpiCommunicator final : public Communicator {
           "MPI_Allgather");
   }
 
+  // Between begin_async and end_async: MPI_Iallgatherv (the counts and
+  // displacements must live until it completes, so they are kept with it).
   void do_all_gather_v(void* buf, const std::vector<size_t>& counts, DataType type) override {
     if (world_ == 1) return;
     size_t total = 0;
     for (size_t c : counts) total += c;
     if (total > max_chunk_) return Communicator::do_all_gather_v(buf, counts, type);  // per block, chunked
-    std::vector<int> int_counts(counts.begin(), counts.end()), displs(counts.size(), 0);
-    for (size_t r = 1; r < counts.size(); ++r) displs[r] = displs[r - 1] + int_counts[r - 1];
-    check(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, int_counts.data(), displs.data(), mpi_type(type),
-                         comm_),
-          "MPI_Allgatherv");
+    Gather g;
+    g.counts.assign(counts.begin(), counts.end());
+    g.displs.assign(counts.size(), 0);
+    for (size_t r = 1; r < counts.size(); ++r) g.displs[r] = g.displs[r - 1] + g.counts[r - 1];
+    if (!in_async()) {
+      check(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, g.counts.data(), g.displs.data(), mpi_type(type),
+                           comm_),
+            "MPI_Allgatherv");
+      return;
+    }
+    issued_.push_back(std::make_unique<Gather>(std::move(g)));
+    Gather& held = *issued_.back();
+    check(MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, held.counts.data(), held.displs.data(),
+                          mpi_type(type), comm_, &held.request),
+          "MPI_Iallgatherv");
+  }
+
+  bool overlaps() const override { return world_ > 1; }
+  CommTicket do_end_async() override {
+    if (issued_.empty()) return 0;
+    in_flight_[++last_ticket_] = std::move(issued_);
+    issued_.clear();
+    return last_ticket_;
+  }
+  void do_wait(CommTicket ticket) override {
+    auto it = in_flight_.find(ticket);
+    if (it == in_flight_.end()) return;  // waited for already
+    for (auto& g : it->second) check(MPI_Wait(&g->request, MPI_STATUS_IGNORE), "MPI_Wait of MPI_Iallgatherv");
+    in_flight_.erase(it);
   }
 
   void do_broadcast(void* buf, size_t bytes, int root) override {
@@ -231,8 +259,17 @@ class MpiCommunicator final : public Communicator {
     finish_average(recv, counts[static_cast<size_t>(rank_)], type, op, world_);
   }
 
+  // A non-blocking gather and what MPI reads until it completes.
+  struct Gather {
+    std::vector<int> counts, displs;
+    MPI_Request request = MPI_REQUEST_NULL;
+  };
+
   std::string prefix_;
   const size_t max_chunk_;  // elements (bytes for broadcast) per MPI call
+  std::vector<std::unique_ptr<Gather>> issued_;  // since begin_async
+  std::map<CommTicket, std::vector<std::unique_ptr<Gather>>> in_flight_;
+  CommTicket last_ticket_ = 0;
   MPI_Comm comm_ = MPI_COMM_NULL;
   int rank_ = 0;
   int world_ = 1;

@@ -187,6 +187,7 @@ class NcclCommunicator final : public Communicator {
   int rank() const override { return rank_; }
   int world() const override { return world_; }
   bool is_device_memory() const override { return true; }
+  bool overlaps() const override { return world_ > 1; }
   std::string name() const override { return "nccl"; }
 
  protected:

@@ -30,6 +30,7 @@ class PlanComm final : public Communicator {
   int world() const override { return world_; }
   bool is_device_memory() const override { return device_; }
   std::string name() const override { return device_ ? "plan (device)" : "plan (host)"; }
+  bool overlaps() const override { return world_ > 1; }  // as training's buffers communicators do
 
  protected:
   void do_all_reduce(const void*, void*, size_t, DataType, ReduceOp) override { refuse(); }

@@ -1,6 +1,7 @@
 #include "train/zero_params.h"
 
 #include <algorithm>
+#include <exception>
 #include <stdexcept>
 #include <string>
 
@@ -14,7 +15,7 @@ ZeroParams::ZeroParams(Backend& backend, Communicator& comm, const ZeroPlan& pla
       comm_(comm),
       plan_(plan),
       layout_(layout),
-      overlap_(comm.is_device_memory() && comm.world() > 1),
+      overlap_(comm.overlaps()),
       num_slots_(overlap_ ? 3 : 2) {
   if (layout.num_layers < 1 || plan.num_layers() != layout.num_layers)
     throw std::runtime_error("ZeRO-3: the plan's layer units disagree with the model");
@@ -31,6 +32,11 @@ ZeroParams::ZeroParams(Backend& backend, Communicator& comm, const ZeroPlan& pla
 }
 
 ZeroParams::~ZeroParams() {
+  // A gather still in flight writes into a slot (MPI: and must complete before
+  // MPI_Finalize); after an error the job is being torn down anyway.
+  if (std::uncaught_exceptions() == 0)
+    for (Slot& s : slots_)
+      if (s.ticket) comm_.wait(s.ticket);
   for (Tensor* t : {&shard_, &whole_, &slots_[0].buffer, &slots_[1].buffer, &slots_[2].buffer})
     if (!t->empty()) backend_.free(*t);
 }

@@ -11,9 +11,10 @@
 //     whole: the embedding, the head and the tied gradient read them at both
 //     ends of every micro-step. They are what a rank holds beyond its shard
 //     and the slots (GPT-2 XL: 5% of the parameters).
-// With device buffers at world > 1 the next layer in the direction of travel
-// is gathered on the communication stream while this one computes (three
-// slots); else every gather completes before the compute that reads it (two).
+// Where the communicator overlaps (Communicator::overlaps: NCCL at world > 1,
+// MPI's non-blocking gather) the next layer in the direction of travel is
+// gathered while this one computes (three slots); else every gather completes
+// before the compute that reads it (two).
 // The gathered values are the shard's bits, so the forward and backward are
 // bitwise those of stages 0-2.
 #ifndef TRAIN_ZERO_PARAMS_H

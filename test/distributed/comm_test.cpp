@@ -226,6 +226,37 @@ TEST_F(CommTest, AllGatherVUnevenBlocksInPlace) {
   EXPECT_THROW(comm->all_gather_v(buf.ptr(), wrong, DataType::kFloat64), std::runtime_error);
 }
 
+// Issued asynchronously (ZeRO-3's gather ahead): two gathers under one ticket
+// land once it is waited for; waiting again is harmless. MPI and NCCL leave
+// them in flight at world > 1 (a ticket), complete them at once at world 1.
+TEST_F(CommTest, AllGatherVAsynchronousUnderOneTicket) {
+  std::vector<size_t> counts(static_cast<size_t>(world));
+  for (int r = 0; r < world; ++r) counts[static_cast<size_t>(r)] = static_cast<size_t>(r % 3 + 1);
+  const size_t total = std::accumulate(counts.begin(), counts.end(), size_t{0});
+  const size_t begin = std::accumulate(counts.begin(), counts.begin() + rank, size_t{0});
+  Buffer<float> a(total, -1.0f), b(total, -2.0f);
+  std::vector<float> want_a(total), want_b(total);
+  for (size_t i = 0; i < total; ++i) {
+    want_a[i] = static_cast<float>(i);
+    want_b[i] = static_cast<float>(1000 + i);
+  }
+  for (size_t k = begin; k < begin + counts[static_cast<size_t>(rank)]; ++k) {
+    a.host[k] = want_a[k];
+    b.host[k] = want_b[k];
+  }
+  a.put();
+  b.put();
+  comm->begin_async();
+  comm->all_gather_v(a.ptr(), counts, DataType::kFloat32);
+  comm->all_gather_v(b.ptr(), counts, DataType::kFloat32);
+  const CommTicket ticket = comm->end_async();
+  EXPECT_EQ(ticket != 0, comm->overlaps() && world > 1);
+  comm->wait(ticket);
+  comm->wait(ticket);
+  EXPECT_EQ(a.get(), want_a);
+  EXPECT_EQ(b.get(), want_b);
+}
+
 TEST_F(CommTest, AllGatherInAndOutOfPlace) {
   const size_t block = 11;
   Buffer<float> mine(block), all(block * world, -1.0f);

@@ -7,8 +7,11 @@
 #      final weights equal ZeRO-2's bit for bit (the gathered values are the
 #      shard's bits, the gradients take ZeRO-2's path), and ZeRO-0's (and at
 #      2 ranks ZeRO-1's) where those reduce in the same order (below);
+#   1b. the gather ahead is really in flight: without the wait for it
+#      (GPT2_TEST_DROP_REUSE_WAIT=gather) the 2-rank run's losses differ;
 #   2. memory per rank from the start-up table: ZeRO-3's parameters are the
-#      shard (P/W) plus the whole wte, wpe and lnf plus two gathered layers;
+#      shard (P/W) plus the whole wte, wpe and lnf plus three gathered layers
+#      (MPI_Iallgatherv gathers the next layer while one computes);
 #   3. checkpoints in the one format: a 2-rank ZeRO-3 run's step-4 checkpoint
 #      resumed at ZeRO-3 on 2 ranks (bitwise), at ZeRO-0 on 1 rank and at
 #      ZeRO-3 on 4 ranks; a 2-rank ZeRO-2 checkpoint resumed at ZeRO-3 (bitwise);
@@ -74,6 +77,16 @@ for np in 1 2 4; do
   done
 done
 
+# The next layer's MPI_Iallgatherv is still in flight after its call: read
+# without the wait for it (test hook), the run must compute something else.
+MPIRUN+=(-x GPT2_TEST_DROP_REUSE_WAIT)
+GPT2_TEST_DROP_REUSE_WAIT=gather run drop_wait 2 --max-steps 6 --zero-stage 3 &&
+  if msg=$(close_steps "$W/np2_acc1_plain_z3.jsonl" "$W/drop_wait.jsonl" 0 0); then
+    bad "ZeRO-3 on MPI without the wait for the gather ahead: the same result ($msg)"
+  else pass "ZeRO-3 on MPI without the wait for the gather ahead (GPT2_TEST_DROP_REUSE_WAIT=gather) differs: $msg"; fi
+unset GPT2_TEST_DROP_REUSE_WAIT
+MPIRUN=("${MPIRUN[@]:0:${#MPIRUN[@]}-2}")
+
 # --- 2. parameter memory per rank ------------------------------------------------------------
 # bytes NAME LOG: a size from the start-up line "| memory/rank  params 1.2 MiB, grads ..."
 bytes() {
@@ -84,10 +97,10 @@ P=$(sed -n 's/^| parameters *\([0-9]*\).*/\1/p' "$W/np4_acc1_plain_z0.log")
 layer=$((12 * C * C + 13 * C)); whole=$((V * C + TMAX * C + 2 * C))
 for np in 2 4; do
   p0=$(bytes params "$W/np${np}_acc1_plain_z0.log"); p3=$(bytes params "$W/np${np}_acc1_plain_z3.log")
-  want=$(( ( (P + np - 1) / np + whole + 2 * layer) * 4 ))
+  want=$(( ( (P + np - 1) / np + whole + 3 * layer) * 4 ))  # 3 slots: the next layer is gathered ahead
   # the table prints 2 decimals of KiB: within 0.5%
   if awk -v a="$p3" -v w="$want" 'BEGIN { exit !(a > 0 && (a - w) / w < 0.005 && (w - a) / w < 0.005) }'; then
-    pass "ZeRO-3 parameters per rank at $np ranks: $p3 bytes = P/$np + wte, wpe, lnf + 2 layers ($want), $(awk -v a="$p3" -v b="$p0" 'BEGIN{printf "%.3f", a/b}') of ZeRO-0's"
+    pass "ZeRO-3 parameters per rank at $np ranks: $p3 bytes = P/$np + wte, wpe, lnf + 3 layers ($want), $(awk -v a="$p3" -v b="$p0" 'BEGIN{printf "%.3f", a/b}') of ZeRO-0's"
   else bad "ZeRO-3 parameters per rank at $np ranks: $p3 bytes, expected about $want (ZeRO-0: $p0)"; fi
 done
 
