@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# test-timeout: 300
+# test-timeout: 480
 # Data-parallel training on the CUDA backend through the NCCL communicator,
 # executed by the emulator: build/train_gpt2cu_emu --device cuda under
 # `mpirun -np N` (N = 2, 3), one emulated GPU per rank (GPT2_EMU_DEVICE_COUNT=N),
@@ -30,7 +30,8 @@
 #      copy at world 1) against one rank at ZeRO-0;
 #   6. more ranks on a node than (emulated) GPUs is refused at start-up;
 #   7. ZeRO-3 (parameters sharded, layers gathered ahead on the communication
-#      stream) in 1 as well; one rank at ZeRO-3 equals one rank at ZeRO-2;
+#      stream) in 1 as well; one rank at ZeRO-3 equals one rank at ZeRO-2; at 4
+#      ranks, bf16, --recompute 2 and dropout 0.1, ZeRO-3 bitwise ZeRO-0;
 #   8. the optimizer offloaded to the CPU (--offload-optimizer cpu) bitwise the
 #      on-device one (fp32 ZeRO-0, bf16 ZeRO-3, clipping on); a 2-rank bf16
 #      ZeRO-3 offloaded run with one rank SIGKILLed after its step-4 checkpoint
@@ -127,6 +128,15 @@ for np in 2 3; do
     else bad "$what, weights: $msg"; fi
   fi
 done
+
+# 4 ranks, bf16, --recompute 2 and dropout: ZeRO-3 bitwise ZeRO-0 (the same ring order).
+extra4=(--device cuda --dtype bf16 --recompute 2 --dropout 0.1 --max-steps 4)
+if run_np np4_bf16_rd_z0 4 "${extra4[@]}" --zero-stage 0 && run_np np4_bf16_rd_z3 4 "${extra4[@]}" --zero-stage 3; then
+  if msg=$(close_steps "$W/np4_bf16_rd_z0.jsonl" "$W/np4_bf16_rd_z3.jsonl" 0 0) &&
+     wmsg=$(same_weights "$W/np4_bf16_rd_z0/model.bin" "$W/np4_bf16_rd_z3/model.bin"); then
+    pass "CUDA bf16 ZeRO-3 vs ZeRO-0, 4 ranks, --recompute 2, dropout 0.1: $msg; weights $wmsg"
+  else bad "CUDA bf16 ZeRO-3 vs ZeRO-0, 4 ranks, recompute and dropout: ${msg:-} ${wmsg:-}"; fi
+fi
 
 # ZeRO-2's exchange in 1000-element slices cuts units and pieces anywhere: same bits.
 export GPT2_ZERO2_SLICE_ELEMS=1000
