@@ -201,11 +201,12 @@ int TrainingRun::finish() {
   // (again at the step it resumed from: at this run's rank count)
   if (ckpt_ && saved_step_ != last_step_done_) save_checkpoint(last_step_done_);
   const int save_version = plan_.opts.save_dtype == Precision::kBf16 ? kModelVersionBf16 : kModelVersionFp32;
-  // Every rank asks for the weights when they are gathered from every rank (ZeRO-3).
+  // The last step's weights, on every rank when they are gathered from every rank (ZeRO-3).
   const bool write = ckpt_ || !plan_.opts.save_hf.empty();
-  if (write && !main_rank_ && parts_.model.forward_is_collective()) parts_.model.get_parameters();
+  std::vector<float> last;
+  if (write && (main_rank_ || parts_.model.forward_is_collective())) last = parts_.model.get_parameters();
   if (main_rank_ && write) {
-    const std::vector<float> weights = final_weights();
+    const std::vector<float> weights = final_weights(std::move(last));
     if (ckpt_) {
       write_model_file(ckpt_->final_model_path(), plan_.cfg, weights, save_version);
       log_.info("final model -> " + ckpt_->final_model_path());
@@ -224,16 +225,16 @@ int TrainingRun::finish() {
   return 0;
 }
 
-// Rank 0: the weights for DIR/model.bin and --save-hf: the last step's, or with
+// Rank 0: the weights for DIR/model.bin and --save-hf: `last` (the last step's), or with
 // --keep-best the best checkpoint's (HF's load_best_model_at_end) once its
 // checksums verify, from --output-dir or else the --resume-from directory; the
 // log says which.
-std::vector<float> TrainingRun::final_weights() {
-  if (!plan_.opts.keep_best || history_.best_step < 0) return parts_.model.get_parameters();
+std::vector<float> TrainingRun::final_weights(std::vector<float> last) {
+  if (!plan_.opts.keep_best || history_.best_step < 0) return last;
   const uint64_t best = static_cast<uint64_t>(history_.best_step);
   if (history_.best_step == last_step_done_) {
     log_.info("best checkpoint: the last one, " + describe_best(history_));
-    return parts_.model.get_parameters();
+    return last;
   }
   std::string why = "not in " + plan_.opts.output_dir;
   for (const CheckpointDir* dir : {ckpt_.get(), source_.get()}) {
@@ -246,7 +247,7 @@ std::vector<float> TrainingRun::final_weights() {
   }
   log_.info("WARNING: --keep-best: the best checkpoint (" + describe_best(history_) + ") is unusable (" + why +
             "): the final model files hold the last step's weights");
-  return parts_.model.get_parameters();
+  return last;
 }
 
 // A stop signal (every rank agreed): checkpoint the last completed step and exit

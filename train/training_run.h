@@ -108,7 +108,7 @@ class TrainingRun {
   }
   void save_checkpoint(int step);
   int finish();
-  std::vector<float> final_weights();
+  std::vector<float> final_weights(std::vector<float> last);
   int stop();
 
   const RunPlan& plan_;

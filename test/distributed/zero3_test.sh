@@ -16,7 +16,9 @@
 #      resumed at ZeRO-3 on 2 ranks (bitwise), at ZeRO-0 on 1 rank and at
 #      ZeRO-3 on 4 ranks; a 2-rank ZeRO-2 checkpoint resumed at ZeRO-3 (bitwise);
 #   4. validation and sampling every 3 steps at 3 ranks (every rank runs the
-#      sampling forwards) log what ZeRO-2 at 3 ranks logs.
+#      sampling forwards) log what ZeRO-2 at 3 ranks logs; --keep-best with an
+#      earlier best step ends with that checkpoint's weights (rank 0 reads its
+#      file while every rank joins the gather of the last weights).
 # The model is 16 thin layers with a 512-token vocabulary on a synthetic shard.
 set -u
 cd "$(dirname "$0")/../.."
@@ -142,6 +144,15 @@ run ev_z2 3 "${ev[@]}" --zero-stage 2 && run ev_z3 3 "${ev[@]}" --zero-stage 3 &
     else bad "ZeRO-3 $kind records differ from ZeRO-2's"; fi
   done
 }
+
+# --keep-best where the best is not the last step: rank 0 reads the best
+# checkpoint's file while the last weights are gathered from every rank.
+if run kb 3 "${ev[@]}" --sample-every 0 --lr 0.05 --keep-best --checkpoint-every 3 --zero-stage 3; then
+  if grep -q "best checkpoint: .*model_00000003.bin" "$W/kb.log" &&
+     msg=$(same_weights "$W/kb/model_00000003.bin" "$W/kb/model.bin"); then
+    pass "ZeRO-3, 3 ranks, --keep-best with the best at step 3 of 6: the final model is step 3's ($msg)"
+  else bad "ZeRO-3 --keep-best: $(grep -m1 'best checkpoint' "$W/kb.log") ${msg:-}"; fi
+fi
 
 [ $fail = 0 ] && echo "zero3_test: all passed"
 exit $fail
