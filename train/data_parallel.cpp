@@ -66,7 +66,7 @@ DataParallel::DataParallel(Backend& backend, Communicator& buffers, const ParamL
     opt_end_ = std::min(s.end, num_params_);
   }
   if (stage_ == 3) params_ = std::make_unique<ZeroParams>(backend_, comm_, plan_, layout_);
-  if (stage_ >= 2) {
+  if (staged_grads()) {
     allocate_stage2_buffers();
   } else {
     grads_ = backend_.alloc(plan_.padded_size(), BufferRole::kGrads);
@@ -79,7 +79,7 @@ ModelOptions DataParallel::model_options(int recompute) const {
   ModelOptions o;
   o.recompute = recompute;
   o.param_capacity = plan_.padded_size();
-  o.keep_dlogits = stage_ >= 2;
+  o.keep_dlogits = staged_grads();
   o.wte_chunk_rows = layout_.wte_chunk_rows();
   o.param_source = params_.get();
   return o;
@@ -129,7 +129,7 @@ DataParallel::~DataParallel() {
 }
 
 void DataParallel::begin_step() {
-  backend_.zero(stage_ >= 2 ? shard_grads_ : grads_);
+  backend_.zero(staged_grads() ? shard_grads_ : grads_);
   next_bucket_ = 0;
   bucket_tickets_.clear();
 }
@@ -142,23 +142,23 @@ void DataParallel::backward(GPT2& model, bool last_micro_step) {
   const bool buckets = buckets_apply(last_micro_step);
   if (overlap_stage2_)
     for (int slot = 0; slot < static_cast<int>(pending_.size()); slot++) retire(slot);
-  const ParamTensors rest = stage_ >= 2 ? staging_->begin_unit(-1) : layout_.views(grads_, 0);
+  const ParamTensors rest = staged_grads() ? staging_->begin_unit(-1) : layout_.views(grads_, 0);
   const int top = layout_.num_layers - 1;  // its views, gathered last by the forward, hold wte and lnf too
   model.backward_head(model.param_views(top), rest);
   for (int l = top; l >= 0; l--) {
-    model.backward_layer(l, model.param_views(l), stage_ >= 2 ? staging_->begin_unit(l) : layout_.views(grads_, l));
-    if (stage_ >= 2) exchange_layer(l);
+    model.backward_layer(l, model.param_views(l), staged_grads() ? staging_->begin_unit(l) : layout_.views(grads_, l));
+    if (staged_grads()) exchange_layer(l);
     else if (buckets) issue_bucket(l);
   }
   model.backward_embeddings(rest);
-  if (stage_ >= 2) exchange_tied_and_rest(model);
+  if (staged_grads()) exchange_tied_and_rest(model);
   else if (buckets) issue_bucket(-1);
 }
 
 // Stages 0/1 reduce in buckets during the last micro-step's backward, with
 // device buffers at world > 1, when the model needs more than one bucket.
 bool DataParallel::buckets_apply(bool last_micro_step) {
-  if (stage_ >= 2 || !overlap_ || !last_micro_step) return false;
+  if (staged_grads() || !overlap_ || !last_micro_step) return false;
   if (bucket_elem_bytes_ != grads_.elem_bytes) build_buckets(grads_.elem_bytes);
   return !buckets_.empty();
 }
@@ -318,9 +318,9 @@ void DataParallel::add_received(const UnitExchange& ex, const Tensor& recv, size
 }
 
 void DataParallel::reduce_gradients() {
-  if (stage_ >= 2)  // reduced during backward; what is still in flight lands now
+  if (staged_grads())  // reduced during backward; what is still in flight lands now
     for (int slot = 0; slot < static_cast<int>(pending_.size()); slot++) retire(slot);
-  if (comm_.world() == 1 || stage_ >= 2) return;
+  if (comm_.world() == 1 || staged_grads()) return;
   if (next_bucket_ > 0) {  // issued during the last backward: the compute stream waits for them
     if (next_bucket_ != buckets_.size())
       throw std::runtime_error("data parallel: the last backward issued " + std::to_string(next_bucket_) + " of " +
@@ -340,7 +340,7 @@ void DataParallel::reduce_gradients() {
 
 Tensor DataParallel::shard_grads() const {
   const size_t n = opt_end_ - opt_begin_;
-  if (stage_ >= 2) return shard_grads_.slice(0, n);
+  if (staged_grads()) return shard_grads_.slice(0, n);
   return grads_.slice(opt_begin_, n);
 }
 
@@ -354,7 +354,7 @@ void DataParallel::queue_grad_clip(float max_norm) {
     backend_.sum_squares_into(clip_, grads_.slice(0, num_params_));
   } else {
     // Padding elements are zero, so squaring the whole shard is exact.
-    backend_.sum_squares_into(clip_, stage_ >= 2 ? shard_grads_ : my_shard(grads_));
+    backend_.sum_squares_into(clip_, staged_grads() ? shard_grads_ : my_shard(grads_));
     if (comm_.world() > 1) comm_.all_reduce(clip_.ptr, clip_.ptr, 1, DataType::kFloat64, ReduceOp::kSum);
   }
   backend_.clip_scale(clip_, max_norm);

@@ -98,6 +98,8 @@ class DataParallel {
     int unit = -1;  // -1: nothing in flight
   };
 
+  // Stages 2/3: gradients go through the per-unit staging into the shard.
+  bool staged_grads() const { return stage_ >= 2; }
   // This rank's shard of a buffer laid out like the padded parameters.
   Tensor my_shard(Tensor flat) const {
     const ElemRange s = plan_.shard(comm_.rank());
