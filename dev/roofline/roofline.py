@@ -8,7 +8,10 @@ step time, tokens/s and MFU (llm.c's accounting); prints the per-rank memory tab
 buffer by buffer as GPT2::allocate_activations, AdamW, DataParallel (ZeRO 0-3) and
 the CUDA backend allocate them, and at --world W > 1 each ZeRO stage's bytes per rank
 and step on the interconnect, their time and the part the schedule leaves exposed
-(comm_rows).
+(comm_rows). With --offload-optimizer cpu the optimizer's state moves to the host
+(memory rows of group "host", outside the device's total) and the step gains the
+offload's serial part (offload_ops): gradients down and weights up over PCIe, the
+host's AdamW and its bf16 conversions.
 
 Byte-counting assumptions (conservative, stated once here):
   * a GEMM reads each operand once and writes its output once (dW GEMMs run with
@@ -102,6 +105,20 @@ EFF_BW_LN_BWD_OLD = 0.95e12 / HBM_BW
 EFF_SIMT = 0.75
 MEMSET_EFF = 0.9  # cudaMemsetAsync: write-only streaming
 
+# ----------------------------------------------------------------- the offloaded optimizer (host side)
+# PCIe 5.0 x16, H100 SXM's link to the host: 64 GB/s raw per direction, ~55 GB/s
+# effective (an assumption, not measured here; the trainer's host buffers are
+# pageable, which usually copies slower than pinned memory).
+PCIE_GBS = 55.0
+# The CPU backend's adamw_update over 64M parameters (28 B each: read g, m, v, p,
+# write m, v, p): the fastest of several runs of `backend_ops_test --perf adamw
+# --elements 67108864` on the shared 2-core development VM (docs/kernels.md), both
+# threads, and one thread (the rate of the single-threaded bf16 conversions).
+HOST_ADAMW_GBS = 35.9
+HOST_ONE_THREAD_GBS = 22.9
+ADAMW_HOST_BYTES = 28       # per parameter
+CONVERT_HOST_BYTES = 12     # bf16: widen 2 -> 4 B after the download, round 4 -> 2 B before the upload
+
 COUNTS_FILE = "dev/roofline/attention_counts.json"
 
 
@@ -162,6 +179,18 @@ class CountedAttention(Op):
 MUFU_CLASS = "mufu (ex2, lg2, rcp)"
 
 
+class HostOp(Op):
+    """Work of the offloaded optimizer off the GPU, priced by one rate: bytes over PCIe
+    ("PCIe") or host memory traffic ("host"). The GPU waits for it."""
+
+    def __init__(self, name, nbytes, rate, resource, group):
+        super().__init__(name, 0, nbytes, PEAK_BF16, 1.0, 1.0, group=group)
+        self.rate, self.resource = rate, resource
+
+    def times(self):
+        return {self.resource: self.bytes / self.rate}
+
+
 def load_counts(path):
     import json
     import os
@@ -195,6 +224,8 @@ class Config:
         self.ln_fusion = a.ln_fusion
         self.device_comm = a.world > 1  # NCCL-style device-memory communicator (stage-2 overlap)
         self.link_gbps = a.link_gbps
+        self.offload = a.offload_optimizer == "cpu"
+        self.pcie_gbs, self.host_gbs, self.host1_gbs = a.pcie_gbs, a.host_adamw_gbs, a.host_one_thread_gbs
         self.ws_bytes = a.cublaslt_workspace_mib << 20
         self.s = 2 if a.dtype == "bf16" else 4  # storage element size
 
@@ -308,10 +339,17 @@ def memory_table(c):
     else:
         n_opt = max(0, min(shard, P) - 0)  # rank 0's shard [0, shard) clipped to P
     n_alloc = max(n_opt, 1)
-    rows.append(("optimizer", "AdamW m (fp32)", n_alloc, 4))
-    rows.append(("optimizer", "AdamW v (fp32)", n_alloc, 4))
-    if s == 2 and n_opt > 0:
-        rows.append(("optimizer", "fp32 master weights", n_opt, 4))
+    if c.offload:  # train/optimizer.cpp on the host backend: an fp32 copy at either precision, the landing buffer
+        rows.append(("host", "AdamW m (fp32, host)", n_alloc, 4))
+        rows.append(("host", "AdamW v (fp32, host)", n_alloc, 4))
+        rows.append(("host", "gradient landing buffer (fp32, host)", n_alloc, 4))
+        if n_opt > 0:
+            rows.append(("host", "fp32 copy of the parameters (host)", n_opt, 4))
+    else:
+        rows.append(("optimizer", "AdamW m (fp32)", n_alloc, 4))
+        rows.append(("optimizer", "AdamW v (fp32)", n_alloc, 4))
+        if s == 2 and n_opt > 0:
+            rows.append(("optimizer", "fp32 master weights", n_opt, 4))
     # ---- activations (GPT2::allocate_activations, in its order)
     # sizes follow the flag, as the backend allocates them: auto sizes for flash (it may run it)
     flash = c.attention_flag != "classic"
@@ -378,6 +416,18 @@ def memory_table(c):
                      (B * NH * T * 4 + 255) // 256 * 256, 1))
     rows.append(("backend", "sum_squares partials (fp64)", 1025, 8))
     return rows
+
+
+def group_totals(c):
+    """Bytes per memory group; "host" (the offloaded optimizer) is not device memory."""
+    tot = {}
+    for g, name, n, e in memory_table(c):
+        tot[g] = tot.get(g, 0) + n * e
+    return tot
+
+
+def device_bytes(tot):
+    return sum(v for g, v in tot.items() if g != "host")
 
 
 def fmt_bytes(b):  # metrics/logger.cpp format_bytes
@@ -577,8 +627,27 @@ def step_ops(c):
     n_opt = P if c.zero == 0 else min(shard, P)
     add("memset grads (zero_grad)", 0, (shard * c.world if c.zero < 2 else shard) * s, eb=MEMSET_EFF)
     add("sum_squares (grad norm)", 0, n_opt * s)
+    if c.offload:
+        ops += offload_ops(c, n_opt)
+        return ops
     adam_b = n_opt * (s + 8 + 8 + (8 if bf16 else 0) + (s if bf16 else 2 * s))
     add("adamw_update", 0, adam_b, eb=EFF_BW if new else EFF_BW_SCALAR32)
+    return ops
+
+
+def offload_ops(c, n):
+    """--offload-optimizer cpu (train/optimizer.cpp, step_offloaded), one after another while the GPU
+    waits: the gradient shard down (storage type), the host's AdamW on its fp32 copy (28 B per
+    parameter at the CPU backend's measured rate; on a server, that rate is the host's AdamW
+    bandwidth divided by the GPUs sharing it), the copy up (rounded to the storage type). bf16:
+    the CUDA backend widens after the download and rounds before the upload on one host thread."""
+    pcie, host, one = c.pcie_gbs * 1e9, c.host_gbs * 1e9, c.host1_gbs * 1e9
+    ops = [HostOp("offload: gradients down (PCIe)", n * c.s, pcie, "PCIe", "offload PCIe"),
+           HostOp("offload: AdamW on the host", n * ADAMW_HOST_BYTES, host, "host", "offload host AdamW")]
+    if c.s == 2:
+        ops.append(HostOp("offload: bf16 widen and round (one host thread)", n * CONVERT_HOST_BYTES, one, "host",
+                          "offload host bf16 conversion"))
+    ops.append(HostOp("offload: weights up (PCIe)", n * c.s, pcie, "PCIe", "offload PCIe"))
     return ops
 
 
@@ -660,6 +729,43 @@ def print_comm(c, ops, heading="### "):
               c.L + max(0, c.L - slots), c.L, max(0, c.L - slots), min(slots, c.L), slots, Ln * c.s / 1e6,
               gather * 1e3, fwd / c.L * 1e3 if c.L else 0, bwd / c.L * 1e3 if c.L else 0, (fwd + bwd) * 1e3,
               step * 1e3, (num_params(c) - c.L * Ln) * c.s / 1e6))
+    print()
+
+
+def print_offload(argvs, heading="### "):
+    """Per config (argv lists, each run with and without --offload-optimizer cpu): the shard, device
+    and host memory, and the offload's serial part of the step."""
+    if heading is not None:
+        print("%sThe optimizer offloaded (`--offload-optimizer cpu`), per rank and step" % heading)
+        print()
+    print("| config | shard parameters | device GB without / with | host GB | PCIe MB each way | PCIe ms "
+          "| host AdamW ms | bf16 conversion ms | added ms | step ms without / with |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    c = None
+    for argv in argvs:
+        base = Config(parse(argv + ["--offload-optimizer", "none"]))
+        c = Config(parse(argv + ["--offload-optimizer", "cpu"]))
+        ops = step_ops(c)
+        t = {g: sum(o.time() for o in ops if o.group == g)
+             for g in ("offload PCIe", "offload host AdamW", "offload host bf16 conversion")}
+        P = num_params(c)
+        n = P if c.zero == 0 else min(zero_plan(c)[0], P)
+        tot, tot0 = group_totals(c), group_totals(base)
+        print("| ZeRO-%d, W=%d | %d | %.2f / %.2f | %.2f | %.0f | %.1f | %.1f | %.1f | %.1f | %.1f / %.1f |" % (
+            c.zero, c.world, n, device_bytes(tot0) / 1e9, device_bytes(tot) / 1e9, tot["host"] / 1e9,
+            n * c.s / 1e6, t["offload PCIe"] * 1e3, t["offload host AdamW"] * 1e3,
+            t["offload host bf16 conversion"] * 1e3, sum(t.values()) * 1e3,
+            sum(o.time() for o in step_ops(base)) * 1e3, sum(o.time() for o in ops) * 1e3))
+    print()
+    print("Added to the step serially (the next forward needs the weights): 2 x shard x %d B over PCIe at %.0f GB/s "
+          "per direction (PCIe 5.0 x16, H100 SXM; assumed, with a path of its own per GPU), %d B per shard "
+          "parameter of host memory traffic for AdamW at %.1f GB/s, and in bf16 %d B per parameter of conversions "
+          "on one host thread at %.1f GB/s (the rates measured on the development VM; `--pcie-gbs`, "
+          "`--host-adamw-gbs`, `--host-one-thread-gbs`). On a server, AdamW's rate per rank is the host's AdamW "
+          "bandwidth over the GPUs that share it: t = %d B x shard x GPUs per host / host GB/s. Dropped: "
+          "the device's AdamW kernel; not counted: the host wait's latency and pageable-memory copies' "
+          "slowdown." % (c.s, c.pcie_gbs, ADAMW_HOST_BYTES, c.host_gbs, CONVERT_HOST_BYTES, c.host1_gbs,
+                         ADAMW_HOST_BYTES))
     print()
 
 
@@ -826,38 +932,42 @@ def print_memory(c, title):
         tot[g] = tot.get(g, 0) + n * e
         if n * e >= 1e6 or g in ("params", "grads", "optimizer"):
             print("| %s | %s | %d | %d | %.3f |" % (g, name, n, e, n * e / 1e9))
-    small = [(g, n, e) for g, name, n, e in rows if n * e < 1e6 and g not in ("params", "grads", "optimizer")]
+    small = [(g, n, e) for g, name, n, e in rows if n * e < 1e6 and g not in ("params", "grads", "optimizer", "host")]
     if small:
         print("| - | %d buffers under 1 MB | | | %.3f |" % (len(small), sum(n * e for _, n, e in small) / 1e9))
-    total = sum(tot.values())
+    total = device_bytes(tot)
     for g in ("params", "grads", "optimizer", "activations", "backend"):
         print("| **%s** | | | | **%.2f** |" % (g, tot.get(g, 0) / 1e9))
     print("| **total per rank** (+ CUDA context and cuBLAS's own workspace, ~0.5-1 GB, not counted) | | | | **%.2f** (%.2f GiB) |"
           % (total / 1e9, total / 2 ** 30))
+    if "host" in tot:
+        print("| **host per rank** (the offloaded optimizer; not in the total) | | | | **%.2f** (%.2f GiB) |" % (
+            tot["host"] / 1e9, tot["host"] / 2 ** 30))
     print()
     return tot, total
 
 
 def trainer_line(c):
     """The trainer's "| memory/rank" line for this config (train/trainer.cpp)."""
-    tot = {}
-    for g, name, n, e in memory_table(c):
-        tot[g] = tot.get(g, 0) + n * e
-    acts = tot["activations"]
-    return "params %s, grads %s, optimizer %s, activations %s" % (
-        fmt_bytes(tot["params"]), fmt_bytes(tot["grads"]), fmt_bytes(tot["optimizer"]), fmt_bytes(acts))
+    tot = group_totals(c)
+    line = "params %s, grads %s, optimizer %s, activations %s" % (
+        fmt_bytes(tot["params"]), fmt_bytes(tot["grads"]), fmt_bytes(tot.get("optimizer", 0)),
+        fmt_bytes(tot["activations"]))
+    return line + ("; optimizer on the host " + fmt_bytes(tot["host"]) if c.offload else "")
 
 
 def dry_run_line(c):
-    """The row `train_gpt2cu --dry-run W` prints for this config (train/memory_plan.cpp): every group but
-    the backend's on-demand workspaces, plus DataParallel's clip state (two fp64 scalars)."""
-    tot = {}
-    for g, name, n, e in memory_table(c):
-        tot[g] = tot.get(g, 0) + n * e
-    total = sum(v for g, v in tot.items() if g != "backend") + 2 * 8
-    return "%7d %12s %12s %9.3f %12s %12s %12s %14d" % (
+    """The row `train_gpt2cu --dry-run W` prints for this config (train/memory_plan.cpp): every device
+    group but the backend's on-demand workspaces, plus DataParallel's clip state (two fp64 scalars);
+    offloaded, the host's bytes after it."""
+    tot = group_totals(c)
+    total = device_bytes(tot) - tot.get("backend", 0) + 2 * 8
+    line = "%7d %12s %12s %9.3f %12s %12s %12s %14d" % (
         c.world, fmt_bytes(tot["params"]), fmt_bytes(tot["grads"]), tot["grads"] / (num_params(c) * c.s),
-        fmt_bytes(tot["optimizer"]), fmt_bytes(tot["activations"]), fmt_bytes(total), total)
+        fmt_bytes(tot.get("optimizer", 0)), fmt_bytes(tot["activations"]), fmt_bytes(total), total)
+    if c.offload:
+        line += "  %s (%d bytes)" % (fmt_bytes(tot["host"]), tot["host"])
+    return line
 
 
 PRESETS = {"d12": (12, 768, 12), "d24": (24, 1024, 16), "d36": (36, 1280, 20), "d48": (48, 1600, 25)}
@@ -881,6 +991,15 @@ def parse(argv):
     p.add_argument("--link-gbps", type=float, default=400.0,
                    help="interconnect bandwidth per GPU in Gb/s for the communication table (400: one 400 Gb/s "
                         "NIC per GPU, as on H100 clusters)")
+    p.add_argument("--offload-optimizer", choices=["none", "cpu"], default="none",
+                   help="the trainer's flag: cpu keeps AdamW's state on the host and runs the update there")
+    p.add_argument("--pcie-gbs", type=float, default=PCIE_GBS,
+                   help="host link per GPU and direction in GB/s (default: PCIe 5.0 x16, ~55 GB/s effective)")
+    p.add_argument("--host-adamw-gbs", type=float, default=HOST_ADAMW_GBS,
+                   help="the host's AdamW rate per rank in GB/s of state traffic (28 B per parameter); default: "
+                        "measured on the development VM; a server: its AdamW bandwidth / the GPUs sharing it")
+    p.add_argument("--host-one-thread-gbs", type=float, default=HOST_ONE_THREAD_GBS,
+                   help="one host thread's streaming rate in GB/s (the bf16 conversions around the transfers)")
     p.add_argument("--attention", choices=["auto", "cudnn", "flash", "classic"], default="auto",
                    help="the trainer's flag: auto = cudnn for bf16 (head size a multiple of 8 up to 128) when the "
                         "build has cuDNN, else flash")
@@ -1072,7 +1191,7 @@ def print_doc():
     for label, flags in variants:
         c, ops, t = step_with(d12 + flags)
         tps = c.B * c.T / t
-        mem = sum(n * e for _, _, n, e in memory_table(c)) / 1e9
+        mem = device_bytes(group_totals(c)) / 1e9
         print("| %s | %s | %.1f | %.0fk | %.1f%% | %.2f |" % (
             label, "`%s`" % " ".join(flags) if flags else "(none)", t * 1e3, tps / 1e3, 100 * llmc_flops_per_token(c) * tps / PEAK_BF16,
             mem))
@@ -1122,6 +1241,13 @@ def print_doc():
           "roofline's:")
     print()
     print_comm(c, step_ops(c), heading="")
+    d48 = ["--model", "d48", "-B", "4", "--profile", "none"]
+    print("d48 bf16 B=4 T=1024 with the optimizer on the host (`--model d48 -B 4 --zero Z --world W "
+          "--offload-optimizer cpu --profile none`); the steps are this roofline's compute, without the "
+          "communication table's exposed part:")
+    print()
+    print_offload([d48 + ["--zero", "0", "--world", "1"], d48 + ["--zero", "2", "--world", "8"],
+                   d48 + ["--zero", "3", "--world", "8"]], heading=None)
 
 
 DOC_BEGIN = "<!-- roofline.py --doc: begin (generated; edit the script, not this block) -->"
@@ -1198,6 +1324,10 @@ def main(argv):
         if a.ops:
             print_ops(c)
         print_comm(c, step_ops(c))
+        if c.offload:
+            base = [x for i, x in enumerate(argv) if x != "--offload-optimizer" and
+                    (i == 0 or argv[i - 1] != "--offload-optimizer")]
+            print_offload([base])
     print_memory(c, "Memory per rank: " + desc)
 
 

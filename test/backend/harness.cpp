@@ -243,12 +243,12 @@ void run_case_once(OpCase& c, Backend& be, const std::function<void()>& before_r
   after_run();
 }
 
-int run_perf(double min_seconds_per_case, const std::string& op_filter) {
+int run_perf(double min_seconds_per_case, const std::string& op_filter, const PerfShape& shape) {
   for (const BackendUnderTest& but : backends_under_test()) {
     auto be = but.make();
     std::printf("backend %s\n", but.name.c_str());
     std::printf("  %-30s %-36s %10s %10s %9s\n", "op", "shape", "time(us)", "GFLOP/s", "GB/s");
-    for (auto& c : perf_cases(1234)) {
+    for (auto& c : perf_cases(1234, shape)) {
       if (!op_filter.empty() && c->op().find(op_filter) == std::string::npos) continue;
       const double t = time_case(*c, *be, min_seconds_per_case);
       const double gflops = c->flops() > 0 ? c->flops() / t * 1e-9 : 0;

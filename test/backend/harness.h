@@ -152,7 +152,7 @@ std::vector<std::unique_ptr<OpCase>> perf_cases(uint64_t seed, const PerfShape& 
 
 // Prints the perf table for every backend under test (only ops whose name
 // contains `op_filter` when it is not empty); returns 0.
-int run_perf(double min_seconds_per_case, const std::string& op_filter);
+int run_perf(double min_seconds_per_case, const std::string& op_filter, const PerfShape& shape = PerfShape{});
 
 }  // namespace optest
 }  // namespace gpt2

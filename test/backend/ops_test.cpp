@@ -5,8 +5,9 @@
 // consistency check, and the tests are named for that. The comparison of two
 // different backends (CUDA, executed by the emulator, against CPU) is
 // test/backend_cuda/cuda_ops_test.cpp.
-// `backend_ops_test --perf [OP]` runs the perf mode (ops whose name contains
-// OP, default all) instead of the tests.
+// `backend_ops_test --perf [OP] [--elements N] [--seconds S]` runs the perf
+// mode (ops whose name contains OP, default all; AdamW and sum_squares over N
+// elements; at least S seconds of timed runs per case) instead of the tests.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -223,14 +224,28 @@ TEST(Vexp, AccurateToTwoUlp) {
 }  // namespace gpt2
 
 int main(int argc, char** argv) {
+  bool perf = false;
+  std::string filter;
+  gpt2::optest::PerfShape shape;
+  double seconds = 0.3;
   for (int i = 1; i < argc; i++) {
     if (std::strcmp(argv[i], "--perf") == 0) {
-      try {
-        return gpt2::optest::run_perf(0.3, i + 1 < argc ? argv[i + 1] : "");
-      } catch (const std::exception& e) {
-        std::fprintf(stderr, "error: %s\n", e.what());
-        return 1;
-      }
+      perf = true;
+      if (i + 1 < argc && argv[i + 1][0] != '-') filter = argv[++i];
+    } else if (perf && std::strcmp(argv[i], "--elements") == 0 && i + 1 < argc) {
+      // AdamW's and sum_squares' length: the default's state fits a large L3.
+      shape.elements = std::strtoull(argv[++i], nullptr, 10);
+    } else if (perf && std::strcmp(argv[i], "--seconds") == 0 && i + 1 < argc) {
+      // Longer on a shared machine: the fastest run needs a quiet moment.
+      seconds = std::strtod(argv[++i], nullptr);
+    }
+  }
+  if (perf) {
+    try {
+      return gpt2::optest::run_perf(seconds, filter, shape);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "error: %s\n", e.what());
+      return 1;
     }
   }
   ::testing::InitGoogleTest(&argc, argv);
