@@ -5,7 +5,8 @@
 # repository root of a lent GPU machine: GPU/driver/CUDA versions; the kit's
 # binaries (scripts/gpu_kit.sh, carried as gpu-kit/) or a build for the local
 # architecture; every CUDA op test and the CUDA training tests against the CPU
-# backend (fp32 and bf16); compute-sanitizer memcheck, racecheck and synccheck
+# backend (fp32 and bf16); d12 at ZeRO-3 (optimizer on the device, offloaded)
+# bitwise against ZeRO-2; compute-sanitizer memcheck, racecheck and synccheck
 # on the op tests; the per-op benchmark (`make bench-cuda`'s program); and d12
 # a Hugging Face client on the CPU (save_pretrained into ours, our --save-hf into
 # from_pretrained; skipped without transformers); d12 bf16 training throughput
@@ -27,7 +28,7 @@ while [ $# -gt 0 ]; do
     --quick) quick=1 ;;
     --rehearsal) rehearsal=1 ;;
     --kit) kit_dir=$2; shift ;;
-    -h|--help) sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     -*) echo "gpu_check: unknown option '$1' (see --help)" >&2; exit 2 ;;
     *) [ -z "$out" ] || { echo "gpu_check: one OUT_DIR only" >&2; exit 2; }; out=$1 ;;
   esac
@@ -70,13 +71,13 @@ run_phase() {  # run_phase NAME FULL_BUDGET QUICK_BUDGET FUNCTION
     echo "skipped: no time left"; return
   fi
   start=$(date +%s)
-  rm -f "$work/skip_reason"
+  rm -f "$work/skip_reason" "$work/fail_reason"
   timeout --kill-after=10 "$budget" bash -c "source scripts/gpu_check_phases.sh; $fn"; rc=$?
   case $rc in
     0) status=pass detail="" ;;
     77) status=skipped detail=$(cat "$work/skip_reason" 2>/dev/null) ;;
     124|137) status=timeout detail="timed out after ${budget} s" ;;
-    *) status=fail detail="exit $rc" ;;
+    *) status=fail detail="exit $rc$([ -s "$work/fail_reason" ] && echo ": $(cat "$work/fail_reason")")" ;;
   esac
   printf '%s\t%s\t%s\t%s\t%s\n' "$name" "$status" "$(( $(date +%s) - start ))" "$budget" "$detail" >> "$PHASES"
   echo "----- phase $name: $status${detail:+ ($detail)} in $(( $(date +%s) - start ))s"
@@ -88,6 +89,7 @@ run_phase env          20  10 phase_env
 run_phase binaries    200  40 phase_binaries
 run_phase op_tests    100  25 phase_op_tests
 run_phase train_tests  60  25 phase_train_tests
+run_phase zero3        60  40 phase_zero3
 run_phase sanitizer   150  25 phase_sanitizer
 run_phase attention   60  25 phase_attention
 run_phase bench_ops    60  30 phase_bench_ops

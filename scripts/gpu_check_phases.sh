@@ -4,6 +4,7 @@
 
 metric() { printf '%s\t%s\n' "$1" "$2" >> "$METRICS"; echo "metric $1 = $2"; }
 skip() { echo "$1" > "$work/skip_reason"; echo "skipped: $1"; exit 77; }
+fail_with() { echo "$1" > "$work/fail_reason"; echo "FAIL: $1"; }  # the phase's detail in the summary
 is_rehearsal() { [ "$rehearsal" = 1 ]; }
 is_quick() { [ "$quick" = 1 ]; }
 
@@ -199,6 +200,74 @@ phase_op_tests() {
 phase_train_tests() {
   load_bins
   CUDA_TRAINER=$CUDA_TRAINER CPU_TRAINER=$CPU_TRAINER PYTHON=$PY bash test/e2e/cuda_emu_train_test.sh
+}
+
+# ZeRO-3 and the offloaded optimizer on one GPU: 2 steps of d12 bf16 at
+# --zero-stage 3, on the device and with --offload-optimizer cpu, against the
+# same run at --zero-stage 2. One rank's stage 3 gathers its own bits, and the
+# host's AdamW rounds as the device kernel does (docs/distributed.md), so the
+# losses (--log-jsonl) and model.bin must be identical: a difference is a
+# finding (metrics zero3.stage3, zero3.offload). On a GPU a second stage-2 run
+# is the control: the encoder backward's float atomics may add in another order
+# from run to run, and then no comparison here means anything.
+phase_zero3() {
+  load_bins
+  local d=$work/zero3 name rc model=(--model d12 -B 4 -T 256) runs=(z2 z2_again z3 z3_offload)
+  if is_rehearsal; then
+    model=(--model d2 --config n_embd=32,n_head=2,max_seq=32 -B 2 -T 16)
+    export GPT2_EMU_THREADS=1  # one emulator worker: the atomics add in one order, no control needed
+    runs=(z2 z3 z3_offload)
+  fi
+  local args=(--device cuda --dtype bf16 "${model[@]}" --max-steps 2 --val-every 0 --sample-every 0
+              --train-data "$DATA/tinyshakespeare/tiny_shakespeare_train.bin")
+  mkdir -p "$d"
+  for name in "${runs[@]}"; do
+    local flags=(--zero-stage 2)
+    case $name in z3) flags=(--zero-stage 3) ;; z3_offload) flags=(--zero-stage 3 --offload-optimizer cpu) ;; esac
+    "$CUDA_TRAINER" "${args[@]}" "${flags[@]}" --output-dir "$d/$name" --log-jsonl "$d/$name.jsonl" \
+      > "$d/$name.log" 2>&1; rc=$?
+    [ $rc -eq 0 ] || { tail -5 "$d/$name.log"; fail_with "$name: the trainer exited $rc"; return 1; }
+    rm -f "$d/$name"/state_*.bin "$d/$name"/model_0*.bin  # the final checkpoint's optimizer state: GBs at d12
+    echo "$name: $(grep -E '^step' "$d/$name.log" | tr -s ' ' | cut -d'|' -f1,2 | paste -sd' ')"
+  done
+  local repeat stage3 offload
+  repeat="not run (rehearsal: one emulator worker)" stage3=$(same_run "$d" z2 z3) offload=$(same_run "$d" z2 z3_offload)
+  is_rehearsal || repeat=$(same_run "$d" z2 z2_again)
+  metric zero3.config "${model[*]} bf16, 2 steps, 1 rank"
+  metric zero3.repeat "$repeat"
+  metric zero3.stage3 "$stage3"
+  metric zero3.offload "$offload"
+  case $repeat in identical*|"not run"*) ;; *) skip "stage 2 run twice is not bitwise repeatable here ($repeat)" ;; esac
+  local bad=()
+  case $stage3 in identical*) ;; *) bad+=("stage 3 vs stage 2: $stage3") ;; esac
+  case $offload in identical*) ;; *) bad+=("stage 3 offloaded vs stage 2: $offload") ;; esac
+  [ ${#bad[@]} -eq 0 ] || { fail_with "$(IFS=';'; echo "${bad[*]}")"; return 1; }
+}
+
+# same_run DIR A B: "identical (N losses, model.bin)" or what differs first.
+same_run() {
+  local d=$1 a=$2 b=$3 losses
+  losses=$("$PY" - "$d/$a.jsonl" "$d/$b.jsonl" <<'PY'
+import json, sys
+def losses(path):
+    return [r["loss"] for r in map(json.loads, open(path)) if r.get("type") == "train"]
+a, b = losses(sys.argv[1]), losses(sys.argv[2])
+diff = [k for k, (x, y) in enumerate(zip(a, b), 1) if x != y]
+if len(a) != len(b) or not a:
+    print(f"losses: {len(a)} against {len(b)} steps")
+elif diff:
+    k = diff[0]
+    print(f"losses differ from step {k} ({a[k - 1]!r} against {b[k - 1]!r}, relative {abs(a[k - 1] - b[k - 1]) / abs(a[k - 1]):.1e})")
+else:
+    print(f"ok {len(a)}")
+PY
+  )
+  case $losses in
+    ok*) ;;
+    *) echo "$losses"; return ;;
+  esac
+  if cmp -s "$d/$a/model.bin" "$d/$b/model.bin"; then echo "identical (${losses#ok } losses, model.bin)"
+  else echo "same losses, model.bin differs ($(cmp -l "$d/$a/model.bin" "$d/$b/model.bin" 2>/dev/null | wc -l) bytes)"; fi
 }
 
 # compute-sanitizer's three tools on the op tests; in rehearsal their emulated

@@ -6,7 +6,7 @@
 #     trainer runs with the system's library folder hidden;
 #  3. without a GPU and without --rehearsal the check refuses within seconds;
 #  4. the quick rehearsal runs every phase on the emulated builds and passes, with
-#     the JSON summary holding real test counts and tokens/s;
+#     the JSON summary holding real test counts, tokens/s and ZeRO-3's verdicts;
 #  5. a broken kit makes the check fail, naming the phase.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -76,7 +76,8 @@ out = sys.argv[1]
 s = json.load(open(os.path.join(out, "gpu_check_summary.json")))
 report = open(os.path.join(out, "gpu_check_report.txt")).read()
 phases = {p["name"]: p["status"] for p in s["phases"]}
-want = ["env", "binaries", "op_tests", "train_tests", "sanitizer", "attention", "bench_ops", "hf_client", "throughput"]
+want = ["env", "binaries", "op_tests", "train_tests", "zero3", "sanitizer", "attention", "bench_ops", "hf_client",
+        "throughput"]
 assert list(phases) == want, phases
 try:
     import transformers  # noqa: F401
@@ -92,6 +93,10 @@ m = s["metrics"]
 for key in ("op_tests", "memcheck", "racecheck", "synccheck"):
     assert int(m[f"{key}.passed"]) > 0 and int(m[f"{key}.failed"]) == 0, (key, m)
 assert m["kit.checked"].startswith("unpacked"), m["kit.checked"]
+# ZeRO-3 on the device and offloaded, bitwise ZeRO-2 (one emulator worker: no control run)
+for key in ("zero3.stage3", "zero3.offload"):
+    assert m[key] == "identical (2 losses, model.bin)", (key, m[key])
+assert m["zero3.repeat"].startswith("not run"), m["zero3.repeat"]
 tp = s["throughput"]
 assert tp["ours"]["tok_per_s"] > 0 and tp["compact"]["tok_per_s"] > 0, tp
 assert tp["speed_ours_over_compact"] > 0 and tp["ours"]["peak_mem_mib"] > 0, tp
@@ -101,7 +106,7 @@ if has_transformers:
 else:
     assert hf.startswith("skipped: transformers is not installed"), hf
 assert "fp32: worst relative difference" in report and "===== summary =====" in report
-print(f"ok   rehearsal: {len(phases)} phases pass; op tests {m['op_tests.passed']} passed; "
+print(f"ok   rehearsal: {len(phases)} phases pass; op tests {m['op_tests.passed']} passed; zero3: {m['zero3.offload']}; "
       f"ours {tp['ours']['tok_per_s']:.0f} tok/s, compact {tp['compact']['tok_per_s']:.0f} tok/s; hf: {hf}")
 PY
 
