@@ -7,9 +7,10 @@
 # step left out: it pays for start-up) over all runs, the bytes one rank sends
 # per step (JSONL "comm_bytes"), and the ratio stage 3 / stage 2 (of the pooled
 # medians, and the median of each run pair's ratio).
-# The CPU communicator gathers synchronously (two slots, nothing ahead), so the
-# difference is ZeRO-3's gathers and copies on top of stage 2's step: the
-# upper end of what the overlap on GPUs has to hide (docs/distributed.md).
+# On CPU ranks the next layer's gather is an MPI_Iallgatherv issued while this
+# layer computes (three slots); Open MPI moves it mostly inside MPI calls, so
+# the difference is close to ZeRO-3's gathers and copies on top of stage 2's
+# step (docs/distributed.md).
 # Knobs: BENCH_LAYERS (12), BENCH_CHANNELS (256), BENCH_VOCAB (512), BENCH_B (4),
 # BENCH_T (64), BENCH_STEPS (10), BENCH_REPS (5), BENCH_RANKS (2).
 set -u
