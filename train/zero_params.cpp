@@ -23,8 +23,8 @@ ZeroParams::ZeroParams(Backend& backend, Communicator& comm, const ZeroPlan& pla
   backend_.zero(shard_);
   whole_ = backend_.alloc(layout_.numel[kWte] + plan_.unit(plan_.rest_unit()).numel, BufferRole::kParams);
   for (size_t i = 0; i < num_slots_; i++) slots_[i].buffer = backend_.alloc(plan_.unit(0).numel, BufferRole::kParams);
-  for (int t = 0; t < kNumParamTensors; t++)
-    if (ParamLayout::is_per_layer(t)) packed_at_[t] = plan_.unit(0).packed_position(layout_.layer_offset(t, 0));
+  whole_views_ = unit_views(plan_, layout_, whole_.slice(layout_.numel[kWte], plan_.unit(plan_.rest_unit()).numel), -1);
+  whole_views_[kWte] = whole_.slice(0, layout_.numel[kWte]);
   // Tests only: the compute stream reads a layer gathered ahead without
   // waiting for it, which the deferred stream emulation must catch.
   drop_wait_ = test_hook_drops_wait("GPT2_TEST_DROP_REUSE_WAIT", "gather", "rank " + std::to_string(comm.rank()) + ": ",
@@ -47,11 +47,11 @@ size_t ZeroParams::bytes() const {
   return n;
 }
 
-// wte sits at flat offset 0 and at whole_'s start; wpe and lnf follow it in
-// the rest unit's packing.
-Tensor ZeroParams::whole_view(size_t global, size_t n) const {
-  if (global < layout_.numel[kWte]) return whole_.slice(global, n);
-  return whole_.slice(layout_.numel[kWte] + plan_.unit(plan_.rest_unit()).packed_position(global), n);
+ParamTensors ZeroParams::gathered_views(int l) {
+  ParamTensors v = unit_views(plan_, layout_, slot_of(l).buffer, l);
+  for (int t = 0; t < kNumParamTensors; t++)
+    if (!ParamLayout::is_per_layer(t)) v[t] = whole_views_[t];
+  return v;
 }
 
 CommTicket ZeroParams::gather_unit(int u, Tensor packed, bool async) {
@@ -90,12 +90,7 @@ ParamTensors ZeroParams::views(int l) {
   ensure_gathered(l, false);
   const int ahead = upward_ ? l + 1 : l - 1;
   if (overlap_ && ahead >= 0 && ahead < layout_.num_layers) ensure_gathered(ahead, true);
-  const Tensor& buffer = slot_of(l).buffer;
-  ParamTensors v;
-  for (int t = 0; t < kNumParamTensors; t++)
-    v[t] = ParamLayout::is_per_layer(t) ? buffer.slice(packed_at_[t], layout_.layer_numel(t))
-                                        : whole_view(layout_.offset[t], layout_.numel[t]);
-  return v;
+  return gathered_views(l);
 }
 
 void ZeroParams::forget_layers() {
@@ -123,15 +118,14 @@ void ZeroParams::set_parameters(const std::vector<float>& host) {
 
 std::vector<float> ZeroParams::get_parameters() {
   std::vector<float> host(layout_.total);
-  for (int t = 0; t < kNumParamTensors; t++)
-    if (!ParamLayout::is_per_layer(t))
-      backend_.download(host.data() + layout_.offset[t], whole_view(layout_.offset[t], layout_.numel[t]));
   for (int l = 0; l < layout_.num_layers; l++) {
     ensure_gathered(l, false);
-    for (int t = 0; t < kNumParamTensors; t++)
-      if (ParamLayout::is_per_layer(t))
-        backend_.download(host.data() + layout_.layer_offset(t, l),
-                          slot_of(l).buffer.slice(packed_at_[t], layout_.layer_numel(t)));
+    const ParamTensors v = gathered_views(l);
+    for (int t = 0; t < kNumParamTensors; t++) {
+      if (!ParamLayout::is_per_layer(t) && l > 0) continue;  // the whole tensors once
+      backend_.download(host.data() + (ParamLayout::is_per_layer(t) ? layout_.layer_offset(t, l) : layout_.offset[t]),
+                        v[t]);
+    }
   }
   return host;
 }

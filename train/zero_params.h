@@ -27,6 +27,7 @@
 #include "distributed/comm.h"
 #include "distributed/zero_plan.h"
 #include "model/gpt2.h"
+#include "train/zero_staging.h"
 
 namespace gpt2 {
 
@@ -63,7 +64,7 @@ class ZeroParams final : public ParamSource {
   CommTicket gather_unit(int u, Tensor packed, bool async);
   Slot& slot_of(int l) { return slots_[static_cast<size_t>(l) % num_slots_]; }
   void ensure_gathered(int l, bool ahead);
-  Tensor whole_view(size_t global, size_t n) const;  // wte, wpe or lnf inside whole_
+  ParamTensors gathered_views(int l);  // layer l's slot (gathered) and the whole tensors
   void forget_layers();
 
   Backend& backend_;
@@ -75,7 +76,7 @@ class ZeroParams final : public ParamSource {
   Tensor shard_;
   Tensor whole_;  // wte, then the rest unit packed (wpe, lnfw, lnfb)
   std::array<Slot, 3> slots_;
-  std::array<size_t, kNumParamTensors> packed_at_{};  // per-layer tensor t's offset in a layer's packed unit
+  ParamTensors whole_views_;  // wte, wpe, lnfw, lnfb inside whole_ (the others empty)
   int last_layer_ = 0;
   bool upward_ = true;  // the direction the layers were last asked for in
   bool drop_wait_ = false;  // test hook GPT2_TEST_DROP_REUSE_WAIT=gather

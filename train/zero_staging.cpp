@@ -38,17 +38,20 @@ size_t ZeroStaging::bytes() const {
 }
 
 ParamTensors ZeroStaging::begin_unit(int l) {
-  const int u = l < 0 ? plan_.rest_unit() : l;
-  Tensor buffer = buffers_[buffer_of(u)];
+  Tensor buffer = buffers_[buffer_of(l < 0 ? plan_.rest_unit() : l)];
   backend_.zero(buffer);
-  ParamTensors g;
+  return unit_views(plan_, layout_, buffer, l);
+}
+
+ParamTensors unit_views(const ZeroPlan& plan, const ParamLayout& layout, Tensor packed, int l) {
+  const UnitExchange& unit = plan.unit(l < 0 ? plan.rest_unit() : l);
+  ParamTensors v;
   for (int t = 0; t < kNumParamTensors; t++) {
     if (t == kWte || ParamLayout::is_per_layer(t) != (l >= 0)) continue;
-    const size_t global = l >= 0 ? layout_.layer_offset(t, l) : layout_.offset[t];
-    const size_t n = l >= 0 ? layout_.layer_numel(t) : layout_.numel[t];
-    g[t] = buffer.slice(plan_.unit(u).packed_position(global), n);
+    const size_t global = l >= 0 ? layout.layer_offset(t, l) : layout.offset[t];
+    v[t] = packed.slice(unit.packed_position(global), l >= 0 ? layout.layer_numel(t) : layout.numel[t]);
   }
-  return g;
+  return v;
 }
 
 }  // namespace gpt2

@@ -47,6 +47,11 @@ class ZeroStaging {
   std::array<Tensor, 3> buffers_;  // layer buffers 0, 1 (one when not alternating), the rest
 };
 
+// The tensors of a buffer holding a plan unit packed (its ranges concatenated
+// in flat order): layer l's twelve (l >= 0) or the rest unit's wpe, lnfw and
+// lnfb (l = -1); the other entries empty.
+ParamTensors unit_views(const ZeroPlan& plan, const ParamLayout& layout, Tensor packed, int l);
+
 }  // namespace gpt2
 
 #endif  // TRAIN_ZERO_STAGING_H
