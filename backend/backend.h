@@ -198,6 +198,23 @@ class Backend {
   virtual void upload_tokens(Tensor dst, const int32_t* src) = 0;  // kTokens buffer
   virtual void copy(Tensor dst, Tensor src) = 0;                // same role/type, dst.numel elems
   virtual void synchronize() {}
+  // Transfers that overlap host work (the offloaded optimizer's). Queued in
+  // order after the ops issued before them, they return at once; `host` must
+  // stay untouched until wait_mark(a mark issued after them) returns.
+  //   download_async: host[i] = float(src[i])   (src.numel elements)
+  //   upload_async:   dst[i] = round(host[i])   (dst.numel elements)
+  // `via`: fp32 device scratch of at least as many elements, used when the
+  // device tensor is bf16: widened and rounded on the device, so fp32 crosses
+  // the bus and the host converts nothing. Host memory registered by pin_host
+  // is copied by DMA while the host works; other memory is staged (slower).
+  // Defaults: the synchronous upload and download, marks that are all passed.
+  virtual void download_async(float* host, Tensor src, Tensor via) { (void)via; download(host, src); }
+  virtual void upload_async(Tensor dst, const float* host, Tensor via) { (void)via; upload(dst, host); }
+  virtual uint64_t issue_mark() { return 0; }    // everything queued so far
+  virtual void wait_mark(uint64_t mark) { (void)mark; }  // the host waits until it has run
+  // Page-locks [p, p + bytes) for the transfers above (false: left pageable).
+  virtual bool pin_host(void* p, size_t bytes) { (void)p; (void)bytes; return false; }
+  virtual void unpin_host(void* p) { (void)p; }
   // Profiling (CUDA: NVTX ranges that nsys and ncu show, and the capture
   // window of cudaProfilerStart/Stop for --profile-steps); no-ops elsewhere.
   virtual void range_push(const char* name) { (void)name; }

@@ -448,6 +448,31 @@ cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total_bytes) {
   return cudaSuccess;
 }
 
+// Page-locking memory the program allocated: copies from and to it are then
+// deferred as for cudaMallocHost's blocks (read and written when they run).
+cudaError_t cudaHostRegister(void* ptr, size_t size, unsigned int flags) {
+  (void)flags;
+  if (ptr == nullptr || size == 0) return fail(cudaErrorInvalidValue);
+  std::lock_guard<std::mutex> lock(state().mutex);
+  auto next = state().pinned.lower_bound(ptr);
+  const char* p = static_cast<const char*>(ptr);
+  if (next != state().pinned.end() && static_cast<const char*>(next->first) < p + size)
+    return fail(cudaErrorHostMemoryAlreadyRegistered);
+  if (next != state().pinned.begin()) {
+    auto prev = std::prev(next);
+    if (static_cast<const char*>(prev->first) + prev->second > p) return fail(cudaErrorHostMemoryAlreadyRegistered);
+  }
+  state().pinned[ptr] = size;
+  return cudaSuccess;
+}
+
+cudaError_t cudaHostUnregister(void* ptr) {
+  gpt2::emu::drain_all();  // queued copies may still use the range
+  std::lock_guard<std::mutex> lock(state().mutex);
+  if (state().pinned.erase(ptr) == 0) return fail(cudaErrorHostMemoryNotRegistered);
+  return cudaSuccess;
+}
+
 namespace {
 
 // Whether [p, p + count) lies inside one cudaMallocHost block.

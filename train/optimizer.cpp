@@ -4,6 +4,9 @@
 #include <cmath>
 #include <stdexcept>
 
+#include "train/test_hooks.h"
+#include "util/test_hook.h"
+
 namespace gpt2 {
 
 AdamW::AdamW(Backend& backend, const ParamLayout& layout, size_t begin, size_t end, Backend* host)
@@ -15,43 +18,65 @@ AdamW::AdamW(Backend& backend, const ParamLayout& layout, size_t begin, size_t e
   v_ = b.alloc(n, BufferRole::kOptimizer);
   b.zero(m_);
   b.zero(v_);
-  if (host_) host_grads_ = host_->alloc(n, BufferRole::kOptimizer);
+  if (!host_) return;
+  host_io_ = host_->alloc(2 * n, BufferRole::kOptimizer);
+  host_->zero(host_io_);
+  master_ = host_io_.slice(0, n);
+  host_grads_ = host_io_.slice(n, n);
+  if (numel() > 0) pinned_ = backend_.pin_host(host_io_.ptr, host_io_.bytes());
+  if (size_t c = test_offload_chunk()) chunk_ = c;
+  drop_landing_wait_ = test_hook_drops_wait("GPT2_TEST_DROP_OFFLOAD_WAIT", "1", "",
+                                            "the wait for an offloaded gradient chunk to land");
 }
 
 AdamW::~AdamW() {
   Backend& b = state_backend();
   b.free(m_);
   b.free(v_);
-  if (!master_.empty()) b.free(master_);
-  if (!host_grads_.empty()) b.free(host_grads_);
+  if (host_) {
+    try {  // queued transfers still use the host block; a faulted device has none to run
+      backend_.synchronize();
+      if (pinned_) backend_.unpin_host(host_io_.ptr);
+    } catch (const std::exception&) {
+    }
+    host_->free(host_io_);
+    if (!via_.empty()) backend_.free(via_);
+  } else if (!master_.empty()) {
+    b.free(master_);
+  }
 }
 
 void AdamW::reserve_master(Tensor params) {
   fp32_copy_ = params.elem_bytes == 4;
-  if ((fp32_copy_ && !host_) || numel() == 0) return;
-  if (master_.empty()) master_ = state_backend().alloc(numel(), BufferRole::kOptimizer);
+  if (numel() == 0) return;
+  if (host_) {
+    if (!fp32_copy_ && via_.empty()) via_ = backend_.alloc(std::min(numel(), chunk_), BufferRole::kOptimizer);
+    return;
+  }
+  if (!fp32_copy_ && master_.empty()) master_ = backend_.alloc(numel(), BufferRole::kOptimizer);
 }
 
 void AdamW::attach_master(Tensor params) {
   reserve_master(params);
-  if (master_.empty()) return;
+  if (master_.empty() || numel() == 0) return;
+  if (host_) backend_.synchronize();  // a queued upload may still read the copy
   std::vector<float> host(numel());
   backend_.download(host.data(), params.slice(0, numel()));  // widened exactly
-  state_backend().upload(master_, host.data());
+  state_backend().upload(master_.slice(0, numel()), host.data());
 }
 
 template <class Update>
-void AdamW::for_each_piece(Update update) const {
+void AdamW::for_each_piece(size_t lo, size_t hi, Update update) const {
   for (int k = 0; k < kNumParamTensors; k++) {
-    const size_t lo = std::max(begin_, layout_.offset[k]);
-    const size_t hi = std::min(end_, layout_.offset[k] + layout_.numel[k]);
-    if (lo < hi) update(lo - begin_, hi - lo, ParamLayout::decays(k));
+    const size_t a = std::max(begin_ + lo, layout_.offset[k]);
+    const size_t b = std::min(begin_ + hi, layout_.offset[k] + layout_.numel[k]);
+    if (a < b) update(a - begin_, b - a, ParamLayout::decays(k));
   }
 }
 
 void AdamW::step(Tensor params, Tensor shard_grads, float lr, Tensor clip, int t, const AdamWHyper& h) {
   if (host_) return step_offloaded(params, shard_grads, lr, clip, t, h);
-  for_each_piece([&](size_t rel, size_t n, bool decays) {
+  for_each_piece(0, numel(), [&](size_t rel, size_t n, bool decays) {
     backend_.adamw_update_clipped({.params = params.slice(rel, n),
                                    .master = master_.empty() ? Tensor{} : master_.slice(rel, n),
                                    .grads = shard_grads.slice(rel, n), .m = m_.slice(rel, n), .v = v_.slice(rel, n),
@@ -60,21 +85,39 @@ void AdamW::step(Tensor params, Tensor shard_grads, float lr, Tensor clip, int t
   });
 }
 
-// The clip scale and the gradients come down (one host wait), the host
-// updates its fp32 copy, the copy goes up into the parameters.
+// The clip scale comes down (one host wait), then chunk by chunk: the host
+// waits for chunk c's gradients, sends for chunk c + kAhead's, updates its
+// copy of chunk c and sends it up. One stream carries both directions, so a
+// chunk's download is queued behind the uploads issued before it.
 void AdamW::step_offloaded(Tensor params, Tensor shard_grads, float lr, Tensor clip, int t, const AdamWHyper& h) {
   if (numel() == 0) return;
   double state[2];
   backend_.read_clip(state, clip);
   if (std::isnan(state[1])) return;  // a non-finite norm: no update, as on the device
-  backend_.download(static_cast<float*>(host_grads_.ptr), shard_grads.slice(0, numel()));
-  for_each_piece([&](size_t rel, size_t n, bool decays) {
-    host_->adamw_update({.params = master_.slice(rel, n), .grads = host_grads_.slice(rel, n), .m = m_.slice(rel, n),
-                         .v = v_.slice(rel, n), .lr = lr, .beta1 = h.beta1, .beta2 = h.beta2, .eps = h.eps,
-                         .weight_decay = decays ? h.weight_decay : 0.0f,
-                         .grad_scale = static_cast<float>(state[1]), .t = t});
-  });
-  backend_.upload(params.slice(0, numel()), static_cast<const float*>(master_.ptr));
+  constexpr size_t kAhead = 2;
+  const size_t chunks = (numel() + chunk_ - 1) / chunk_;
+  auto lo_of = [&](size_t c) { return c * chunk_; };
+  auto len_of = [&](size_t c) { return std::min(chunk_, numel() - c * chunk_); };
+  auto via = [&](size_t len) { return via_.empty() ? Tensor{} : via_.slice(0, len); };
+  std::vector<uint64_t> landed(chunks);
+  auto send_down = [&](size_t c) {
+    backend_.download_async(static_cast<float*>(host_grads_.ptr) + lo_of(c), shard_grads.slice(lo_of(c), len_of(c)),
+                            via(len_of(c)));
+    landed[c] = backend_.issue_mark();
+  };
+  for (size_t c = 0; c < std::min(kAhead, chunks); c++) send_down(c);
+  for (size_t c = 0; c < chunks; c++) {
+    if (!drop_landing_wait_) backend_.wait_mark(landed[c]);
+    if (c + kAhead < chunks) send_down(c + kAhead);
+    for_each_piece(lo_of(c), lo_of(c) + len_of(c), [&](size_t rel, size_t n, bool decays) {
+      host_->adamw_update({.params = master_.slice(rel, n), .grads = host_grads_.slice(rel, n), .m = m_.slice(rel, n),
+                           .v = v_.slice(rel, n), .lr = lr, .beta1 = h.beta1, .beta2 = h.beta2, .eps = h.eps,
+                           .weight_decay = decays ? h.weight_decay : 0.0f,
+                           .grad_scale = static_cast<float>(state[1]), .t = t});
+    });
+    backend_.upload_async(params.slice(lo_of(c), len_of(c)), static_cast<const float*>(master_.ptr) + lo_of(c),
+                          via(len_of(c)));
+  }
 }
 
 void AdamW::get_state(std::vector<float>* m, std::vector<float>* v, std::vector<float>* master) const {
@@ -87,17 +130,18 @@ void AdamW::get_state(std::vector<float>* m, std::vector<float>* v, std::vector<
   Backend& b = state_backend();
   b.download(m->data(), m_.slice(0, numel()));
   b.download(v->data(), v_.slice(0, numel()));
-  if (master_in_state) b.download(master->data(), master_);
+  if (master_in_state) b.download(master->data(), master_.slice(0, numel()));
 }
 
 void AdamW::set_state(const std::vector<float>& m, const std::vector<float>& v, const std::vector<float>& master) {
   if (m.size() != numel() || v.size() != numel() || (!master.empty() && master.size() != numel()))
     throw std::runtime_error("AdamW: optimizer state size mismatch");
   if (numel() == 0) return;
+  if (host_) backend_.synchronize();  // a queued upload may still read the copy
   Backend& b = state_backend();
   b.upload(m_.slice(0, numel()), m.data());
   b.upload(v_.slice(0, numel()), v.data());
-  if (!master.empty() && has_master() && !fp32_copy_) b.upload(master_, master.data());
+  if (!master.empty() && has_master() && !fp32_copy_) b.upload(master_.slice(0, numel()), master.data());
 }
 
 }  // namespace gpt2

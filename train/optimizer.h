@@ -8,7 +8,10 @@
 // back up, rounded to the parameters' type as the device kernel rounds its
 // master. Both backends evaluate AdamW's expressions with the same roundings
 // (backend/cuda/adamw.cuh), so the weights are the on-device optimizer's.
-// The step waits for the host: the next forward needs its parameters.
+// The step is a pipeline of chunks: while the host updates chunk c, chunk
+// c + 1's gradients are on their way down and chunk c - 1's weights on their
+// way up (Backend::download_async; the copy and the landed gradients pinned).
+// The next forward still waits for the last chunk: it needs its parameters.
 #ifndef TRAIN_OPTIMIZER_H
 #define TRAIN_OPTIMIZER_H
 
@@ -49,10 +52,12 @@ class AdamW {
   size_t end() const { return end_; }
   size_t numel() const { return end_ - begin_; }
   bool offloaded() const { return host_ != nullptr; }
-  // Optimizer memory on the device, and (offloaded) on the host: the state
-  // and the gradients' landing buffer.
-  size_t state_bytes() const { return offloaded() ? 0 : host_state_bytes_of(); }
-  size_t host_bytes() const { return offloaded() ? host_state_bytes_of() + numel() * sizeof(float) : 0; }
+  // Optimizer memory on the device (offloaded: bf16's transfer chunk), and
+  // (offloaded) on the host: the state and the gradients' landing buffer.
+  size_t state_bytes() const { return offloaded() ? via_.bytes() : host_state_bytes_of(); }
+  size_t host_bytes() const { return offloaded() ? 4 * numel() * sizeof(float) : 0; }
+  // The offload's pipeline chunk, in elements.
+  static constexpr size_t kOffloadChunk = size_t{1} << 22;
   // Host copies of the moments (and master weights, empty without), for checkpoints.
   void get_state(std::vector<float>* m, std::vector<float>* v, std::vector<float>* master) const;
   // `master` may be empty: keep the master attached from the parameters.
@@ -62,16 +67,22 @@ class AdamW {
   size_t host_state_bytes_of() const { return (has_master() ? 3 : 2) * numel() * sizeof(float); }
   Backend& state_backend() const { return host_ ? *host_ : backend_; }
   void step_offloaded(Tensor params, Tensor shard_grads, float lr, Tensor clip, int t, const AdamWHyper& h);
-  // One update call per (tensor ∩ range), so each piece gets its own decay.
+  // One update call per (tensor ∩ [lo, hi)), relative to begin, so each piece
+  // gets its own decay.
   template <class Update>
-  void for_each_piece(Update update) const;
+  void for_each_piece(size_t lo, size_t hi, Update update) const;
 
   Backend& backend_;
   Backend* const host_;
   const ParamLayout layout_;
   size_t begin_, end_;
   Tensor m_, v_, master_;  // on state_backend(); offloaded, master_ is the fp32 copy at any precision
-  Tensor host_grads_;      // offloaded: the gradients, landed
+  // Offloaded: one pinned host block, the copy (master_) then the landed
+  // gradients (host_grads_); via_, the device's fp32 chunk for bf16 transfers.
+  Tensor host_io_, host_grads_, via_;
+  bool pinned_ = false;
+  size_t chunk_ = kOffloadChunk;
+  bool drop_landing_wait_ = false;  // test hook GPT2_TEST_DROP_OFFLOAD_WAIT
   bool fp32_copy_ = false;  // offloaded fp32 parameters: master_ is their exact copy
 };
 

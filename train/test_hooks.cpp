@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <stdexcept>
+#include <string>
 #include <thread>
 
 #include "distributed/context.h"
@@ -19,6 +20,15 @@ bool test_fault_env(const char* rank_var, const char* step_var, int rank, int st
   return r && s && std::atoi(r) == rank && std::atoi(s) == step + 1;
 }
 
+// Hook `name`'s positive count of `unit`s, 0 when unset.
+size_t positive_count(const char* name, const char* unit) {
+  const char* v = test_hook(name);
+  if (!v) return 0;
+  const long long n = std::atoll(v);
+  if (n < 1) throw std::runtime_error(std::string(name) + " must be a positive " + unit + " count");
+  return static_cast<size_t>(n);
+}
+
 }  // namespace
 
 void test_fault_hook(const DistContext& dist, int step) {
@@ -31,13 +41,9 @@ void test_fault_hook(const DistContext& dist, int step) {
   for (;;) std::this_thread::sleep_for(std::chrono::hours(1));
 }
 
-size_t test_wte_chunk_rows() {
-  const char* v = test_hook("GPT2_TEST_WTE_CHUNK_ROWS");
-  if (!v) return 0;
-  const long long rows = std::atoll(v);
-  if (rows < 1) throw std::runtime_error("GPT2_TEST_WTE_CHUNK_ROWS must be a positive row count");
-  return static_cast<size_t>(rows);
-}
+size_t test_wte_chunk_rows() { return positive_count("GPT2_TEST_WTE_CHUNK_ROWS", "row"); }
+
+size_t test_offload_chunk() { return positive_count("GPT2_TEST_OFFLOAD_CHUNK", "element"); }
 
 float test_gradient_scale(int step) {
   const char* v = test_hook("GPT2_TEST_SCALE_GRAD");

@@ -23,6 +23,11 @@ void test_fault_hook(const DistContext& dist, int step);
 // same on every rank. Results stay exact.
 size_t test_wte_chunk_rows();
 
+// The offloaded optimizer's chunk, in elements (0: the default), so small
+// models pipeline several chunks (test/distributed/zero_cuda_emu_test.sh):
+// GPT2_TEST_OFFLOAD_CHUNK=N. Results stay exact.
+size_t test_offload_chunk();
+
 // A planted gradient spike (test/e2e/spike_guard_test.sh):
 // GPT2_TEST_SCALE_GRAD=N:F multiplies every gradient of step N (1-based) by F
 // on every rank, leaving its loss alone. 1 for other steps.

@@ -39,6 +39,7 @@
 #include "backend/cuda/flash_attention.cuh"
 #include "backend/cuda/gelu.cuh"
 #include "backend/cuda/global_norm.cuh"
+#include "backend/cuda/host_transfers.cuh"
 #include "backend/cuda/layernorm.cuh"
 #include "backend/cuda/matmul.cuh"
 #include "backend/cuda/residual.cuh"
@@ -207,6 +208,25 @@ class CudaBackend final : public Backend {
     CUDA_CHECK(cudaStreamSynchronize(stream_));
     for (size_t i = 0; i < src.numel; i++) dst[i] = __bfloat162float(host[i]);
   }
+  // backend/cuda/host_transfers.cuh: on the stream, no host wait.
+  void download_async(float* host, Tensor src, Tensor via) override {
+    if (src.numel == 0) return;
+    need(src, src.numel, "download_async", "src", src.elem_bytes == 2 ? 2 : 4);
+    if (src.elem_bytes == 2) need(via, src.numel, "download_async", "via", 4);
+    transfers_.download(host, src.ptr, src.numel, src.elem_bytes == 2, or_null<float>(via), stream_);
+    if (sync_ops_) CUDA_CHECK(cudaStreamSynchronize(stream_));
+  }
+  void upload_async(Tensor dst, const float* host, Tensor via) override {
+    if (dst.numel == 0) return;
+    need(dst, dst.numel, "upload_async", "dst", dst.elem_bytes == 2 ? 2 : 4);
+    if (dst.elem_bytes == 2) need(via, dst.numel, "upload_async", "via", 4);
+    transfers_.upload(dst.ptr, host, dst.numel, dst.elem_bytes == 2, or_null<float>(via), stream_);
+    if (sync_ops_) CUDA_CHECK(cudaStreamSynchronize(stream_));
+  }
+  uint64_t issue_mark() override { return transfers_.mark(stream_); }
+  void wait_mark(uint64_t mark) override { transfers_.wait(mark); }
+  bool pin_host(void* p, size_t bytes) override { return transfers_.pin(p, bytes); }
+  void unpin_host(void* p) override { transfers_.unpin(p); }
   void copy(Tensor dst, Tensor src) override {
     if (dst.numel == 0) return;
     need(src, dst.numel, "copy", "src", dst.elem_bytes);
@@ -661,6 +681,7 @@ class CudaBackend final : public Backend {
     if (stream_ != nullptr) cudaStreamSynchronize(stream_);
     cudnn_.reset();
     staging_.release();
+    transfers_.release();
     if (workspace_ != nullptr) cudaFree(workspace_);
     if (norm_partials_ != nullptr) cudaFree(norm_partials_);
     if (clip_pinned_ != nullptr) cudaFreeHost(clip_pinned_);
@@ -699,6 +720,7 @@ class CudaBackend final : public Backend {
   std::unordered_map<void*, size_t> live_;  // alloc()'s buffers and their bytes
   size_t allocated_bytes_ = 0;
   kern::TokenStaging staging_;
+  kern::HostTransfers transfers_;
 };
 
 }  // namespace

@@ -10,8 +10,8 @@ the CUDA backend allocate them, and at --world W > 1 each ZeRO stage's bytes per
 and step on the interconnect, their time and the part the schedule leaves exposed
 (comm_rows). With --offload-optimizer cpu the optimizer's state moves to the host
 (memory rows of group "host", outside the device's total) and the step gains the
-offload's serial part (offload_ops): gradients down and weights up over PCIe, the
-host's AdamW and its bf16 conversions.
+offload's pipeline (offload_ops): gradients down and weights up over PCIe beside the
+host's AdamW, chunk by chunk.
 
 Byte-counting assumptions (conservative, stated once here):
   * a GEMM reads each operand once and writes its output once (dW GEMMs run with
@@ -107,17 +107,17 @@ MEMSET_EFF = 0.9  # cudaMemsetAsync: write-only streaming
 
 # ----------------------------------------------------------------- the offloaded optimizer (host side)
 # PCIe 5.0 x16, H100 SXM's link to the host: 64 GB/s raw per direction, ~55 GB/s
-# effective (an assumption, not measured here; the trainer's host buffers are
-# pageable, which usually copies slower than pinned memory).
+# effective with pinned host memory, as the trainer's transfer buffers are (an
+# assumption, not measured here).
 PCIE_GBS = 55.0
+OFFLOAD_CHUNK = 1 << 22  # elements per pipeline chunk (AdamW::kOffloadChunk, train/optimizer.h)
 # The CPU backend's adamw_update over 64M parameters (28 B each: read g, m, v, p,
 # write m, v, p): the fastest of several runs of `backend_ops_test --perf adamw
 # --elements 67108864` on the shared 2-core development VM (docs/kernels.md), both
-# threads, and one thread (the rate of the single-threaded bf16 conversions).
+# threads.
 HOST_ADAMW_GBS = 35.9
-HOST_ONE_THREAD_GBS = 22.9
 ADAMW_HOST_BYTES = 28       # per parameter
-CONVERT_HOST_BYTES = 12     # bf16: widen 2 -> 4 B after the download, round 4 -> 2 B before the upload
+OFFLOAD_BUS_BYTES = 4       # per parameter and direction: fp32 crosses the bus at either precision
 
 COUNTS_FILE = "dev/roofline/attention_counts.json"
 
@@ -180,15 +180,15 @@ MUFU_CLASS = "mufu (ex2, lg2, rcp)"
 
 
 class HostOp(Op):
-    """Work of the offloaded optimizer off the GPU, priced by one rate: bytes over PCIe
-    ("PCIe") or host memory traffic ("host"). The GPU waits for it."""
+    """Work of the offloaded optimizer off the GPU, priced in seconds per resource: the bus ("PCIe")
+    and host memory traffic ("host"). The GPU waits for the slowest."""
 
-    def __init__(self, name, nbytes, rate, resource, group):
+    def __init__(self, name, nbytes, seconds, group):
         super().__init__(name, 0, nbytes, PEAK_BF16, 1.0, 1.0, group=group)
-        self.rate, self.resource = rate, resource
+        self.seconds = seconds
 
     def times(self):
-        return {self.resource: self.bytes / self.rate}
+        return dict(self.seconds)
 
 
 def load_counts(path):
@@ -225,7 +225,7 @@ class Config:
         self.device_comm = a.world > 1  # NCCL-style device-memory communicator (stage-2 overlap)
         self.link_gbps = a.link_gbps
         self.offload = a.offload_optimizer == "cpu"
-        self.pcie_gbs, self.host_gbs, self.host1_gbs = a.pcie_gbs, a.host_adamw_gbs, a.host_one_thread_gbs
+        self.pcie_gbs, self.host_gbs = a.pcie_gbs, a.host_adamw_gbs
         self.ws_bytes = a.cublaslt_workspace_mib << 20
         self.s = 2 if a.dtype == "bf16" else 4  # storage element size
 
@@ -342,9 +342,9 @@ def memory_table(c):
     if c.offload:  # train/optimizer.cpp on the host backend: an fp32 copy at either precision, the landing buffer
         rows.append(("host", "AdamW m (fp32, host)", n_alloc, 4))
         rows.append(("host", "AdamW v (fp32, host)", n_alloc, 4))
-        rows.append(("host", "gradient landing buffer (fp32, host)", n_alloc, 4))
-        if n_opt > 0:
-            rows.append(("host", "fp32 copy of the parameters (host)", n_opt, 4))
+        rows.append(("host", "fp32 copy + gradient landing, one pinned block (host)", 2 * n_alloc, 4))
+        if s == 2 and n_opt > 0:  # bf16 is widened and rounded on the device, one pipeline chunk at a time
+            rows.append(("optimizer", "offload transfer chunk (fp32)", min(n_opt, OFFLOAD_CHUNK), 4))
     else:
         rows.append(("optimizer", "AdamW m (fp32)", n_alloc, 4))
         rows.append(("optimizer", "AdamW v (fp32)", n_alloc, 4))
@@ -636,19 +636,20 @@ def step_ops(c):
 
 
 def offload_ops(c, n):
-    """--offload-optimizer cpu (train/optimizer.cpp, step_offloaded), one after another while the GPU
-    waits: the gradient shard down (storage type), the host's AdamW on its fp32 copy (28 B per
-    parameter at the CPU backend's measured rate; on a server, that rate is the host's AdamW
-    bandwidth divided by the GPUs sharing it), the copy up (rounded to the storage type). bf16:
-    the CUDA backend widens after the download and rounds before the upload on one host thread."""
-    pcie, host, one = c.pcie_gbs * 1e9, c.host_gbs * 1e9, c.host1_gbs * 1e9
-    ops = [HostOp("offload: gradients down (PCIe)", n * c.s, pcie, "PCIe", "offload PCIe"),
-           HostOp("offload: AdamW on the host", n * ADAMW_HOST_BYTES, host, "host", "offload host AdamW")]
-    if c.s == 2:
-        ops.append(HostOp("offload: bf16 widen and round (one host thread)", n * CONVERT_HOST_BYTES, one, "host",
-                          "offload host bf16 conversion"))
-    ops.append(HostOp("offload: weights up (PCIe)", n * c.s, pcie, "PCIe", "offload PCIe"))
-    return ops
+    """--offload-optimizer cpu (train/optimizer.cpp, step_offloaded): a pipeline of OFFLOAD_CHUNK
+    parameters per chunk on the backend's one stream. Gradients go down and weights up as fp32 (bf16 is
+    widened and rounded on the device: 4 B each way at either precision, no host conversion); the host
+    runs AdamW on chunk c (28 B per parameter at the CPU backend's measured rate; on a server, the host's
+    AdamW bandwidth divided by the GPUs sharing it) while the bus carries the neighbours. The GPU waits
+    for the whole: the slower of the bus (both directions share the stream) and the host, plus the
+    pipeline's fill and drain (the first chunk down, the last one up)."""
+    pcie, host = c.pcie_gbs * 1e9, c.host_gbs * 1e9
+    bus = 2 * OFFLOAD_BUS_BYTES  # per parameter, down and up
+    k = min(n, OFFLOAD_CHUNK)
+    return [HostOp("offload: pipelined, the slower of PCIe and the host's AdamW", n * ADAMW_HOST_BYTES,
+                   {"PCIe": n * bus / pcie, "host": n * ADAMW_HOST_BYTES / host}, "offload pipeline"),
+            HostOp("offload: pipeline fill and drain (first chunk down, last up)", k * bus, {"PCIe": k * bus / pcie},
+                   "offload fill")]
 
 
 # ----------------------------------------------------------------- communication (data parallel)
@@ -734,38 +735,37 @@ def print_comm(c, ops, heading="### "):
 
 def print_offload(argvs, heading="### "):
     """Per config (argv lists, each run with and without --offload-optimizer cpu): the shard, device
-    and host memory, and the offload's serial part of the step."""
+    and host memory, and the offload's pipeline in the step."""
     if heading is not None:
         print("%sThe optimizer offloaded (`--offload-optimizer cpu`), per rank and step" % heading)
         print()
     print("| config | shard parameters | device GB without / with | host GB | PCIe MB each way | PCIe ms "
-          "| host AdamW ms | bf16 conversion ms | added ms | step ms without / with |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+          "| host AdamW ms | added ms | step ms without / with |")
+    print("|---|---|---|---|---|---|---|---|---|")
     c = None
     for argv in argvs:
         base = Config(parse(argv + ["--offload-optimizer", "none"]))
         c = Config(parse(argv + ["--offload-optimizer", "cpu"]))
         ops = step_ops(c)
-        t = {g: sum(o.time() for o in ops if o.group == g)
-             for g in ("offload PCIe", "offload host AdamW", "offload host bf16 conversion")}
+        pipe = [o for o in ops if o.group == "offload pipeline"][0].times()
+        added = sum(o.time() for o in ops if o.group in ("offload pipeline", "offload fill"))
         P = num_params(c)
         n = P if c.zero == 0 else min(zero_plan(c)[0], P)
         tot, tot0 = group_totals(c), group_totals(base)
-        print("| ZeRO-%d, W=%d | %d | %.2f / %.2f | %.2f | %.0f | %.1f | %.1f | %.1f | %.1f | %.1f / %.1f |" % (
+        print("| ZeRO-%d, W=%d | %d | %.2f / %.2f | %.2f | %.0f | %.1f | %.1f | %.1f | %.1f / %.1f |" % (
             c.zero, c.world, n, device_bytes(tot0) / 1e9, device_bytes(tot) / 1e9, tot["host"] / 1e9,
-            n * c.s / 1e6, t["offload PCIe"] * 1e3, t["offload host AdamW"] * 1e3,
-            t["offload host bf16 conversion"] * 1e3, sum(t.values()) * 1e3,
+            n * OFFLOAD_BUS_BYTES / 1e6, pipe["PCIe"] * 1e3, pipe["host"] * 1e3, added * 1e3,
             sum(o.time() for o in step_ops(base)) * 1e3, sum(o.time() for o in ops) * 1e3))
     print()
-    print("Added to the step serially (the next forward needs the weights): 2 x shard x %d B over PCIe at %.0f GB/s "
-          "per direction (PCIe 5.0 x16, H100 SXM; assumed, with a path of its own per GPU), %d B per shard "
-          "parameter of host memory traffic for AdamW at %.1f GB/s, and in bf16 %d B per parameter of conversions "
-          "on one host thread at %.1f GB/s (the rates measured on the development VM; `--pcie-gbs`, "
-          "`--host-adamw-gbs`, `--host-one-thread-gbs`). On a server, AdamW's rate per rank is the host's AdamW "
-          "bandwidth over the GPUs that share it: t = %d B x shard x GPUs per host / host GB/s. Dropped: "
-          "the device's AdamW kernel; not counted: the host wait's latency and pageable-memory copies' "
-          "slowdown." % (c.s, c.pcie_gbs, ADAMW_HOST_BYTES, c.host_gbs, CONVERT_HOST_BYTES, c.host1_gbs,
-                         ADAMW_HOST_BYTES))
+    print("Added to the step (the next forward needs the weights): the slower of PCIe (2 x shard x %d B, fp32 at "
+          "either precision, both directions on one stream, at %.0f GB/s: PCIe 5.0 x16, H100 SXM, pinned; "
+          "assumed, with a path of its own per GPU) and the host's AdamW (%d B per shard parameter of host memory "
+          "traffic at %.1f GB/s, measured on the development VM), plus one %d-parameter chunk down and one up "
+          "(the pipeline's fill and drain; `--pcie-gbs`, `--host-adamw-gbs`). On a server, AdamW's rate per rank "
+          "is the host's AdamW bandwidth over the GPUs that share it: t = %d B x shard x GPUs per host / "
+          "host GB/s. Dropped: the device's AdamW kernel; not counted: the host waits' latency and the "
+          "device's bf16 conversions (microseconds)." % (OFFLOAD_BUS_BYTES, c.pcie_gbs, ADAMW_HOST_BYTES,
+                                                          c.host_gbs, OFFLOAD_CHUNK, ADAMW_HOST_BYTES))
     print()
 
 
@@ -998,8 +998,6 @@ def parse(argv):
     p.add_argument("--host-adamw-gbs", type=float, default=HOST_ADAMW_GBS,
                    help="the host's AdamW rate per rank in GB/s of state traffic (28 B per parameter); default: "
                         "measured on the development VM; a server: its AdamW bandwidth / the GPUs sharing it")
-    p.add_argument("--host-one-thread-gbs", type=float, default=HOST_ONE_THREAD_GBS,
-                   help="one host thread's streaming rate in GB/s (the bf16 conversions around the transfers)")
     p.add_argument("--attention", choices=["auto", "cudnn", "flash", "classic"], default="auto",
                    help="the trainer's flag: auto = cudnn for bf16 (head size a multiple of 8 up to 128) when the "
                         "build has cuDNN, else flash")

@@ -32,8 +32,9 @@
 #   7. ZeRO-3 (parameters sharded, layers gathered ahead on the communication
 #      stream) in 1 as well; one rank at ZeRO-3 equals one rank at ZeRO-2; at 4
 #      ranks, bf16, --recompute 2 and dropout 0.1, ZeRO-3 bitwise ZeRO-0;
-#   8. the optimizer offloaded to the CPU (--offload-optimizer cpu) bitwise the
-#      on-device one (fp32 ZeRO-0, bf16 ZeRO-3, clipping on); a 2-rank bf16
+#   8. the optimizer offloaded to the CPU (--offload-optimizer cpu), pipelined
+#      in small chunks under deferred streams, bitwise the on-device one (fp32
+#      ZeRO-0, bf16 ZeRO-3, clipping on), and not without its waits; a 2-rank bf16
 #      ZeRO-3 offloaded run with one rank SIGKILLed after its step-4 checkpoint
 #      resumes bit for bit, offloaded and with the optimizer on the device.
 # The model is tiny (2 layers, 64 channels, vocabulary 256) and one emulator
@@ -165,17 +166,34 @@ else bad "the 2-rank bf16 ZeRO-2 run wrote no step-4 checkpoint"; fi
 
 # The optimizer offloaded to the CPU (--offload-optimizer cpu) updates the same
 # bits as the device kernel (the same roundings, no fma contraction on either
-# side): bitwise the on-device runs, with gradient clipping active.
+# side): bitwise the on-device runs, with gradient clipping active. The
+# offloaded runs pipeline 1000-element chunks (~30 per rank) under deferred
+# streams, where a pinned copy lands only when the host waits for it; without
+# the wait for a chunk's gradients (GPT2_TEST_DROP_OFFLOAD_WAIT) the host
+# updates with gradients that have not landed, and the weights must differ.
+offload_env=(-x GPT2_EMU_STREAMS=deferred -x GPT2_TEST_OFFLOAD_CHUNK=1000)
 for cfg in "fp32 0" "bf16 3"; do
   set -- $cfg
-  run_np off_$1_z$2 2 --device cuda --dtype $1 --zero-stage $2 --grad-clip 0.05 --offload-optimizer cpu &&
-    run_np dev_$1_z$2 2 --device cuda --dtype $1 --zero-stage $2 --grad-clip 0.05 || continue
-  grep -q "optimizer 0 B, .*; optimizer on the host" "$W/off_$1_z$2.log" || bad "off_$1_z$2: optimizer state not on the host"
+  MPI_EXTRA=("${offload_env[@]}")
+  run_np off_$1_z$2 2 --device cuda --dtype $1 --zero-stage $2 --grad-clip 0.05 --offload-optimizer cpu || continue
+  MPI_EXTRA=()
+  run_np dev_$1_z$2 2 --device cuda --dtype $1 --zero-stage $2 --grad-clip 0.05 || continue
+  on_device="0 B"; [ $1 = bf16 ] && on_device="3.91 KiB"  # bf16: the 1000-element fp32 transfer chunk
+  grep -q "optimizer $on_device, .*; optimizer on the host" "$W/off_$1_z$2.log" ||
+    bad "off_$1_z$2: optimizer state not on the host (or more than the transfer chunk on the device)"
   if msg=$(close_steps "$W/dev_$1_z$2.jsonl" "$W/off_$1_z$2.jsonl" 0 0) &&
      wmsg=$(same_weights "$W/dev_$1_z$2/model.bin" "$W/off_$1_z$2/model.bin"); then
-    pass "CUDA $1 ZeRO-$2, 2 ranks, optimizer offloaded vs on the device: $msg; weights $wmsg"
+    pass "CUDA $1 ZeRO-$2, 2 ranks, optimizer offloaded (pipelined in 1000-element chunks) vs on the device: $msg; weights $wmsg"
   else bad "CUDA $1 ZeRO-$2 offloaded vs on the device: ${msg:-} ${wmsg:-}"; fi
 done
+MPI_EXTRA=("${offload_env[@]}" -x GPT2_TEST_DROP_OFFLOAD_WAIT=1)
+if run_np off_nowait 2 --device cuda --dtype bf16 --zero-stage 3 --grad-clip 0.05 --offload-optimizer cpu; then
+  if grep -q "GPT2_TEST_DROP_OFFLOAD_WAIT=1: the wait for an offloaded gradient chunk to land is left out" "$W/off_nowait.log" &&
+     ! same_weights "$W/dev_bf16_z3/model.bin" "$W/off_nowait/model.bin" >/dev/null; then
+    pass "without the wait for each chunk's gradients the offloaded weights differ (the wait is needed)"
+  else bad "the offloaded run without its landing wait matched the device run (or the hook did not announce itself)"; fi
+fi
+MPI_EXTRA=()
 
 # ZeRO-3 with the optimizer offloaded, 2 ranks, bf16: SIGKILL of one rank mid-run
 # (after the step-4 checkpoint), then --resume repeats the uninterrupted run's
