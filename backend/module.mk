@@ -53,4 +53,13 @@ bench-ops: $(BACKEND_OPS_TEST) $(BENCH_GEMM)
 	$(BENCH_GEMM)
 	$(BACKEND_OPS_TEST) --perf
 
-.PHONY: bench-ops
+# OpenBLAS against BLIS and oneDNN (loaded if installed) on the step's GEMMs.
+BENCH_BLAS_LIBS := $(BUILD)/dev/cpu/bench_blas_libs
+$(BENCH_BLAS_LIBS): $(BUILD)/dev/cpu/bench_blas_libs.o $(BACKEND_CPU_LIB)
+	@mkdir -p $(@D)
+	$(CXX) $(LDFLAGS) $^ -o $@ $(BACKEND_CPU_LDLIBS) -ldl
+
+bench-blas: $(BENCH_BLAS_LIBS)
+	$(BENCH_BLAS_LIBS)
+
+.PHONY: bench-ops bench-blas
