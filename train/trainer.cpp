@@ -216,12 +216,9 @@ void TrainingRun::train_step(int step) {
   // The step's host wait. Device collectives return once enqueued, so
   // wait_device() polls the compute stream against --comm-timeout: a hung peer
   // ends the job here instead of blocking the loss copy forever. Without a
-  // device communicator the loss copy is the wait. The optimizer and all-gather
-  // overlap the next batches' loading and the next wait covers them, so dt
-  // (start to wait) is the steady-state step period.
+  // device communicator the loss copy is the wait.
   if (comms_.device) comms_.device->wait_device();
   const double loss_sum = parts_.model.collect_train_losses().sum;
-  const double dt = seconds_since(t0);
   if (supervised == 0) {  // every target masked: nothing to learn from, nothing to update
     log_.info("step " + std::to_string(step + 1) + ": no supervised token in the batch; weights not updated");
     return;
@@ -234,7 +231,11 @@ void TrainingRun::train_step(int step) {
   const double loss = loss_norm[0], norm = loss_norm[1];
   const StepVerdict verdict = judge_step(step, loss, norm);
   if (verdict.apply()) apply_update(step);
-  log_step(step, loss, norm, dt, supervised, verdict);
+  // dt runs to the end of the step, the update included: on the CPU backend,
+  // and with the optimizer offloaded, AdamW runs here on the host. On a GPU the
+  // update is only enqueued here and the next step's wait covers it, so the
+  // steps' dts still add up to the training's wall time.
+  log_step(step, loss, norm, seconds_since(t0), supervised, verdict);
 }
 
 // The dloss factor: gradients are averaged over ranks, so each rank scales by
