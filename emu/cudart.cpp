@@ -45,7 +45,8 @@ namespace {
 struct DeviceState {
   std::mutex mutex;
   std::map<uintptr_t, size_t> device_allocs;  // start -> bytes
-  std::map<const void*, size_t> pinned;  // cudaMallocHost blocks: base -> bytes
+  std::map<const void*, size_t> pinned;  // cudaMallocHost blocks and cudaHostRegister ranges: base -> bytes
+  std::set<const void*> registered;       // which of them cudaHostRegister made
   std::set<cudaStream_t> streams;
   std::set<cudaEvent_t> events;
   std::map<const void*, size_t> max_dynamic_smem;
@@ -385,7 +386,7 @@ cudaError_t cudaFreeHost(void* ptr) {
   gpt2::emu::drain_all();  // as cudaFree: queued copies may use ptr
   {
     std::lock_guard<std::mutex> lock(state().mutex);
-    if (state().pinned.erase(ptr) == 0) return fail(cudaErrorInvalidValue);
+    if (state().registered.count(ptr) != 0 || state().pinned.erase(ptr) == 0) return fail(cudaErrorInvalidValue);
   }
   std::free(ptr);
   return cudaSuccess;
@@ -463,13 +464,15 @@ cudaError_t cudaHostRegister(void* ptr, size_t size, unsigned int flags) {
     if (static_cast<const char*>(prev->first) + prev->second > p) return fail(cudaErrorHostMemoryAlreadyRegistered);
   }
   state().pinned[ptr] = size;
+  state().registered.insert(ptr);
   return cudaSuccess;
 }
 
 cudaError_t cudaHostUnregister(void* ptr) {
   gpt2::emu::drain_all();  // queued copies may still use the range
   std::lock_guard<std::mutex> lock(state().mutex);
-  if (state().pinned.erase(ptr) == 0) return fail(cudaErrorHostMemoryNotRegistered);
+  if (state().registered.erase(ptr) == 0) return fail(cudaErrorHostMemoryNotRegistered);
+  state().pinned.erase(ptr);
   return cudaSuccess;
 }
 

@@ -37,10 +37,10 @@ AdamW::~AdamW() {
     try {  // queued transfers still use the host block; a faulted device has none to run
       backend_.synchronize();
       if (pinned_) backend_.unpin_host(host_io_.ptr);
+      if (!via_.empty()) backend_.free(via_);
     } catch (const std::exception&) {
     }
     host_->free(host_io_);
-    if (!via_.empty()) backend_.free(via_);
   } else if (!master_.empty()) {
     b.free(master_);
   }
@@ -91,6 +91,7 @@ void AdamW::step(Tensor params, Tensor shard_grads, float lr, Tensor clip, int t
 // chunk's download is queued behind the uploads issued before it.
 void AdamW::step_offloaded(Tensor params, Tensor shard_grads, float lr, Tensor clip, int t, const AdamWHyper& h) {
   if (numel() == 0) return;
+  backend_.wait_mark(uploaded_);  // the last step's uploads read the copy this step rewrites
   double state[2];
   backend_.read_clip(state, clip);
   if (std::isnan(state[1])) return;  // a non-finite norm: no update, as on the device
@@ -118,6 +119,7 @@ void AdamW::step_offloaded(Tensor params, Tensor shard_grads, float lr, Tensor c
     backend_.upload_async(params.slice(lo_of(c), len_of(c)), static_cast<const float*>(master_.ptr) + lo_of(c),
                           via(len_of(c)));
   }
+  uploaded_ = backend_.issue_mark();
 }
 
 void AdamW::get_state(std::vector<float>* m, std::vector<float>* v, std::vector<float>* master) const {

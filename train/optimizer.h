@@ -8,14 +8,16 @@
 // back up, rounded to the parameters' type as the device kernel rounds its
 // master. Both backends evaluate AdamW's expressions with the same roundings
 // (backend/cuda/adamw.cuh), so the weights are the on-device optimizer's.
-// The step is a pipeline of chunks: while the host updates chunk c, chunk
-// c + 1's gradients are on their way down and chunk c - 1's weights on their
-// way up (Backend::download_async; the copy and the landed gradients pinned).
+// The step is a pipeline of chunks: while the host updates chunk c, the
+// gradients of chunks c + 1 and c + 2 are on their way down and chunk c - 1's
+// weights on their way up (Backend::download_async; the copy and the landed
+// gradients pinned).
 // The next forward still waits for the last chunk: it needs its parameters.
 #ifndef TRAIN_OPTIMIZER_H
 #define TRAIN_OPTIMIZER_H
 
 #include <cstddef>
+#include <cstdint>
 #include <vector>
 
 #include "backend/backend.h"
@@ -81,6 +83,7 @@ class AdamW {
   // gradients (host_grads_); via_, the device's fp32 chunk for bf16 transfers.
   Tensor host_io_, host_grads_, via_;
   bool pinned_ = false;
+  uint64_t uploaded_ = 0;  // the mark behind the last step's uploads
   size_t chunk_ = kOffloadChunk;
   bool drop_landing_wait_ = false;  // test hook GPT2_TEST_DROP_OFFLOAD_WAIT
   bool fp32_copy_ = false;  // offloaded fp32 parameters: master_ is their exact copy

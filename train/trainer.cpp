@@ -233,8 +233,9 @@ void TrainingRun::train_step(int step) {
   if (verdict.apply()) apply_update(step);
   // dt runs to the end of the step, the update included: on the CPU backend,
   // and with the optimizer offloaded, AdamW runs here on the host. On a GPU the
-  // update is only enqueued here and the next step's wait covers it, so the
-  // steps' dts still add up to the training's wall time.
+  // update is only enqueued here and the next step's wait covers it, so dt is
+  // the steady-state step period either way (evaluation, checkpoints and
+  // samples between steps are outside every dt).
   log_step(step, loss, norm, seconds_since(t0), supervised, verdict);
 }
 

@@ -178,5 +178,36 @@ TEST(DeferredStreams, SynchronousModeIsTheDefaultAndRunsAtTheCall) {
   cudaStreamDestroy(s);
 }
 
+// cudaHostRegister makes program memory pinned: a queued copy from it reads it
+// when it runs (a pageable source is read at the call), and cudaFreeHost and
+// cudaHostUnregister each refuse the other's memory, as CUDA does.
+TEST(DeferredStreams, RegisteredHostMemoryIsReadWhenTheCopyRuns) {
+  DeferredStreams mode(3);
+  cudaStream_t s;
+  ASSERT_EQ(cudaStreamCreate(&s), cudaSuccess);
+  float* dev = nullptr;
+  ASSERT_EQ(cudaMalloc(&dev, kN * sizeof(float)), cudaSuccess);
+  std::vector<float> host(kN, 1.0f), back(kN);
+  ASSERT_EQ(cudaHostRegister(host.data(), kN * sizeof(float), cudaHostRegisterDefault), cudaSuccess);
+  EXPECT_EQ(cudaHostRegister(host.data() + 8, 8 * sizeof(float), cudaHostRegisterDefault),
+            cudaErrorHostMemoryAlreadyRegistered);
+  ASSERT_EQ(cudaMemcpyAsync(dev, host.data(), kN * sizeof(float), cudaMemcpyHostToDevice, s), cudaSuccess);
+  host.assign(kN, 7.0f);  // before the copy ran: a DMA reads the new contents
+  ASSERT_EQ(cudaMemcpyAsync(back.data(), dev, kN * sizeof(float), cudaMemcpyDeviceToHost, s), cudaSuccess);
+  ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+  EXPECT_EQ(back[0], 7.0f);
+  EXPECT_EQ(back[kN - 1], 7.0f);
+  EXPECT_EQ(cudaFreeHost(host.data()), cudaErrorInvalidValue);  // registered, not cudaMallocHost's
+  ASSERT_EQ(cudaHostUnregister(host.data()), cudaSuccess);
+  EXPECT_EQ(cudaHostUnregister(host.data()), cudaErrorHostMemoryNotRegistered);
+  void* block = nullptr;
+  ASSERT_EQ(cudaMallocHost(&block, 64), cudaSuccess);
+  EXPECT_EQ(cudaHostUnregister(block), cudaErrorHostMemoryNotRegistered);  // cudaMallocHost's, not registered
+  EXPECT_EQ(cudaFreeHost(block), cudaSuccess);
+  cudaGetLastError();
+  cudaFree(dev);
+  cudaStreamDestroy(s);
+}
+
 }  // namespace
 }  // namespace gpt2
