@@ -221,6 +221,7 @@ phase_zero3() {
   local args=(--device cuda --dtype bf16 "${model[@]}" --max-steps 2 --val-every 0 --sample-every 0
               --train-data "$DATA/tinyshakespeare/tiny_shakespeare_train.bin")
   mkdir -p "$d"
+  local times=()
   for name in "${runs[@]}"; do
     local flags=(--zero-stage 2)
     case $name in z3) flags=(--zero-stage 3) ;; z3_offload) flags=(--zero-stage 3 --offload-optimizer cpu) ;; esac
@@ -229,7 +230,10 @@ phase_zero3() {
     [ $rc -eq 0 ] || { tail -5 "$d/$name.log"; fail_with "$name: the trainer exited $rc"; return 1; }
     rm -f "$d/$name"/state_*.bin "$d/$name"/model_0*.bin  # the final checkpoint's optimizer state: GBs at d12
     echo "$name: $(grep -E '^step' "$d/$name.log" | tr -s ' ' | cut -d'|' -f1,2 | paste -sd' ')"
+    times+=("$name $("$PY" -c 'import json, sys
+print([r for r in map(json.loads, open(sys.argv[1])) if r.get("type") == "train"][-1]["ms"])' "$d/$name.jsonl") ms")
   done
+  metric zero3.step_ms "$(IFS=','; echo "${times[*]}")"  # the last step's, update included (offload: the host AdamW)
   local repeat stage3 offload
   repeat="not run (rehearsal: one emulator worker)" stage3=$(same_run "$d" z2 z3) offload=$(same_run "$d" z2 z3_offload)
   is_rehearsal || repeat=$(same_run "$d" z2 z2_again)

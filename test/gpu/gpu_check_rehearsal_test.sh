@@ -97,6 +97,8 @@ assert m["kit.checked"].startswith("unpacked"), m["kit.checked"]
 for key in ("zero3.stage3", "zero3.offload"):
     assert m[key] == "identical (2 losses, model.bin)", (key, m[key])
 assert m["zero3.repeat"].startswith("not run"), m["zero3.repeat"]
+times = [t.split() for t in m["zero3.step_ms"].split(",")]  # "z2 12.3 ms,z3 ...": every run timed
+assert [t[0] for t in times] == ["z2", "z3", "z3_offload"] and all(float(t[1]) > 0 and t[2] == "ms" for t in times), times
 tp = s["throughput"]
 assert tp["ours"]["tok_per_s"] > 0 and tp["compact"]["tok_per_s"] > 0, tp
 assert tp["speed_ours_over_compact"] > 0 and tp["ours"]["peak_mem_mib"] > 0, tp
