@@ -75,6 +75,19 @@ std::string cannot_start(int rank, const std::string& host, const std::string& w
 }
 
 void end_for_lost_peer(const std::string& prefix, const std::string& peer, const std::string& how) {
+  // A job stopped as a whole signals every rank at about the same time, and a
+  // peer may end on its signal before this rank's arrives: a stop that comes
+  // within the grace ends this rank as stopped (128 + signal), not as failed.
+  constexpr int kStopGraceMs = 500, kPollMs = 10;
+  for (int waited = 0; waited <= kStopGraceMs; waited += kPollMs) {
+    if (const int stop = local_stop_signal()) {
+      std::fprintf(stderr, "error: %sstop requested by signal %d during the communicator's set-up (%s ended too); exiting\n",
+                   prefix.c_str(), stop, peer.c_str());
+      std::fflush(stderr);
+      std::_Exit(stopped_exit_code(stop));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(kPollMs));
+  }
   std::fprintf(stderr, "error: %s%s ended before the communicator's set-up was done (%s); exiting\n", prefix.c_str(),
                peer.c_str(), how.c_str());
   std::fflush(stderr);

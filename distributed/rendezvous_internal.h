@@ -47,7 +47,8 @@ std::string rank_on_host(int rank, const std::string& host);
 std::string cannot_start(int rank, const std::string& host, const std::string& why);
 
 // Ends the process (exit 1) for a peer that ended before its set-up was done,
-// naming it and how that showed.
+// naming it and how that showed; as stopped (128 + signal) when this rank's
+// own stop signal comes within half a second.
 [[noreturn]] void end_for_lost_peer(const std::string& prefix, const std::string& peer, const std::string& how);
 
 // Host names one per line, and back.
