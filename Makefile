@@ -76,6 +76,7 @@ all: $(BINS)
 	       "attention: $(if $(CUDNN_INC_DIR),cuDNN fused attention from $(CUDNN_INC_DIR),no cuDNN found (set CUDNN_HOME): flash kernels only)"; \
 	else \
 	  echo "built: train_gpt2cu with the CPU backend only: no nvcc (set NVCC=..., CUDA_HOME, or put nvcc on PATH)"; fi
+	@echo "CPU GEMMs: $(if $(ONEDNN_INC_DIR),oneDNN from $(ONEDNN_INC_DIR),OpenBLAS: no oneDNN found (install libdnnl-dev or set ONEDNN_HOME))"
 
 # Generic compile rules: sources anywhere in the tree -> build/<same path>.o
 $(BUILD)/%.o: %.cpp
@@ -113,6 +114,7 @@ print-build-config:
 	@echo "NVCC=$(NVCC)"; echo "CUDA_HOME=$(CUDA_HOME)"; echo "OPT=$(OPT)"
 	@echo "CUDA=$(if $(wildcard $(NVCC)),yes,no)"; echo "NCCL=$(if $(NCCL_INC_DIR),$(NCCL_INC_DIR),no)"
 	@echo "CUDNN=$(if $(CUDNN_INC_DIR),$(CUDNN_INC_DIR),no)"
+	@echo "ONEDNN=$(if $(ONEDNN_INC_DIR),$(ONEDNN_INC_DIR),no)"
 
 .PHONY: all test test-blas-variants clean print-build-config
 

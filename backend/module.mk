@@ -3,6 +3,18 @@
 # Link a program against it with: $(BACKEND_CPU_LIB) $(BACKEND_CPU_LDLIBS)
 BACKEND_CPU_LIB    := $(BUILD)/libbackend_cpu.a
 BACKEND_CPU_LDLIBS := -lopenblas
+# fp32 GEMMs run on oneDNN's sgemm where its headers are found (Debian: libdnnl-dev;
+# ONEDNN_HOME for another install): faster than OpenBLAS on the step's shapes
+# (make bench-blas, docs/backend-cpu.md). Without it OpenBLAS runs them. fp64 (the
+# op tests' gradient checks) stays on OpenBLAS either way.
+ONEDNN_HOME ?=
+ONEDNN_INC_DIR := $(patsubst %/oneapi/dnnl/dnnl.h,%,$(firstword $(wildcard $(if $(ONEDNN_HOME),$(ONEDNN_HOME)/include/oneapi/dnnl/dnnl.h) \
+                    /usr/include/oneapi/dnnl/dnnl.h /usr/local/include/oneapi/dnnl/dnnl.h)))
+ifneq ($(ONEDNN_INC_DIR),)
+BACKEND_CPU_LDLIBS := $(if $(ONEDNN_HOME),-L$(ONEDNN_HOME)/lib -Wl$(comma)-rpath$(comma)$(ONEDNN_HOME)/lib) -ldnnl -lopenblas
+$(BUILD)/backend/cpu/blas.o: CPPFLAGS += -DGPT2_WITH_ONEDNN=1 $(if $(filter-out /usr/include,$(ONEDNN_INC_DIR)),-isystem $(ONEDNN_INC_DIR))
+$(BUILD)/asan/backend/cpu/blas.o: CPPFLAGS += -DGPT2_WITH_ONEDNN=1 $(if $(filter-out /usr/include,$(ONEDNN_INC_DIR)),-isystem $(ONEDNN_INC_DIR))
+endif
 BACKEND_CPU_SRCS   := $(sort $(wildcard backend/cpu/*.cpp)) backend/op_checks.cpp backend/sizing_backend.cpp
 BACKEND_CPU_OBJS   := $(BACKEND_CPU_SRCS:%.cpp=$(BUILD)/%.o)
 

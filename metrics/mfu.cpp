@@ -16,6 +16,8 @@
 #include <sstream>
 #include <vector>
 
+#include "backend/cpu/ops.h"
+
 namespace gpt2 {
 
 double flops_per_token(const GPT2Config& cfg, int T, size_t num_params) {
@@ -123,7 +125,11 @@ bool same_name(const char* a, const char* b) {
 
 }  // namespace
 
-FmaIsa choose_fma_isa(bool cpu_has_avx512f, const char* openblas_coretype) {
+// oneDNN's ISAs below AVX-512 (its dnnl_cpu_isa_t names), matched as oneDNN
+// matches them: whole name, any case.
+constexpr const char* kNarrowerOneDnnIsas[] = {"SSE41", "AVX", "AVX2", "AVX2_VNNI", "AVX2_VNNI_2"};
+
+FmaIsa choose_fma_isa(bool cpu_has_avx512f, const char* openblas_coretype, const char* onednn_max_isa) {
   if (!cpu_has_avx512f) return FmaIsa::kAvx2;
   // A pre-AVX2 core (Sandybridge, Nehalem, ...) has no FMA kernels at all; its
   // peak would be lower still, but AVX2 is the narrowest this build measures,
@@ -131,8 +137,27 @@ FmaIsa choose_fma_isa(bool cpu_has_avx512f, const char* openblas_coretype) {
   if (openblas_coretype)
     for (const char* c : kNarrowerCores)
       if (same_name(openblas_coretype, c)) return FmaIsa::kAvx2;
+  if (onednn_max_isa)
+    for (const char* c : kNarrowerOneDnnIsas)
+      if (same_name(onednn_max_isa, c)) return FmaIsa::kAvx2;
   return FmaIsa::kAvx512;
 }
+
+namespace {
+
+// The variable that limits the ISA of the library running the fp32 GEMMs.
+struct IsaVariable {
+  const char* name;
+  const char* value;  // null when unset
+};
+IsaVariable gemm_isa_variable() {
+  if (cpu::gemm_library_from_env() == cpu::GemmLibrary::kOpenBlas)
+    return {"OPENBLAS_CORETYPE", std::getenv("OPENBLAS_CORETYPE")};
+  if (const char* v = std::getenv("ONEDNN_MAX_CPU_ISA")) return {"ONEDNN_MAX_CPU_ISA", v};
+  return {"DNNL_MAX_CPU_ISA", std::getenv("DNNL_MAX_CPU_ISA")};
+}
+
+}  // namespace
 
 namespace {
 
@@ -220,10 +245,22 @@ double thread_cpu_seconds() {
 
 FmaIsa cpu_fma_isa() {
 #if defined(__x86_64__) || defined(__i386__)
-  return choose_fma_isa(cpu_has_avx512f(), std::getenv("OPENBLAS_CORETYPE"));
+  const IsaVariable v = gemm_isa_variable();
+  const bool openblas = std::string(v.name) == "OPENBLAS_CORETYPE";
+  return choose_fma_isa(cpu_has_avx512f(), openblas ? v.value : nullptr, openblas ? nullptr : v.value);
 #else
   return FmaIsa::kGeneric;
 #endif
+}
+
+std::string fma_isa_limit() {
+#if defined(__x86_64__) || defined(__i386__)
+  if (cpu_fma_isa() == FmaIsa::kAvx2 && cpu_has_avx512f()) {
+    const IsaVariable v = gemm_isa_variable();
+    return std::string(v.name) + "=" + v.value;
+  }
+#endif
+  return "";
 }
 
 double measure_cpu_fma_gflops(FmaIsa isa, int threads, long iters, int reps) {
@@ -295,8 +332,8 @@ PeakFlops cpu_fma_peak(int threads) {
   const FmaIsa isa = cpu_fma_isa();
   const double tflops = measure_cpu_fma_gflops(isa, n) / 1000.0;
   std::string how = fma_isa_name(isa);
-  const char* coretype = std::getenv("OPENBLAS_CORETYPE");
-  if (isa == FmaIsa::kAvx2 && cpu_has_avx512f()) how += std::string(" as OPENBLAS_CORETYPE=") + coretype;
+  const std::string limit = fma_isa_limit();
+  if (!limit.empty()) how += " as " + limit;
   return {tflops, format_tflops(tflops) + " (fp32 FMA peak of this CPU, " + how + ", " + std::to_string(n) +
                       (n == 1 ? " thread" : " threads") + ", measured at start-up)"};
 }

@@ -38,13 +38,21 @@ enum class FmaIsa { kAvx512, kAvx2, kGeneric };
 const char* fma_isa_name(FmaIsa isa);  // "AVX-512", "AVX2", "generic"
 
 // The ISA whose FMA rate is the CPU's peak: AVX-512 when the CPU has avx512f,
-// since OpenBLAS then picks AVX-512 kernels at run time, else AVX2. When
-// OPENBLAS_CORETYPE names a core type OpenBLAS knows that lacks AVX-512
-// (Haswell, Zen, Sandybridge, ...), OpenBLAS runs that core's kernels, so the
-// peak follows it down to AVX2: the MFU is then held against what the GEMMs
-// can reach. An unknown name is ignored, as OpenBLAS ignores it.
-FmaIsa choose_fma_isa(bool cpu_has_avx512f, const char* openblas_coretype);
-FmaIsa cpu_fma_isa();  // this CPU and this process's OPENBLAS_CORETYPE
+// since the fp32 GEMM library (oneDNN or OpenBLAS, backend/cpu/blas.cpp) then
+// picks AVX-512 kernels at run time, else AVX2. Each library can be held to a
+// narrower ISA by its own variable: OpenBLAS by OPENBLAS_CORETYPE naming a core
+// type it knows without AVX-512 (Haswell, Zen, Sandybridge, ...), oneDNN by
+// ONEDNN_MAX_CPU_ISA (or DNNL_MAX_CPU_ISA) naming an ISA below AVX-512 (SSE41,
+// AVX, AVX2, AVX2_VNNI, AVX2_VNNI_2). The peak then follows the library that
+// runs the GEMMs down to AVX2: the MFU is held against what they can reach.
+// An unknown name is ignored, as the libraries ignore it. Pass the variable of
+// the library in use, null for the other.
+FmaIsa choose_fma_isa(bool cpu_has_avx512f, const char* openblas_coretype, const char* onednn_max_isa);
+// This CPU, the GEMM library this process's CPU backend uses (GPT2_CPU_GEMM and
+// the build) and that library's variable.
+FmaIsa cpu_fma_isa();
+// The library's variable that narrowed cpu_fma_isa(), as "NAME=value", or "".
+std::string fma_isa_limit();
 
 // The fp32 FMA rate in GFLOP/s on `threads` OpenMP threads (0: the default):
 // rounds of `iters` x 12 independent FMA chains per thread, the best round in

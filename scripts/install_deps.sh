@@ -17,7 +17,8 @@ case "${1:-}" in
 esac
 train_packages=(
   build-essential g++ make pkg-config    # compilers
-  libopenblas-dev                        # CPU backend GEMMs
+  libdnnl-dev                            # CPU backend fp32 GEMMs (oneDNN)
+  libopenblas-dev                        # CPU backend fp64 GEMMs; fp32 where no oneDNN
   libpcre2-dev                           # tokenizer pre-tokenizer regex
   nlohmann-json3-dev                     # JSON (prep tool, Hugging Face checkpoints)
   libopenmpi-dev openmpi-bin             # distributed training (MPI)

@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # Runs the whole test suite once per OpenBLAS core type (make test-blas-variants).
-# OpenBLAS picks its sgemm kernel per CPU at run time, and each kernel sums in its
-# own order: a tolerance tuned to one CPU's rounding fails on another. Forcing
-# OPENBLAS_CORETYPE reproduces on this machine what the suite computes on the CPUs
-# of today's servers (Haswell: AVX2 Intel and the default where nothing better is
-# known; SkylakeX: what OpenBLAS picks by itself on AVX-512 CPUs; Zen: AMD).
+# The GEMM libraries pick their kernels per CPU at run time, and each kernel sums
+# in its own order: a tolerance tuned to one CPU's rounding fails on another.
+# Forcing OPENBLAS_CORETYPE, and oneDNN's ISA to match (ONEDNN_MAX_CPU_ISA: AVX2
+# for Haswell and Zen, AVX512_CORE for the AVX-512 cores), reproduces on this
+# machine what the suite computes on the CPUs of today's servers (Haswell: AVX2
+# Intel and the default where nothing better is known; SkylakeX: what OpenBLAS
+# picks by itself on AVX-512 CPUs; Zen: AMD).
 # Usage: scripts/test_blas_variants.sh CORETYPE... -- GTEST_BIN... -- SCRIPT...
 # Each variant's log goes to build/test-blas/CORETYPE.log; this prints each one's
 # closing line and ends with the summed "N passed, N failed". A core type whose
@@ -26,6 +28,8 @@ lib.openblas_get_corename.restype = ctypes.c_char_p
 print(lib.openblas_get_corename().decode())'
 }
 has_avx512() { grep -qw avx512f /proc/cpuinfo; }
+# oneDNN's widest ISA on the core type $1's CPUs (for fp32: AVX2 or AVX-512).
+onednn_isa() { case $1 in SkylakeX|Cooperlake|SapphireRapids) echo AVX512_CORE ;; *) echo AVX2 ;; esac; }
 
 mkdir -p build/test-blas
 passed=0 failed=0 not_run=()
@@ -36,8 +40,9 @@ for c in "${cores[@]}"; do
     echo "$c: OpenBLAS runs $got instead (unknown core type?)"; failed=$((failed + 1)); continue
   fi
   log=build/test-blas/$c.log
-  echo "== OPENBLAS_CORETYPE=$c: the whole suite -> $log"
-  OPENBLAS_CORETYPE=$c scripts/run_tests.sh "$@" >"$log" 2>&1
+  isa=$(onednn_isa "$c")
+  echo "== OPENBLAS_CORETYPE=$c ONEDNN_MAX_CPU_ISA=$isa: the whole suite -> $log"
+  OPENBLAS_CORETYPE=$c ONEDNN_MAX_CPU_ISA=$isa scripts/run_tests.sh "$@" >"$log" 2>&1
   line=$(grep -E '^[0-9]+ passed, [0-9]+ failed' "$log" | tail -n 1)
   echo "$c: ${line:-no summary line (see $log)}"
   sed -n '/^failed:$/,/^[0-9]* passed/p' "$log" | grep '^  ' | head -n 20

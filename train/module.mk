@@ -108,6 +108,6 @@ bench: $(BENCH_TRAIN_STEP) $(BUILD)/dev/train/fp32_peak
 .PHONY: bench
 # Built by `make test` too, so a change to the seam cannot leave `make bench` broken unnoticed.
 TEST_PREREQS += $(BENCH_TRAIN_STEP) $(BUILD)/dev/train/fp32_peak
-$(BUILD)/dev/train/fp32_peak: $(BUILD)/dev/train/fp32_peak.o $(TRAIN_LIB)
+$(BUILD)/dev/train/fp32_peak: $(BUILD)/dev/train/fp32_peak.o $(TRAIN_LIB) $(BACKEND_CPU_LIB)
 	@mkdir -p $(@D)
-	$(CXX) $(LDFLAGS) -o $@ $< $(TRAIN_LIB)
+	$(CXX) $(LDFLAGS) -o $@ $< $(TRAIN_LIB) $(BACKEND_CPU_LIB) $(BACKEND_CPU_LDLIBS)

@@ -121,7 +121,7 @@ void attention_forward(const Exec& ex, S* out, S* saved_lse, const S* qkv, int B
       S* lse = saved_lse + static_cast<size_t>(bh) * T;
       for (int r0 = 0; r0 < T; r0 += rbmax) {
         const int r1 = std::min(T, r0 + rbmax), rb = r1 - r0;
-        gemm_serial<S>(false, true, rb, r1, hs, scale, Q + static_cast<size_t>(r0) * ld, ld, K,
+        gemm_serial<S>(ex, false, true, rb, r1, hs, scale, Q + static_cast<size_t>(r0) * ld, ld, K,
                        ld, S(0), P, T);
         S inv_sum[kRowBlock];
         for (int i = 0; i < rb; i++) {
@@ -134,7 +134,7 @@ void attention_forward(const Exec& ex, S* out, S* saved_lse, const S* qkv, int B
         }
         if (drop.p > 0.0f) drop_probabilities(P, T, r0, r1, drop, drop.token0 + static_cast<uint64_t>(b) * T, T, h);
         S* Ob = O + static_cast<size_t>(r0) * C;
-        gemm_serial<S>(false, false, rb, hs, r1, S(1), P, T, V, ld, S(0), Ob, C);
+        gemm_serial<S>(ex, false, false, rb, hs, r1, S(1), P, T, V, ld, S(0), Ob, C);
         for (int i = 0; i < rb; i++) {
           S* o = Ob + static_cast<size_t>(i) * C;
           const S f = inv_sum[i];
@@ -180,8 +180,8 @@ void attention_backward(const Exec& ex, S* dqkv, S* scratch, const S* dout, cons
         const int r1 = std::min(T, r0 + rbmax), rb = r1 - r0;
         const S* Qb = Q + static_cast<size_t>(r0) * ld;
         const S* dOb = dO + static_cast<size_t>(r0) * C;
-        gemm_serial<S>(false, true, rb, r1, hs, scale, Qb, ld, K, ld, S(0), P, T);
-        gemm_serial<S>(false, true, rb, r1, hs, S(1), dOb, C, V, ld, S(0), dP, T);
+        gemm_serial<S>(ex, false, true, rb, r1, hs, scale, Qb, ld, K, ld, S(0), P, T);
+        gemm_serial<S>(ex, false, true, rb, r1, hs, S(1), dOb, C, V, ld, S(0), dP, T);
         const uint64_t row_token = drop.token0 + static_cast<uint64_t>(b) * T;
         for (int i = 0; i < rb; i++) masked_exp_row(P + static_cast<size_t>(i) * T, r0 + i, r1, lse[r0 + i]);
         if (drop.p > 0.0f) drop_probabilities(dP, T, r0, r1, drop, row_token, T, h);  // dP = (dO V^T) o Z
@@ -197,10 +197,10 @@ void attention_backward(const Exec& ex, S* dqkv, S* scratch, const S* dout, cons
           for (int j = 0; j < r1; j++) dp[j] = p[j] * (dp[j] - D) * scale;
         }
         if (drop.p > 0.0f) drop_probabilities(P, T, r0, r1, drop, row_token, T, h);  // dV = (P o Z)^T dO
-        gemm_serial<S>(false, false, rb, hs, r1, S(1), dP, T, K, ld, S(0),
+        gemm_serial<S>(ex, false, false, rb, hs, r1, S(1), dP, T, K, ld, S(0),
                        dQ + static_cast<size_t>(r0) * ld, ld);
-        gemm_serial<S>(true, false, r1, hs, rb, S(1), dP, T, Qb, ld, S(1), dK, ld);
-        gemm_serial<S>(true, false, r1, hs, rb, S(1), P, T, dOb, C, S(1), dV, ld);
+        gemm_serial<S>(ex, true, false, r1, hs, rb, S(1), dP, T, Qb, ld, S(1), dK, ld);
+        gemm_serial<S>(ex, true, false, r1, hs, rb, S(1), P, T, dOb, C, S(1), dV, ld);
       }
     }
   }

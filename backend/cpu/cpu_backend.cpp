@@ -42,23 +42,29 @@ size_t sz(long a, long b = 1, long c = 1) {
   return static_cast<size_t>(a) * static_cast<size_t>(b) * static_cast<size_t>(c);
 }
 
-// GPT2_CPU_GEMM_THREADING=openblas selects OpenBLAS's own thread pool for the
-// GEMMs instead of the default OpenMP split (blas.cpp explains both); a knob for
-// benchmarking the two on a given machine, read once per backend.
-cpu::GemmThreading gemm_threading_from_env() {
-  const char* v = std::getenv("GPT2_CPU_GEMM_THREADING");
-  if (v == nullptr || *v == '\0' || std::string(v) == "split")
-    return cpu::GemmThreading::kOpenMpSplit;
-  if (std::string(v) == "openblas") return cpu::GemmThreading::kOpenBlas;
-  throw std::runtime_error(std::string("backend/cpu: GPT2_CPU_GEMM_THREADING=") + v +
-                           " (expected split or openblas)");
+// Knobs for benchmarking the GEMM choices on a given machine (blas.cpp explains
+// them), read once per backend: GPT2_CPU_GEMM=onednn|openblas picks the fp32
+// library, GPT2_CPU_GEMM_THREADING=split|library how OpenBLAS uses the cores.
+cpu::Exec gemm_choice_from_env(int threads) {
+  cpu::Exec ex;
+  ex.threads = threads;
+  ex.blas = cpu::gemm_library_from_env();
+  const char* how = std::getenv("GPT2_CPU_GEMM_THREADING");
+  if (how == nullptr || *how == '\0' || std::string(how) == "split") return ex;
+  if (std::string(how) != "library")
+    throw std::runtime_error(std::string("backend/cpu: GPT2_CPU_GEMM_THREADING=") + how +
+                             " (expected split or library)");
+  if (ex.blas == cpu::GemmLibrary::kOneDnn)
+    throw std::runtime_error("backend/cpu: GPT2_CPU_GEMM_THREADING=library needs GPT2_CPU_GEMM=openblas: oneDNN's "
+                             "own threads would run its GEMM kernels where a signal corrupts the heap (blas.cpp)");
+  ex.gemm = cpu::GemmThreading::kLibrary;
+  return ex;
 }
 
 class CpuBackend final : public Backend {
  public:
   explicit CpuBackend(int threads) {
-    ex_.threads = cpu::resolve_threads(threads);
-    ex_.gemm = gemm_threading_from_env();
+    ex_ = gemm_choice_from_env(cpu::resolve_threads(threads));
   }
 
   std::string name() const override { return "cpu"; }

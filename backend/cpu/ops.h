@@ -19,16 +19,27 @@
 namespace gpt2 {
 namespace cpu {
 
+// Which library runs the fp32 GEMMs (fp64 is always OpenBLAS's dgemm): oneDNN's
+// sgemm where the build found it (blas.cpp; faster on the step's shapes, docs/
+// backend-cpu.md), else OpenBLAS.
+enum class GemmLibrary : uint8_t { kOneDnn, kOpenBlas };
+bool have_onednn();  // built with oneDNN
+GemmLibrary default_gemm_library();
+// GPT2_CPU_GEMM=onednn|openblas, else the default; throws on another value or
+// on onednn in a build without it.
+GemmLibrary gemm_library_from_env();
+const char* gemm_library_name(GemmLibrary lib);
+
 // How the GEMMs use the cores (see blas.cpp for the measurements behind it).
 enum class GemmThreading : uint8_t {
-  kOpenMpSplit,  // OpenBLAS single-threaded, output split across our OpenMP threads
-  kOpenBlas,     // OpenBLAS's own thread pool, called from serial code
+  kOpenMpSplit,  // the library single-threaded, the output split across our OpenMP threads
+  kLibrary,      // OpenBLAS's own thread pool, called from serial code (OpenBLAS only)
 };
-
 // Execution context passed to every op: how many OpenMP threads to use.
 struct Exec {
   int threads = 1;
-  GemmThreading gemm = GemmThreading::kOpenMpSplit;
+  GemmLibrary blas = default_gemm_library();
+  GemmThreading gemm = GemmThreading::kOpenMpSplit;  // oneDNN runs nothing else (blas.cpp: signals)
 };
 
 // OpenMP default thread count (omp_get_max_threads) when `threads` <= 0.
@@ -43,7 +54,7 @@ void gemm(const Exec& ex, bool trans_a, bool trans_b, int M, int N, int K, S alp
 // The same product on the calling thread only, for use inside an op's own
 // OpenMP region; call pin_blas_to_one_thread() from serial code first.
 template <class S>
-void gemm_serial(bool trans_a, bool trans_b, int M, int N, int K, S alpha, const S* A, int lda,
+void gemm_serial(const Exec& ex, bool trans_a, bool trans_b, int M, int N, int K, S alpha, const S* A, int lda,
                  const S* B, int ldb, S beta, S* C, int ldc);
 void pin_blas_to_one_thread();
 

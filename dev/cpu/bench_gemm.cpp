@@ -1,7 +1,7 @@
-// GEMM threading comparison at the GPT-2 d12 shapes (N = B*T = 256): the
-// backend's GEMM wrapper with OpenBLAS's own pthread pool (kOpenBlas) against
-// OpenBLAS pinned to one thread and the output split across our OpenMP threads
-// (kOpenMpSplit, the default). Each pass times forward, dinp and dW GEMMs and
+// GEMM library and threading comparison at the GPT-2 d12 shapes (N = B*T = 256):
+// the backend's GEMM wrapper with each library (oneDNN where built, OpenBLAS)
+// single-threaded with the output split across our OpenMP threads
+// (kOpenMpSplit), and OpenBLAS on its own pthread pool (kLibrary). Each pass times forward, dinp and dW GEMMs and
 // then runs an OpenMP elementwise loop, as a training step interleaves them, so
 // the cost of two thread pools spinning against each other is included.
 // Usage: bench_gemm [threads]   (prints the OpenBLAS build and core type first)
@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <string>
 #include <vector>
 
 #include "backend/cpu/ops.h"
@@ -40,10 +41,12 @@ int main(int argc, char** argv) {
   const int shapes[][2] = {{768, 2304}, {768, 768}, {768, 3072}, {3072, 768}, {768, 50304}};
   std::printf("%-14s %-11s %8s %8s %8s   GFLOP/s (best of 15)\n", "threading", "C->OC", "fwd",
               "dinp", "dW");
-  for (GemmThreading mode : {GemmThreading::kOpenMpSplit, GemmThreading::kOpenBlas}) {
-    Exec ex;
-    ex.threads = threads;
-    ex.gemm = mode;
+  std::vector<Exec> choices;
+  for (GemmLibrary lib : {GemmLibrary::kOneDnn, GemmLibrary::kOpenBlas})
+    for (GemmThreading mode : {GemmThreading::kOpenMpSplit, GemmThreading::kLibrary})
+      if (lib == GemmLibrary::kOpenBlas || (have_onednn() && mode == GemmThreading::kOpenMpSplit))
+        choices.push_back(Exec{threads, lib, mode});
+  for (const Exec& ex : choices) {
     for (auto& s : shapes) {
       const int C = s[0], OC = s[1];
       std::vector<float> inp(size_t(N) * C, 0.5f), w(size_t(OC) * C, 0.25f),
@@ -65,9 +68,10 @@ int main(int argc, char** argv) {
         tw.push_back(std::chrono::duration<double>(t3 - t2).count());
       }
       const double fl = 2.0 * N * C * OC * 1e-9;
-      std::printf("%-14s %5d->%-5d %8.1f %8.1f %8.1f\n",
-                  mode == GemmThreading::kOpenBlas ? "openblas-pool" : "openmp-split", C, OC,
-                  fl / best(tf), fl / best(td), fl / best(tw));
+      const std::string name = std::string(gemm_library_name(ex.blas)) +
+                               (ex.gemm == GemmThreading::kLibrary ? " own" : " split");
+      std::printf("%-14s %5d->%-5d %8.1f %8.1f %8.1f\n", name.c_str(), C, OC, fl / best(tf), fl / best(td),
+                  fl / best(tw));
     }
   }
   return 0;

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/cpu/ops.h"
 #include "dev/cpu/memory_bandwidth.h"
 #include "dev/cpu/step_profile.h"
 #include "dev/cpu/timing_backend.h"
@@ -108,12 +109,13 @@ void print_report(const Options& o, const GPT2Config& cfg, int threads, Run run,
   std::vector<cpuprof::Step>& steps = run.steps;
   std::sort(steps.begin(), steps.end(), [](const auto& a, const auto& b) { return a.seconds < b.seconds; });
   const cpuprof::Step& median = steps[(steps.size() - 1) / 2];
-  const char* coretype = std::getenv("OPENBLAS_CORETYPE");
   const double tok_s = o.B * o.T / median.seconds;
   const double mfu_pct = 100 * median.model_flops / median.seconds / (peak.tflops * 1e12);
-  std::printf("CPU training step: --model %s%s%s, %.2fM parameters, -B %d -T %d, %d thread%s, OPENBLAS_CORETYPE=%s\n",
+  const std::string limit = fma_isa_limit();
+  std::printf("CPU training step: --model %s%s%s, %.2fM parameters, -B %d -T %d, %d thread%s, GEMMs on %s%s%s\n",
               o.model.c_str(), o.overrides.empty() ? "" : " --config ", o.overrides.c_str(), run.params / 1e6, o.B, o.T,
-              threads, threads == 1 ? "" : "s", coretype ? coretype : "(unset)");
+              threads, threads == 1 ? "" : "s", cpu::gemm_library_name(cpu::gemm_library_from_env()),
+              limit.empty() ? "" : " under ", limit.c_str());
   std::printf("  %s\n", cfg.describe().c_str());
   std::printf("peak:      %s\n", peak.source.c_str());
   std::printf("bandwidth: %.1f GB/s (%s)\n", bw.gbps, bw.source.c_str());

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/cpu/ops.h"
 #include "model/config.h"
 #include "model/gpt2.h"
 #include "train/optimizer.h"
@@ -70,7 +71,8 @@ int main(int argc, char** argv) {
     const double med = times[times.size() / 2];
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
-    std::printf("RESULT impl=ours params=%zu ms=%.2f tok_per_s=%.1f peak_rss_mb=%.1f\n", m.num_parameters(),
+    std::printf("RESULT impl=ours gemm=%s params=%zu ms=%.2f tok_per_s=%.1f peak_rss_mb=%.1f\n",
+                cpu::gemm_library_name(cpu::gemm_library_from_env()), m.num_parameters(),
                 med * 1e3, B * T / med, ru.ru_maxrss / 1024.0);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "error: %s\n", e.what());

@@ -9,16 +9,25 @@
 // mode (ops whose name contains OP, default all; AdamW and sum_squares over N
 // elements; at least S seconds of timed runs per case) instead of the tests.
 #include <gtest/gtest.h>
+#include <pthread.h>
+#include <signal.h>
+#include <unistd.h>
 
+#include <atomic>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <stdexcept>
 #include <string>
+#include <thread>
+#include <utility>
 #include <vector>
 
+#include "backend/cpu/ops.h"
 #include "backend/cpu/vmath.h"
 #include "test/backend/harness.h"
 
@@ -186,20 +195,92 @@ TEST(Errors, BadArgumentsThrowNamingTheOp) {
   for (Tensor t : {wte, wpe, out, tok, qkv, saved, logits, losses}) be->free(t);
 }
 
-// The OpenBLAS-pool GEMM threading (GPT2_CPU_GEMM_THREADING=openblas) gives
-// the same answers as the default split; an unknown value is an error.
-TEST(GemmThreading, OpenBlasPoolMatchesReferenceAndBadValueThrows) {
-  ASSERT_EQ(setenv("GPT2_CPU_GEMM_THREADING", "bogus", 1), 0);
-  EXPECT_THROW(make_cpu_backend(2), std::runtime_error);
-  ASSERT_EQ(setenv("GPT2_CPU_GEMM_THREADING", "openblas", 1), 0);
-  auto be = make_cpu_backend(2);
-  unsetenv("GPT2_CPU_GEMM_THREADING");
-  for (const char* op : {"matmul_forward", "matmul_backward"}) {
-    for (const auto& c : optest::eval_cases(op, 5)) {
-      const CaseResult r = optest::eval_case(*c, *be, nullptr);
-      EXPECT_TRUE(r.ok) << c->op() << "(" << c->params() << "):\n" << r.detail;
+// Every fp32 GEMM library this build has, split across our threads, and OpenBLAS
+// on its own pool (GPT2_CPU_GEMM, GPT2_CPU_GEMM_THREADING), gives the matmuls and
+// attention within the eval bounds; an unknown value, oneDNN in a build without
+// it, or oneDNN on its own threads (blas.cpp: signals) is an error.
+TEST(GemmChoice, EveryLibraryAndThreadingMatchesReferenceAndBadValuesThrow) {
+  auto backend_under = [](const char* lib, const char* how) {
+    setenv("GPT2_CPU_GEMM", lib, 1);
+    setenv("GPT2_CPU_GEMM_THREADING", how, 1);
+    std::unique_ptr<Backend> be;
+    std::string error;
+    try {
+      be = make_cpu_backend(2);
+    } catch (const std::runtime_error& e) {
+      error = e.what();
+    }
+    unsetenv("GPT2_CPU_GEMM");
+    unsetenv("GPT2_CPU_GEMM_THREADING");
+    return std::make_pair(std::move(be), error);
+  };
+  EXPECT_NE(backend_under("openblas", "bogus").second.find("GPT2_CPU_GEMM_THREADING=bogus"), std::string::npos);
+  EXPECT_NE(backend_under("mkl", "split").second.find("GPT2_CPU_GEMM=mkl"), std::string::npos);
+  const std::string onednn_library = backend_under("onednn", "library").second;
+  EXPECT_NE(onednn_library.find(cpu::have_onednn() ? "needs GPT2_CPU_GEMM=openblas" : "no oneDNN"), std::string::npos)
+      << onednn_library;
+  std::vector<std::pair<const char*, const char*>> choices{{"openblas", "split"}, {"openblas", "library"}};
+  if (cpu::have_onednn()) choices.push_back({"onednn", "split"});
+  int runs = 0;
+  for (const auto& [lib, how] : choices) {
+    auto [be, error] = backend_under(lib, how);
+    ASSERT_TRUE(be) << lib << "/" << how << ": " << error;
+    for (const char* op : {"matmul_forward", "matmul_backward", "attention_forward", "attention_backward"}) {
+      for (const auto& c : optest::eval_cases(op, 5)) {
+        const CaseResult r = optest::eval_case(*c, *be, nullptr);
+        EXPECT_TRUE(r.ok) << lib << "/" << how << ": " << c->op() << "(" << c->params() << "):\n" << r.detail;
+        runs++;
+      }
     }
   }
+  EXPECT_GE(runs, 8 * static_cast<int>(choices.size()));
+}
+
+// The trainer takes SIGUSR1 and SIGTERM at any moment (preemption), and Debian's
+// oneDNN 2.6 JIT sgemm corrupts the heap when a signal is delivered to a thread
+// inside it (blas.cpp). A second thread signals the process as fast as it can
+// while GEMMs run on 2 threads through the backend's wrapper: every result must
+// equal the first, bit for bit, and the process must live.
+TEST(GemmChoice, SignalsDuringGemmsLeaveTheHeapAndResultsIntact) {
+  struct sigaction quiet {}, old {};
+  quiet.sa_handler = [](int) {};
+  sigemptyset(&quiet.sa_mask);
+  ASSERT_EQ(sigaction(SIGUSR1, &quiet, &old), 0);
+  const int M = 192, N = 320, K = 256;
+  std::vector<float> A(size_t(M) * K), B(size_t(K) * N);
+  for (size_t i = 0; i < A.size(); i++) A[i] = float(int(i % 29) - 14) / 16.0f;
+  for (size_t i = 0; i < B.size(); i++) B[i] = float(int(i % 31) - 15) / 32.0f;
+  const cpu::Exec ex{2};
+  std::vector<float> first(size_t(M) * N);
+  cpu::gemm<float>(ex, false, false, M, N, K, 1.0f, A.data(), K, B.data(), N, 0.0f, first.data(), N);
+  std::atomic<bool> done{false};
+  std::atomic<long> sent{0};
+  std::thread shooter([&] {
+    sigset_t usr1;  // this thread takes none: the signals go to the GEMM threads
+    sigemptyset(&usr1);
+    sigaddset(&usr1, SIGUSR1);
+    pthread_sigmask(SIG_BLOCK, &usr1, nullptr);
+    while (!done.load()) {
+      kill(getpid(), SIGUSR1);
+      sent++;
+      std::this_thread::sleep_for(std::chrono::microseconds(20));
+    }
+  });
+  int calls = 0, differing = 0;
+  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(1500);
+  while (std::chrono::steady_clock::now() < until) {
+    std::vector<float> C(size_t(M) * N, -1.0f);  // fresh heap memory each call
+    cpu::gemm<float>(ex, false, false, M, N, K, 1.0f, A.data(), K, B.data(), N, 0.0f, C.data(), N);
+    if (std::memcmp(C.data(), first.data(), C.size() * sizeof(float)) != 0) differing++;
+    calls++;
+  }
+  done = true;
+  shooter.join();
+  sigaction(SIGUSR1, &old, nullptr);
+  std::printf("  %d GEMMs (%s) under %ld signals\n", calls, cpu::gemm_library_name(ex.blas), sent.load());
+  EXPECT_GT(sent.load(), 1000);
+  EXPECT_GT(calls, 50);
+  EXPECT_EQ(differing, 0);
 }
 
 // vexp(float) against fp64 exp over the range the ops use: <= 2 ulp.

@@ -4,8 +4,11 @@
 
 #include <cstdlib>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "model/config.h"
+#include "backend/cpu/ops.h"
 #include "metrics/mfu.h"
 
 namespace gpt2 {
@@ -51,28 +54,78 @@ TEST(Mfu, CpuFmaPeakIsMeasured) {
   EXPECT_LT(gflops, 1000.0);  // one core
 }
 
-TEST(Mfu, FmaIsaIsAvx512ExactlyWhereTheCpuAndOpenBlasUseIt) {
-  EXPECT_EQ(choose_fma_isa(true, nullptr), FmaIsa::kAvx512);
-  EXPECT_EQ(choose_fma_isa(false, nullptr), FmaIsa::kAvx2);
+TEST(Mfu, FmaIsaIsAvx512ExactlyWhereTheCpuAndTheGemmLibraryUseIt) {
+  EXPECT_EQ(choose_fma_isa(true, nullptr, nullptr), FmaIsa::kAvx512);
+  EXPECT_EQ(choose_fma_isa(false, nullptr, nullptr), FmaIsa::kAvx2);
   // OPENBLAS_CORETYPE naming a core without AVX-512 kernels, in any case, takes the peak to AVX2.
   for (const char* c : {"Haswell", "haswell", "Zen", "Sandybridge", "SANDYBRIDGE", "Excavator", "Nehalem"})
-    EXPECT_EQ(choose_fma_isa(true, c), FmaIsa::kAvx2) << c;
+    EXPECT_EQ(choose_fma_isa(true, c, nullptr), FmaIsa::kAvx2) << c;
   for (const char* c : {"SkylakeX", "cooperlake", "SapphireRapids"})
-    EXPECT_EQ(choose_fma_isa(true, c), FmaIsa::kAvx512) << c;
+    EXPECT_EQ(choose_fma_isa(true, c, nullptr), FmaIsa::kAvx512) << c;
   // OpenBLAS ignores a name it does not know, whole, and detects the CPU; so does the peak.
-  for (const char* c : {"", "Haswellx", "Has", "AVX2"}) EXPECT_EQ(choose_fma_isa(true, c), FmaIsa::kAvx512) << c;
-  // No core type gives a CPU without avx512f an AVX-512 peak.
-  EXPECT_EQ(choose_fma_isa(false, "SkylakeX"), FmaIsa::kAvx2);
+  for (const char* c : {"", "Haswellx", "Has", "AVX2"}) EXPECT_EQ(choose_fma_isa(true, c, nullptr), FmaIsa::kAvx512) << c;
+  // ONEDNN_MAX_CPU_ISA naming an ISA below AVX-512, in any case, does the same for oneDNN.
+  for (const char* c : {"AVX2", "avx2", "AVX", "SSE41", "AVX2_VNNI", "avx2_vnni_2"})
+    EXPECT_EQ(choose_fma_isa(true, nullptr, c), FmaIsa::kAvx2) << c;
+  for (const char* c : {"AVX512_CORE", "avx512_core_bf16", "ALL", "DEFAULT", "", "Haswell", "AVX2x"})
+    EXPECT_EQ(choose_fma_isa(true, nullptr, c), FmaIsa::kAvx512) << c;
+  // No core type or ISA name gives a CPU without avx512f an AVX-512 peak.
+  EXPECT_EQ(choose_fma_isa(false, "SkylakeX", nullptr), FmaIsa::kAvx2);
+  EXPECT_EQ(choose_fma_isa(false, nullptr, "AVX512_CORE"), FmaIsa::kAvx2);
 
 #if defined(__x86_64__) || defined(__i386__)
+  // This process: only the variable of the library running the GEMMs counts.
   const bool avx512 = __builtin_cpu_supports("avx512f");
+  const bool openblas = cpu::gemm_library_from_env() == cpu::GemmLibrary::kOpenBlas;
   const char* coretype = std::getenv("OPENBLAS_CORETYPE");
-  const std::string ct = coretype ? coretype : "";
-  const bool narrower = choose_fma_isa(true, coretype) == FmaIsa::kAvx2;  // as checked above
-  EXPECT_EQ(cpu_fma_isa() == FmaIsa::kAvx512, avx512 && !narrower) << "OPENBLAS_CORETYPE=" << ct;
+  const char* onednn_isa = std::getenv("ONEDNN_MAX_CPU_ISA");
+  if (onednn_isa == nullptr) onednn_isa = std::getenv("DNNL_MAX_CPU_ISA");
+  const bool narrower = openblas ? choose_fma_isa(true, coretype, nullptr) == FmaIsa::kAvx2
+                                 : choose_fma_isa(true, nullptr, onednn_isa) == FmaIsa::kAvx2;
+  EXPECT_EQ(cpu_fma_isa() == FmaIsa::kAvx512, avx512 && !narrower) << cpu::gemm_library_name(cpu::gemm_library_from_env());
   EXPECT_EQ(cpu_fma_isa() == FmaIsa::kAvx2, !avx512 || narrower);
+  EXPECT_EQ(fma_isa_limit().empty(), !(avx512 && narrower)) << fma_isa_limit();
 #else
   EXPECT_EQ(cpu_fma_isa(), FmaIsa::kGeneric);
+#endif
+}
+
+// The other library's variable does not move the peak: under GPT2_CPU_GEMM=openblas
+// ONEDNN_MAX_CPU_ISA is ignored, and with oneDNN OPENBLAS_CORETYPE is.
+TEST(Mfu, OnlyTheGemmLibrarysVariableNarrowsThePeak) {
+#if defined(__x86_64__) || defined(__i386__)
+  // Without avx512f the peak is AVX2 whatever is set, with no variable named.
+  const bool avx512 = __builtin_cpu_supports("avx512f");
+  const FmaIsa wide = avx512 ? FmaIsa::kAvx512 : FmaIsa::kAvx2;
+  auto narrowed = [&](const char* limit) { return std::make_pair(FmaIsa::kAvx2, std::string(avx512 ? limit : "")); };
+  struct Env {
+    const char* name;
+    const char* value;
+  };
+  auto isa_under = [](std::vector<Env> env) {
+    const char* names[] = {"GPT2_CPU_GEMM", "OPENBLAS_CORETYPE", "ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA"};
+    std::vector<std::pair<const char*, std::string>> saved;
+    for (const char* n : names) {
+      if (const char* v = std::getenv(n)) saved.emplace_back(n, v);
+      unsetenv(n);
+    }
+    for (const Env& e : env) setenv(e.name, e.value, 1);
+    const FmaIsa isa = cpu_fma_isa();
+    const std::string limit = fma_isa_limit();
+    for (const char* n : names) unsetenv(n);
+    for (const auto& [n, v] : saved) setenv(n, v.c_str(), 1);
+    return std::make_pair(isa, limit);
+  };
+  EXPECT_EQ(isa_under({{"GPT2_CPU_GEMM", "openblas"}, {"OPENBLAS_CORETYPE", "Haswell"}}),
+            narrowed("OPENBLAS_CORETYPE=Haswell"));
+  EXPECT_EQ(isa_under({{"GPT2_CPU_GEMM", "openblas"}, {"ONEDNN_MAX_CPU_ISA", "AVX2"}}).first, wide);
+  if (cpu::have_onednn()) {
+    EXPECT_EQ(isa_under({{"GPT2_CPU_GEMM", "onednn"}, {"ONEDNN_MAX_CPU_ISA", "AVX2"}}),
+              narrowed("ONEDNN_MAX_CPU_ISA=AVX2"));
+    EXPECT_EQ(isa_under({{"GPT2_CPU_GEMM", "onednn"}, {"DNNL_MAX_CPU_ISA", "avx2"}}),
+              narrowed("DNNL_MAX_CPU_ISA=avx2"));
+    EXPECT_EQ(isa_under({{"GPT2_CPU_GEMM", "onednn"}, {"OPENBLAS_CORETYPE", "Haswell"}}).first, wide);
+  }
 #endif
 }
 
@@ -98,13 +151,9 @@ TEST(Mfu, CpuPeakBannerNamesTheIsaAndThreads) {
   EXPECT_GT(p.tflops, 0.002);
   const std::string isa = fma_isa_name(cpu_fma_isa());
   // "0.461 TFLOP/s (fp32 FMA peak of this CPU, AVX-512, 2 threads, measured at start-up)", and
-  // under OPENBLAS_CORETYPE=Haswell on an AVX-512 CPU "..., AVX2 as OPENBLAS_CORETYPE=Haswell, ...".
+  // under ONEDNN_MAX_CPU_ISA=AVX2 on an AVX-512 CPU "..., AVX2 as ONEDNN_MAX_CPU_ISA=AVX2, ...".
   std::string how = isa;
-  const char* coretype = std::getenv("OPENBLAS_CORETYPE");
-#if defined(__x86_64__) || defined(__i386__)
-  if (cpu_fma_isa() == FmaIsa::kAvx2 && __builtin_cpu_supports("avx512f"))
-    how += std::string(" as OPENBLAS_CORETYPE=") + coretype;
-#endif
+  if (!fma_isa_limit().empty()) how += " as " + fma_isa_limit();
   EXPECT_EQ(p.source, format_tflops(p.tflops) + " (fp32 FMA peak of this CPU, " + how +
                           ", 2 threads, measured at start-up)");
 }
