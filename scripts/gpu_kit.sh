@@ -5,7 +5,7 @@
 # machine that has only the NVIDIA driver, the CUDA 13 toolkit libraries and
 # Python with PyTorch (docs/gpu.md): the trainer, the CUDA op tests and the op
 # benchmark built here by nvcc for sm_80 + sm_90 with portable CPU flags, the
-# shared libraries they load (OpenBLAS, PCRE2, Open MPI with its components;
+# shared libraries they load (oneDNN, OpenBLAS, PCRE2, Open MPI with its components;
 # not glibc, not CUDA's), the GPT-2 vocabulary and the tinyshakespeare shards.
 # Result: KIT_DIR/gpu-kit.tar.xz (+ MANIFEST.txt beside it), carried to the GPU
 # machine (device `carry: ["gpu-kit"]`) and unpacked there by gpu_check.sh.
