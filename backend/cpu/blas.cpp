@@ -171,8 +171,10 @@ void gemm(const Exec& ex, bool trans_a, bool trans_b, int M, int N, int K, S alp
     return;
   }
   if (openblas_get_num_threads() != 1) openblas_set_num_threads(1);
-  // Column slabs when each thread still gets >= 64 columns, else row slabs.
-  const bool split_cols = N >= 64 * threads || N >= M;
+  // Each thread packs the whole of the operand it shares: column slabs share
+  // op(A) (M x K), row slabs op(B) (K x N). Split the longer side, so the
+  // smaller operand is the one packed twice, unless its slabs would be thin.
+  const bool split_cols = N >= M ? true : M < 64 * threads;
   const int extent = split_cols ? N : M;
   const int per = ((extent + threads - 1) / threads + 15) / 16 * 16;
 #pragma omp parallel num_threads(threads)
