@@ -21,9 +21,9 @@
 // after a threaded sgemm the OpenBLAS workers keep spinning on sched_yield
 // while our next elementwise loop runs, and libgomp's idle team spins while
 // OpenBLAS works. kOpenMpSplit avoids the second pool: the library runs on one
-// thread and each OpenMP thread calls it on its own slab of the output (column
-// slabs, multiples of 16 wide, so each call still gets full-width microkernel
-// tiles; row slabs only when the output is too narrow). One pool, no spinning
+// thread and each OpenMP thread calls it on its own slab of the output (slabs
+// along its longer side, multiples of 16, so each call still gets full-width
+// microkernel tiles and packs only its part of the larger operand). One pool, no spinning
 // against ourselves, and the split is fixed by the shape and thread count, so
 // results do not depend on scheduling. kLibrary (OpenBLAS's own pool) stays
 // selectable for OpenBLAS, for comparison. oneDNN runs a call serially inside
